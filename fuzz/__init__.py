@@ -1,0 +1,1 @@
+"""Hypothesis strategies, the lifecycle state machine and the campaign CLI of cgsim."""
