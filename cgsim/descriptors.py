@@ -1,0 +1,172 @@
+"""Batch descriptors (captured or dispatched shapes), scheduler batches and
+their compatibility (SPEC §2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from cgsim.modes import CUDAGraphMode
+
+__all__ = ["BatchDescriptor", "Batch", "lora_case", "compatible", "padding_waste"]
+
+
+@dataclass(frozen=True)
+class BatchDescriptor:
+    """A batch shape a graph is captured for, or that dispatch picked.
+
+    ``num_reqs`` None means no request padding is needed (the graph does not
+    depend on the request count); ``uniform_token_count`` None means any
+    per-request length; ``max_query_len`` None means unconstrained.
+    """
+
+    cg_mode: CUDAGraphMode
+    num_tokens: int
+    num_reqs: int | None = None
+    uniform_token_count: int | None = None
+    max_query_len: int | None = None
+    num_active_loras: int = 0
+    num_ubatches: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.cg_mode, CUDAGraphMode):
+            object.__setattr__(self, "cg_mode", CUDAGraphMode.parse(self.cg_mode))
+
+    @property
+    def is_uniform_decode(self) -> bool:
+        return self.uniform_token_count is not None
+
+    def to_json(self) -> dict:
+        return {
+            "cg_mode": self.cg_mode.value,
+            "num_tokens": self.num_tokens,
+            "num_reqs": self.num_reqs,
+            "uniform_token_count": self.uniform_token_count,
+            "max_query_len": self.max_query_len,
+            "num_active_loras": self.num_active_loras,
+            "num_ubatches": self.num_ubatches,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "BatchDescriptor":
+        return cls(**data)
+
+    def short(self) -> str:
+        parts = [f"{self.cg_mode.value}", f"tokens={self.num_tokens}"]
+        if self.num_reqs is not None:
+            parts.append(f"reqs={self.num_reqs}")
+        if self.uniform_token_count is not None:
+            parts.append(f"uniform={self.uniform_token_count}")
+        if self.max_query_len is not None:
+            parts.append(f"max_q={self.max_query_len}")
+        if self.num_active_loras:
+            parts.append(f"loras={self.num_active_loras}")
+        if self.num_ubatches != 1:
+            parts.append(f"ubatches={self.num_ubatches}")
+        return "Desc(" + " ".join(parts) + ")"
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What the scheduler hands the runner: per-request query lengths, the number
+    of distinct active LoRA adapters and the micro-batch count."""
+
+    query_lens: tuple[int, ...]
+    num_active_loras: int = 0
+    num_ubatches: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "query_lens", tuple(int(q) for q in self.query_lens))
+        if not self.query_lens:
+            raise ValueError("a batch needs at least one request (query_lens is empty)")
+        if any(q < 1 for q in self.query_lens):
+            raise ValueError(f"every query length must be >= 1, got {list(self.query_lens)}")
+        if self.num_active_loras < 0:
+            raise ValueError(f"num_active_loras must be >= 0, got {self.num_active_loras}")
+        if self.num_ubatches < 1:
+            raise ValueError(f"num_ubatches must be >= 1, got {self.num_ubatches}")
+
+    @classmethod
+    def uniform(cls, num_reqs: int, query_len: int, **kw) -> "Batch":
+        return cls((query_len,) * num_reqs, **kw)
+
+    @property
+    def num_reqs(self) -> int:
+        return len(self.query_lens)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.query_lens)
+
+    @property
+    def max_query_len(self) -> int:
+        return max(self.query_lens)
+
+    @property
+    def uniform_token_count(self) -> int | None:
+        first = self.query_lens[0]
+        return first if all(q == first for q in self.query_lens) else None
+
+    @property
+    def kind(self) -> str:
+        """A coarse label for coverage statistics."""
+        u = self.uniform_token_count
+        if u is not None:
+            return "uniform-decode" if u <= 8 else "uniform-prefill"
+        if self.num_reqs == 1:
+            return "single-prefill"
+        return "mixed"
+
+    def to_json(self) -> dict:
+        return {
+            "query_lens": list(self.query_lens),
+            "num_active_loras": self.num_active_loras,
+            "num_ubatches": self.num_ubatches,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Batch":
+        return cls(tuple(data["query_lens"]), data.get("num_active_loras", 0), data.get("num_ubatches", 1))
+
+    def short(self) -> str:
+        lens = list(self.query_lens)
+        shown = lens if len(lens) <= 8 else lens[:8] + ["..."]
+        extra = ""
+        if self.num_active_loras:
+            extra += f" loras={self.num_active_loras}"
+        if self.num_ubatches != 1:
+            extra += f" ubatches={self.num_ubatches}"
+        return f"Batch(reqs={self.num_reqs} tokens={self.num_tokens} query_lens={shown}{extra})"
+
+
+def lora_case(num_active_loras: int, lora_cases: Iterable[int]) -> int:
+    """Map an active LoRA count to the captured case that serves it: the smallest
+    case >= the count, clamped to the largest case."""
+    cases = sorted(set(lora_cases))
+    if not cases:
+        raise ValueError("lora_cases is empty; it must contain at least 0")
+    for case in cases:
+        if case >= num_active_loras:
+            return case
+    return cases[-1]
+
+
+def compatible(desc: BatchDescriptor, batch: Batch, lora_cases: Sequence[int] = (0,)) -> bool:
+    """Whether a graph captured for ``desc`` can run ``batch`` (SPEC §2)."""
+    if desc.uniform_token_count is not None and desc.uniform_token_count != batch.uniform_token_count:
+        return False
+    if desc.max_query_len is not None and batch.max_query_len > desc.max_query_len:
+        return False
+    if desc.num_reqs is not None and desc.num_reqs < batch.num_reqs:
+        return False
+    if desc.num_tokens < batch.num_tokens:
+        return False
+    if desc.num_active_loras != lora_case(batch.num_active_loras, lora_cases):
+        return False
+    return desc.num_ubatches == batch.num_ubatches
+
+
+def padding_waste(desc: BatchDescriptor, batch: Batch) -> tuple[int, int]:
+    """(padded tokens, padded requests) when ``batch`` runs on ``desc``."""
+    reqs = 0 if desc.num_reqs is None else desc.num_reqs - batch.num_reqs
+    return desc.num_tokens - batch.num_tokens, reqs
