@@ -1,0 +1,132 @@
+"""Scenario: the unit of work every job runs (a pytest example, a campaign
+scenario, a repro script).  A JSON-serialisable value with a schema version."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from cgsim.config import ConfigError, ManagerConfig
+from cgsim.descriptors import Batch
+from cgsim.spec.rulesets import DEFAULT_RULESET, get_ruleset
+
+__all__ = ["SCHEMA_VERSION", "Step", "Scenario", "ScenarioError", "STEP_KINDS"]
+
+SCHEMA_VERSION = 1
+STEP_KINDS = ("capture", "dispatch", "release")
+
+
+class ScenarioError(ValueError):
+    """A Scenario (or its JSON) is malformed; the message says where and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """``capture`` (capture all graphs), ``dispatch`` (dispatch ``batch`` and run
+    it: replay, piecewise or eager) or ``release`` (drop the graphs)."""
+
+    kind: str
+    batch: Batch | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in STEP_KINDS:
+            raise ScenarioError(f"step kind {self.kind!r} is unknown; use one of {', '.join(STEP_KINDS)}")
+        if (self.kind == "dispatch") != (self.batch is not None):
+            raise ScenarioError(f"a {self.kind!r} step {'needs' if self.kind == 'dispatch' else 'takes no'} batch")
+
+    @classmethod
+    def capture(cls) -> "Step":
+        return cls("capture")
+
+    @classmethod
+    def release(cls) -> "Step":
+        return cls("release")
+
+    @classmethod
+    def dispatch(cls, batch: Batch) -> "Step":
+        return cls("dispatch", batch)
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {"kind": self.kind}
+        if self.batch is not None:
+            out["batch"] = self.batch.to_json()
+        return out
+
+    def short(self) -> str:
+        return self.kind if self.batch is None else f"dispatch {self.batch.short()}"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    config: ManagerConfig
+    steps: tuple[Step, ...]
+    ruleset: str = DEFAULT_RULESET
+    workload: str = "toy"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steps", tuple(self.steps))
+        get_ruleset(self.ruleset)  # fail early on an unknown ruleset
+
+    @property
+    def batches(self) -> list[Batch]:
+        return [s.batch for s in self.steps if s.batch is not None]
+
+    def to_json(self) -> dict:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "ruleset": self.ruleset,
+            "workload": self.workload,
+            "seed": self.seed,
+            "config": self.config.to_json(),
+            "steps": [s.to_json() for s in self.steps],
+        }
+
+    def dumps(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_json(), indent=indent, sort_keys=False)
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Scenario":
+        if not isinstance(data, dict):
+            raise ScenarioError("a scenario must be a JSON object with config, ruleset and steps")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ScenarioError(
+                f"scenario schema_version is {version!r}, this cgsim reads version {SCHEMA_VERSION}; "
+                "regenerate the scenario with this cgsim or install the cgsim that wrote it"
+            )
+        try:
+            config = ManagerConfig.from_json(data["config"])
+            steps = []
+            for i, raw in enumerate(data["steps"]):
+                if not isinstance(raw, dict) or "kind" not in raw:
+                    raise ScenarioError(f"step {i} must be an object with a 'kind'")
+                batch = Batch.from_json(raw["batch"]) if raw.get("batch") is not None else None
+                steps.append(Step(raw["kind"], batch))
+            return cls(
+                config=config,
+                steps=tuple(steps),
+                ruleset=data.get("ruleset", DEFAULT_RULESET),
+                workload=data.get("workload", "toy"),
+                seed=int(data.get("seed", 0)),
+            )
+        except KeyError as exc:
+            raise ScenarioError(f"scenario JSON lacks the field {exc.args[0]!r}") from None
+        except ConfigError as exc:
+            raise ScenarioError(f"scenario config is invalid: {exc}") from None
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, ScenarioError):
+                raise
+            raise ScenarioError(f"scenario JSON is malformed: {exc}") from None
+
+    @classmethod
+    def loads(cls, text: str) -> "Scenario":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ScenarioError(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+        return cls.from_json(data)
+
+    def short(self) -> str:
+        return f"Scenario({self.config.mode.value}, sizes={list(self.config.capture_sizes)}, ruleset={self.ruleset}, steps={[s.short() for s in self.steps]})"

@@ -1,0 +1,250 @@
+"""Trace: what happened when a Scenario ran on (target, backend), in order.
+
+Plain frozen records, JSON-serialisable, so properties are pure functions of
+(Scenario, Trace) and a trace can be written next to a finding.
+
+Who records what (so a buggy target cannot hide it):
+- ``CreateForwardFn``: a tap between the model-level manager and the base
+  manager's capture loop, wrapping create_forward_fn.
+- ``Forward``: the workload's model, at every forward call, from the forward
+  context the target set (mode, metadata) and the graph backend (in_graph).
+- ``Metadata`` records: the workload's attention metadata builder, whenever
+  the target asks it for metadata.
+- ``GraphStored`` / ``Candidates`` / ``CaptureDone``: read off the target after
+  capture (what it says it stored and would dispatch over).
+- ``PiecewiseCapture`` / ``PiecewiseLookup``: the workload's piecewise runner.
+- ``Dispatch`` / ``Replay`` / ``Release`` / ``Error``: the runner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar
+
+from cgsim.descriptors import Batch, BatchDescriptor
+from cgsim.modes import CUDAGraphMode
+
+__all__ = [
+    "MetadataRecord",
+    "Event",
+    "CreateForwardFn",
+    "Forward",
+    "GraphStored",
+    "CaptureDone",
+    "Candidates",
+    "PiecewiseCapture",
+    "PiecewiseLookup",
+    "Dispatch",
+    "Replay",
+    "Release",
+    "Error",
+    "Trace",
+    "EVENT_TYPES",
+]
+
+
+@dataclass(frozen=True)
+class MetadataRecord:
+    """One attention-metadata object the builder handed out.
+
+    ``buffers``: identities of the persistent buffers it reads (query start
+    locations, sequence lengths, slot mapping); a graph captured with this
+    metadata reads exactly these.  ``state``: identities of per-object mutable
+    state (the backend's lazily built plan/scratch) that must not be shared
+    between warmup and capture.  ``phase`` is "capture" or "runtime".
+    """
+
+    id: int
+    num_reqs: int
+    num_tokens: int
+    max_query_len: int
+    for_capture: bool
+    buffers: tuple[int, ...]
+    state: tuple[int, ...]
+    phase: str
+
+
+class Event:
+    kind: ClassVar[str] = "event"
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {"kind": self.kind}
+        for f in fields(self):  # type: ignore[arg-type]
+            out[f.name] = _to_json(getattr(self, f.name))
+        return out
+
+
+@dataclass(frozen=True)
+class CreateForwardFn(Event):
+    kind: ClassVar[str] = "create_forward_fn"
+    desc: BatchDescriptor
+    warmup: bool
+
+
+@dataclass(frozen=True)
+class Forward(Event):
+    """The model ran.  ``desc`` is the descriptor being captured (capture phase)
+    or the dispatched one (runtime); ``metadata`` the id of the attention
+    metadata in the forward context (None = attention skipped); ``in_graph``
+    whether a FULL graph capture was recording; ``key`` the piecewise key in
+    the forward context, if any."""
+
+    kind: ClassVar[str] = "forward"
+    desc: BatchDescriptor | None
+    mode: CUDAGraphMode
+    metadata: int | None
+    in_graph: bool
+    num_tokens: int
+    phase: str  # "capture" | "runtime"
+    step: int
+    key: tuple | None = None
+
+
+@dataclass(frozen=True)
+class GraphStored(Event):
+    kind: ClassVar[str] = "graph_stored"
+    desc: BatchDescriptor
+    step: int
+
+
+@dataclass(frozen=True)
+class CaptureDone(Event):
+    """End of a capture() call: whether it finished and whether the manager now
+    says it is captured."""
+
+    kind: ClassVar[str] = "capture_done"
+    step: int
+    ok: bool
+    captured_flag: bool
+
+
+@dataclass(frozen=True)
+class Candidates(Event):
+    """Candidate-init output: ``phase`` "initial" (as the manager holds it) or
+    "recomputed" (candidate init run again on the finished manager)."""
+
+    kind: ClassVar[str] = "candidates"
+    phase: str
+    capture_descs: tuple[BatchDescriptor, ...]
+    candidates: tuple[tuple[tuple[int, int], tuple[BatchDescriptor, ...]], ...]
+    step: int
+
+
+@dataclass(frozen=True)
+class PiecewiseCapture(Event):
+    kind: ClassVar[str] = "piecewise_capture"
+    key: tuple
+    metadata: int | None
+    step: int
+
+
+@dataclass(frozen=True)
+class PiecewiseLookup(Event):
+    kind: ClassVar[str] = "piecewise_lookup"
+    key: tuple
+    hit: bool
+    step: int
+
+
+@dataclass(frozen=True)
+class Dispatch(Event):
+    kind: ClassVar[str] = "dispatch"
+    step: int
+    batch: Batch
+    desc: BatchDescriptor
+    captured_flag: bool
+
+
+@dataclass(frozen=True)
+class Replay(Event):
+    """A dispatched batch ran.  ``path``: "full" (graph replay), "piecewise" or
+    "eager".  ``graph_metadata``: the metadata the replayed graph (or the
+    piecewise pieces) was captured with; ``runtime_metadata``: the metadata
+    prepared for this batch.  ``max_abs_err`` over the batch's real rows
+    against the eager reference (None if no output was produced)."""
+
+    kind: ClassVar[str] = "replay"
+    step: int
+    batch: Batch
+    desc: BatchDescriptor
+    path: str
+    graph_metadata: int | None
+    runtime_metadata: int | None
+    metadata_alive: bool | None
+    max_abs_err: float | None
+    outputs_ok: bool
+    graph_from_step: int | None = None  # the capture step that stored the replayed graph
+
+
+@dataclass(frozen=True)
+class Release(Event):
+    kind: ClassVar[str] = "release"
+    step: int
+    captured_flag_after: bool
+    graphs_after: int
+
+
+@dataclass(frozen=True)
+class Error(Event):
+    """The target raised, did something illegal, hung or corrupted its state."""
+
+    kind: ClassVar[str] = "error"
+    step: int
+    phase: str  # "build" | "capture" | "dispatch" | "replay" | "release"
+    error: str  # "crash" | "illegal-op" | "timeout" | "corrupt"
+    exc_type: str
+    message: str
+
+
+EVENT_TYPES: dict[str, type] = {
+    cls.kind: cls
+    for cls in (
+        CreateForwardFn, Forward, GraphStored, CaptureDone, Candidates, PiecewiseCapture,
+        PiecewiseLookup, Dispatch, Replay, Release, Error,
+    )
+}
+
+
+@dataclass
+class Trace:
+    """The ordered events of one run plus the metadata records they refer to.
+    Built by one runner, read by the properties."""
+
+    target: str
+    backend: str
+    resolved_mode: CUDAGraphMode | None = None
+    uses_breakable: bool = False
+    has_piecewise_runner: bool = False
+    events: list[Event] = field(default_factory=list)
+    metadata: dict[int, MetadataRecord] = field(default_factory=dict)
+
+    def add(self, event: Event) -> None:
+        self.events.append(event)
+
+    def of(self, cls: type) -> list:
+        return [e for e in self.events if isinstance(e, cls)]
+
+    @property
+    def errors(self) -> list[Error]:
+        return self.of(Error)
+
+    def to_json(self) -> dict:
+        return {
+            "target": self.target,
+            "backend": self.backend,
+            "resolved_mode": self.resolved_mode.value if self.resolved_mode else None,
+            "uses_breakable": self.uses_breakable,
+            "has_piecewise_runner": self.has_piecewise_runner,
+            "events": [e.to_json() for e in self.events],
+            "metadata": [asdict(m) for m in self.metadata.values()],
+        }
+
+
+def _to_json(value: Any) -> Any:
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if isinstance(value, CUDAGraphMode):
+        return value.value
+    if isinstance(value, (tuple, list)):
+        return [_to_json(v) for v in value]
+    return value
