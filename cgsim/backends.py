@@ -1,0 +1,116 @@
+"""Where graphs live: the CPU mock or real CUDA, behind one small interface.
+
+Targets and the runner never branch on the backend's name: they allocate on
+``backend.device``, call the graph API through ``backend.cuda`` inside
+``backend.activate()``, and make host buffers with ``backend.host_buffer``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager
+
+import torch
+
+__all__ = ["BACKENDS", "BackendUnavailable", "GraphBackend", "get_backend"]
+
+BACKENDS = ("mock", "cuda")
+
+
+class BackendUnavailable(RuntimeError):
+    """The requested backend cannot run on this machine."""
+
+
+@dataclass(frozen=True)
+class GraphBackend:
+    """One place graphs can live.
+
+    name: "mock" | "cuda".
+    device: where "device" tensors go (cpu for the mock, cuda for cuda).
+    cuda: the torch.cuda surface to call (CUDAGraph, graph, graph_pool_handle,
+        is_current_stream_capturing, synchronize, Stream, stream, ...). For the
+        mock this is torch.cuda itself: read it inside activate().
+    """
+
+    name: str
+    device: torch.device
+    cuda: Any
+    _activate: Callable[[], ContextManager[None]]
+    _host_buffer: Callable[[torch.Tensor, bool], torch.Tensor]
+    _host_ops: Callable[[], ContextManager[None]]
+
+    def activate(self) -> ContextManager[None]:
+        """Context in which ``torch.cuda`` is this backend (mock: patched in)."""
+        return self._activate()
+
+    def host_buffer(self, t: torch.Tensor, pinned: bool) -> torch.Tensor:
+        """A host (CPU) buffer with ``t``'s contents, pinned or pageable. Use the
+        return value: the cuda backend pins by copying."""
+        return self._host_buffer(t, pinned)
+
+    def host_ops(self) -> ContextManager[None]:
+        """Context whose ops are host (CPU) work even inside a capture; the mock
+        needs to be told, a GPU knows from the tensors' device."""
+        return self._host_ops()
+
+    def __repr__(self) -> str:
+        return f"GraphBackend({self.name!r}, device={self.device})"
+
+
+def _mock() -> GraphBackend:
+    from . import cuda_mock
+
+    return GraphBackend(
+        name="mock",
+        device=torch.device("cpu"),
+        cuda=torch.cuda,
+        _activate=cuda_mock.patched_torch_cuda,
+        _host_buffer=cuda_mock.host_buffer,
+        _host_ops=cuda_mock.host_ops,
+    )
+
+
+def _cuda_host_buffer(t: torch.Tensor, pinned: bool) -> torch.Tensor:
+    t = t.cpu()
+    return t.pin_memory() if pinned else t
+
+
+def _cuda() -> GraphBackend:
+    from .cuda_mock import is_patched
+
+    if is_patched():
+        raise BackendUnavailable(
+            "backend 'cuda' was requested while the cgsim CPU mock is installed into "
+            "torch.cuda (inside cuda_mock.patched_torch_cuda()), so torch.cuda is not the "
+            "real device. Ask for the cuda backend outside the mock's activate() block, "
+            "or use --backend mock."
+        )
+    if not torch.cuda.is_available():
+        raise BackendUnavailable(
+            "backend 'cuda' was requested, but torch.cuda.is_available() is False on this "
+            f"machine (torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'}). "
+            "Run on a machine with an NVIDIA GPU and a CUDA build of torch, or use "
+            "--backend mock (the CPU mock of the CUDA graph API)."
+        )
+    return GraphBackend(
+        name="cuda",
+        device=torch.device("cuda", torch.cuda.current_device()),
+        cuda=torch.cuda,
+        _activate=contextlib.nullcontext,
+        _host_buffer=_cuda_host_buffer,
+        _host_ops=contextlib.nullcontext,
+    )
+
+
+def get_backend(name: str) -> GraphBackend:
+    """The backend called ``name`` ("mock" or "cuda").
+
+    Raises ValueError for an unknown name and BackendUnavailable for "cuda" on a
+    machine without a usable GPU (never a silent fallback to the mock).
+    """
+    if name == "mock":
+        return _mock()
+    if name == "cuda":
+        return _cuda()
+    raise ValueError(f"unknown graph backend {name!r}; choose one of {', '.join(BACKENDS)}")

@@ -1,0 +1,104 @@
+"""A CPU mock of the torch.cuda graph API, faithful to SPEC §5.
+
+``patched_torch_cuda()`` installs it into ``torch.cuda`` so that capture code
+written for GPUs (vLLM's CudaGraphManager, ``torch.cuda.make_graphed_callables``)
+runs unchanged on CPU. Inside, ordinary CPU tensors play device memory and
+``host_buffer(t, pinned)`` marks a CPU tensor as host memory.
+
+What it reproduces (every row of the SPEC §5 fidelity table): capture runs no
+computation; replay re-runs what was recorded against the captured memory (static
+inputs and in-place updates read live, Python scalars frozen, rebound names
+stale, outputs in the same memory every replay, views alias as in eager); graph
+memory pools, shared pools and the overwrite hazard when a later capture takes a
+block an earlier graph still writes; the two classes of illegal operation with
+the real exception types and messages (synchronising / data-dependent ops
+invalidate the capture; pageable host copies raise and leave it valid); random
+ops drawing new numbers at each replay; the reset / double capture / replay
+without capture errors; is_current_stream_capturing.
+
+Where it is deliberately stricter than a GPU: memory a capture produced holds
+poison until the first replay (NaN for floating types, True for bool, bytes
+0xA5 for integers), where a GPU shows whatever the fresh pool memory held
+(measured: zeros). A capture-logic bug that reads un-replayed output is then loud
+instead of silently reading zeros.
+
+What a CPU mock cannot show, and this one does not pretend to:
+
+* asynchrony and races: every op runs to completion, in program order, so a
+  missing stream wait or event, or a host buffer overwritten before an async copy
+  read it, goes unnoticed;
+* several streams: streams are tokens; work is not ordered per stream and
+  cross-stream dependencies inside a capture are not checked (only "capture on
+  the default stream" and is_current_stream_capturing depend on them), and work
+  from other threads during a capture is neither captured nor rejected;
+* lazy library initialisation during capture (cuBLAS/cuDNN handles, workspace
+  allocation, Triton autotuning) that fails only on a first call inside a
+  capture;
+* kernels that bypass PyTorch's dispatcher (custom CUDA extensions called
+  directly, Triton kernels, DLPack): the mock sees and records only aten ops;
+* the caching allocator's exact choices: block sizes are rounded to 512 bytes
+  and reused best-fit within a pool, without splitting, so *whether* a later
+  capture takes a particular freed block can differ from a GPU (the hazard itself
+  is modelled);
+* a graph keeps the memory of the tensors it reads alive, where a real graph
+  would read freed (and possibly reused) memory after the caller dropped them;
+* which CPU tensors are "host": only those marked (host_buffer, pin_memory(),
+  .cpu(), results of host ops, ops under host_ops()); an unmarked CPU tensor is
+  device memory, so e.g. ``torch.tensor([...]).to(device)`` inside a capture
+  is a silent no-op here where a GPU raises the pageable-copy error, and mixing
+  host and device tensors in one kernel is not rejected.
+"""
+
+from ._capture import CUDAGraph, graph, graph_pool_handle, host_ops, is_current_stream_capturing
+from ._errors import (
+    ALREADY_CAPTURED,
+    CAPTURE_INVALIDATED,
+    CAPTURE_UNSUPPORTED,
+    CUDA_ERROR_TYPE,
+    HOST_COPY,
+    REPLAY_WITHOUT_CAPTURE,
+)
+from ._memory import host_buffer, poison_value
+from ._patch import is_patched, patched_torch_cuda
+from ._runtime import (
+    Event,
+    Stream,
+    current_device,
+    current_stream,
+    default_stream,
+    device_count,
+    empty_cache,
+    is_available,
+    set_device,
+    stream,
+    synchronize,
+)
+
+__all__ = [
+    "patched_torch_cuda",
+    "is_patched",
+    "host_buffer",
+    "host_ops",
+    "poison_value",
+    "CUDAGraph",
+    "graph",
+    "graph_pool_handle",
+    "is_current_stream_capturing",
+    "synchronize",
+    "Stream",
+    "Event",
+    "current_stream",
+    "default_stream",
+    "stream",
+    "empty_cache",
+    "is_available",
+    "device_count",
+    "current_device",
+    "set_device",
+    "CUDA_ERROR_TYPE",
+    "CAPTURE_UNSUPPORTED",
+    "CAPTURE_INVALIDATED",
+    "HOST_COPY",
+    "REPLAY_WITHOUT_CAPTURE",
+    "ALREADY_CAPTURED",
+]

@@ -1,0 +1,573 @@
+"""The SPEC §5 fidelity table, one test per row, plus the mock's own contract.
+
+Tests taking ``graph_backend`` run on the backend chosen with
+``--cgsim-backend`` (default: mock): on ``cuda`` the very same assertions run
+against real torch.cuda graphs, which is the agreement suite for the mock.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import re
+
+import pytest
+import torch
+
+from cgsim import cuda_mock
+from cgsim.backends import BACKENDS, BackendUnavailable, GraphBackend, get_backend
+from cgsim.cuda_mock import (
+    ALREADY_CAPTURED,
+    CAPTURE_INVALIDATED,
+    CAPTURE_UNSUPPORTED,
+    CUDA_ERROR_TYPE,
+    HOST_COPY,
+    REPLAY_WITHOUT_CAPTURE,
+)
+
+HOST_COPY_RE = re.escape("Cannot copy between CPU and CUDA tensors during CUDA graph capture unless the CPU tensor is pinned")
+
+
+@pytest.fixture
+def graph_backend(request) -> GraphBackend:
+    name = request.config.getoption("cgsim_backend", default="mock")
+    backend = get_backend(name)
+    with backend.activate():
+        yield backend
+
+
+def capture(backend: GraphBackend, fn, pool=None):
+    """Capture ``fn()`` into a new graph; return (graph, fn's result)."""
+    g = backend.cuda.CUDAGraph()
+    with backend.cuda.graph(g, pool=pool):
+        out = fn()
+    return g, out
+
+
+def replay(backend: GraphBackend, g) -> None:
+    g.replay()
+    backend.cuda.synchronize()
+
+
+def vals(t: torch.Tensor) -> list:
+    return t.detach().cpu().tolist()
+
+
+# ------------------------------------------------------------ §5 rows: replay
+
+
+def test_static_input_changed_in_place_after_capture_is_read_by_replay(graph_backend):
+    b = graph_backend
+    x = torch.ones(4, device=b.device)
+    g, y = capture(b, lambda: x * 2)
+    x.fill_(3.0)
+    replay(b, g)
+    assert vals(y) == [6.0] * 4
+
+
+def test_python_scalar_changed_after_capture_replay_uses_captured_value(graph_backend):
+    b = graph_backend
+    x = torch.ones(4, device=b.device)
+    cfg = {"scale": 2.0}
+    g, y = capture(b, lambda: x * cfg["scale"])
+    cfg["scale"] = 5.0
+    replay(b, g)
+    assert vals(y) == [2.0] * 4
+
+
+def test_metadata_rebound_after_capture_replay_reads_old_object(graph_backend):
+    b = graph_backend
+    x = torch.ones(4, device=b.device)
+    meta = {"seq_lens": torch.full((4,), 1.0, device=b.device)}
+    old = meta["seq_lens"]  # kept alive: on a GPU the graph would otherwise read freed memory
+    g, y = capture(b, lambda: x + meta["seq_lens"])
+    meta["seq_lens"] = torch.full((4,), 10.0, device=b.device)
+    replay(b, g)
+    assert vals(y) == [2.0] * 4
+    old.fill_(3.0)
+    replay(b, g)
+    assert vals(y) == [4.0] * 4
+
+
+def test_metadata_updated_in_place_is_read_by_replay(graph_backend):
+    b = graph_backend
+    x = torch.ones(4, device=b.device)
+    meta = {"seq_lens": torch.full((4,), 1.0, device=b.device)}
+    g, y = capture(b, lambda: x + meta["seq_lens"])
+    meta["seq_lens"].copy_(torch.arange(4, dtype=torch.float32, device=b.device))
+    replay(b, g)
+    assert vals(y) == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_output_read_after_capture_before_replay_has_no_computed_values(graph_backend):
+    b = graph_backend
+    x = torch.ones(64, device=b.device)
+    g, y = capture(b, lambda: x + 1)
+    b.cuda.synchronize()
+    # The GPU shows fresh pool memory (zeros); the mock poisons (NaN). Either way:
+    # not the value the capture would have computed.
+    assert not torch.any(y == 2).item()
+    if b.name == "mock":
+        assert torch.isnan(y).all().item()
+    replay(b, g)
+    assert vals(y) == [2.0] * 64
+
+
+def test_in_place_op_inside_capture_is_not_applied_until_replay(graph_backend):
+    b = graph_backend
+    buf = torch.zeros(4, device=b.device)
+    g, _ = capture(b, lambda: buf.add_(1))
+    b.cuda.synchronize()
+    assert vals(buf) == [0.0] * 4
+    replay(b, g)
+    assert vals(buf) == [1.0] * 4
+    replay(b, g)
+    assert vals(buf) == [2.0] * 4
+
+
+def test_outputs_land_in_the_same_tensor_every_replay(graph_backend):
+    b = graph_backend
+    x = torch.ones(4, device=b.device)
+    g, y = capture(b, lambda: x * 2 + 1)
+    ptr = y.data_ptr()
+    for v in (1.0, 2.0, 3.0):
+        x.fill_(v)
+        replay(b, g)
+        assert y.data_ptr() == ptr
+        assert vals(y) == [v * 2 + 1] * 4
+
+
+def test_views_alias_as_in_eager(graph_backend):
+    b = graph_backend
+    x = torch.arange(4, dtype=torch.float32, device=b.device)
+    buf = torch.zeros(4, device=b.device)
+
+    def body():
+        y = x * 2
+        buf[1:3].add_(1)  # in-place through a view of a static buffer
+        return y, y.view(2, 2), y[2:]
+
+    g, (y, y2d, tail) = capture(b, body)
+    replay(b, g)
+    assert vals(buf) == [0.0, 1.0, 1.0, 0.0]
+    assert vals(y2d) == [[0.0, 2.0], [4.0, 6.0]]
+    assert vals(tail) == [4.0, 6.0]
+    x.fill_(1.0)
+    replay(b, g)
+    assert vals(tail) == [2.0, 2.0]
+
+
+# --------------------------------------------------- §5 rows: illegal, class 1
+
+CLASS1 = {
+    "item": lambda x: x.sum().item(),
+    "bool": lambda x: bool(x.sum() > 0),
+    "nonzero": lambda x: torch.nonzero(x),
+    "masked_select": lambda x: torch.masked_select(x, x > 0),
+    "unique": lambda x: torch.unique(x),
+    "synchronize": lambda x: torch.cuda.synchronize(),
+}
+
+
+@pytest.mark.parametrize("op", sorted(CLASS1))
+def test_sync_or_data_dependent_op_inside_capture_invalidates_it(graph_backend, op):
+    b = graph_backend
+    x = torch.ones(8, device=b.device)
+    g = b.cuda.CUDAGraph()
+    inner = None
+    with pytest.raises(RuntimeError, match=CAPTURE_INVALIDATED) as outer:
+        with b.cuda.graph(g):
+            x * 2
+            with pytest.raises(RuntimeError, match=CAPTURE_UNSUPPORTED) as inner:
+                CLASS1[op](x)
+    if b.name == "mock":
+        assert type(inner.value) is CUDA_ERROR_TYPE
+        assert type(outer.value) is CUDA_ERROR_TYPE
+    assert not b.cuda.is_current_stream_capturing()
+    with pytest.raises(RuntimeError, match=re.escape(REPLAY_WITHOUT_CAPTURE)):
+        g.replay()
+
+
+def test_class1_error_propagating_out_of_the_block_is_replaced_by_invalidated_error(graph_backend):
+    b = graph_backend
+    x = torch.ones(8, device=b.device)
+    g = b.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match=CAPTURE_INVALIDATED) as ei:
+        with b.cuda.graph(g):
+            x.sum().item()
+    assert CAPTURE_UNSUPPORTED in str(ei.value.__context__)
+
+
+# --------------------------------------------------- §5 rows: illegal, class 2
+
+CLASS2 = {
+    ".cpu()": lambda b, x: x.cpu(),
+    ".tolist()": lambda b, x: x.tolist(),
+    "copy from pageable host": lambda b, x: x.copy_(b.host_buffer(torch.ones(8), pinned=False), non_blocking=True),
+    "copy to pageable host": lambda b, x: b.host_buffer(torch.ones(8), pinned=False).copy_(x, non_blocking=True),
+}
+
+
+@pytest.mark.parametrize("op", sorted(CLASS2))
+def test_pageable_host_copy_inside_capture_raises_and_capture_stays_valid(graph_backend, op):
+    b = graph_backend
+    x = torch.ones(8, device=b.device)
+    g = b.cuda.CUDAGraph()
+    with b.cuda.graph(g):
+        with pytest.raises(RuntimeError, match=HOST_COPY_RE) as ei:
+            CLASS2[op](b, x)
+        y = x * 3
+    assert type(ei.value) is RuntimeError
+    replay(b, g)
+    assert vals(y) == [3.0] * 8
+
+
+def test_numpy_of_device_tensor_inside_capture_raises_type_error(graph_backend):
+    b = graph_backend
+    x = torch.ones(8, device=b.device)
+    g = b.cuda.CUDAGraph()
+    with b.cuda.graph(g):
+        with pytest.raises(TypeError, match="numpy"):
+            x.numpy()
+        y = x * 3
+    replay(b, g)
+    assert vals(y) == [3.0] * 8
+
+
+# ---------------------------------------------------------- §5 rows: host memory
+
+
+def test_pinned_host_copy_non_blocking_inside_capture_reads_current_host_contents(graph_backend):
+    b = graph_backend
+    host_in = b.host_buffer(torch.ones(4), pinned=True)
+    host_out = b.host_buffer(torch.zeros(4), pinned=True)
+    dev = torch.zeros(4, device=b.device)
+
+    def body():
+        dev.copy_(host_in, non_blocking=True)
+        y = dev * 2
+        host_out.copy_(y, non_blocking=True)
+        return y
+
+    g, y = capture(b, body)
+    for v in (5.0, 7.0):
+        host_in.fill_(v)
+        replay(b, g)
+        assert vals(y) == [2 * v] * 4
+        assert host_out.tolist() == [2 * v] * 4
+
+
+def test_cpu_tensor_allocated_inside_capture_is_allowed(graph_backend):
+    b = graph_backend
+    x = torch.ones(4, device=b.device)
+    g = b.cuda.CUDAGraph()
+    with b.cuda.graph(g):
+        y = x * 2
+        with b.host_ops():
+            c = torch.arange(4)
+            total = int(c.sum())  # a host-side .item(): no device involved
+    assert c.tolist() == [0, 1, 2, 3]
+    assert total == 6
+    replay(b, g)
+    assert vals(y) == [2.0] * 4
+
+
+# ------------------------------------------------------------ §5 rows: random
+
+
+def test_random_op_inside_capture_draws_new_numbers_each_replay(graph_backend):
+    b = graph_backend
+    g, r = capture(b, lambda: torch.rand(1000, device=b.device))
+    replay(b, g)
+    first = r.clone()
+    replay(b, g)
+    second = r.clone()
+    assert not torch.equal(first, second)
+    assert 0.0 <= first.min().item() and first.max().item() < 1.0
+
+
+# -------------------------------------------------------- §5 rows: lifecycle
+
+
+def test_replay_after_reset_raises(graph_backend):
+    b = graph_backend
+    x = torch.ones(4, device=b.device)
+    g, y = capture(b, lambda: x * 2)
+    replay(b, g)
+    g.reset()
+    with pytest.raises(RuntimeError, match=re.escape(REPLAY_WITHOUT_CAPTURE)):
+        g.replay()
+
+
+def test_replay_without_any_capture_raises(graph_backend):
+    g = graph_backend.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match=re.escape(REPLAY_WITHOUT_CAPTURE)):
+        g.replay()
+
+
+def test_second_capture_on_same_graph_raises(graph_backend):
+    b = graph_backend
+    x = torch.ones(4, device=b.device)
+    g, _ = capture(b, lambda: x * 2)
+    s = b.cuda.Stream()
+    with b.cuda.stream(s):
+        with pytest.raises(RuntimeError, match=re.escape(ALREADY_CAPTURED)):
+            g.capture_begin()
+    assert not b.cuda.is_current_stream_capturing()
+
+
+def test_capture_on_the_default_stream_raises(graph_backend):
+    b = graph_backend
+    g = b.cuda.CUDAGraph()
+    with b.cuda.stream(b.cuda.default_stream()):
+        with pytest.raises(RuntimeError, match="non-default stream"):
+            g.capture_begin()
+
+
+def test_is_current_stream_capturing_true_inside_capture_only(graph_backend):
+    b = graph_backend
+    x = torch.ones(4, device=b.device)
+    seen = []
+    assert b.cuda.is_current_stream_capturing() is False
+
+    def body():
+        seen.append(b.cuda.is_current_stream_capturing())
+        return x * 2
+
+    g, _ = capture(b, body)
+    assert seen == [True]
+    assert b.cuda.is_current_stream_capturing() is False
+    replay(b, g)
+    assert b.cuda.is_current_stream_capturing() is False
+
+
+# ------------------------------------------------------------- §5 rows: pools
+
+
+def _three_graphs_one_pool(b):
+    pool = b.cuda.graph_pool_handle()
+    x = torch.ones(1024, device=b.device)
+    g1, out1 = capture(b, lambda: x * 2, pool=pool)
+    g2, out2 = capture(b, lambda: x * 3, pool=pool)
+    freed_ptr = out1.data_ptr()
+    del out1  # first graph's output freed: its block goes back to the pool
+    gc.collect()
+    g3, out3 = capture(b, lambda: x * 4, pool=pool)
+    return x, (g1, g2, g3), (out2, out3), freed_ptr
+
+
+def test_shared_pool_third_graph_takes_the_freed_block(graph_backend):
+    b = graph_backend
+    _, graphs, (out2, out3), freed_ptr = _three_graphs_one_pool(b)
+    assert out3.data_ptr() == freed_ptr
+    assert out2.data_ptr() != freed_ptr
+
+
+def test_shared_pool_replaying_earlier_graph_overwrites_later_graphs_output(graph_backend):
+    b = graph_backend
+    x, (g1, g2, g3), (out2, out3), _ = _three_graphs_one_pool(b)
+    replay(b, g2)
+    replay(b, g3)
+    assert vals(out3) == [4.0] * 1024
+    replay(b, g1)  # still writes x * 2 into the block out3 now lives in
+    assert vals(out3) == [2.0] * 1024
+    assert vals(out2) == [3.0] * 1024
+
+
+def test_graph_pool_handle_and_graph_pool_share_a_pool(graph_backend):
+    b = graph_backend
+    x = torch.ones(1024, device=b.device)
+    g1, out1 = capture(b, lambda: x * 2)
+    ptr = out1.data_ptr()
+    del out1
+    gc.collect()
+    g2, out2 = capture(b, lambda: x * 5, pool=g1.pool())
+    assert out2.data_ptr() == ptr
+    replay(b, g2)
+    replay(b, g1)
+    assert vals(out2) == [2.0] * 1024
+
+
+def test_graph_keeps_its_private_memory_while_it_lives(graph_backend):
+    b = graph_backend
+    x = torch.ones(256, device=b.device)
+
+    def body():
+        h = x * 2  # intermediate: no Python reference survives the capture
+        return h + 1
+
+    g, y = capture(b, body)
+    gc.collect()
+    for v in (1.0, 4.0):
+        x.fill_(v)
+        replay(b, g)
+        assert vals(y) == [2 * v + 1] * 256
+
+
+# ----------------------------------------------------- make_graphed_callables
+
+
+def test_make_graphed_callables_matches_eager(graph_backend):
+    b = graph_backend
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16)).to(b.device)
+    eager = copy.deepcopy(model)
+    sample = torch.randn(8, 16, device=b.device, requires_grad=True)
+    graphed = b.cuda.make_graphed_callables(model, (sample,))
+    for _ in range(3):
+        # Grads set to None each step, as with optimizer.zero_grad(): autograd
+        # steals the graph's static grad buffers as .grad, so accumulating across
+        # replays would read memory the next replay overwrites (on a GPU too).
+        model.zero_grad(set_to_none=True)
+        eager.zero_grad(set_to_none=True)
+        inp = torch.randn(8, 16, device=b.device, requires_grad=True)
+        inp_e = inp.detach().clone().requires_grad_(True)
+        out = graphed(inp)
+        ref = eager(inp_e)
+        torch.testing.assert_close(out, ref)
+        out.sum().backward()
+        ref.sum().backward()
+        torch.testing.assert_close(inp.grad, inp_e.grad)
+        for p, q in zip(model.parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+
+
+# ---------------------------------------------------------------- backends
+
+
+def test_get_backend_unknown_name_raises_value_error_naming_choices():
+    with pytest.raises(ValueError, match=r"'gpu'.*mock.*cuda"):
+        get_backend("gpu")
+    assert BACKENDS == ("mock", "cuda")
+
+
+def test_get_backend_mock_is_cpu_and_patches_torch_cuda():
+    b = get_backend("mock")
+    assert b.name == "mock" and b.device == torch.device("cpu")
+    with b.activate():
+        assert torch.cuda.CUDAGraph is cuda_mock.CUDAGraph
+        assert torch.cuda.is_available()
+
+
+def test_get_backend_cuda_without_gpu_says_what_to_do():
+    if torch.cuda.is_available():
+        b = get_backend("cuda")
+        assert b.device.type == "cuda"
+        return
+    with pytest.raises(BackendUnavailable, match=r"cuda.*is_available\(\) is False.*--backend mock"):
+        get_backend("cuda")
+
+
+def test_get_backend_cuda_inside_the_mock_is_refused():
+    with cuda_mock.patched_torch_cuda():
+        with pytest.raises(BackendUnavailable, match="mock"):
+            get_backend("cuda")
+
+
+# ------------------------------------------------ the mock's own contract
+
+
+def test_patched_torch_cuda_restores_everything_on_error():
+    before = {n: torch.cuda.__dict__.get(n) for n in ("CUDAGraph", "graph", "synchronize", "is_available")}
+    tensor_cpu = torch.Tensor.__dict__.get("cpu")
+    with pytest.raises(KeyError):
+        with cuda_mock.patched_torch_cuda():
+            assert torch.cuda.graph is cuda_mock.graph
+            raise KeyError("boom")
+    after = {n: torch.cuda.__dict__.get(n) for n in before}
+    assert after == before
+    assert torch.Tensor.__dict__.get("cpu") is tensor_cpu
+    assert not cuda_mock.is_patched()
+    x = torch.ones(2)
+    assert x.cpu() is x  # the real CPU .cpu() is back
+
+
+def test_patched_torch_cuda_is_reentrant():
+    real = torch.cuda.CUDAGraph
+    with cuda_mock.patched_torch_cuda():
+        with pytest.raises(ValueError):
+            with cuda_mock.patched_torch_cuda():
+                raise ValueError
+        assert torch.cuda.CUDAGraph is cuda_mock.CUDAGraph  # inner exit kept the outer's mock
+        with cuda_mock.patched_torch_cuda():
+            assert torch.cuda.CUDAGraph is cuda_mock.CUDAGraph
+        assert torch.cuda.CUDAGraph is cuda_mock.CUDAGraph
+        assert torch.cuda.graphs.graph_pool_handle is cuda_mock.graph_pool_handle
+    assert torch.cuda.CUDAGraph is real
+    assert not cuda_mock.is_patched()
+
+
+@pytest.mark.parametrize(
+    "dtype, check",
+    [
+        (torch.float32, lambda t: torch.isnan(t).all()),
+        (torch.bfloat16, lambda t: torch.isnan(t).all()),
+        (torch.int64, lambda t: (t == cuda_mock.poison_value(torch.int64)).all() and t[0] < -(2**60)),
+        (torch.int32, lambda t: (t == cuda_mock.poison_value(torch.int32)).all() and t[0] < -(2**30)),
+        (torch.bool, lambda t: t.all()),
+    ],
+)
+def test_mock_poisons_un_replayed_outputs(dtype, check):
+    with cuda_mock.patched_torch_cuda():
+        x = torch.zeros(8, dtype=dtype)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            y = x.clone()
+        assert check(y)
+        g.replay()
+        assert torch.equal(y, x)
+
+
+def test_mock_op_after_invalidation_inside_capture_fails():
+    with cuda_mock.patched_torch_cuda():
+        x = torch.ones(4)
+        g = torch.cuda.CUDAGraph()
+        with pytest.raises(CUDA_ERROR_TYPE, match=CAPTURE_INVALIDATED):
+            with torch.cuda.graph(g):
+                with pytest.raises(CUDA_ERROR_TYPE, match=CAPTURE_UNSUPPORTED):
+                    x.sum().item()
+                with pytest.raises(CUDA_ERROR_TYPE, match=CAPTURE_INVALIDATED):
+                    x * 2
+
+
+def test_mock_blocking_pinned_copy_inside_capture_is_a_sync():
+    with cuda_mock.patched_torch_cuda():
+        host = cuda_mock.host_buffer(torch.ones(4), pinned=True)
+        dev = torch.zeros(4)
+        g = torch.cuda.CUDAGraph()
+        with pytest.raises(CUDA_ERROR_TYPE, match=CAPTURE_INVALIDATED):
+            with torch.cuda.graph(g):
+                dev.copy_(host)
+
+
+def test_mock_pinned_host_to_device_via_to_is_recorded():
+    with cuda_mock.patched_torch_cuda():
+        host = cuda_mock.host_buffer(torch.ones(4), pinned=True)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            dev = host.to("cuda", non_blocking=True)
+            y = dev + 1
+        host.fill_(4.0)
+        g.replay()
+        assert y.tolist() == [5.0] * 4
+        pageable = cuda_mock.host_buffer(torch.ones(4), pinned=False)
+        g2 = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g2):
+            with pytest.raises(RuntimeError, match=HOST_COPY_RE):
+                pageable.to("cuda", non_blocking=True)
+
+
+def test_mock_graph_does_not_keep_callers_tensor_objects_alive():
+    import weakref
+
+    with cuda_mock.patched_torch_cuda():
+        meta = torch.ones(4)
+        ref = weakref.ref(meta)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            y = meta * 2
+        del meta
+        gc.collect()
+        assert ref() is None  # liveness checks on the caller's objects still work
+        g.replay()
+        assert y.tolist() == [2.0] * 4
