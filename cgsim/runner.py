@@ -1,0 +1,185 @@
+"""Run a Scenario on (target, backend) and return its Trace.
+
+A crash, an illegal operation, a hang or a corrupted state in the target
+becomes an ``Error`` event in the Trace, never an uncaught exception: the
+properties judge it like anything else the target did.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+from cgsim.backends import get_backend
+from cgsim.descriptors import BatchDescriptor
+from cgsim.scenario import Scenario
+from cgsim.spec.rulesets import get_ruleset
+from cgsim.targets import get_target
+from cgsim.targets.base import Execution
+from cgsim.trace import Candidates, CaptureDone, Dispatch, Error, GraphStored, Release, Replay, Trace
+from cgsim.workload import OUTPUT_TOLERANCE, Workload
+
+__all__ = ["run_scenario", "ScenarioTimeout", "classify_error"]
+
+ILLEGAL_MARKERS = (
+    "operation not permitted when stream is capturing",
+    "operation failed due to a previous error during capture",
+    "Cannot copy between CPU and CUDA tensors during CUDA graph capture",
+    "captures_underway",
+)
+
+
+class ScenarioTimeout(BaseException):
+    """Raised inside a hanging target (BaseException so target code that
+    catches Exception cannot swallow it)."""
+
+
+def classify_error(exc: BaseException) -> str:
+    if isinstance(exc, ScenarioTimeout):
+        return "timeout"
+    text = str(exc)
+    if any(m in text for m in ILLEGAL_MARKERS) or type(exc).__name__ == "AcceleratorError":
+        return "illegal-op"
+    return "crash"
+
+
+@contextmanager
+def _deadline(seconds: float | None) -> Iterator[None]:
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _expire(signum, frame):
+        raise ScenarioTimeout(f"scenario exceeded its {seconds:g}s timeout (the target hangs)")
+
+    previous = signal.signal(signal.SIGALRM, _expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_scenario(scenario: Scenario, target="reference", backend="mock", timeout: float | None = None) -> Trace:
+    target = get_target(target)
+    backend = get_backend(backend) if isinstance(backend, str) else backend
+    ruleset = get_ruleset(scenario.ruleset)
+    trace = Trace(target=getattr(target, "name", str(target)), backend=backend.name)
+    batches = scenario.batches
+    with backend.activate():
+        workload = Workload(
+            scenario.config, backend, trace, scenario.seed,
+            max_batch_tokens=max((b.num_tokens for b in batches), default=0),
+            max_batch_reqs=max((b.num_reqs for b in batches), default=0),
+        )
+        try:
+            with _deadline(timeout):
+                _run_steps(scenario, target, backend, ruleset, workload, trace)
+        except ScenarioTimeout as exc:
+            trace.add(Error(step=workload.step, phase=workload.phase, error="timeout", exc_type="ScenarioTimeout",
+                            message=str(exc)))
+    return trace
+
+
+def _error(step: int, phase: str, exc: BaseException) -> Error:
+    kind = classify_error(exc)
+    return Error(step=step, phase=phase, error=kind, exc_type=type(exc).__name__, message=str(exc)[:2000])
+
+
+def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Trace) -> None:
+    try:
+        handle = target.build(scenario.config, ruleset, backend, workload)
+    except ScenarioTimeout:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - any failure to build is INIT-TOTAL's business
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        trace.add(_error(-1, "build", exc))
+        return
+    trace.resolved_mode = handle.resolved_mode
+    trace.uses_breakable = handle.uses_breakable
+    trace.has_piecewise_runner = handle.has_piecewise_runner
+    snap = handle.candidates()
+    trace.add(Candidates(phase="initial", capture_descs=snap.capture_descs, candidates=snap.candidates, step=-1))
+    recomputed = False
+    for i, step in enumerate(scenario.steps):
+        workload.step = i
+        phase = {"capture": "capture", "dispatch": "dispatch", "release": "release"}[step.kind]
+        try:
+            if step.kind == "capture":
+                workload.phase = "capture"
+                try:
+                    handle.capture()
+                finally:
+                    for desc in handle.stored_graphs():
+                        trace.add(GraphStored(desc=desc, step=i))
+                trace.add(CaptureDone(step=i, ok=True, captured_flag=handle.captured_flag()))
+                if not recomputed:
+                    snap = handle.recomputed_candidates()
+                    trace.add(Candidates(phase="recomputed", capture_descs=snap.capture_descs,
+                                         candidates=snap.candidates, step=i))
+                    recomputed = True
+            elif step.kind == "dispatch":
+                workload.phase = "runtime"
+                batch = step.batch
+                desc = handle.dispatch(batch)
+                if not isinstance(desc, BatchDescriptor):
+                    raise _Corrupt(f"dispatch returned {desc!r}, not a batch descriptor")
+                trace.add(Dispatch(step=i, batch=batch, desc=desc, captured_flag=handle.captured_flag()))
+                phase = "replay"
+                execution = handle.execute(batch, desc)
+                trace.add(_replay_event(i, batch, desc, execution, workload))
+            else:
+                workload.phase = "runtime"
+                handle.release()
+                trace.add(Release(step=i, captured_flag_after=handle.captured_flag(),
+                                  graphs_after=len(handle.stored_graphs())))
+        except ScenarioTimeout:
+            raise
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            if step.kind == "capture":
+                trace.add(CaptureDone(step=i, ok=False, captured_flag=_safe(handle.captured_flag, False)))
+            err = _error(i, phase, exc)
+            if isinstance(exc, _Corrupt):
+                err = Error(step=i, phase=phase, error="corrupt", exc_type="CorruptState", message=str(exc))
+            trace.add(err)
+            # The manager's state is unknown after a failure: stop here rather
+            # than report a cascade of consequences.
+            return
+
+
+class _Corrupt(Exception):
+    pass
+
+
+def _safe(fn, default):
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001
+        return default
+
+
+def _replay_event(step: int, batch, desc, execution: Execution, workload: Workload) -> Replay:
+    expected = workload.eager_reference(batch)
+    out = execution.outputs
+    err: float | None = None
+    ok = False
+    if out is not None and tuple(out.shape) == tuple(expected.shape):
+        diff = (out.detach().to(expected.device, expected.dtype) - expected).abs()
+        err = float(diff.max()) if diff.numel() else 0.0
+        ok = math.isfinite(err) and err <= OUTPUT_TOLERANCE
+        if not math.isfinite(err):
+            err = float("inf")
+    return Replay(
+        step=step, batch=batch, desc=desc, path=execution.path, graph_metadata=execution.graph_metadata,
+        runtime_metadata=execution.runtime_metadata, metadata_alive=workload.metadata_alive(execution.graph_metadata),
+        max_abs_err=err, outputs_ok=ok, graph_from_step=execution.graph_from_step,
+    )

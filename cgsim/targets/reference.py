@@ -1,0 +1,349 @@
+"""cgsim's reference CUDA-graph manager.
+
+Written the way a careful vLLM engineer would write model runner V2's manager,
+not by calling cgsim.spec: the spec is the oracle it is checked against.
+
+Lifecycle: config -> every flag final -> candidate init -> capture through a
+graph backend -> dispatch -> run_fullgraph / piecewise / eager ->
+release_graphs -> capture again.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from itertools import groupby
+from typing import Callable
+
+import torch
+
+from cgsim.config import ManagerConfig
+from cgsim.descriptors import Batch, BatchDescriptor, compatible, lora_case
+from cgsim.modes import CUDAGraphMode, resolve_mode
+from cgsim.spec.rulesets import Ruleset
+from cgsim.targets.base import CandidateSnapshot, Execution
+from cgsim.trace import CreateForwardFn
+from cgsim.workload.context import set_forward_context
+
+__all__ = ["CudaGraphManager", "ModelCudaGraphManager", "ReferenceTarget", "ManagerHandle"]
+
+F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
+ForwardFn = Callable[[CUDAGraphMode], None]
+CreateForward = Callable[[BatchDescriptor, bool], ForwardFn]
+
+
+class CudaGraphManager:
+    """Candidate init, the capture loop, dispatch and FULL replay."""
+
+    def __init__(self, config: ManagerConfig, ruleset: Ruleset, backend):
+        self.config = config
+        self.ruleset = ruleset
+        self.backend = backend
+        self.max_num_reqs = config.max_num_reqs
+        self.decode_query_len = config.decode_query_len
+        self.lora_cases = sorted(config.lora_cases)
+        self.cudagraph_mode = resolve_mode(
+            config.mode, config.attention_support, config.decode_query_len,
+            config.attention_split, config.piecewise_available,
+        )
+        self.set_flags()
+        self.graphs: dict[BatchDescriptor, object] = {}
+        # FULL and piecewise graphs share one pool: capturing PIECEWISE first lets
+        # the smaller FULL activations fit into blocks the pool already holds.
+        self.pool = backend.cuda.graph_pool_handle() if self.cudagraph_mode != N else None
+        self._graphs_captured = False
+        self._capture_descs: dict[CUDAGraphMode, list[BatchDescriptor]] = {}
+        self._candidates: dict[tuple[int, int], list[BatchDescriptor]] = {}
+        # Candidate init reads the breakable flag: it must run after every flag is final.
+        self._init_candidates()
+
+    def set_flags(self) -> None:
+        self.use_breakable_cg = self.config.breakable and self.cudagraph_mode.has_piecewise()
+
+    # -- candidate init ------------------------------------------------------------
+    def decode_query_lens(self) -> list[int]:
+        return list(self.config.scheduler_decode_query_lens())
+
+    def mixed_num_reqs(self, mixed_mode: CUDAGraphMode, size: int) -> int | None:
+        if mixed_mode == F:
+            return min(size, self.max_num_reqs)
+        # Kernels inside breakable pieces read request metadata captured with the
+        # graph, so under pr48822 the pieces are captured for padded requests.
+        if self.ruleset.pad_breakable_piecewise_reqs and self.use_breakable_cg:
+            return min(size, self.max_num_reqs)
+        return None
+
+    def ubatch_twin(self, desc: BatchDescriptor) -> BatchDescriptor | None:
+        c = self.config
+        if not self.ruleset.ubatch_twins or c.num_ubatches < 2 or desc.cg_mode != F or desc.num_reqs is None:
+            return None
+        per_req, rem = divmod(desc.num_tokens, desc.num_reqs)
+        if rem or desc.uniform_token_count not in (None, per_req):
+            return None
+        if desc.num_tokens < max(c.num_ubatches, c.ubatch_threshold):
+            return None
+        return BatchDescriptor(F, desc.num_tokens, desc.num_reqs, per_req, desc.max_query_len,
+                               desc.num_active_loras, c.num_ubatches)
+
+    def build_capture_descs(self) -> dict[CUDAGraphMode, list[BatchDescriptor]]:
+        mode = self.cudagraph_mode
+        if mode == N:
+            return {}
+        decode_mode, mixed_mode = mode.decode_mode(), mode.mixed_mode()
+        separate = mode.separate_routine()
+        max_decode_tokens = self.max_num_reqs * self.decode_query_len
+        max_size = self.config.max_capture_size
+        by_mode: dict[CUDAGraphMode, list[BatchDescriptor]] = defaultdict(list)
+
+        def add(desc: BatchDescriptor) -> None:
+            for d in (desc, self.ubatch_twin(desc)):
+                if d is not None and d not in by_mode[d.cg_mode]:
+                    by_mode[d.cg_mode].append(d)
+
+        for size in sorted(self.config.capture_sizes):
+            for lora in self.lora_cases:
+                if separate and decode_mode == F:
+                    if self.config.varlen_decode:
+                        if size <= max_decode_tokens:
+                            add(BatchDescriptor(F, size, min(size, self.max_num_reqs), None, self.decode_query_len, lora))
+                    else:
+                        for q in self.decode_query_lens():
+                            tokens = -(-size // q) * q
+                            reqs = tokens // q
+                            if tokens > max_decode_tokens or tokens > max_size or reqs > self.max_num_reqs:
+                                continue
+                            add(BatchDescriptor(F, tokens, reqs, q, None, lora))
+                if mixed_mode != N:
+                    add(BatchDescriptor(mixed_mode, size, self.mixed_num_reqs(mixed_mode, size), None, None, lora))
+        for descs in by_mode.values():
+            descs.sort(key=lambda d: d.num_tokens, reverse=True)
+        return dict(by_mode)
+
+    def build_candidates(self, capture_descs) -> dict[tuple[int, int], list[BatchDescriptor]]:
+        candidates: dict[tuple[int, int], list[BatchDescriptor]] = {}
+        for mode in (F, P):  # FULL graphs are preferred over piecewise ones
+            ascending = list(reversed(capture_descs.get(mode, [])))
+            for lora in self.lora_cases:
+                descs = [d for d in ascending if d.num_active_loras == lora]
+                groups = [(t, list(g)) for t, g in groupby(descs, key=lambda d: d.num_tokens)]
+                start = 0
+                for i, (tokens, group) in enumerate(groups):
+                    if self.ruleset.candidate_lists == "cumulative":
+                        members = [d for _, g in groups[i:] for d in g]
+                    else:
+                        members = group
+                    for n in range(start, tokens + 1):
+                        candidates.setdefault((n, lora), []).extend(members)
+                    start = tokens + 1
+        return candidates
+
+    def _init_candidates(self) -> None:
+        self._capture_descs = self.build_capture_descs()
+        self._candidates = self.build_candidates(self._capture_descs)
+
+    # -- capture ----------------------------------------------------------------------
+    def capture_order(self) -> list[BatchDescriptor]:
+        # PIECEWISE first: its activations are larger, FULL then fits the grown pool.
+        return [d for mode in (P, F) for d in self._capture_descs.get(mode, [])]
+
+    def capture(self, create_forward_fn: CreateForward) -> None:
+        cuda = self.backend.cuda
+        for desc in self.capture_order():
+            forward_fn = create_forward_fn(desc, True)
+            forward_fn(N)  # warmup, eager
+            if desc.cg_mode == P and not self.use_breakable_cg:
+                # Same inputs; attention runs eagerly between the compiled pieces.
+                forward_fn(P)
+                continue
+            # Fresh attention state: backends mutate or lazily build metadata
+            # during warmup, and a graph must not bake that in.
+            forward_fn = create_forward_fn(desc, False)
+            if desc.cg_mode == P:
+                forward_fn(P)
+                continue
+            if desc in self.graphs:
+                raise RuntimeError(f"graph already captured for {desc.short()}")
+            graph = cuda.CUDAGraph()
+            with cuda.graph(graph, pool=self.pool):
+                forward_fn(N)
+            self.graphs[desc] = graph
+        self._graphs_captured = True
+
+    # -- dispatch and replay --------------------------------------------------------------
+    def effective_lora_case(self, num_active_loras: int) -> int:
+        return lora_case(num_active_loras, self.lora_cases)
+
+    def dispatch(self, batch: Batch) -> BatchDescriptor:
+        loras = self.effective_lora_case(batch.num_active_loras)
+        key = (batch.num_tokens, loras)
+        if self._graphs_captured and key in self._candidates:
+            for desc in self._candidates[key]:
+                if compatible(desc, batch, self.lora_cases):
+                    return desc
+        return BatchDescriptor(N, batch.num_tokens, batch.num_reqs, num_active_loras=loras,
+                               num_ubatches=batch.num_ubatches)
+
+    def run_fullgraph(self, desc: BatchDescriptor) -> None:
+        if desc.cg_mode != F:
+            raise RuntimeError(f"run_fullgraph needs a FULL descriptor, got {desc.short()}")
+        if desc not in self.graphs:
+            raise RuntimeError(f"no graph captured for {desc.short()}")
+        self.graphs[desc].replay()
+
+    def release_graphs(self) -> None:
+        # Descriptors stay: a later capture() refills the same set.
+        self.graphs.clear()
+        self._graphs_captured = False
+
+    def runtime_padding(self, batch: Batch, desc: BatchDescriptor) -> tuple[int, int]:
+        """(num_reqs, num_tokens) attention metadata is built with at runtime:
+        exactly what the graph was captured with, so in-graph kernels read
+        consistent sizes."""
+        if desc.cg_mode == N:
+            return batch.num_reqs, batch.num_tokens
+        if desc.num_reqs is not None:
+            return desc.num_reqs, desc.num_tokens
+        return batch.num_reqs, desc.num_tokens
+
+
+class ModelCudaGraphManager(CudaGraphManager):
+    """Model-level capture: create_forward_fn over the workload, and the model
+    runner's execute path (padding, metadata, forward context)."""
+
+    def __init__(self, config: ManagerConfig, ruleset: Ruleset, backend, workload):
+        self.workload = workload
+        super().__init__(config, ruleset, backend)
+        workload.graph_pool = self.pool
+        self.graph_metadata: dict[BatchDescriptor, int | None] = {}
+        self.graph_step: dict[BatchDescriptor, int] = {}
+
+    def skip_attn(self, desc: BatchDescriptor) -> bool:
+        return self.ruleset.skip_attn(desc.cg_mode == P, self.use_breakable_cg)
+
+    def capture_num_reqs(self, desc: BatchDescriptor) -> int:
+        return desc.num_reqs or min(desc.num_tokens, self.max_num_reqs)
+
+    def piecewise_key(self, num_tokens: int, loras: int) -> tuple:
+        return (num_tokens, loras > 0, loras)
+
+    def make_create_forward_fn(self) -> CreateForward:
+        w = self.workload
+
+        def create_forward_fn(desc: BatchDescriptor, warmup: bool) -> ForwardFn:
+            num_tokens = desc.num_tokens
+            num_reqs = self.capture_num_reqs(desc)
+            layout = w.prepare_dummy_inputs(num_reqs, num_tokens, desc.num_active_loras)
+            md = None
+            if not self.skip_attn(desc):
+                full = desc.cg_mode == F
+                max_q = desc.max_query_len or desc.uniform_token_count
+                if full and max_q is None:
+                    # A mixed graph may replay one prefill spanning the whole batch.
+                    max_q = num_tokens
+                md = w.prepare_attn(layout, num_reqs, num_tokens, max_q, for_capture=full)
+
+            def forward_fn(cg_mode: CUDAGraphMode) -> None:
+                key = self.piecewise_key(num_tokens, desc.num_active_loras) if cg_mode == P else None
+                with set_forward_context(md, num_tokens, cg_mode, key, desc.num_active_loras):
+                    out = w.model_forward()
+                if cg_mode == P:
+                    return
+                if w.backend.cuda.is_current_stream_capturing():
+                    self.graph_metadata[desc] = md.id if md is not None else None
+                    self.graph_step[desc] = w.step
+                # Persistent output buffer allocated outside the graph pool: it
+                # outlives every graph and is what run_fullgraph reads.
+                w.hidden_states[:num_tokens].copy_(out)
+
+            return forward_fn
+
+        return create_forward_fn
+
+    def capture_model(self) -> None:
+        w = self.workload
+        inner = self.make_create_forward_fn()
+
+        def tapped(desc: BatchDescriptor, warmup: bool) -> ForwardFn:
+            # The tap records every call, whatever the capture loop does with it.
+            w.trace.add(CreateForwardFn(desc=desc, warmup=warmup))
+            w.current_desc = desc
+            return inner(desc, warmup)
+
+        self.capture(tapped)
+        w.current_desc = None
+
+    def execute(self, batch: Batch, desc: BatchDescriptor) -> Execution:
+        w = self.workload
+        num_reqs, num_tokens = self.runtime_padding(batch, desc)
+        layout = w.load_batch(batch, num_tokens)
+        md = w.prepare_attn(layout, num_reqs, num_tokens, None, for_capture=False)
+        loras = desc.num_active_loras
+        with w.serving(desc):
+            if desc.cg_mode == F:
+                self.run_fullgraph(desc)
+                out = w.hidden_states[: batch.num_tokens].clone()
+                return Execution(out, "full", self.graph_metadata.get(desc), md.id, self.graph_step.get(desc))
+            mode = P if desc.cg_mode == P else N
+            key = self.piecewise_key(num_tokens, loras) if mode == P else None
+            with set_forward_context(md, num_tokens, mode, key, loras if mode == P else batch.num_active_loras):
+                out = w.model_forward()[: batch.num_tokens].clone()
+            if mode == P:
+                graph_md = w.piecewise_metadata.get(key) if self.use_breakable_cg else None
+                return Execution(out, "piecewise", graph_md, md.id, w.piecewise_from_step.get(key))
+            return Execution(out, "eager", None, md.id, None)
+
+    def release_graphs(self) -> None:
+        super().release_graphs()
+        self.workload.piecewise.clear()
+        self.graph_metadata.clear()
+        self.graph_step.clear()
+
+
+class ManagerHandle:
+    """Adapts a ModelCudaGraphManager to the runner's ManagerUnderTest interface."""
+
+    def __init__(self, manager: ModelCudaGraphManager):
+        self.m = manager
+        self.resolved_mode = manager.cudagraph_mode
+        self.uses_breakable = manager.use_breakable_cg
+        self.has_piecewise_runner = manager.cudagraph_mode.has_piecewise() and manager.config.piecewise_available
+
+    def capture(self) -> None:
+        self.m.capture_model()
+
+    def dispatch(self, batch: Batch) -> BatchDescriptor:
+        return self.m.dispatch(batch)
+
+    def execute(self, batch: Batch, desc: BatchDescriptor) -> Execution:
+        return self.m.execute(batch, desc)
+
+    def release(self) -> None:
+        self.m.release_graphs()
+
+    def captured_flag(self) -> bool:
+        return self.m._graphs_captured
+
+    def stored_graphs(self) -> tuple[BatchDescriptor, ...]:
+        return tuple(self.m.graphs)
+
+    @staticmethod
+    def _snapshot(capture_descs, candidates) -> CandidateSnapshot:
+        descs = tuple(d for mode in (P, F) for d in capture_descs.get(mode, []))
+        cands = tuple(sorted((k, tuple(v)) for k, v in candidates.items()))
+        return CandidateSnapshot(descs, cands)
+
+    def candidates(self) -> CandidateSnapshot:
+        return self._snapshot(self.m._capture_descs, self.m._candidates)
+
+    def recomputed_candidates(self) -> CandidateSnapshot:
+        descs = self.m.build_capture_descs()
+        return self._snapshot(descs, self.m.build_candidates(descs))
+
+
+class ReferenceTarget:
+    """cgsim's own manager; mutants subclass it with one bug each."""
+
+    name = "reference"
+    manager_class: type[ModelCudaGraphManager] = ModelCudaGraphManager
+
+    def build(self, config: ManagerConfig, ruleset: Ruleset, backend, workload) -> ManagerHandle:
+        return ManagerHandle(self.manager_class(config, ruleset, backend, workload))

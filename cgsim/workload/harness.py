@@ -1,0 +1,252 @@
+"""The workload: what create_forward_fn needs, for any target.
+
+It owns the static input buffers, the attention metadata builder, the toy
+model, the piecewise runner and the eager reference, and it records into the
+Trace what the code under test actually did (forwards, metadata, piecewise
+keys).  Targets drive it; they never write the trace themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+
+from cgsim.config import ManagerConfig
+from cgsim.descriptors import Batch, BatchDescriptor
+from cgsim.modes import CUDAGraphMode
+from cgsim.trace import Forward, MetadataRecord, PiecewiseCapture, PiecewiseLookup, Trace
+from cgsim.workload.attention import AttentionMetadata, MetadataBuilder, backend_for
+from cgsim.workload.context import ForwardContext, get_forward_context, set_forward_context
+from cgsim.workload.model import HIDDEN, KV_ROWS, VOCAB, ToyModel
+
+__all__ = ["Workload", "RequestLayout", "OUTPUT_TOLERANCE"]
+
+# Replayed rows must equal eager rows within this absolute tolerance.  Graph
+# replay runs the same kernels on the same data, so only reduction-order noise
+# from padded shapes is allowed.
+OUTPUT_TOLERANCE = 1e-4
+NUM_LAYERS = 2
+
+
+class RequestLayout:
+    """Deterministic per-request inputs for a batch: token ids, context lengths,
+    positions, KV slots and LoRA adapter ids."""
+
+    def __init__(self, batch: Batch, salt: int):
+        self.batch = batch
+        g = torch.Generator().manual_seed(10007 * salt + 17)
+        n = batch.num_tokens
+        self.input_ids = torch.randint(0, VOCAB, (n,), generator=g)
+        self.query_lens = list(batch.query_lens)
+        self.context_lens = [(i * 3 + salt) % 7 for i in range(batch.num_reqs)]
+        self.seq_lens = [c + q for c, q in zip(self.context_lens, self.query_lens)]
+        positions, slots, lora_ids = [], [], []
+        a = batch.num_active_loras
+        for i, (c, q) in enumerate(zip(self.context_lens, self.query_lens)):
+            for p in range(c, c + q):
+                positions.append(p)
+                slots.append((i * 13 + p) % (KV_ROWS - 1))
+                lora_ids.append((i % a) + 1 if a else 0)
+        self.positions = torch.tensor(positions, dtype=torch.int64)
+        self.slots = slots
+        self.lora_ids = torch.tensor(lora_ids, dtype=torch.int64)
+
+    @staticmethod
+    def dummy(num_reqs: int, num_tokens: int, lora_case: int) -> "RequestLayout":
+        """The capture-time dummy batch: tokens spread over the requests as
+        evenly as possible (at least one each), like InputBatch.make_dummy."""
+        num_reqs = max(1, min(num_reqs, num_tokens))
+        base, extra = divmod(num_tokens, num_reqs)
+        lens = tuple(base + (1 if i < extra else 0) for i in range(num_reqs))
+        return RequestLayout(Batch(lens, num_active_loras=lora_case), salt=0)
+
+
+class _Buffers:
+    """Static model inputs: graphs read these addresses at every replay."""
+
+    def __init__(self, max_tokens: int, device: torch.device):
+        self.input_ids = torch.zeros(max_tokens, dtype=torch.int64, device=device)
+        self.positions = torch.zeros(max_tokens, dtype=torch.int64, device=device)
+        self.lora_ids = torch.zeros(max_tokens, dtype=torch.int64, device=device)
+
+    def load(self, layout: RequestLayout, num_tokens_padded: int) -> None:
+        n = layout.batch.num_tokens
+        self.input_ids[:n].copy_(layout.input_ids)
+        self.positions[:n].copy_(layout.positions)
+        self.lora_ids[:n].copy_(layout.lora_ids)
+        # Padding rows: valid ids, no adapter.
+        self.input_ids[n:num_tokens_padded].zero_()
+        self.positions[n:num_tokens_padded].zero_()
+        self.lora_ids[n:num_tokens_padded].zero_()
+
+    def view(self, num_tokens: int) -> tuple[torch.Tensor, ...]:
+        return self.input_ids[:num_tokens], self.positions[:num_tokens], self.lora_ids[:num_tokens]
+
+
+class PiecewiseRunner:
+    """Piecewise graphs: the model's non-break stages captured per key, break
+    stages (attention) run eagerly between them.  Keys are what the forward
+    context carries: (num_tokens, has_lora, num_active_loras)."""
+
+    def __init__(self, workload: "Workload"):
+        self.w = workload
+        self.graphs: dict[tuple, list] = {}
+
+    def clear(self) -> None:
+        self.graphs.clear()
+
+    def run(self, ctx: ForwardContext) -> torch.Tensor:
+        w = self.w
+        key = ctx.key
+        if w.phase == "capture":
+            if key not in self.graphs:
+                self.graphs[key] = self._capture(ctx)
+                md = ctx.attn_metadata
+                w.trace.add(PiecewiseCapture(key=key, metadata=md.id if md is not None else None, step=w.step))
+                w.piecewise_metadata[key] = md.id if md is not None else None
+                w.piecewise_from_step[key] = w.step
+            return self._replay(self.graphs[key], ctx)
+        hit = key in self.graphs
+        w.trace.add(PiecewiseLookup(key=key, hit=hit, step=w.step))
+        if not hit:
+            # A miss at runtime: the real wrapper would capture a graph mid-serving
+            # or fall back; we run the stages eagerly and let KEY-CONSISTENT judge.
+            return w.model.run_stages(ctx)
+        return self._replay(self.graphs[key], ctx)
+
+    def _capture(self, ctx: ForwardContext) -> list:
+        w = self.w
+        cuda = w.backend.cuda
+        pieces = []
+        T = ctx.num_tokens
+        x = torch.zeros(T, HIDDEN, device=w.device)
+        for piece in w.model.pieces():
+            if not isinstance(piece, list):
+                pieces.append(("eager", piece, None, None, None))
+                x = piece.fn(x, ctx)
+                continue
+            static_in = torch.zeros(T, HIDDEN, device=w.device)
+            static_in.copy_(x)
+            graph = cuda.CUDAGraph()
+            with cuda.graph(graph, pool=w.graph_pool):
+                out = static_in
+                for stage in piece:
+                    out = stage.fn(out, ctx)
+            pieces.append(("graph", piece, graph, static_in, out))
+            x = out
+        return pieces
+
+    def _replay(self, pieces: list, ctx: ForwardContext) -> torch.Tensor:
+        x = torch.zeros(ctx.num_tokens, HIDDEN, device=self.w.device)
+        for kind, piece, graph, static_in, out in pieces:
+            if kind == "eager":
+                x = piece.fn(x, ctx)
+            else:
+                static_in.copy_(x)
+                graph.replay()
+                x = out
+        return x
+
+
+class Workload:
+    """One scenario's model, buffers and recorders.  ``phase`` ("capture" or
+    "runtime") and ``step`` are set by the runner; ``current_desc`` by the tap
+    and the runner, so forwards are attributed to the descriptor being served."""
+
+    def __init__(self, config: ManagerConfig, backend, trace: Trace, seed: int = 0, max_batch_tokens: int = 0,
+                 max_batch_reqs: int = 0):
+        self.config = config
+        self.backend = backend
+        self.device = backend.device
+        self.trace = trace
+        self.seed = seed
+        self.phase = "capture"
+        self.step = 0
+        self.current_desc: BatchDescriptor | None = None
+        self.attention = backend_for(config.attention_support, config.breakable)
+        max_tokens = max(config.max_capture_size or 1, max_batch_tokens, 1)
+        max_reqs = max(config.max_num_reqs, max_batch_reqs, 1)
+        self.max_tokens = max_tokens
+        self.builder = MetadataBuilder(self.attention, max_reqs, max_tokens, self.device, self._record_metadata)
+        self.buffers = _Buffers(max_tokens, self.device)
+        self.hidden_states = torch.zeros(max_tokens, HIDDEN, device=self.device)
+        max_loras = max(config.lora_cases) if config.lora_cases else 0
+        self.model = ToyModel(
+            NUM_LAYERS, self.device, seed, self.attention.in_graph_metadata_op,
+            sconv_in_pieces=config.breakable, max_loras=max_loras, static_inputs=self.buffers.view,
+        )
+        self.piecewise = PiecewiseRunner(self)
+        self.piecewise_metadata: dict[tuple, int | None] = {}
+        self.piecewise_from_step: dict[tuple, int] = {}
+        self.graph_pool = None  # set by the target to its manager's pool
+        self._reference = None
+
+    # -- recording ----------------------------------------------------------------
+    def _record_metadata(self, record: MetadataRecord) -> None:
+        self.trace.metadata[record.id] = record
+
+    @contextlib.contextmanager
+    def serving(self, desc: BatchDescriptor | None) -> Iterator[None]:
+        previous = self.current_desc
+        self.current_desc = desc
+        try:
+            yield
+        finally:
+            self.current_desc = previous
+
+    # -- what create_forward_fn / the model runner call ------------------------
+    def prepare_dummy_inputs(self, num_reqs: int, num_tokens: int, lora_case: int = 0) -> RequestLayout:
+        layout = RequestLayout.dummy(num_reqs, num_tokens, lora_case)
+        self.buffers.load(layout, num_tokens)
+        return layout
+
+    def prepare_attn(self, layout: RequestLayout, num_reqs_padded: int, num_tokens_padded: int,
+                     max_query_len: int | None, for_capture: bool) -> AttentionMetadata:
+        mql = max_query_len if max_query_len is not None else max(layout.query_lens)
+        return self.builder.build(
+            layout.query_lens, layout.seq_lens, layout.slots, num_reqs_padded, num_tokens_padded, mql, for_capture,
+            self.phase,
+        )
+
+    def load_batch(self, batch: Batch, num_tokens_padded: int) -> RequestLayout:
+        layout = RequestLayout(batch, salt=self.seed * 31 + self.step)
+        self.buffers.load(layout, num_tokens_padded)
+        return layout
+
+    def model_forward(self) -> torch.Tensor:
+        """The model entry point: reads the forward context the caller set."""
+        ctx = get_forward_context()
+        md = ctx.attn_metadata
+        self.trace.add(
+            Forward(
+                desc=self.current_desc, mode=ctx.cg_mode, metadata=md.id if md is not None else None,
+                in_graph=bool(self.backend.cuda.is_current_stream_capturing()), num_tokens=ctx.num_tokens,
+                phase=self.phase, step=self.step, key=ctx.key,
+            )
+        )
+        if ctx.cg_mode == CUDAGraphMode.PIECEWISE:
+            return self.piecewise.run(ctx)
+        return self.model.run_stages(ctx)
+
+    def metadata_alive(self, md_id: int | None) -> bool | None:
+        return None if md_id is None else self.builder.buffers_alive(md_id)
+
+    # -- the oracle ----------------------------------------------------------------
+    def eager_reference(self, batch: Batch) -> torch.Tensor:
+        """Outputs the batch's real rows must have: the same model run eagerly
+        on exactly the batch, with its own buffers (nothing shared with the
+        target, so a target bug cannot leak into the reference)."""
+        if self._reference is None:
+            from cgsim.trace import Trace as _Trace
+
+            self._reference = Workload(self.config, self.backend, _Trace("eager", self.backend.name), self.seed,
+                                       self.max_tokens, self.builder.max_num_reqs)
+        ref = self._reference
+        ref.step = self.step
+        ref.phase = "runtime"
+        layout = ref.load_batch(batch, batch.num_tokens)
+        md = ref.prepare_attn(layout, batch.num_reqs, batch.num_tokens, None, for_capture=False)
+        with set_forward_context(md, batch.num_tokens, CUDAGraphMode.NONE, lora_case=batch.num_active_loras):
+            return ref.model.run_stages(get_forward_context()).clone()
