@@ -375,6 +375,13 @@ def _host_op(cap: _runtime._CaptureRecord, func: Any, info: _OpInfo, args: tuple
 
 
 class _CaptureMode(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch would wrap __torch_dispatch__ in a dynamo-disable shim: that
+        # imports torch._dynamo on the first captured op (seconds) and costs
+        # every op a frame. Captures are never traced by dynamo, so skip it.
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return _handle(func, args, kwargs or {})
 
