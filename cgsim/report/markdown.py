@@ -1,0 +1,99 @@
+"""index.md: a campaign report a person reads with no tools."""
+
+from __future__ import annotations
+
+import json
+
+__all__ = ["render_markdown"]
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        out.append("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in r) + " |")
+    return out
+
+
+def _counts(counter: dict) -> str:
+    if not counter:
+        return "-"
+    return ", ".join(f"{k} ×{v}" for k, v in sorted(counter.items(), key=lambda kv: (-kv[1], str(kv[0]))))
+
+
+def render_markdown(summary: dict) -> str:
+    s = summary.get("settings", {})
+    findings = summary.get("findings", [])
+    state = "complete" if summary.get("complete") else f"PARTIAL ({summary.get('interrupted') or 'stopped early'})"
+    verdict = f"**{len(findings)} finding(s)**" if findings else "**no findings**"
+    lines = [
+        f"# cgsim fuzz campaign `{summary.get('run_id')}`",
+        "",
+        f"{verdict} · {summary.get('scenarios', 0)} scenarios in {summary.get('elapsed_s', 0):.1f}s · report {state}",
+        "",
+        "## Settings",
+        "",
+    ]
+    lines += _table(
+        ["setting", "value"],
+        [[k, f"`{s.get(k)}`"] for k in ("target", "backend", "ruleset", "profile", "budget_s", "workers", "seed", "timeout_s", "max_examples", "command") if k in s]
+        + [["started", summary.get("started_at")], ["finished", summary.get("finished_at")]],
+    )
+    lines += ["", "## Findings", ""]
+    if not findings:
+        lines.append("None: every property held on every scenario run.")
+    for f in findings:
+        lines += [
+            f"### `{f['id']}`: {f['property']}",
+            "",
+            f"- **property**: {f.get('statement') or f['property']}",
+            f"- **kind**: {f.get('kind')} · **status**: {f.get('status')} · **target**: `{f.get('target')}` · **backend**: `{f.get('backend')}`",
+            f"- **what was seen**: {f.get('message')}",
+            f"- **finding file**: `{f.get('path')}`",
+            f"- **repro script**: `{f.get('repro_path')}`",
+        ]
+        if f.get("duplicates"):
+            lines.append(f"- **also found as**: {', '.join('`' + d + '`' for d in f['duplicates'])}")
+        lines += [
+            "",
+            "Replay (exit 1 while the bug is there):",
+            "",
+            "```sh",
+            f.get("replay_command", ""),
+            f"python {f.get('repro_path')}",
+            "```",
+            "",
+            f"Shrunk scenario: `{f.get('scenario_short', '')}`",
+            "",
+            "<details><summary>Scenario JSON</summary>",
+            "",
+            "```json",
+            json.dumps(f.get("scenario"), indent=2),
+            "```",
+            "",
+            "</details>",
+            "",
+        ]
+    lines += ["", "## Properties", ""]
+    props = summary.get("properties", {})
+    lines += _table(
+        ["property", "checks", "failures", "statement"],
+        [[f"`{p}`", v.get("checks", 0), v.get("failures", 0), v.get("statement", "")] for p, v in props.items()],
+    )
+    cov = summary.get("coverage", {})
+    lines += ["", "## Coverage", ""]
+    lines += _table(
+        ["dimension", "exercised"],
+        [[k.replace("_", " "), _counts(v)] for k, v in cov.items()],
+    )
+    workers = summary.get("workers", [])
+    if workers:
+        lines += ["", "## Workers", ""]
+        lines += _table(
+            ["worker", "scenarios", "restarts", "end"],
+            [[w.get("worker"), w.get("scenarios"), w.get("restarts"), w.get("end")] for w in workers],
+        )
+    notes = summary.get("notes", [])
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    lines += ["", "How to read this report: see `reports/README.md`.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,295 @@
+"""``python -m fuzz``: run, replay, explain, list.
+
+Exit status: 0 nothing found / not reproduced, 1 findings / reproduced,
+2 bad usage or a broken environment (one line on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+from typing import Any, Sequence
+
+__all__ = ["main", "build_parser"]
+
+
+class _Exit(Exception):
+    def __init__(self, code: int, message: str = ""):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line + hint, exit 2
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m fuzz", description="cgsim fuzz campaigns, replays and explanations")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run a fuzz campaign and write a report")
+    run.add_argument("--target", default="reference", help="reference, mutant:NAME or vllm (python -m fuzz list)")
+    run.add_argument("--backend", default="mock", help="mock (CPU, default) or cuda")
+    run.add_argument("--ruleset", default=None, help="pin one ruleset (default: the strategy picks)")
+    run.add_argument("--budget", default=None, help="wall-clock budget, e.g. 60s, 5m, 1h (default from --profile)")
+    run.add_argument("--workers", type=int, default=None, help="worker processes (default from --profile)")
+    run.add_argument("--seed", type=int, default=None, help="campaign seed (default 0; random for nightly)")
+    run.add_argument("--report-dir", default="reports", help="where runs are written (default reports/)")
+    run.add_argument("--profile", default="dev", choices=("dev", "ci", "nightly"), help="budget/worker defaults and Hypothesis profile")
+    run.add_argument("--timeout", type=float, default=None, help="per-scenario timeout in seconds")
+    run.add_argument("--max-examples", type=int, default=None, help="stop after this many scenarios (over all workers); with --seed the run is exactly repeatable")
+    run.add_argument("--chunk-examples", type=int, default=None, help=argparse.SUPPRESS)
+    run.add_argument("--shrink-grace", default=None, help="extra time a shrink under way may take after the budget (e.g. 10s)")
+    run.add_argument("--gpus", default=None, help="auto or 0,1,...: one worker per GPU via CUDA_VISIBLE_DEVICES")
+    run.add_argument("--start-method", default=None, help=argparse.SUPPRESS)
+    run.add_argument("--quiet", action="store_true", help="no progress line and no summary")
+
+    rp = sub.add_parser("replay", help="re-run a finding (JSON) or a repro script; exit 1 while it reproduces")
+    rp.add_argument("path")
+    rp.add_argument("--backend", default=None, help="mock or cuda (default: the finding's)")
+    rp.add_argument("--timeout", type=float, default=None)
+
+    ex = sub.add_parser("explain", help="capture list, candidate table and dispatch table of a config")
+    from cgsim.config import ManagerConfig  # light: no torch
+
+    ex.add_argument("--config", default=None, help="a ManagerConfig JSON file; flags override its fields")
+    ex.add_argument("--ruleset", default=None, help="ruleset (default pr48822)")
+    ex.add_argument("--plot", default=None, help="write the dispatch table as a plot (.svg; .png needs matplotlib)")
+    ex.add_argument("--lora", type=int, default=0, help="active LoRA adapters of the explained batches")
+    ex.add_argument("--json", action="store_true", help="print the tables as JSON")
+    ex.add_argument("--max-rows", type=int, default=None, help="limit the dispatch table to batches up to this many tokens")
+    from dataclasses import fields
+
+    for f in fields(ManagerConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in ("bool", bool):
+            ex.add_argument(flag, dest=f"cfg_{f.name}", action=argparse.BooleanOptionalAction, default=None)
+        else:
+            ex.add_argument(flag, dest=f"cfg_{f.name}", default=None, help=_CFG_HELP.get(f.name))
+
+    sub.add_parser("list", help="targets, mutants, rulesets and properties")
+    return p
+
+
+_CFG_HELP = {
+    "mode": "NONE, PIECEWISE, FULL, FULL_DECODE_ONLY or FULL_AND_PIECEWISE",
+    "capture_sizes": "comma list, e.g. 1,2,4,8",
+    "lora_cases": "comma list containing 0, e.g. 0,1,2",
+    "spec_schedule": "start-end:k,... e.g. 1-8:3,9-64:1 (or JSON)",
+    "attention_support": "NEVER, UNIFORM_SINGLE_TOKEN_DECODE, UNIFORM_BATCH or ALWAYS",
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return {"run": _cmd_run, "replay": _cmd_replay, "explain": _cmd_explain, "list": _cmd_list}[args.command](args, argv)
+    except _Exit as exc:
+        if exc.message:
+            print(f"error: {exc.message}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        known = _known_errors()
+        if isinstance(exc, known):
+            print(f"error: {_one_line(exc)}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _known_errors() -> tuple[type, ...]:
+    from cgsim.config import ConfigError
+    from cgsim.modes import ModeResolutionError
+    from cgsim.report.findings import FindingError
+    from cgsim.report.pipeline import PipelineUnavailable
+    from cgsim.scenario import ScenarioError
+    from cgsim.spec import UnknownRuleset
+    from fuzz.campaign import UsageError
+
+    return (ConfigError, ScenarioError, UnknownRuleset, FindingError, UsageError, PipelineUnavailable, ModeResolutionError, OSError)
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+# -- run ---------------------------------------------------------------------------
+def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
+    from fuzz.campaign import options_for_profile, parse_budget, run_campaign
+
+    budget = parse_budget(args.budget) if args.budget is not None else None
+    grace = parse_budget(args.shrink_grace) if args.shrink_grace is not None else None
+    options = options_for_profile(
+        args.profile,
+        target=args.target,
+        backend=args.backend,
+        ruleset=args.ruleset,
+        budget_s=budget,
+        workers=args.workers,
+        seed=args.seed,
+        report_dir=args.report_dir,
+        timeout_s=args.timeout,
+        max_examples=args.max_examples,
+        chunk_examples=args.chunk_examples,
+        shrink_grace_s=grace,
+        gpus=args.gpus,
+        start_method=args.start_method,
+        quiet=args.quiet,
+        command="python -m fuzz " + " ".join(shlex.quote(a) for a in argv),
+    )
+    return run_campaign(options).exit_code
+
+
+# -- replay ---------------------------------------------------------------------------
+def _cmd_replay(args: argparse.Namespace, argv: list[str]) -> int:
+    path = args.path
+    if args.backend not in (None, "mock", "cuda"):
+        raise _Exit(2, f"unknown backend {args.backend!r}; choose mock or cuda")
+    if not os.path.exists(path):
+        raise _Exit(2, f"{path}: no such finding or repro script")
+    if path.endswith(".py"):
+        cmd = [sys.executable, path] + (["--backend", args.backend] if args.backend else [])
+        if args.timeout:
+            cmd += ["--timeout", str(args.timeout)]
+        code = subprocess.call(cmd)
+        if code < 0:  # the repro died by a signal: the crash reproduces
+            print(f"repro died with signal {-code}: reproduced", file=sys.stderr)
+            return 1
+        return code if code in (0, 1, 2) else 1
+    from cgsim.report.findings import load_finding
+    from cgsim.report.replay import describe, reproduce
+
+    finding = load_finding(path)
+    for line in describe(finding):
+        print(line)
+    try:
+        result = reproduce(finding, backend=args.backend, timeout=args.timeout)
+    except Exception as exc:
+        raise _Exit(2, f"cannot replay {path}: {_one_line(exc)}") from None
+    for line in result.lines():
+        print(line)
+    return 1 if result.reproduced else 0
+
+
+# -- list -------------------------------------------------------------------------------
+def _cmd_list(args: argparse.Namespace, argv: list[str]) -> int:
+    from cgsim.report.findings import HARNESS_PROPERTIES
+    from cgsim.report.pipeline import Pipeline
+    from cgsim.spec import RULESETS
+
+    pipe = Pipeline()
+    out = sys.stdout.write
+    try:
+        targets = pipe.target_names()
+    except Exception as exc:
+        targets = []
+        out(f"# targets unavailable: {_one_line(exc)}\n")
+    try:
+        mutants = pipe.mutants()
+    except Exception:
+        mutants = {}
+    for t in targets:
+        if t.startswith("mutant:") and t.split(":", 1)[1] in mutants:
+            continue
+        out(f"target    {t}\n")
+    for name, doc in mutants.items():
+        out(f"mutant    mutant:{name}  {doc}\n")
+    for name, rs in RULESETS.items():
+        out(f"ruleset   {name}  {rs.summary}\n")
+    try:
+        props = pipe.properties()
+    except Exception as exc:
+        props = {}
+        out(f"# properties unavailable: {_one_line(exc)}\n")
+    for pid, statement in props.items():
+        out(f"property  {pid}  {statement}\n")
+    for pid, statement in HARNESS_PROPERTIES.items():
+        out(f"property  {pid}  {statement} (harness)\n")
+    return 0
+
+
+# -- explain -------------------------------------------------------------------------------
+def _cmd_explain(args: argparse.Namespace, argv: list[str]) -> int:
+    from fuzz.explain import explain_config, explain_text, write_plot
+
+    config = _config_from_args(args)
+    ruleset = args.ruleset or "pr48822"
+    from cgsim.spec import get_ruleset
+
+    get_ruleset(ruleset)
+    report = explain_config(config, ruleset, lora=args.lora, max_tokens=args.max_rows)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        sys.stdout.write(explain_text(report))
+    if args.plot:
+        try:
+            write_plot(report, args.plot)
+        except (ValueError, ImportError) as exc:
+            raise _Exit(2, str(exc)) from None
+        print(f"plot written to {args.plot}")
+    return 0
+
+
+def _config_from_args(args: argparse.Namespace) -> Any:
+    from dataclasses import fields
+
+    from cgsim.config import ConfigError, ManagerConfig
+
+    data: dict[str, Any] = {}
+    if args.config:
+        data = ManagerConfig.load(args.config).to_json()
+    for f in fields(ManagerConfig):
+        raw = getattr(args, f"cfg_{f.name}")
+        if raw is None:
+            continue
+        data[f.name] = _parse_field(f.name, raw)
+    try:
+        return ManagerConfig.from_json(data)
+    except TypeError as exc:
+        raise ConfigError("<config>", data, str(exc), "check the field values") from None
+
+
+def _parse_field(name: str, raw: Any) -> Any:
+    from cgsim.config import ConfigError
+
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip()
+    try:
+        if name in ("capture_sizes", "lora_cases"):
+            if text.startswith("["):
+                return json.loads(text)
+            return [int(x) for x in text.split(",") if x.strip()]
+        if name == "spec_schedule":
+            if text.lower() in ("none", ""):
+                return None
+            if text.startswith("["):
+                return json.loads(text)
+            out = []
+            for part in text.split(","):
+                rng, k = part.split(":")
+                lo, hi = rng.split("-")
+                out.append([int(lo), int(hi), int(k)])
+            return out
+        if name in ("max_num_reqs", "max_capture_size", "decode_query_len", "num_ubatches", "ubatch_threshold"):
+            return int(text)
+        if name == "attention_support" and text.isdigit():
+            return int(text)
+    except (ValueError, json.JSONDecodeError):
+        raise ConfigError(name, raw, "cannot be parsed", _CFG_HELP.get(name, "give a number")) from None
+    return text

@@ -1,0 +1,203 @@
+"""``python -m fuzz explain``: what the spec says a config captures and where
+every batch shape goes.  Built only from cgsim.spec (no target runs), so it
+shows the intended behaviour a target is checked against."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from cgsim.config import ManagerConfig
+from cgsim.descriptors import Batch, BatchDescriptor, padding_waste
+from cgsim.spec import expected_candidate_tiers, expected_capture_order, expected_dispatch, resolved_mode
+
+__all__ = ["explain_config", "explain_text", "write_plot", "representative_batches"]
+
+
+def representative_batches(config: ManagerConfig, n: int, lora: int = 0) -> list[tuple[str, Batch]]:
+    """The batch kinds of ``n`` tokens a scheduler produces: uniform decode at
+    every decode query length, one prefill, and a mixed batch."""
+    out: list[tuple[str, Batch]] = []
+    for q in config.scheduler_decode_query_lens():
+        if n % q == 0 and n // q <= config.max_num_reqs:
+            out.append((f"decode q={q}", Batch.uniform(n // q, q, num_active_loras=lora)))
+    if not any(kind == "decode q=1" for kind, _ in out) or n > 1:
+        if n >= 2 or not out:
+            out.append(("prefill", Batch((n,), num_active_loras=lora)))
+    reqs = min(config.max_num_reqs, n - 1)
+    if reqs >= 2 and n - (reqs - 1) >= 2:
+        out.append((f"mixed r={reqs}", Batch((n - (reqs - 1),) + (1,) * (reqs - 1), num_active_loras=lora)))
+    return out
+
+
+def explain_config(config: ManagerConfig, ruleset: str = "pr48822", lora: int = 0, max_tokens: int | None = None) -> dict:
+    mode = resolved_mode(config)
+    captured = expected_capture_order(config, ruleset)
+    tiers = expected_candidate_tiers(config, ruleset)
+    largest = config.max_capture_size or max(config.capture_sizes)
+    limit = min(largest, max_tokens) if max_tokens else largest
+
+    candidates: list[dict] = []
+    for (n, case), tier_list in sorted(tiers.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        shown = [sorted(d.short() for d in tier) for tier in tier_list]
+        last = candidates[-1] if candidates else None
+        if last and last["lora"] == case and last["tiers"] == shown and last["tokens_to"] == n - 1:
+            last["tokens_to"] = n
+        else:
+            candidates.append({"lora": case, "tokens_from": n, "tokens_to": n, "tiers": shown})
+
+    rows: list[dict] = []
+    for n in range(1, limit + 1):
+        for kind, batch in representative_batches(config, n, lora):
+            desc: BatchDescriptor = expected_dispatch(batch, captured, config.lora_cases)
+            pad_t, pad_r = padding_waste(desc, batch) if desc.cg_mode.value != "NONE" else (0, 0)
+            rows.append(
+                {
+                    "num_tokens": n,
+                    "kind": kind,
+                    "num_reqs": batch.num_reqs,
+                    "mode": desc.cg_mode.value,
+                    "graph": desc.short(),
+                    "graph_tokens": desc.num_tokens,
+                    "pad_tokens": pad_t,
+                    "pad_reqs": pad_r,
+                    "waste_pct": round(100.0 * pad_t / desc.num_tokens, 1) if desc.num_tokens else 0.0,
+                }
+            )
+    return {
+        "config": config.to_json(),
+        "ruleset": ruleset,
+        "requested_mode": config.mode.value,
+        "resolved_mode": mode.value,
+        "capture_list": [{"order": i, "desc": d.short(), **d.to_json()} for i, d in enumerate(captured)],
+        "candidates": candidates,
+        "dispatch": rows,
+        "largest_capture_size": largest,
+    }
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    cells = [[str(c) for c in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
+    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in cells]
+
+
+def explain_text(report: dict) -> str:
+    cfg = report["config"]
+    lines = [
+        f"config: mode {report['requested_mode']} -> resolved {report['resolved_mode']}, ruleset {report['ruleset']}",
+        f"        capture_sizes {cfg['capture_sizes']}, max_num_reqs {cfg['max_num_reqs']}, decode_query_len {cfg['decode_query_len']}, "
+        f"lora_cases {cfg['lora_cases']}, breakable {cfg['breakable']}",
+        "",
+        f"capture list ({len(report['capture_list'])} graphs, in capture order):",
+    ]
+    lines += [
+        "  " + l
+        for l in _table(
+            ["#", "mode", "tokens", "reqs", "uniform", "max_q", "loras", "ubatches"],
+            [[d["order"], d["cg_mode"], d["num_tokens"], _n(d["num_reqs"]), _n(d["uniform_token_count"]), _n(d["max_query_len"]), d["num_active_loras"], d["num_ubatches"]] for d in report["capture_list"]],
+        )
+    ]
+    lines += ["", "candidate table (tokens -> priority tiers, tried in order):"]
+    rows = []
+    for c in report["candidates"]:
+        span = str(c["tokens_from"]) if c["tokens_from"] == c["tokens_to"] else f"{c['tokens_from']}-{c['tokens_to']}"
+        rows.append([span, c["lora"], " > ".join("{" + ", ".join(t) + "}" for t in c["tiers"])])
+    lines += ["  " + l for l in _table(["tokens", "lora", "tiers"], rows)]
+    lines += ["", f"dispatch (every batch up to {report['largest_capture_size']} tokens):"]
+    lines += [
+        "  " + l
+        for l in _table(
+            ["tokens", "batch", "reqs", "graph", "pad tok", "pad req", "waste"],
+            [[r["num_tokens"], r["kind"], r["num_reqs"], r["graph"], r["pad_tokens"], r["pad_reqs"], f"{r['waste_pct']}%"] for r in report["dispatch"]],
+        )
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _n(v: Any) -> str:
+    return "-" if v is None else str(v)
+
+
+_COLORS = {"FULL": "#1f77b4", "PIECEWISE": "#ff7f0e", "NONE": "#7f7f7f"}
+
+
+def write_plot(report: dict, path: str) -> None:
+    """Padding waste (%) per batch over token count, colored by the mode the
+    batch dispatches to.  SVG is written by hand (no dependency); PNG needs
+    matplotlib."""
+    lower = path.lower()
+    if lower.endswith(".svg"):
+        svg = render_svg(report)
+        from cgsim.report.atomic import atomic_write_text
+
+        atomic_write_text(path, svg)
+        return
+    if lower.endswith(".png"):
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            raise ImportError("a PNG plot needs matplotlib (pip install matplotlib); or give --plot a .svg file name, which needs nothing") from None
+        fig, ax = plt.subplots(figsize=(10, 4))
+        kinds = sorted({r["kind"] for r in report["dispatch"]})
+        for kind in kinds:
+            rs = [r for r in report["dispatch"] if r["kind"] == kind]
+            ax.plot([r["num_tokens"] for r in rs], [r["waste_pct"] for r in rs], lw=0.8, label=kind)
+            ax.scatter([r["num_tokens"] for r in rs], [r["waste_pct"] for r in rs], c=[_COLORS[r["mode"]] for r in rs], s=8)
+        for d in report["capture_list"]:
+            ax.axvline(d["num_tokens"], color="#ddd", lw=0.5, zorder=0)
+        ax.set_xlabel("batch tokens")
+        ax.set_ylabel("padding waste %")
+        ax.legend(fontsize=7)
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+        plt.close(fig)
+        return
+    raise ValueError(f"--plot {path!r}: use a .svg or .png file name")
+
+
+def render_svg(report: dict) -> str:
+    rows = report["dispatch"]
+    W, H, L, R, T, B = 900, 360, 60, 160, 30, 40
+    xmax = max([r["num_tokens"] for r in rows] + [1])
+    ymax = max([r["waste_pct"] for r in rows] + [1.0])
+    x = lambda n: L + (W - L - R) * (n - 1) / max(1, xmax - 1)  # noqa: E731
+    y = lambda v: T + (H - T - B) * (1 - v / ymax)  # noqa: E731
+    e = html.escape
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="11">',
+        '<rect width="100%" height="100%" fill="white"/>',
+        f'<text x="{L}" y="18" font-size="13">{e("padding waste per batch (" + report["resolved_mode"] + ", ruleset " + report["ruleset"] + ")")}</text>',
+        f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" stroke="black"/>',
+        f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" stroke="black"/>',
+        f'<text x="{(L + W - R) / 2}" y="{H - 8}" text-anchor="middle">batch tokens</text>',
+        f'<text x="14" y="{(T + H - B) / 2}" transform="rotate(-90 14 {(T + H - B) / 2})" text-anchor="middle">padding waste %</text>',
+    ]
+    for v in (0, ymax / 2, ymax):
+        out.append(f'<text x="{L - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.0f}</text>')
+    for d in sorted({d["num_tokens"] for d in report["capture_list"]}):
+        out.append(f'<line x1="{x(d):.1f}" y1="{T}" x2="{x(d):.1f}" y2="{H - B}" stroke="#e5e5e5"/>')
+        out.append(f'<text x="{x(d):.1f}" y="{H - B + 14}" text-anchor="middle" fill="#555">{d}</text>')
+    dashes = ["", "4 2", "1 2", "6 3 1 3"]
+    kinds = sorted({r["kind"] for r in rows})
+    for i, kind in enumerate(kinds):
+        rs = [r for r in rows if r["kind"] == kind]
+        pts = " ".join(f"{x(r['num_tokens']):.1f},{y(r['waste_pct']):.1f}" for r in rs)
+        dash = f' stroke-dasharray="{dashes[i % len(dashes)]}"' if dashes[i % len(dashes)] else ""
+        out.append(f'<polyline points="{pts}" fill="none" stroke="#999"{dash}/>')
+        for r in rs:
+            out.append(
+                f'<circle cx="{x(r["num_tokens"]):.1f}" cy="{y(r["waste_pct"]):.1f}" r="2.5" fill="{_COLORS[r["mode"]]}">'
+                f'<title>{e(kind)}: {r["num_tokens"]} tokens -> {e(r["graph"])}, waste {r["waste_pct"]}%</title></circle>'
+            )
+        out.append(f'<line x1="{W - R + 10}" y1="{T + 14 * i + 10}" x2="{W - R + 30}" y2="{T + 14 * i + 10}" stroke="#999"{dash}/>')
+        out.append(f'<text x="{W - R + 34}" y="{T + 14 * i + 14}">{e(kind)}</text>')
+    base = T + 14 * len(kinds) + 20
+    for j, (mode, color) in enumerate(_COLORS.items()):
+        out.append(f'<circle cx="{W - R + 20}" cy="{base + 14 * j}" r="4" fill="{color}"/>')
+        out.append(f'<text x="{W - R + 34}" y="{base + 14 * j + 4}">{mode}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"

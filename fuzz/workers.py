@@ -1,0 +1,403 @@
+"""One campaign worker: a process that runs Hypothesis over Scenarios until its
+deadline, writing every finding to disk itself the moment it is confirmed.
+
+Why a worker writes its own findings: the parent may die or be killed, and a
+worker killed with SIGKILL must lose at most the scenario it was running.  The
+parent only merges what is on disk.
+
+Life of a finding inside a worker:
+
+1. an example violates property P that this worker has not finalised yet:
+   ``findings/<id>.json`` is written at once (status "shrinking"), and the
+   test body raises so Hypothesis shrinks it.  P is *pinned*: while shrinking,
+   only a violation of P counts as failing, so Hypothesis cannot wander off
+   to a different bug that happens to have a smaller example;
+2. other new properties seen meanwhile are written at once too (status
+   "unshrunk"); a later chunk pins and shrinks them if they recur;
+3. when Hypothesis finishes (or the deadline/a stop interrupts shrinking), the
+   finding is rewritten with the smallest failing Scenario (status "shrunk" or
+   "shrink-interrupted"), and ``repro_<id>.py`` is written beside it.
+
+Hangs are not shrunk (each attempt costs a timeout) and leave the worker
+asking for a restart, since the interrupted target may have left
+process-wide state behind.
+
+Determinism: a chunk is one Hypothesis run of ``chunk_examples`` examples with
+the seed ``derive_seed(seed, worker, incarnation, chunk)`` and no example
+database, so the same seed explores the same scenarios in the same order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import sys
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from cgsim.report.findings import new_finding, write_finding
+from cgsim.report.pipeline import Observation, Pipeline, observe
+from cgsim.report.repro import write_repro
+
+__all__ = ["WorkerSpec", "worker_main", "derive_seed", "EXIT_DONE", "EXIT_RESTART", "EXIT_ERROR", "capture_size_range"]
+
+EXIT_DONE = 0
+EXIT_RESTART = 75  # "restart me": the target may have poisoned this process
+EXIT_ERROR = 70  # the worker itself failed (traceback in .work/worker-<n>.err)
+
+_UNSHRINKABLE = {"TARGET-HANG"}
+
+
+def derive_seed(*parts: Any) -> int:
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def capture_size_range(largest: int) -> str:
+    for lo, hi in ((1, 8), (9, 64), (65, 512), (513, 2048)):
+        if lo <= largest <= hi:
+            return f"{lo}-{hi}"
+    return ">2048"
+
+
+@dataclass
+class WorkerSpec:
+    index: int
+    incarnation: int
+    run_id: str
+    run_dir: str
+    target: str
+    backend: str
+    ruleset: str | None
+    seed: int
+    deadline: float  # time.time() after which no new scenario starts
+    shrink_grace_s: float  # extra time a shrink already under way may take
+    timeout_s: float | None
+    chunk_examples: int
+    max_examples: int | None  # this incarnation's share; None = until the deadline
+    profile: str
+    pipeline: Pipeline = field(default_factory=Pipeline)
+    gpu: str | None = None
+    stats_interval_s: float = 0.5
+    skip_properties: tuple[str, ...] = ()  # finalised by earlier incarnations of this worker
+
+
+class _Abort(BaseException):
+    """Stop the Hypothesis run now (deadline, stop request, example cap).  A
+    BaseException, so Hypothesis propagates it instead of shrinking it."""
+
+
+class _Restart(BaseException):
+    """The target left this process unusable; finish up and exit for a restart."""
+
+
+class _PropertyFailed(AssertionError):
+    def __init__(self, prop: str, message: str):
+        super().__init__(f"{prop}: {message}")
+        self.property = prop
+
+
+class Worker:
+    def __init__(self, spec: WorkerSpec, queue: Any, stop_event: Any, heartbeat: Any):
+        self.spec = spec
+        self.queue = queue
+        self.stop_event = stop_event
+        self.heartbeat = heartbeat  # shared array: start time of the running scenario, 0 when idle
+        self.findings_dir = os.path.join(spec.run_dir, "findings")
+        self.work_dir = os.path.join(spec.run_dir, ".work")
+        self.found: set[str] = set(spec.skip_properties)  # properties finalised by this worker
+        self.provisional: dict[str, str] = {}  # property -> id of its unshrunk file
+        self.scenarios = 0
+        self.checks: Counter = Counter()
+        self.failures: Counter = Counter()
+        self.coverage: dict[str, Counter] = {}
+        self.last_stats = 0.0
+        self.started = time.time()
+        self._inflight = None
+        self._chunk_seed = 0
+
+    # -- messaging -----------------------------------------------------------
+    def _send(self, *msg: Any) -> None:
+        try:
+            self.queue.put(msg)
+        except Exception:
+            pass
+
+    def _stats(self, final: bool = False) -> None:
+        self.last_stats = time.monotonic()
+        self._send(
+            "stats",
+            self.spec.index,
+            self.spec.incarnation,
+            {
+                "scenarios": self.scenarios,
+                "checks": dict(self.checks),
+                "failures": dict(self.failures),
+                "coverage": {k: dict(v) for k, v in self.coverage.items()},
+                "found": sorted(self.found),
+                "final": final,
+            },
+        )
+
+    # -- bookkeeping -----------------------------------------------------------
+    def _cover(self, scenario: Any) -> None:
+        def add(dim: str, key: Any) -> None:
+            self.coverage.setdefault(dim, Counter())[str(key)] += 1
+
+        cfg = getattr(scenario, "config", None)
+        add("rulesets", getattr(scenario, "ruleset", "?"))
+        if cfg is not None:
+            mode = getattr(cfg, "mode", None)
+            add("modes", getattr(mode, "value", mode))
+            sizes = getattr(cfg, "capture_sizes", ()) or (0,)
+            add("capture_size_ranges", capture_size_range(max(sizes)))
+            feats = []
+            if getattr(cfg, "breakable", False):
+                feats.append("breakable")
+            if getattr(cfg, "varlen_decode", False):
+                feats.append("varlen-decode")
+            if getattr(cfg, "spec_schedule", None):
+                feats.append("spec-schedule")
+            if getattr(cfg, "decode_query_len", 1) > 1:
+                feats.append("speculative")
+            if len(getattr(cfg, "lora_cases", (0,))) > 1:
+                feats.append("lora")
+            if getattr(cfg, "num_ubatches", 1) > 1:
+                feats.append("ubatches")
+            for f in feats or ["plain"]:
+                add("config_features", f)
+        for step in getattr(scenario, "steps", ()):
+            batch = getattr(step, "batch", None)
+            if batch is not None:
+                add("batch_kinds", getattr(batch, "kind", "?"))
+            add("step_kinds", getattr(step, "kind", "?"))
+
+    def _write_inflight(self, scenario: Any) -> None:
+        # Cheap (one pwrite-style rewrite, no fsync): only read by the parent
+        # after this process died, to name the scenario that killed it.
+        try:
+            text = scenario.dumps(indent=None)
+        except Exception:
+            return
+        if self._inflight is None:
+            self._inflight = open(os.path.join(self.work_dir, f"inflight-w{self.spec.index}.json"), "w", encoding="utf-8")
+        f = self._inflight
+        f.seek(0)
+        f.write(text)
+        f.truncate()
+        f.flush()
+
+    def _finding(self, obs: Observation, scenario: Any, status: str, extra: dict | None = None) -> dict:
+        spec = self.spec
+        data = new_finding(
+            prop=obs.property,
+            message=obs.message,
+            kind=obs.kind,
+            target=spec.target,
+            backend=spec.backend,
+            scenario_json=scenario.to_json(),
+            status=status,
+            statement=spec.pipeline.statement(obs.property),
+            step=obs.step,
+            run_id=spec.run_id,
+            worker=spec.index,
+            seed=self._chunk_seed,
+            elapsed_s=time.time() - self.started,
+            scenario_short=_short(scenario),
+            extra={"timeout_s": spec.timeout_s, "incarnation": spec.incarnation, **(extra or {})},
+        )
+        write_finding(self.findings_dir, data)
+        self._send("finding", spec.index, data["id"], data["property"], status)
+        return data
+
+    def _finalise(self, prop: str, best: tuple, first: dict, status: str) -> None:
+        scenario, obs = best
+        data = self._finding(
+            obs, scenario, status, extra={"first_id": first["id"], "original_scenario": first["scenario"]}
+        )
+        write_repro(self.findings_dir, data)
+        if first["id"] != data["id"]:
+            _remove_if_ours(os.path.join(self.findings_dir, first["id"] + ".json"), self.spec)
+        self.found.add(prop)
+        old = self.provisional.pop(prop, None)
+        if old and old not in (data["id"], first["id"]):
+            _remove_if_ours(os.path.join(self.findings_dir, old + ".json"), self.spec)
+
+    # -- the campaign loop -------------------------------------------------------
+    def run(self) -> int:
+        os.makedirs(self.findings_dir, exist_ok=True)
+        os.makedirs(self.work_dir, exist_ok=True)
+        from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+
+        strategy = self.spec.pipeline.strategy(self.spec.ruleset)
+        try:
+            parent = settings.get_profile(self.spec.profile)
+        except Exception:
+            parent = settings.default
+        base = settings(
+            parent,
+            max_examples=self.spec.chunk_examples,
+            database=None,
+            deadline=None,
+            derandomize=False,
+            suppress_health_check=list(HealthCheck),
+            phases=(Phase.explicit, Phase.generate, Phase.shrink),
+            report_multiple_bugs=False,
+            print_blob=False,
+            verbosity=Verbosity.quiet,
+        )
+        chunk = 0
+        restart = False
+        try:
+            while not self._over(pinned=False):
+                self._chunk_seed = derive_seed(self.spec.seed, self.spec.index, self.spec.incarnation, chunk)
+                restart = self._run_chunk(given, seed, base, strategy)
+                chunk += 1
+                if restart:
+                    break
+        finally:
+            self._stats(final=True)
+        return EXIT_RESTART if restart else EXIT_DONE
+
+    def _over(self, pinned: bool) -> bool:
+        if self.stop_event is not None and self.stop_event.is_set():
+            return True
+        if self.spec.max_examples is not None and self.scenarios >= self.spec.max_examples and not pinned:
+            return True
+        limit = self.spec.deadline + (self.spec.shrink_grace_s if pinned else 0.0)
+        return time.time() >= limit
+
+    def _run_chunk(self, given: Any, seed_dec: Any, base: Any, strategy: Any) -> bool:
+        spec = self.spec
+        st: dict[str, Any] = {"pinned": None, "best": None, "first": None, "restart": False}
+
+        def body(scenario: Any) -> None:
+            if self._over(pinned=st["pinned"] is not None):
+                raise _Abort()
+            self._write_inflight(scenario)
+            if self.heartbeat is not None:
+                self.heartbeat[spec.index] = time.time()
+            try:
+                outcome = observe(spec.pipeline, scenario, spec.target, spec.backend, spec.timeout_s)
+            finally:
+                if self.heartbeat is not None:
+                    self.heartbeat[spec.index] = 0.0
+            self.scenarios += 1
+            self._cover(scenario)
+            for p in outcome.checked:
+                self.checks[p] += 1
+            props = outcome.properties
+            for p in props:
+                self.failures[p] += 1
+                if p not in outcome.checked:
+                    self.checks[p] += 1
+            if time.monotonic() - self.last_stats > spec.stats_interval_s:
+                self._stats()
+            pinned = st["pinned"]
+            if pinned is not None and pinned in props:
+                st["best"] = (scenario, outcome.first(pinned))
+            for p in props:
+                if p in self.found or p == pinned:
+                    continue
+                obs = outcome.first(p)
+                if p in _UNSHRINKABLE:
+                    self._finding(obs, scenario, "unshrunk", extra={"note": "hangs are not shrunk"})
+                    self.found.add(p)
+                elif pinned is None:
+                    st["pinned"] = pinned = p
+                    st["best"] = (scenario, obs)
+                    st["first"] = self._finding(obs, scenario, "shrinking")
+                elif p not in self.provisional:
+                    self.provisional[p] = self._finding(obs, scenario, "unshrunk")["id"]
+            if outcome.needs_restart:
+                st["restart"] = True
+                raise _Restart()
+            if pinned is not None and pinned in props:
+                raise _PropertyFailed(pinned, outcome.first(pinned).message)
+
+        test = settings_apply(base, seed_dec(self._chunk_seed)(given(strategy)(body)))
+        status = "shrunk"
+        try:
+            test()
+        except _Abort:
+            status = "shrink-interrupted"
+        except _Restart:
+            status = "shrink-interrupted"
+        except _PropertyFailed:
+            pass
+        except Exception as exc:  # Flaky, an error in the strategy: keep what we have
+            status = "shrink-interrupted"
+            if st["pinned"] is None:
+                self._send("note", spec.index, f"chunk seed {self._chunk_seed}: {type(exc).__name__}: {_first_line(exc)}")
+        if st["pinned"] is not None:
+            self._finalise(st["pinned"], st["best"], st["first"], status)
+        return bool(st["restart"])
+
+
+def settings_apply(base: Any, test: Any) -> Any:
+    return base(test)
+
+
+def _short(scenario: Any) -> str:
+    try:
+        return scenario.short()
+    except Exception:
+        return repr(scenario)[:300]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+def _remove_if_ours(path: str, spec: WorkerSpec) -> None:
+    """Remove a superseded provisional finding, unless another worker's (or a
+    final) finding now lives under that name."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        if data.get("run_id") == spec.run_id and data.get("worker") == spec.index and data.get("status") in ("shrinking", "unshrunk"):
+            os.unlink(path)
+    except (OSError, ValueError):
+        pass
+
+
+def worker_main(spec: WorkerSpec, queue: Any, stop_event: Any, heartbeat: Any) -> None:
+    """Process entry point.  Exit status: EXIT_DONE, EXIT_RESTART or EXIT_ERROR."""
+    # Ctrl-C goes to the whole process group; the parent decides when workers
+    # stop (via stop_event) so that they can finish the finding at hand.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if spec.gpu is not None:
+        # Before anything imports torch.cuda in this process (spawned workers).
+        os.environ["CUDA_VISIBLE_DEVICES"] = spec.gpu
+    torch = sys.modules.get("torch")  # imported by the parent before the fork, or later by the runner
+    if torch is not None:
+        try:
+            torch.set_num_threads(1)  # one core per worker; workers scale, threads fight
+        except Exception:
+            pass
+    code = EXIT_ERROR
+    try:
+        code = Worker(spec, queue, stop_event, heartbeat).run()
+    except BaseException:
+        try:
+            os.makedirs(os.path.join(spec.run_dir, ".work"), exist_ok=True)
+            with open(os.path.join(spec.run_dir, ".work", f"worker-{spec.index}.err"), "a", encoding="utf-8") as fh:
+                fh.write(traceback.format_exc())
+        except OSError:
+            pass
+        code = EXIT_ERROR
+    finally:
+        try:
+            queue.close()
+            queue.join_thread()
+        except Exception:
+            pass
+    os._exit(code)

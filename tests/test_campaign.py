@@ -1,0 +1,360 @@
+"""Campaign mechanics: findings written at once and shrunk, crashes/hangs/worker
+deaths as findings, determinism, partial reports on SIGINT/SIGTERM/SIGKILL,
+two campaigns in one report dir.
+
+Most tests use ``FakePipeline``: real Scenarios, a tiny strategy and a fake
+target whose bugs are chosen per test, so the campaign machinery is tested
+independently of the (separately tested) runner and properties.  One test
+runs the real pipeline on a mutant.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from cgsim.report.findings import load_finding, scan_findings
+from cgsim.report.pipeline import Pipeline
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass(frozen=True)
+class FakeViolation:
+    property: str
+    message: str
+    step: int | None = None
+
+
+@dataclass(frozen=True)
+class FakeVerdict:
+    violations: tuple
+    checked: tuple
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+class FakeTrace:
+    def __init__(self, events=()):
+        self.events = list(events)
+
+
+class FakePipeline(Pipeline):
+    """bug: which misbehaviour the fake target has.
+
+    - "big": FAKE-BIG is violated when some dispatched batch has >= 3 tokens
+      (minimal example: one batch of exactly 3 tokens);
+    - "two": FAKE-BIG as above and FAKE-LORA when a batch has LoRA adapters;
+    - "raise": run raises for batches of >= 5 tokens;
+    - "hang": run sleeps forever (interruptible) for >= 6 tokens;
+    - "hard-hang": run blocks in a way the signal timer cannot interrupt;
+    - "segv": the process dies with SIGSEGV for >= 6 tokens;
+    - "none": no bug;
+    - "slow": no bug, each scenario sleeps 20 ms (for interruption tests).
+    """
+
+    def __init__(self, bug: str = "big"):
+        self.bug = bug
+
+    def check_target(self, name):
+        if name not in ("fake", "reference"):
+            from cgsim.targets import UnknownTarget
+
+            raise UnknownTarget(f"unknown target {name!r}; use fake")
+
+    def check_backend(self, name):
+        if name != "mock":
+            raise ValueError(f"backend {name!r} unavailable in the fake")
+
+    def properties(self):
+        return {"FAKE-BIG": "batches stay below 3 tokens", "FAKE-LORA": "no LoRA"}
+
+    def strategy(self, ruleset):
+        from hypothesis import strategies as st
+
+        from cgsim.config import ManagerConfig
+        from cgsim.descriptors import Batch
+        from cgsim.scenario import Scenario, Step
+
+        batch = st.builds(
+            Batch,
+            st.lists(st.integers(1, 4), min_size=1, max_size=4).map(tuple),
+            st.integers(0, 2),
+        )
+        return st.builds(
+            lambda sizes, batches: Scenario(
+                ManagerConfig(capture_sizes=tuple(sorted(set(sizes)))),
+                (Step.capture(),) + tuple(Step.dispatch(b) for b in batches),
+                ruleset=ruleset or "pr48822",
+            ),
+            st.lists(st.integers(1, 16), min_size=1, max_size=4),
+            st.lists(batch, min_size=1, max_size=4),
+        )
+
+    def run(self, scenario, target, backend, timeout=None):
+        tokens = max(b.num_tokens for b in scenario.batches)
+        if self.bug == "raise" and tokens >= 5:
+            raise RuntimeError(f"fake target exploded on {tokens} tokens")
+        if self.bug == "hang" and tokens >= 6:
+            while True:
+                time.sleep(0.01)
+        if self.bug == "hard-hang" and tokens >= 6:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+            time.sleep(3600)
+        if self.bug == "segv" and tokens >= 6:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if self.bug == "slow":
+            time.sleep(0.02)
+        return FakeTrace()
+
+    def check(self, scenario, trace):
+        viol = []
+        if self.bug in ("big", "two"):
+            for i, b in enumerate(scenario.batches):
+                if b.num_tokens >= 3:
+                    viol.append(FakeViolation("FAKE-BIG", f"batch of {b.num_tokens} tokens", i))
+                    break
+        if self.bug == "two":
+            for i, b in enumerate(scenario.batches):
+                if b.num_active_loras:
+                    viol.append(FakeViolation("FAKE-LORA", f"batch with {b.num_active_loras} adapters", i))
+                    break
+        return FakeVerdict(tuple(viol), ("FAKE-BIG", "FAKE-LORA"))
+
+
+def options(tmp_path, **kw):
+    from fuzz.campaign import CampaignOptions
+
+    base = dict(target="fake", budget_s=3.0, workers=1, seed=1, report_dir=str(tmp_path / "reports"), quiet=True, timeout_s=2.0, shrink_grace_s=10.0)
+    base.update(kw)
+    return CampaignOptions(**base)
+
+
+def run(tmp_path, bug="big", **kw):
+    from fuzz.campaign import run_campaign
+
+    return run_campaign(options(tmp_path, **kw), pipeline=FakePipeline(bug))
+
+
+def test_finding_is_shrunk_and_written_with_a_repro(tmp_path):
+    result = run(tmp_path, bug="big", max_examples=60)
+    assert result.exit_code == 1
+    findings = result.summary["findings"]
+    assert [f["property"] for f in findings] == ["FAKE-BIG"]
+    f = findings[0]
+    assert f["status"] == "shrunk"
+    batches = [s["batch"] for s in f["scenario"]["steps"] if s["kind"] == "dispatch"]
+    assert batches and sum(batches[-1]["query_lens"]) == 3  # shrunk to the boundary
+    assert len(batches) == 1
+    assert os.path.exists(f["path"]) and os.path.exists(f["repro_path"])
+    assert load_finding(f["path"])["id"] == f["id"]
+    # the provisional (unshrunk) file was replaced, not left beside it
+    assert [x["id"] for x in scan_findings(os.path.dirname(f["path"]))] == [f["id"]]
+    summary = json.load(open(os.path.join(result.run_dir, "summary.json")))
+    assert summary["complete"] is True and summary["schema_version"] == 1
+    assert summary["properties"]["FAKE-BIG"]["failures"] >= 1
+    assert summary["properties"]["FAKE-LORA"]["checks"] == summary["scenarios"]
+
+
+def test_keeps_going_after_a_finding_and_finds_other_properties(tmp_path):
+    result = run(tmp_path, bug="two", max_examples=200)
+    props = sorted(f["property"] for f in result.summary["findings"])
+    assert props == ["FAKE-BIG", "FAKE-LORA"]
+    for f in result.summary["findings"]:
+        assert f["status"] == "shrunk", f
+        # each finding is shrunk for its own property, not the other one
+        dispatched = [s["batch"] for s in f["scenario"]["steps"] if s["kind"] == "dispatch"]
+        if f["property"] == "FAKE-LORA":
+            assert dispatched[0]["num_active_loras"] == 1 and sum(dispatched[0]["query_lens"]) == 1
+
+
+def test_no_findings_exits_zero(tmp_path):
+    result = run(tmp_path, bug="none", max_examples=40)
+    assert result.exit_code == 0
+    assert result.summary["findings"] == []
+    assert result.summary["scenarios"] == 40
+
+
+def test_same_seed_same_findings(tmp_path):
+    a = run(tmp_path / "a", bug="two", max_examples=120, seed=7)
+    b = run(tmp_path / "b", bug="two", max_examples=120, seed=7)
+    ids = lambda r: sorted(f["id"] for f in r.summary["findings"])  # noqa: E731
+    assert ids(a) == ids(b) and ids(a)
+    assert a.summary["scenarios"] == b.summary["scenarios"]
+
+
+def test_same_seed_same_budget_same_findings(tmp_path):
+    a = run(tmp_path / "a", bug="big", budget_s=2.0, seed=3)
+    b = run(tmp_path / "b", bug="big", budget_s=2.0, seed=3)
+    assert sorted(f["id"] for f in a.summary["findings"]) == sorted(f["id"] for f in b.summary["findings"])
+
+
+def test_target_that_raises_is_a_finding_and_the_campaign_goes_on(tmp_path):
+    result = run(tmp_path, bug="raise", max_examples=80)
+    assert result.exit_code == 1
+    (f,) = result.summary["findings"]
+    assert f["property"] == "TARGET-CRASH" and "exploded" in f["message"]
+    assert result.summary["scenarios"] >= 80  # kept going after the crash
+
+
+def test_hanging_target_is_a_finding_with_a_timeout(tmp_path):
+    result = run(tmp_path, bug="hang", budget_s=4.0, timeout_s=0.3)
+    assert result.exit_code == 1
+    hangs = [f for f in result.summary["findings"] if f["property"] == "TARGET-HANG"]
+    assert hangs and hangs[0]["kind"] == "hang"
+    assert result.summary["scenarios"] > 1
+
+
+def test_hard_hang_is_killed_by_the_watchdog_and_the_worker_restarts(tmp_path):
+    result = run(tmp_path, bug="hard-hang", budget_s=6.0, timeout_s=0.3)
+    hangs = [f for f in result.summary["findings"] if f["property"] == "TARGET-HANG"]
+    assert hangs, result.summary
+    assert hangs[0]["scenario"]["steps"]  # the scenario it hung on was kept
+    assert result.summary["workers"][0]["restarts"] >= 1
+
+
+def test_worker_killed_by_a_segfault_becomes_a_finding(tmp_path):
+    result = run(tmp_path, bug="segv", budget_s=3.0)
+    crashes = [f for f in result.summary["findings"] if f["property"] == "TARGET-CRASH"]
+    assert crashes and "SIGSEGV" in crashes[0]["message"]
+    assert os.path.exists(crashes[0]["repro_path"])
+    assert result.summary["workers"][0]["restarts"] >= 1
+
+
+def test_two_workers_merge_into_one_report(tmp_path):
+    result = run(tmp_path, bug="big", workers=2, max_examples=80)
+    assert result.exit_code == 1
+    assert [f["property"] for f in result.summary["findings"]] == ["FAKE-BIG"]
+    assert len(result.summary["workers"]) == 2
+    assert all(w["scenarios"] > 0 for w in result.summary["workers"])
+
+
+def test_two_campaigns_share_a_report_dir(tmp_path):
+    a = run(tmp_path, bug="big", max_examples=30)
+    b = run(tmp_path, bug="big", max_examples=30)
+    assert a.run_dir != b.run_dir
+    for r in (a, b):
+        assert json.load(open(os.path.join(r.run_dir, "summary.json")))["run_id"] == os.path.basename(r.run_dir)
+    reports = str(tmp_path / "reports")
+    assert open(os.path.join(reports, "LATEST")).read().strip() == os.path.basename(b.run_dir)
+    assert os.path.realpath(os.path.join(reports, "latest")) == os.path.realpath(b.run_dir)
+
+
+def test_concurrent_campaigns_in_one_report_dir(tmp_path):
+    procs = [_spawn_campaign(tmp_path, bug="big", budget=2.0, seed=s) for s in (1, 2)]
+    for p in procs:
+        assert p.wait(timeout=60) == 1, p.stderr.read()
+    runs = [d for d in os.listdir(tmp_path / "reports") if not d.startswith(".") and d not in ("latest", "LATEST")]
+    assert len(runs) == 2
+    for d in runs:
+        summary = json.load(open(tmp_path / "reports" / d / "summary.json"))
+        assert summary["complete"] and summary["findings"]
+
+
+def _spawn_campaign(tmp_path, bug, budget, seed=1, workers=1, extra=""):
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})
+        from test_campaign import FakePipeline
+        from fuzz.campaign import CampaignOptions, run_campaign
+        opts = CampaignOptions(target="fake", budget_s={budget}, workers={workers}, seed={seed},
+                               report_dir={str(tmp_path / 'reports')!r}, quiet=True, timeout_s=5.0, shrink_grace_s=5.0{extra})
+        sys.exit(run_campaign(opts, pipeline=FakePipeline({bug!r})).exit_code)
+        """
+    )
+    return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_findings(tmp_path, timeout=20.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        for d in (tmp_path / "reports").glob("*/findings"):
+            found = scan_findings(str(d))
+            if found:
+                return d.parent, found
+        time.sleep(0.05)
+    raise AssertionError("no finding appeared")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_leaves_a_valid_partial_report(tmp_path, sig):
+    p = _spawn_campaign(tmp_path, bug="two", budget=60.0, workers=2)
+    run_dir, found = _wait_for_findings(tmp_path)
+    time.sleep(0.3)
+    p.send_signal(sig)
+    code = p.wait(timeout=30)
+    assert code == 1, p.stderr.read()
+    summary = json.load(open(run_dir / "summary.json"))
+    assert summary["complete"] is False
+    assert summary["interrupted"] == signal.Signals(sig).name
+    on_disk = {f["id"] for f in scan_findings(str(run_dir / "findings"))}
+    listed = {f["id"] for f in summary["findings"]} | {d for f in summary["findings"] for d in f["duplicates"]}
+    assert on_disk == listed and on_disk
+    assert (run_dir / "junit.xml").exists() and (run_dir / "index.md").exists()
+
+
+def _children(pid):
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            out.append(int(entry))
+    return out
+
+
+def _worker_pids(pid):
+    # multiprocessing's resource tracker / queue feeder are threads or
+    # non-worker children; workers are the ones running worker_main.
+    pids = []
+    for c in _children(pid):
+        try:
+            cmd = open(f"/proc/{c}/cmdline").read()
+        except OSError:
+            continue
+        if "resource_tracker" not in cmd and "forkserver" not in cmd:
+            pids.append(c)
+    return pids
+
+
+def test_worker_killed_with_sigkill_loses_at_most_its_scenario(tmp_path):
+    p = _spawn_campaign(tmp_path, bug="two", budget=5.0, workers=2)
+    run_dir, _ = _wait_for_findings(tmp_path)
+    before = {f["property"] for f in scan_findings(str(run_dir / "findings"))}
+    workers = _worker_pids(p.pid)
+    assert len(workers) == 2
+    os.kill(workers[0], signal.SIGKILL)
+    assert p.wait(timeout=60) == 1, p.stderr.read()
+    summary = json.load(open(run_dir / "summary.json"))
+    assert summary["complete"] is True
+    assert before <= {f["property"] for f in summary["findings"]}
+    assert any("SIGKILL" in n for n in summary["notes"])
+    assert any(w["restarts"] >= 1 for w in summary["workers"])
+
+
+def test_real_pipeline_finds_a_mutant(tmp_path):
+    pytest.importorskip("fuzz.strategies")
+    from cgsim.targets.mutants import MUTANTS  # noqa: F401
+
+    from fuzz.campaign import CampaignOptions, run_campaign
+
+    name = sorted(MUTANTS)[0]
+    result = run_campaign(
+        CampaignOptions(target=f"mutant:{name}", budget_s=8.0, report_dir=str(tmp_path / "r"), quiet=True, seed=0)
+    )
+    assert result.exit_code == 1, result.summary
