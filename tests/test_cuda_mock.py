@@ -404,6 +404,77 @@ def test_graph_keeps_its_private_memory_while_it_lives(graph_backend):
         assert vals(y) == [2 * v + 1] * 256
 
 
+# ------------------------------------------------------------- op coverage
+
+
+class _Block(torch.nn.Module):
+    """A decoder-layer-shaped module: embedding, norms, attention with a KV-cache
+    write, residual, sampling-ish tail (topk, argmax, gather, dtype casts)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(100, 32)
+        self.ln = torch.nn.LayerNorm(32)
+        self.qkv = torch.nn.Linear(32, 96)
+        self.o = torch.nn.Linear(32, 32)
+        self.rms = torch.nn.RMSNorm(32)
+
+    def forward(self, ids, pos, kv_cache, slots):
+        h = self.emb(ids) + pos.unsqueeze(-1).float() * 0.01
+        q, k, v = self.qkv(self.ln(h)).split(32, dim=-1)
+        kv_cache.index_copy_(0, slots, k)
+        q, k, v = (t.view(1, -1, 4, 8).transpose(1, 2) for t in (q, k, v))
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out = self.rms(h + self.o(a.transpose(1, 2).reshape(-1, 32)))
+        top = torch.topk(torch.softmax(out, -1), 2, dim=-1)
+        return (
+            out,
+            top.values,
+            top.indices,
+            torch.cat([out, h], -1).sum(0),
+            torch.argmax(out, -1),
+            out.to(torch.bfloat16),
+            torch.where(out > 0, out, 0.0),
+            torch.gather(out, 1, top.indices),
+        )
+
+
+@pytest.mark.parametrize("inference", [True, False], ids=["inference_mode", "no_grad"])
+def test_decoder_block_replay_equals_eager(graph_backend, inference):
+    b = graph_backend
+    torch.manual_seed(0)
+    model = _Block().to(b.device).eval()
+    ids = torch.randint(0, 100, (16,), device=b.device)
+    pos = torch.arange(16, device=b.device)
+    slots = torch.arange(16, device=b.device)
+    kv, kv_eager = torch.zeros(32, 32, device=b.device), torch.zeros(32, 32, device=b.device)
+    ctx = torch.inference_mode if inference else torch.no_grad
+    with ctx():
+        model(ids, pos, torch.zeros_like(kv), slots)  # warmup: library init stays out of the capture
+        g, outs = capture(b, lambda: model(ids, pos, kv, slots))
+        b.cuda.synchronize()
+        assert vals(kv) == [[0.0] * 32] * 32  # the cache write waits for replay
+        for _ in range(3):
+            ids.copy_(torch.randint(0, 100, (16,), device=b.device))
+            replay(b, g)
+            ref = model(ids, pos, kv_eager, slots)
+            for got, want in zip(outs, ref):
+                assert got.dtype == want.dtype and got.shape == want.shape
+                torch.testing.assert_close(got, want)
+            torch.testing.assert_close(kv, kv_eager)
+
+
+def test_dtype_cast_inside_capture_under_inference_mode_is_replayed(graph_backend):
+    b = graph_backend
+    pos = torch.arange(4, device=b.device)
+    with torch.inference_mode():
+        g, (f, h) = capture(b, lambda: (pos.float() * 2, (pos.float() * 2).to(torch.float16)))
+        pos.copy_(torch.tensor([4, 3, 2, 1], device=b.device))
+        replay(b, g)
+    assert vals(f) == [8.0, 6.0, 4.0, 2.0]
+    assert vals(h) == [8.0, 6.0, 4.0, 2.0]
+
+
 # ----------------------------------------------------- make_graphed_callables
 
 

@@ -61,7 +61,9 @@ _INDEX_PUT = {aten.index_put_.default, aten.index_put.default, aten._index_put_i
 
 
 class _OpInfo:
-    __slots__ = ("kind", "illegal", "seeded", "ret_alias", "out_op", "out_names", "has_device", "schema_args")
+    __slots__ = (
+        "kind", "illegal", "seeded", "ret_alias", "out_op", "out_names", "has_device", "schema_args", "decompose",
+    )
 
     def __init__(self, func: torch._ops.OpOverload) -> None:
         schema = func._schema
@@ -77,7 +79,20 @@ class _OpInfo:
         self.ret_alias: list[int | None] = []
         self.out_op = None
         self.out_names: list[str] = []
-        if torch.Tag.inplace_view in tags:
+        # Composite ops reach the mode whole where autograd is off (inference
+        # mode). Record what they decompose into, as a GPU would run it:
+        # `to`/`reshape`/`contiguous` may alias or copy, and a composite can hide
+        # a synchronising op.
+        name = func.name()
+        self.decompose = torch._C._dispatch_has_kernel_for_dispatch_key(
+            name, torch._C.DispatchKey.CompositeImplicitAutograd
+        ) and not torch._C._dispatch_has_kernel_for_dispatch_key(name, torch._C.DispatchKey.CPU)
+        if name.endswith("::weak_ref_tensor"):
+            # vLLM's weak_ref_tensor: a non-owning alias of its input, made on
+            # the host (used on graph outputs so their blocks can be reused).
+            self.kind = _VIEW
+            self.decompose = False
+        elif torch.Tag.inplace_view in tags:
             # set_, resize_, t_, ...: metadata changes, done on the host at capture.
             self.kind = _META
         elif func.is_view:
@@ -244,6 +259,7 @@ class _Recorder:
     def __init__(self, pool: _memory.Pool) -> None:
         self.pool = pool
         self.ops: list[tuple] = []
+        self.funcs: list[Any] = []  # the aten op behind each entry of ops, for introspection
         self._aliases: dict[Any, Tensor] = {}
 
     def alias(self, t: Tensor) -> Tensor:
@@ -271,7 +287,7 @@ class _Recorder:
         return t
 
 
-def _handle(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
+def _handle(mode: "_CaptureMode", func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     cap = G.capture
     graph_ = cap.graph if cap is not None else None
     rec: _Recorder | None = getattr(graph_, "_recorder", None)
@@ -280,9 +296,16 @@ def _handle(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     if cap.invalidated:
         raise _errors.capture_invalidated_error(str(func))
     info = _infos.get(func) or _info(func)
+    if info.decompose:
+        with mode:
+            res = func.decompose(*args, **kwargs)
+        if res is not NotImplemented:
+            return res
     kind = info.kind
     if kind is _VIEW or kind is _META:
         return func(*args, **kwargs)
+    if _off_device(info, args, kwargs):
+        return func(*args, **kwargs)  # meta tensors: shapes only, nothing to capture
 
     if cap.host_depth or _memory.host_count():
         res = _host_op(cap, func, info, args, kwargs)
@@ -300,6 +323,7 @@ def _handle(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
         a_args = rec.alias_all(args)
         a_kwargs = {k: rec.alias_all(v) for k, v in kwargs.items()}
         rec.ops.append((func._op, a_args, a_kwargs))
+        rec.funcs.append(func)
         if not ret_alias:
             return None
         names = info.schema_args
@@ -328,7 +352,18 @@ def _handle(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
         rec.ops.append((info.out_op, a_args, a_kwargs))
     else:
         rec.ops.append((_copy_back, (func._op, a_args, a_kwargs, a_outs, multi), {}))
+    rec.funcs.append(func)
     return tuple(out) if multi and func._schema.returns and len(func._schema.returns) > 1 else out
+
+
+def _off_device(info: _OpInfo, args: tuple, kwargs: dict) -> bool:
+    if info.has_device:
+        d = kwargs.get("device")
+        if d is not None and torch.device(d).type == "meta":
+            return True
+    for t in _tensors(args, kwargs):
+        return t.is_meta
+    return False
 
 
 def _copy_back(op: Any, args: tuple, kwargs: dict, outs: list, multi: bool) -> None:
@@ -383,7 +418,7 @@ class _CaptureMode(TorchDispatchMode):
         return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        return _handle(func, args, kwargs or {})
+        return _handle(self, func, args, kwargs or {})
 
 
 # ------------------------------------------------------------------- public
@@ -424,6 +459,7 @@ class CUDAGraph:
 
     def __init__(self, keep_graph: bool = False) -> None:
         self._ops: tuple | None = None
+        self._funcs: tuple = ()
         self._recorder: _Recorder | None = None
         self._mode: _CaptureMode | None = None
         self._pool: _memory.Pool | None = None
@@ -480,6 +516,7 @@ class CUDAGraph:
                 stacklevel=2,
             )
         self._ops = tuple(rec.ops)
+        self._funcs = tuple(rec.funcs)
 
     def instantiate(self) -> None:
         pass
@@ -518,6 +555,11 @@ class CUDAGraph:
     @property
     def num_recorded_ops(self) -> int:
         return 0 if self._ops is None else len(self._ops)
+
+    @property
+    def recorded_ops(self) -> list[str]:
+        """Names of the aten ops replay runs, in order."""
+        return [] if self._ops is None else [str(f) for f in self._funcs]
 
 
 class graph:
