@@ -1,0 +1,146 @@
+"""The reference manager against the executable spec (SPEC §2-§3), and the
+seed cases of vLLM PR 48822."""
+
+from hypothesis import given, settings, strategies as st
+
+from cgsim.config import ManagerConfig
+from cgsim.descriptors import Batch
+from cgsim.modes import AttentionSupport as S, CUDAGraphMode as M
+from cgsim.runner import run_scenario
+from cgsim.scenario import Scenario, Step
+from cgsim.spec import (
+    dispatch_choices,
+    expected_candidate_tiers,
+    expected_capture_descs,
+    expected_capture_plan,
+    expected_dispatch,
+)
+from cgsim.trace import Candidates, CreateForwardFn, Dispatch, Forward, GraphStored
+from fuzz.strategies import batches, configs
+
+RULESETS = ("pr48822", "vllm-0.32")
+
+
+def capture_events(trace):
+    """(create/forward) events of the first capture, as plan-like tuples."""
+    out = []
+    for e in trace.events:
+        if isinstance(e, CreateForwardFn):
+            out.append(("create_forward_fn", e.desc, e.warmup))
+        elif isinstance(e, Forward) and e.phase == "capture" and e.step == 0:
+            out.append(("forward", e.desc, e.mode, e.in_graph, e.metadata is None))
+        elif isinstance(e, GraphStored):
+            break
+    return out
+
+
+def plan_tuples(config, ruleset):
+    out = []
+    for s in expected_capture_plan(config, ruleset):
+        if s.action == "create_forward_fn":
+            out.append(("create_forward_fn", s.desc, s.warmup))
+        elif s.action == "forward":
+            out.append(("forward", s.desc, s.mode, s.in_graph, s.skip_attn))
+    return out
+
+
+def test_seed_breakable_piecewise_capture_uses_fresh_metadata():
+    config = ManagerConfig(mode=M.PIECEWISE, capture_sizes=(4,), max_num_reqs=4, breakable=True,
+                           attention_support=S.UNIFORM_BATCH)
+    trace = run_scenario(Scenario(config, (Step.capture(),)))
+    creates = trace.of(CreateForwardFn)
+    assert [c.warmup for c in creates] == [True, False]
+    forwards = [f for f in trace.of(Forward) if f.phase == "capture"]
+    assert [f.mode for f in forwards] == [M.NONE, M.PIECEWISE]
+    warm, captured = forwards[0].metadata, forwards[1].metadata
+    assert warm is not None and captured is not None and warm != captured
+    assert set(trace.metadata[warm].state).isdisjoint(trace.metadata[captured].state)
+
+
+def test_seed_nonbreakable_piecewise_skips_attention_under_pr48822():
+    config = ManagerConfig(mode=M.PIECEWISE, capture_sizes=(4,), max_num_reqs=4, breakable=False)
+    for ruleset, skipped in (("pr48822", True), ("vllm-0.32", False)):
+        trace = run_scenario(Scenario(config, (Step.capture(),), ruleset=ruleset))
+        assert [c.warmup for c in trace.of(CreateForwardFn)] == [True]
+        forwards = [f for f in trace.of(Forward) if f.phase == "capture"]
+        assert [f.mode for f in forwards] == [M.NONE, M.PIECEWISE]
+        assert all((f.metadata is None) == skipped for f in forwards)
+
+
+@settings(max_examples=40)
+@given(configs(max_size=32), st.sampled_from(RULESETS))
+def test_reference_capture_descriptors_and_plan_match_spec(config, ruleset):
+    trace = run_scenario(Scenario(config, (Step.capture(),), ruleset=ruleset))
+    assert not trace.errors, trace.errors
+    initial = trace.of(Candidates)[0]
+    expected = expected_capture_descs(config, ruleset)
+    for mode in (M.PIECEWISE, M.FULL):
+        got = [d for d in initial.capture_descs if d.cg_mode == mode]
+        assert set(got) == set(expected.get(mode, ()))
+        assert [d.num_tokens for d in got] == [d.num_tokens for d in expected.get(mode, ())]
+    assert capture_events(trace) == plan_tuples(config, ruleset)
+    stored = {e.desc for e in trace.of(GraphStored)}
+    assert stored == set(expected.get(M.FULL, ()))
+    tiers = expected_candidate_tiers(config, ruleset)
+    got_cands = dict(initial.candidates)
+    assert set(got_cands) == set(tiers)
+    for key, tier_list in tiers.items():
+        flat = got_cands[key]
+        pos = 0
+        for tier in tier_list:
+            assert frozenset(flat[pos:pos + len(tier)]) == tier, (key, flat, tier_list)
+            pos += len(tier)
+        assert pos == len(flat)
+
+
+@settings(max_examples=40)
+@given(st.data(), configs(max_size=32), st.sampled_from(RULESETS))
+def test_reference_dispatch_matches_oracle(data, config, ruleset):
+    """Where the ruleset's candidate lists can reach every compatible graph
+    (cumulative lists), the reference's dispatch is one of the oracle's best
+    choices; with nearest-group lists it may only fall back, never pick worse
+    within a mode."""
+    batch_list = data.draw(st.lists(batches(config), min_size=1, max_size=3))
+    trace = run_scenario(Scenario(config, (Step.capture(),) + tuple(Step.dispatch(b) for b in batch_list), ruleset=ruleset))
+    assert not trace.errors, trace.errors
+    captured = [e.desc for e in trace.of(GraphStored)]
+    if trace.has_piecewise_runner:
+        captured += [d for d in trace.of(Candidates)[0].capture_descs if d.cg_mode == M.PIECEWISE]
+    for d in trace.of(Dispatch):
+        choices = dispatch_choices(d.batch, captured, config.lora_cases)
+        if ruleset == "pr48822":
+            assert d.desc == expected_dispatch(d.batch, captured, config.lora_cases) or d.desc in choices
+        elif d.desc.cg_mode != M.NONE:
+            assert any(d.desc.cg_mode == c.cg_mode for c in choices) or d.desc.cg_mode == M.PIECEWISE
+
+
+def test_pr48822_ordering_case_changes_piecewise_descriptors():
+    """Candidate init before the breakable flag is final builds PIECEWISE
+    descriptors as if not breakable (PR 48822)."""
+    from cgsim.targets.reference import ModelCudaGraphManager, ReferenceTarget
+
+    class EarlyInit(ModelCudaGraphManager):
+        def set_flags(self):
+            self.use_breakable_cg = False  # candidate init runs now ...
+
+        def _init_candidates(self):
+            super()._init_candidates()
+            # ... and only afterwards the flag becomes final.
+            self.use_breakable_cg = self.config.breakable and self.cudagraph_mode.has_piecewise()
+
+    class EarlyInitTarget(ReferenceTarget):
+        name = "early-init"
+        manager_class = EarlyInit
+
+    config = ManagerConfig(mode=M.PIECEWISE, capture_sizes=(2, 4), max_num_reqs=4, breakable=True,
+                           attention_support=S.UNIFORM_BATCH)
+    scenario = Scenario(config, (Step.capture(), Step.dispatch(Batch((1, 1)))), ruleset="pr48822")
+    trace = run_scenario(scenario, target=EarlyInitTarget())
+    initial, recomputed = trace.of(Candidates)[:2]
+    assert {d.num_reqs for d in initial.capture_descs} == {None}
+    assert {d.num_reqs for d in recomputed.capture_descs} == {2, 4}
+    try:
+        from cgsim.properties import check_scenario
+    except ImportError:  # properties land separately
+        return
+    assert "CAND-ORDER" in {v.property for v in check_scenario(scenario, trace).violations}
