@@ -272,6 +272,41 @@ def test_cpu_tensor_allocated_inside_capture_is_allowed(graph_backend):
     assert vals(y) == [2.0] * 4
 
 
+def test_tensor_built_on_host_inside_capture_copied_to_device_raises(graph_backend):
+    b = graph_backend
+    dev = torch.zeros(4, device=b.device)
+    g = b.cuda.CUDAGraph()
+    with b.cuda.graph(g):
+        with pytest.raises(RuntimeError, match=HOST_COPY_RE):
+            dev[:3] = torch.tensor([1.0, 2.0, 3.0])  # torch.tensor builds pageable host memory
+        y = dev + 1
+    replay(b, g)
+    assert vals(y) == [1.0] * 4
+
+
+def test_host_scalar_tensor_in_device_op_is_frozen_at_capture(graph_backend):
+    b = graph_backend
+    x = torch.ones(4, device=b.device)
+    scale = b.host_buffer(torch.tensor(2.0), pinned=False)
+    g, y = capture(b, lambda: x * scale)
+    scale.fill_(5.0)
+    replay(b, g)
+    assert vals(y) == [2.0] * 4
+
+
+def test_host_tensor_in_device_op_inside_capture_is_a_device_mismatch(graph_backend):
+    b = graph_backend
+    x = torch.ones(4, device=b.device)
+    host = b.host_buffer(torch.ones(4), pinned=False)
+    g = b.cuda.CUDAGraph()
+    with b.cuda.graph(g):
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+            x * host
+        y = x * 2
+    replay(b, g)
+    assert vals(y) == [2.0] * 4
+
+
 # ------------------------------------------------------------ §5 rows: random
 
 

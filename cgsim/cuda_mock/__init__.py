@@ -43,10 +43,12 @@ What a CPU mock cannot show, and this one does not pretend to:
 * a graph keeps the memory of the tensors it reads alive, where a real graph
   would read freed (and possibly reused) memory after the caller dropped them;
 * which CPU tensors are "host": only those marked (host_buffer, pin_memory(),
-  .cpu(), results of host ops, ops under host_ops()); an unmarked CPU tensor is
-  device memory, so e.g. ``torch.tensor([...]).to(device)`` inside a capture
-  is a silent no-op here where a GPU raises the pageable-copy error, and mixing
-  host and device tensors in one kernel is not rejected.
+  .cpu(), torch.tensor(...) built during a capture, results of ops on host
+  tensors, ops under host_ops()). Any other CPU tensor is device memory, so a
+  CPU tensor made outside a capture without marking it (torch.from_numpy,
+  torch.tensor) and copied to the device inside a capture is a silent
+  device-to-device copy here where a GPU raises the pageable-copy error.
+  Outside a capture nothing is checked.
 """
 
 from ._capture import CUDAGraph, graph, graph_pool_handle, host_ops, is_current_stream_capturing

@@ -295,6 +295,12 @@ def _handle(mode: "_CaptureMode", func: torch._ops.OpOverload, args: tuple, kwar
         return func(*args, **kwargs)
     if cap.invalidated:
         raise _errors.capture_invalidated_error(str(func))
+    if func is aten.lift_fresh.default:
+        # torch.tensor(...) builds its data on the host: host (pageable) memory,
+        # as on a GPU before any .to(device).
+        res = func(*args, **kwargs)
+        _mark_host(res)
+        return res
     info = _infos.get(func) or _info(func)
     if info.decompose:
         with mode:
@@ -309,7 +315,9 @@ def _handle(mode: "_CaptureMode", func: torch._ops.OpOverload, args: tuple, kwar
 
     if cap.host_depth or _memory.host_count():
         res = _host_op(cap, func, info, args, kwargs)
-        if res is not _NOT_HOST:
+        if type(res) is _Rewrite:
+            args, kwargs = res.args, res.kwargs
+        elif res is not _NOT_HOST:
             return res
 
     if info.illegal and info.is_illegal(func, args, kwargs):
@@ -401,12 +409,38 @@ def _host_op(cap: _runtime._CaptureRecord, func: Any, info: _OpInfo, args: tuple
                 cap.invalidated = True
                 raise _errors.capture_unsupported_error("blocking host copy (copy_ with non_blocking=False)")
         return _NOT_HOST
-    flags = [_memory.is_host(t) for t in _tensors(args, kwargs)]
-    if flags and all(flags):
+    tensors = list(_tensors(args, kwargs))
+    flags = [_memory.is_host(t) for t in tensors]
+    if not any(flags):
+        return _NOT_HOST
+    if all(flags):
         res = func(*args, **kwargs)
         _mark_host(res)
         return res
-    return _NOT_HOST
+    # A device kernel given host tensors: CUDA accepts only 0-dim CPU tensors,
+    # read on the host at launch, so their value is frozen into the graph.
+    if any(t.dim() != 0 for t, h in zip(tensors, flags) if h):
+        raise RuntimeError(
+            "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu! "
+            f"(cgsim mock: {func} got host memory and device memory during capture)"
+        )
+    return _Rewrite(_freeze_scalars(args), {k: _freeze_scalars(v) for k, v in kwargs.items()})
+
+
+class _Rewrite:
+    __slots__ = ("args", "kwargs")
+
+    def __init__(self, args: Any, kwargs: dict) -> None:
+        self.args = args
+        self.kwargs = kwargs
+
+
+def _freeze_scalars(x: Any) -> Any:
+    if isinstance(x, Tensor):
+        return x.clone() if _memory.is_host(x) else x
+    if isinstance(x, (list, tuple)) and any(isinstance(i, Tensor) for i in x):
+        return type(x)(_freeze_scalars(i) for i in x)
+    return x
 
 
 class _CaptureMode(TorchDispatchMode):
