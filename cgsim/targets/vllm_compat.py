@@ -24,6 +24,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from cgsim.targets.base import TargetError
+
 __all__ = [
     "VllmEnvironmentError",
     "Release",
@@ -43,10 +45,11 @@ ALLOW_UNTESTED_ENV = "CGSIM_VLLM_ALLOW_UNTESTED"
 BREAKABLE_ENV = "VLLM_USE_BREAKABLE_CUDAGRAPH"
 
 
-class VllmEnvironmentError(RuntimeError):
+class VllmEnvironmentError(TargetError):
     """vLLM is missing, untested or cannot be driven in this process.
 
-    A broken environment, not a finding: the CLI maps it to exit code 2."""
+    A broken environment, not a finding: a TargetError, which the CLI maps to
+    exit code 2."""
 
     exit_code = 2
 

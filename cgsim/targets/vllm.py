@@ -1,0 +1,607 @@
+"""The real vLLM model-runner-V2 CUDA-graph manager as a cgsim target.
+
+What runs is vLLM's own code: ``ModelCudaGraphManager.__init__`` (candidate
+init), ``capture()`` (its create_forward_fn, attention preparation through
+``prepare_inputs_to_capture``, the capture loop in ``CudaGraphManager``),
+``dispatch()``, ``run_fullgraph()``, ``run_pw_graph()`` /
+``BreakableCUDAGraphWrapper`` and ``release_graphs()``.  Mode resolution is
+vLLM's ``CompilationConfig.resolve_cudagraph_mode_and_sizes``.  cgsim supplies
+only what a model runner would: the model, the model state (dummy inputs,
+attention metadata from cgsim's tracked builder), input buffers, block tables,
+KV-cache config, and the runner's runtime path (padding, metadata, forward
+context, the piecewise key).
+
+The fake model reads its attention metadata from vLLM's forward context, so
+the trace records exactly what vLLM passed.  Breakable piecewise graphs break at
+the toy model's attention stages through vLLM's own
+``@eager_break_during_capture``; compiled piecewise graphs (torch.compile's
+CUDAGraphWrapper per piece) are played by cgsim's PiecewiseRunner, keyed by the
+BatchDescriptor vLLM put into the forward context.
+
+Release differences and process patches: ``cgsim.targets.vllm_compat``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from dataclasses import fields
+from typing import Any, Callable, Iterator
+
+import torch
+
+from cgsim.config import ManagerConfig
+from cgsim.descriptors import Batch, BatchDescriptor
+from cgsim.modes import CUDAGraphMode, ModeResolutionError
+from cgsim.spec.rulesets import Ruleset
+from cgsim.targets.base import CandidateSnapshot, Execution, TargetError
+from cgsim.targets.vllm_compat import Release, require_release, vllm_process_patches
+from cgsim.trace import CreateForwardFn, Forward, PiecewiseCapture, PiecewiseLookup
+from cgsim.workload.context import ForwardContext
+from cgsim.workload.context import set_forward_context as cgsim_forward_context
+
+__all__ = ["VllmTarget", "VllmManagerHandle", "build_vllm_config", "to_vllm_mode", "from_vllm_desc", "to_vllm_desc"]
+
+F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
+ATTN_LAYER = "model.layers.0.self_attn.attn"
+MAX_MODEL_LEN = 4096
+
+
+# ---------------------------------------------------------------------------
+# Config and value translation
+# ---------------------------------------------------------------------------
+
+
+def to_vllm_mode(mode: CUDAGraphMode) -> Any:
+    from vllm.config.compilation import CUDAGraphMode as VMode  # noqa: PLC0415
+
+    return VMode[mode.value]
+
+
+def from_vllm_mode(mode: Any) -> CUDAGraphMode:
+    return CUDAGraphMode.parse(mode.name)
+
+
+def from_vllm_desc(d: Any) -> BatchDescriptor:
+    return BatchDescriptor(
+        cg_mode=from_vllm_mode(d.cg_mode),
+        num_tokens=d.num_tokens,
+        num_reqs=d.num_reqs,
+        uniform_token_count=d.uniform_token_count,
+        max_query_len=getattr(d, "max_query_len", None),
+        num_active_loras=d.num_active_loras,
+        num_ubatches=getattr(d, "num_ubatches", 1),
+    )
+
+
+def to_vllm_desc(d: BatchDescriptor, rel: Release) -> Any:
+    cu = importlib.import_module("vllm.v1.worker.gpu.cudagraph_utils")
+    kw = {f: getattr(d, f) for f in rel.desc_fields if f != "cg_mode"}
+    return cu.BatchExecutionDescriptor(cg_mode=to_vllm_mode(d.cg_mode), **kw)
+
+
+def build_vllm_config(config: ManagerConfig) -> Any:
+    """The smallest VllmConfig the managers accept, built offline.
+
+    VllmConfig() with no model builds (model_config stays None: nothing is
+    downloaded).  Its __post_init__ lets the CPU platform force cudagraph_mode
+    to NONE and empty the capture sizes, so the fields the managers read are
+    set on the finished object afterwards (plain attribute writes, no
+    re-validation): compilation_config.{cudagraph_mode, cudagraph_capture_sizes,
+    max_cudagraph_capture_size, mode, splitting_ops},
+    parallel_config.{enable_dbo, ubatch_size, dbo_decode_token_threshold} and
+    speculative_config (an unvalidated SpeculativeConfig, see _spec_config).
+    """
+    from vllm.config import SchedulerConfig, VllmConfig  # noqa: PLC0415
+    from vllm.config.compilation import CompilationMode  # noqa: PLC0415
+
+    max_size = int(config.max_capture_size or max(config.capture_sizes))
+    sched = SchedulerConfig(
+        max_model_len=MAX_MODEL_LEN,
+        is_encoder_decoder=False,
+        max_num_seqs=config.max_num_reqs,
+        max_num_batched_tokens=max(2048, max_size, config.max_num_reqs * config.decode_query_len),
+    )
+    vc = VllmConfig(scheduler_config=sched)
+    cc = vc.compilation_config
+    cc.mode = CompilationMode.VLLM_COMPILE
+    cc.cudagraph_mode = to_vllm_mode(config.mode)
+    cc.cudagraph_capture_sizes = sorted(config.capture_sizes)
+    cc.max_cudagraph_capture_size = max_size
+    # splitting_ops_contain_attention() <=> attention is split out of the graph.
+    cc.splitting_ops = list(cc._attention_ops) if config.attention_split else []
+    pc = vc.parallel_config
+    if config.num_ubatches > 1:
+        if config.num_ubatches == 2:
+            pc.enable_dbo = True
+        else:
+            pc.ubatch_size = config.num_ubatches
+        pc.dbo_decode_token_threshold = config.ubatch_threshold
+        pc.dbo_prefill_token_threshold = config.ubatch_threshold
+    if config.decode_query_len > 1:
+        vc.speculative_config = _spec_config(config)
+    return vc
+
+
+def _spec_config(config: ManagerConfig) -> Any:
+    """A SpeculativeConfig with only the fields the cudagraph code reads.
+
+    The real constructor resolves and downloads a draft model; object.__new__
+    skips that.  Read by the managers: num_speculative_tokens (through
+    VllmConfig.num_speculative_tokens), num_speculative_tokens_per_batch_size
+    and uses_dynamic_speculative_decoding() (a real method).
+    """
+    from vllm.config.speculative import SpeculativeConfig  # noqa: PLC0415
+
+    sc = object.__new__(SpeculativeConfig)
+    values = {
+        "method": "eagle",
+        "num_speculative_tokens": config.num_speculative_tokens,
+        "num_speculative_tokens_per_batch_size": (
+            [tuple(e) for e in config.spec_schedule] if config.spec_schedule is not None else None
+        ),
+    }
+    for k, v in values.items():
+        object.__setattr__(sc, k, v)
+    return sc
+
+
+def resolve_with_vllm(vc: Any, config: ManagerConfig) -> Any:
+    """vLLM's own mode resolution, as the model runner calls it."""
+    from vllm.v1.attention.backend import AttentionCGSupport  # noqa: PLC0415
+
+    cc = vc.compilation_config
+    mode = cc.cudagraph_mode
+    if config.varlen_decode and mode.has_full_cudagraphs():
+        # Adaptive verification picks the separate decode route first.
+        av = importlib.import_module("vllm.v1.worker.gpu.spec_decode.adaptive_verification")
+        cc.cudagraph_mode = av.resolve_adaptive_cudagraph_mode(mode, piecewise_capture_available=config.piecewise_available)
+    support = AttentionCGSupport[config.attention_support.name]
+    kwargs = dict(use_v2_model_runner=True, max_num_reqs=config.max_num_reqs)
+    try:
+        return cc.resolve_cudagraph_mode_and_sizes(
+            support, "cgsim-toy", config.decode_query_len,
+            piecewise_capture_available=config.piecewise_available, **kwargs,
+        )
+    except TypeError:
+        # Releases without piecewise_capture_available.
+        return cc.resolve_cudagraph_mode_and_sizes(support, "cgsim-toy", config.decode_query_len, **kwargs)
+    except ValueError as exc:
+        raise ModeResolutionError(f"vLLM: {exc}") from None
+
+
+# ---------------------------------------------------------------------------
+# What a model runner hands the manager
+# ---------------------------------------------------------------------------
+
+
+class _BlockTables:
+    """One KV-cache group, one block per request; enough for dummy inputs."""
+
+    cp_size = 1
+    cp_rank = 0
+    cp_interleave = 1
+
+    def __init__(self, max_reqs: int, max_tokens: int, device: torch.device):
+        self.block_table = torch.zeros(max_reqs, 1, dtype=torch.int32, device=device)
+        self.slot_mapping = torch.full((1, max_tokens), -1, dtype=torch.int64, device=device)
+
+    def get_dummy_block_tables(self, num_reqs: int) -> tuple[torch.Tensor, ...]:
+        return (self.block_table[:num_reqs],)
+
+    def get_dummy_slot_mappings(self, num_tokens: int) -> torch.Tensor:
+        return self.slot_mapping[:, :num_tokens]
+
+
+class _KVCacheConfig:
+    """No KV-cache groups: build_slot_mappings_by_layer returns {}; the toy
+    model's KV slots come with its metadata."""
+
+    kv_cache_groups: list = []
+    num_blocks = 1
+    has_mamba_layers = False
+
+
+class _ModelState:
+    """The model-state half of the runner that capture uses."""
+
+    def __init__(self, handle: "VllmManagerHandle"):
+        self.h = handle
+
+    def prepare_dummy_inputs(self, num_reqs: int, num_tokens: int) -> dict[str, Any]:
+        h = self.h
+        h.capture_layout = h.workload.prepare_dummy_inputs(num_reqs, num_tokens, h.capture_lora_case)
+        return {}
+
+    def prepare_attn(self, input_batch: Any, cg_mode: Any, input_block_tables: Any, slot_mappings: Any,
+                     attn_groups: Any, kv_cache_config: Any, for_capture: bool = False) -> dict[str, Any]:
+        h = self.h
+        layout = h.capture_layout
+        num_reqs = int(getattr(input_batch, "num_reqs_after_padding", input_batch.num_reqs))
+        num_tokens = int(getattr(input_batch, "num_tokens_after_padding", input_batch.num_tokens))
+        if layout is None or layout.batch.num_tokens != num_tokens:
+            layout = h.workload.prepare_dummy_inputs(num_reqs, num_tokens, h.capture_lora_case)
+        mql = getattr(input_batch, "max_query_len", None)
+        md = h.workload.prepare_attn(layout, num_reqs, num_tokens, mql, for_capture=bool(for_capture))
+        return {ATTN_LAYER: md}
+
+
+class _UBatchRunner:
+    """Stand-in for the DBO micro-batch runner: present so the manager builds
+    micro-batched twins; a capture runs the model once on the whole batch."""
+
+    def __init__(self, handle: "VllmManagerHandle"):
+        self.h = handle
+        self.capture_stream = None
+
+    def abort_pending_run(self) -> None:
+        pass
+
+    def prepare(self, input_batch: Any, block_tables: Any, slot_mappings: Any, cg_mode: Any = None,
+                for_capture: bool = False) -> Any:
+        return input_batch
+
+    def begin_capturable_run(self, model: Any, model_inputs: dict, state: Any, for_capture: bool = False) -> Callable:
+        h = self.h
+        num_reqs, num_tokens = int(state.num_reqs), int(state.num_tokens)
+        layout = h.workload.prepare_dummy_inputs(num_reqs, num_tokens, h.capture_lora_case)
+        md = h.workload.prepare_attn(layout, num_reqs, num_tokens, getattr(state, "max_query_len", None),
+                                     for_capture=True)
+        fc = importlib.import_module("vllm.forward_context")
+
+        def finish() -> Any:
+            with fc.set_forward_context({ATTN_LAYER: md}, h.vllm_config, num_tokens=num_tokens):
+                return model(**model_inputs)
+
+        return finish
+
+
+class _ToyModule(torch.nn.Module):
+    """The model vLLM captures: cgsim's toy model behind vLLM's forward context."""
+
+    def __init__(self, handle: "VllmManagerHandle"):
+        super().__init__()
+        self._h = handle
+        # For non-breakable PIECEWISE vLLM demands a compiled submodule
+        # (has_compiled_submodule); cgsim's PiecewiseRunner plays that role.
+        if handle.config.compiled_piecewise:
+            self.compiled = _compiled_marker()
+
+    def forward(self, input_ids: Any = None, positions: Any = None, intermediate_tensors: Any = None,
+                inputs_embeds: Any = None, **kwargs: Any) -> torch.Tensor:
+        return self._h.model_forward()
+
+
+def _compiled_marker() -> torch.nn.Module:
+    """An nn.Module that is a TorchCompileWithNoGuardsWrapper with compilation
+    on, without compiling anything (has_compiled_submodule only looks)."""
+    wrapper_mod = importlib.import_module("vllm.compilation.wrapper")
+    base = wrapper_mod.TorchCompileWithNoGuardsWrapper
+
+    class CompiledPiecewiseMarker(torch.nn.Module, base):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            torch.nn.Module.__init__(self)
+            self.do_not_compile = False
+
+        def forward(self, *args: Any, **kwargs: Any) -> None:  # never called
+            raise RuntimeError("marker module")
+
+    return CompiledPiecewiseMarker()
+
+
+# ---------------------------------------------------------------------------
+# The handle the runner drives
+# ---------------------------------------------------------------------------
+
+
+class VllmManagerHandle:
+    """ManagerUnderTest over vLLM's ModelCudaGraphManager."""
+
+    def __init__(self, config: ManagerConfig, ruleset: Ruleset, backend: Any, workload: Any, release: Release):
+        self.config = config
+        self.ruleset = ruleset
+        self.backend = backend
+        self.workload = workload
+        self.release_info = release
+        self.device = backend.device
+        self.capture_layout = None
+        self.capture_lora_case = 0
+        self.has_lora = any(c > 0 for c in config.lora_cases)
+        self.graph_metadata: dict[BatchDescriptor, int | None] = {}
+        self.graph_step: dict[BatchDescriptor, int] = {}
+        self.breakable_metadata: dict[tuple, int | None] = {}
+        self.breakable_step: dict[tuple, int] = {}
+        self.draft_managers: dict[str, Any] = {}
+        with self._patched():
+            self._build()
+
+    # -- patches ---------------------------------------------------------------
+    @contextlib.contextmanager
+    def _patched(self) -> Iterator[None]:
+        with vllm_process_patches(self.backend, breakable=self.config.breakable):
+            yield
+
+    # -- building ----------------------------------------------------------------
+    def _build(self) -> None:
+        cu = importlib.import_module("vllm.v1.worker.gpu.cudagraph_utils")
+        cfg = self.config
+        self.vllm_config = vc = build_vllm_config(cfg)
+        vmode = resolve_with_vllm(vc, cfg)
+        self.resolved_mode = from_vllm_mode(vmode)
+        kwargs: dict[str, Any] = {"lora_capture_cases": list(cfg.lora_cases)}
+        if "varlen_decode" in self.release_info.ctor_kwargs:
+            kwargs["varlen_decode"] = cfg.varlen_decode
+        if "ubatch_runner" in self.release_info.ctor_kwargs and cfg.num_ubatches > 1:
+            kwargs["ubatch_runner"] = _UBatchRunner(self)
+        manager_cls = _tapped_class(cu.ModelCudaGraphManager, self)
+        self.manager = manager_cls(vc, self.device, vmode, cfg.decode_query_len, **kwargs)
+        self.uses_breakable = bool(getattr(self.manager, "use_breakable_cg", False))
+        self.has_piecewise_runner = self.resolved_mode.has_piecewise() and (self.uses_breakable or cfg.compiled_piecewise)
+        self.model = _ToyModule(self)
+        self.workload.graph_pool = self.manager.pool
+        if cfg.decode_query_len > 1:
+            self._build_draft_managers(vmode)
+
+    def _build_draft_managers(self, vmode: Any) -> None:
+        """What TargetDependentARSpeculator.init_cudagraph_manager builds (Eagle
+        and MTP drafters): a prefill manager with the target's mode and
+        decode_query_len = num_speculative_tokens + 1, and a decode manager for
+        draft positions > 0 (FULL_DECODE_ONLY or NONE, decode_query_len 1)."""
+        from vllm.config.compilation import CUDAGraphMode as VMode  # noqa: PLC0415
+
+        mod = importlib.import_module(self.release_info.draft_manager_module)
+        cls = mod.SpeculatorCudaGraphManager
+        k = self.config.num_speculative_tokens
+        try:
+            self.draft_managers["prefill"] = cls(self.vllm_config, self.device, vmode, k + 1)
+        except Exception as exc:
+            raise RuntimeError(f"draft prefill manager (decode_query_len={k + 1}): {type(exc).__name__}: {exc}") from exc
+        dmode = VMode.FULL_DECODE_ONLY if vmode.decode_mode() == VMode.FULL else VMode.NONE
+        try:
+            self.draft_managers["decode"] = cls(self.vllm_config, self.device, dmode, decode_query_len=1)
+        except Exception as exc:
+            raise RuntimeError(f"draft decode manager ({dmode.name}, decode_query_len=1): {type(exc).__name__}: {exc}") from exc
+
+    # -- the model, as vLLM calls it ---------------------------------------------
+    def cgsim_context(self) -> ForwardContext:
+        """Translate vLLM's forward context into the workload's."""
+        fc = importlib.import_module("vllm.forward_context")
+        ctx = fc.get_forward_context()
+        md = ctx.attn_metadata
+        if isinstance(md, dict):
+            md = md.get(ATTN_LAYER)
+        elif isinstance(md, list):  # micro-batched: one dict per ubatch
+            md = md[0].get(ATTN_LAYER) if md else None
+        mode = from_vllm_mode(ctx.cudagraph_runtime_mode)
+        bd = ctx.batch_descriptor
+        key = None
+        if bd is not None and mode != N:
+            key = (bd.num_tokens, bool(getattr(bd, "has_lora", False)), int(getattr(bd, "num_active_loras", 0)))
+        num_tokens = bd.num_tokens if bd is not None else (md.num_tokens if md is not None else 0)
+        lora = key[2] if key is not None else self.capture_lora_case
+        return ForwardContext(md, num_tokens, mode, key, lora)
+
+    def model_forward(self) -> torch.Tensor:
+        w = self.workload
+        ctx = self.cgsim_context()
+        if ctx.num_tokens == 0 and w.current_desc is not None:
+            ctx = ForwardContext(ctx.attn_metadata, w.current_desc.num_tokens, ctx.cg_mode, ctx.key, ctx.lora_case)
+        if ctx.cg_mode == P and self.uses_breakable:
+            return self._breakable_forward(ctx)
+        in_graph = bool(self.backend.cuda.is_current_stream_capturing())
+        if in_graph and ctx.cg_mode == N and w.current_desc is not None and w.phase == "capture":
+            md = ctx.attn_metadata
+            self.graph_metadata[w.current_desc] = md.id if md is not None else None
+            self.graph_step[w.current_desc] = w.step
+        with cgsim_forward_context(ctx.attn_metadata, ctx.num_tokens, ctx.cg_mode, ctx.key, ctx.lora_case):
+            return w.model_forward()
+
+    def _breakable_forward(self, ctx: ForwardContext) -> torch.Tensor:
+        """Runs under vLLM's BreakableCUDAGraphWrapper (capture only: a replay
+        never calls the model).  Break stages go through vLLM's
+        @eager_break_during_capture, so they run eagerly at replay and read the
+        forward context current then, like vLLM's attention ops."""
+        w = self.workload
+        bcg = importlib.import_module("vllm.compilation.breakable_cudagraph")
+        md = ctx.attn_metadata
+        capturing = bcg.BreakableCUDAGraphCapture.current() is not None
+        w.trace.add(Forward(desc=w.current_desc, mode=P, metadata=md.id if md is not None else None,
+                            in_graph=capturing, num_tokens=ctx.num_tokens, phase=w.phase, step=w.step, key=ctx.key))
+        if capturing and ctx.key is not None:
+            w.trace.add(PiecewiseCapture(key=ctx.key, metadata=md.id if md is not None else None, step=w.step))
+            self.breakable_metadata[ctx.key] = md.id if md is not None else None
+            self.breakable_step[ctx.key] = w.step
+        x = torch.empty(0, device=self.device)
+        for stage in w.model.stages:
+            if stage.breaks:
+                out = torch.empty(ctx.num_tokens, _hidden(), device=self.device)
+                self._break_op(stage)(x, out)
+                x = out
+            else:
+                x = stage.fn(x, ctx)
+        return x
+
+    def _break_op(self, stage: Any) -> Callable:
+        cache = self.__dict__.setdefault("_break_ops", {})
+        if stage.name in cache:
+            return cache[stage.name]
+        bcg = importlib.import_module("vllm.compilation.breakable_cudagraph")
+
+        def op(x: torch.Tensor, out: torch.Tensor) -> None:
+            ctx = self.cgsim_context()
+            out.copy_(stage.fn(x, ctx))
+
+        op.__name__ = f"cgsim_{stage.name}"
+        wrapped = bcg.eager_break_during_capture(op)
+        cache[stage.name] = wrapped
+        return wrapped
+
+    # -- ManagerUnderTest ----------------------------------------------------------
+    def capture(self) -> None:
+        cu = importlib.import_module("vllm.v1.worker.gpu.cudagraph_utils")
+        gcu = importlib.import_module("vllm.utils.gc_utils")
+        input_buffers = importlib.import_module("vllm.v1.worker.gpu.input_batch").InputBuffers(
+            self.config.max_num_reqs, self.workload.max_tokens, self.device)
+        self._input_buffers = input_buffers
+        block_tables = _BlockTables(self.config.max_num_reqs, self.workload.max_tokens, self.device)
+        with self._patched(), gcu.freeze_gc_for_cudagraph_capture():
+            self.manager.capture(
+                self.model, _ModelState(self), input_buffers, None, block_tables, [[]], _KVCacheConfig(),
+                has_lora=self.has_lora, lora_capture_hook=self._lora_hook,
+            )
+        del cu
+        self.workload.current_desc = None
+
+    def _lora_hook(self, num_active_loras: int, num_reqs: int, num_tokens: int) -> None:
+        self.capture_lora_case = num_active_loras
+
+    def dispatch(self, batch: Batch) -> BatchDescriptor:
+        """Arguments as the runner passes them: max_query_len None for a batch
+        with a prefill (a request longer than the decode query length), the
+        uniform count only for decode batches."""
+        has_prefill = batch.max_query_len > self.config.decode_query_len
+        max_q = None if has_prefill else batch.max_query_len
+        uniform = None if has_prefill else batch.uniform_token_count
+        kwargs: dict[str, Any] = {}
+        if "max_query_len" in self.release_info.dispatch_kwargs:
+            kwargs["max_query_len"] = max_q
+        if "num_ubatches" in self.release_info.dispatch_kwargs:
+            kwargs["num_ubatches"] = batch.num_ubatches
+        with self._patched():
+            d = self.manager.dispatch(batch.num_reqs, batch.num_tokens, uniform, batch.num_active_loras, **kwargs)
+        return from_vllm_desc(d)
+
+    def execute(self, batch: Batch, desc: BatchDescriptor) -> Execution:
+        """The runner's execute path after dispatch (model_runner.execute_model):
+        pad, prepare metadata, then run_fullgraph / run_pw_graph / the model."""
+        w = self.workload
+        num_tokens = desc.num_tokens if desc.cg_mode != N else batch.num_tokens
+        num_reqs = desc.num_reqs or batch.num_reqs  # prepare_inputs: batch_desc.num_reqs or num_reqs
+        layout = w.load_batch(batch, num_tokens)
+        md = w.prepare_attn(layout, num_reqs, num_tokens, None, for_capture=False)
+        fc = importlib.import_module("vllm.forward_context")
+        with self._patched(), w.serving(desc), torch.inference_mode():
+            if desc.cg_mode == F:
+                out = self.manager.run_fullgraph(to_vllm_desc(desc, self.release_info))
+                if isinstance(out, tuple):
+                    out = out[0]
+                return Execution(out[: batch.num_tokens].clone(), "full", self.graph_metadata.get(desc), md.id,
+                                 self.graph_step.get(desc))
+            key = (num_tokens, self.has_lora, desc.num_active_loras)
+            vbd = fc.BatchDescriptor(num_tokens=num_tokens, has_lora=self.has_lora, num_active_loras=desc.num_active_loras)
+            if desc.cg_mode == P and self.uses_breakable:
+                runner = self.manager.breakable_cg_runner
+                hit = runner is not None and vbd in runner.entries and runner.entries[vbd].capture is not None
+                w.trace.add(PiecewiseLookup(key=key, hit=hit, step=w.step))
+            with fc.set_forward_context({ATTN_LAYER: md}, self.vllm_config, num_tokens=num_tokens,
+                                        cudagraph_runtime_mode=to_vllm_mode(desc.cg_mode), batch_descriptor=vbd):
+                inputs = {"input_ids": None, "positions": None, "intermediate_tensors": None}
+                if desc.cg_mode == P:
+                    out = self.manager.run_pw_graph(self.model, inputs)
+                else:
+                    out = self.model(**inputs)
+            out = out[: batch.num_tokens].clone()
+            if desc.cg_mode == P:
+                if self.uses_breakable:
+                    return Execution(out, "piecewise", self.breakable_metadata.get(key), md.id, self.breakable_step.get(key))
+                return Execution(out, "piecewise", None, md.id, w.piecewise_from_step.get(key))
+            return Execution(out, "eager", None, md.id, None)
+
+    def release(self) -> None:
+        if not self.release_info.has_release_graphs:
+            raise TargetError(f"vLLM {self.release_info.version} has no CudaGraphManager.release_graphs()")
+        with self._patched():
+            self.manager.release_graphs()
+        # What the caller (elastic EP's _release_cuda_graphs) does next for
+        # compiled piecewise graphs: reset the compiled model's wrappers.
+        self.workload.piecewise.clear()
+        self.graph_metadata.clear()
+        self.graph_step.clear()
+        self.breakable_metadata.clear()
+        self.breakable_step.clear()
+
+    def captured_flag(self) -> bool:
+        return bool(self.manager._graphs_captured)
+
+    def stored_graphs(self) -> tuple[BatchDescriptor, ...]:
+        return tuple(from_vllm_desc(d) for d in self.manager.graphs)
+
+    @staticmethod
+    def _snapshot(capture_descs: dict, candidates: dict) -> CandidateSnapshot:
+        by_mode = {from_vllm_mode(m): [from_vllm_desc(d) for d in ds] for m, ds in capture_descs.items()}
+        descs = tuple(d for mode in (P, F) for d in by_mode.get(mode, []))
+        cands = tuple(sorted((k, tuple(from_vllm_desc(d) for d in v)) for k, v in candidates.items()))
+        return CandidateSnapshot(descs, cands)
+
+    def candidates(self) -> CandidateSnapshot:
+        return self._snapshot(self.manager._capture_descs, self.manager._candidates)
+
+    def recomputed_candidates(self) -> CandidateSnapshot:
+        """vLLM's _init_candidates run again on the finished manager (its
+        outputs swapped out and back, so the manager is left as it was)."""
+        m = self.manager
+        saved = (m._capture_descs, m._candidates)
+        m._capture_descs, m._candidates = {}, {}
+        try:
+            with self._patched():
+                m._init_candidates()
+            return self._snapshot(m._capture_descs, m._candidates)
+        finally:
+            m._capture_descs, m._candidates = saved
+
+
+def _hidden() -> int:
+    from cgsim.workload.model import HIDDEN  # noqa: PLC0415
+
+    return HIDDEN
+
+
+def _tapped_class(model_manager_cls: type, handle: VllmManagerHandle) -> type:
+    """ModelCudaGraphManager with a tap between it and the base capture loop.
+
+    MRO: Tapped -> ModelCudaGraphManager -> _Tap -> CudaGraphManager, so
+    ModelCudaGraphManager.capture's ``super().capture(create_forward_fn)``
+    reaches _Tap.capture, which records every create_forward_fn call and
+    passes it on unchanged.  No vLLM method is replaced."""
+    base = model_manager_cls.__mro__[1]
+
+    class _Tap(base):  # type: ignore[misc, valid-type]
+        def capture(self, create_forward_fn: Callable, *args: Any, **kwargs: Any) -> None:
+            w = handle.workload
+
+            def tapped(desc: Any, warmup: bool) -> Callable:
+                cdesc = from_vllm_desc(desc)
+                w.trace.add(CreateForwardFn(desc=cdesc, warmup=warmup))
+                w.current_desc = cdesc
+                return create_forward_fn(desc, warmup=warmup)
+
+            return base.capture(self, tapped, *args, **kwargs)
+
+    return type("Tapped" + model_manager_cls.__name__, (model_manager_cls, _Tap), {})
+
+
+class VllmTarget:
+    """--target vllm: the installed vLLM's CUDA-graph manager."""
+
+    name = "vllm"
+
+    def __init__(self) -> None:
+        self._release: Release | None = None
+
+    @property
+    def release(self) -> Release:
+        if self._release is None:
+            self._release = require_release()  # VllmEnvironmentError is a TargetError
+        return self._release
+
+    @property
+    def ruleset(self) -> str:
+        """The ruleset this release's design follows (SPEC §3)."""
+        return self.release.ruleset
+
+    def build(self, config: ManagerConfig, ruleset: Ruleset, backend: Any, workload: Any) -> VllmManagerHandle:
+        return VllmManagerHandle(config, ruleset, backend, workload, self.release)
+
+
+def _desc_field_names() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(BatchDescriptor))
