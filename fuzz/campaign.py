@@ -84,21 +84,20 @@ def ensure_profiles() -> None:
             settings.register_profile(name, max_examples=n, deadline=None)
 
 
-_BUDGET_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)?")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_BUDGET_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def parse_budget(text: str) -> float:
-    """'60s', '5m', '1h30m', '90' (seconds), '1.5s' -> seconds."""
+    """'60s', '5m', '1h30m', '250ms', '90' (plain seconds) -> seconds."""
     raw = str(text).strip().lower()
-    pos, total, parts = 0, 0.0, 0
-    while pos < len(raw):
-        m = _BUDGET_RE.match(raw, pos)
-        if not m or (m.group(2) is None and m.end() != len(raw)):
-            raise UsageError(f"--budget {text!r} is not a duration; write e.g. 60s, 5m, 1h30m or 90 (seconds)")
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        pos, parts = m.end(), parts + 1
-    if parts == 0 or total <= 0:
+    if re.fullmatch(r"\d+(?:\.\d+)?", raw):
+        total = float(raw)
+    elif raw and re.fullmatch(r"(?:\d+(?:\.\d+)?(?:ms|h|m|s))+", raw):
+        total = sum(float(n) * _UNITS[u] for n, u in _BUDGET_PART.findall(raw))
+    else:
+        raise UsageError(f"--budget {text!r} is not a duration; write e.g. 60s, 5m, 1h30m or 90 (seconds)")
+    if total <= 0:
         raise UsageError(f"--budget {text!r} is not a positive duration; write e.g. 60s, 5m or 1h")
     return total
 
@@ -335,7 +334,7 @@ class Campaign:
                 continue
             if p.exitcode is None:
                 started = self.heartbeat[slot.index]
-                limit = (self.o.timeout_s or 0) + max(5.0, (self.o.timeout_s or 0))
+                limit = (self.o.timeout_s or 0) * 1.5 + 2.0  # past the in-process backstop timer too
                 if self.o.timeout_s and started and now - started > limit and not slot.killed_by_watchdog:
                     # The in-process timer did not fire (a hang in C code, a
                     # blocked syscall): kill the worker, keep its scenario.
@@ -372,7 +371,9 @@ class Campaign:
                 self.notes.append(f"worker {slot.index} was killed with SIGKILL from outside (OOM killer or a user); at most the scenario it was running is lost")
                 slot.end = "killed (SIGKILL)"
             else:
-                self._death_finding(slot, scenario, "TARGET-CRASH", "crash", f"worker {slot.index} died with {signame} while running this scenario")
+                stack = _fault_frames(_read(os.path.join(self.run_dir, ".work", f"worker-{slot.index}.fault")))
+                where = f"; innermost frames: {stack}" if stack else ""
+                self._death_finding(slot, scenario, "TARGET-CRASH", "crash", f"worker {slot.index} died with {signame} while running this scenario{where}")
                 slot.end = f"died ({signame})"
             restart = True
         else:
@@ -696,6 +697,12 @@ def _read(path: str) -> str:
             return fh.read()
     except OSError:
         return ""
+
+
+def _fault_frames(text: str, n: int = 3) -> str:
+    """The innermost frames of a faulthandler dump, as 'file:line in fn'."""
+    frames = [line.strip()[len("File "):] for line in text.splitlines() if line.strip().startswith("File ")]
+    return " <- ".join(f.replace('"', "") for f in frames[:n])
 
 
 def _signame(num: int) -> str:

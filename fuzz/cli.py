@@ -87,6 +87,10 @@ _CFG_HELP = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import warnings
+
+    # torch built without NumPy warns at import; it says nothing about cgsim.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -226,6 +230,15 @@ def _cmd_list(args: argparse.Namespace, argv: list[str]) -> int:
 def _cmd_explain(args: argparse.Namespace, argv: list[str]) -> int:
     from fuzz.explain import explain_config, explain_text, write_plot
 
+    if args.plot:  # refuse before printing anything
+        lower = args.plot.lower()
+        if not lower.endswith((".svg", ".png")):
+            raise _Exit(2, f"--plot {args.plot!r}: use a .svg (no dependency) or .png (needs matplotlib) file name")
+        if lower.endswith(".png"):
+            try:
+                import matplotlib  # noqa: F401
+            except ImportError:
+                raise _Exit(2, "a PNG plot needs matplotlib (pip install matplotlib); or give --plot a .svg file name, which needs nothing") from None
     config = _config_from_args(args)
     ruleset = args.ruleset or "pr48822"
     from cgsim.spec import get_ruleset

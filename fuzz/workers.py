@@ -383,6 +383,16 @@ def worker_main(spec: WorkerSpec, queue: Any, stop_event: Any, heartbeat: Any) -
             torch.set_num_threads(1)  # one core per worker; workers scale, threads fight
         except Exception:
             pass
+    try:
+        # A segfault in the target: its Python stack lands in the worker's
+        # fault file, which the parent quotes in the TARGET-CRASH finding.
+        import faulthandler
+
+        os.makedirs(os.path.join(spec.run_dir, ".work"), exist_ok=True)
+        fault = open(os.path.join(spec.run_dir, ".work", f"worker-{spec.index}.fault"), "w")
+        faulthandler.enable(file=fault)
+    except (OSError, RuntimeError):
+        pass
     code = EXIT_ERROR
     try:
         code = Worker(spec, queue, stop_event, heartbeat).run()

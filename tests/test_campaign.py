@@ -186,8 +186,9 @@ def test_no_findings_exits_zero(tmp_path):
 
 
 def test_same_seed_same_findings(tmp_path):
-    a = run(tmp_path / "a", bug="two", max_examples=120, seed=7)
-    b = run(tmp_path / "b", bug="two", max_examples=120, seed=7)
+    # --max-examples bounds the run, not the clock: exactly repeatable
+    a = run(tmp_path / "a", bug="two", max_examples=120, seed=7, budget_s=60.0)
+    b = run(tmp_path / "b", bug="two", max_examples=120, seed=7, budget_s=60.0)
     ids = lambda r: sorted(f["id"] for f in r.summary["findings"])  # noqa: E731
     assert ids(a) == ids(b) and ids(a)
     assert a.summary["scenarios"] == b.summary["scenarios"]
@@ -216,7 +217,7 @@ def test_hanging_target_is_a_finding_with_a_timeout(tmp_path):
 
 
 def test_hard_hang_is_killed_by_the_watchdog_and_the_worker_restarts(tmp_path):
-    result = run(tmp_path, bug="hard-hang", budget_s=6.0, timeout_s=0.3)
+    result = run(tmp_path, bug="hard-hang", budget_s=4.0, timeout_s=0.3)
     hangs = [f for f in result.summary["findings"] if f["property"] == "TARGET-HANG"]
     assert hangs, result.summary
     assert hangs[0]["scenario"]["steps"]  # the scenario it hung on was kept
@@ -353,8 +354,12 @@ def test_real_pipeline_finds_a_mutant(tmp_path):
 
     from fuzz.campaign import CampaignOptions, run_campaign
 
-    name = sorted(MUTANTS)[0]
+    assert "missing-warmup" in MUTANTS
     result = run_campaign(
-        CampaignOptions(target=f"mutant:{name}", budget_s=8.0, report_dir=str(tmp_path / "r"), quiet=True, seed=0)
+        CampaignOptions(target="mutant:missing-warmup", budget_s=60.0, max_examples=10, report_dir=str(tmp_path / "r"), quiet=True, seed=0)
     )
     assert result.exit_code == 1, result.summary
+    f = next(f for f in result.summary["findings"] if f["property"] == "WARMUP-FIRST")
+    from cgsim.report.replay import reproduce
+
+    assert reproduce(load_finding(f["path"])).reproduced

@@ -106,7 +106,7 @@ class Pipeline:
 
     def mutants(self) -> dict[str, str]:
         mutants = self._mod("cgsim.targets.mutants").MUTANTS
-        return {name: (cls.__doc__ or "").strip().splitlines()[0] if (cls.__doc__ or "").strip() else "" for name, cls in mutants.items()}
+        return {name: _first_sentence(cls.__doc__ or "") for name, cls in mutants.items()}
 
     def properties(self) -> dict[str, str]:
         props = self._mod("cgsim.properties").PROPERTIES
@@ -130,6 +130,12 @@ class Pipeline:
             return self.properties().get(prop, "")
         except Exception:
             return ""
+
+
+def _first_sentence(doc: str) -> str:
+    para = " ".join(doc.strip().split("\n\n")[0].split())
+    end = para.find(". ")
+    return para if end < 0 else para[: end + 1]
 
 
 @contextlib.contextmanager

@@ -1,0 +1,214 @@
+"""Report files: atomic writes, finding JSON, JUnit XML, index.md, repro scripts."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import runpy
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from cgsim.config import ManagerConfig
+from cgsim.report import (
+    FindingError,
+    atomic_write_text,
+    finding_id,
+    load_finding,
+    new_finding,
+    render_junit,
+    render_markdown,
+    render_repro,
+    scan_findings,
+    write_finding,
+    write_repro,
+)
+from cgsim.report.repro import TEMPLATE_PATH
+from cgsim.scenario import Scenario, Step
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def scenario(**cfg) -> Scenario:
+    return Scenario(ManagerConfig(**cfg), (Step.capture(),))
+
+
+def finding(prop="CAPTURE-ORDER", target="mutant:full-before-piecewise", message="FULL captured before PIECEWISE", **kw):
+    return new_finding(
+        prop=prop, message=message, kind="violation", target=target, backend="mock",
+        scenario_json=kw.pop("scenario_json", scenario().to_json()), status=kw.pop("status", "shrunk"),
+        scenario_short="Scenario(...)", run_id="run", worker=0, **kw,
+    )
+
+
+# -- atomic writes ---------------------------------------------------------------
+def test_atomic_write_replaces_and_leaves_no_temp_files(tmp_path):
+    p = tmp_path / "f.txt"
+    atomic_write_text(str(p), "one")
+    atomic_write_text(str(p), "two")
+    assert p.read_text() == "two"
+    assert os.listdir(tmp_path) == ["f.txt"]
+
+
+def test_failed_atomic_write_keeps_the_old_file(tmp_path):
+    p = tmp_path / "f.txt"
+    atomic_write_text(str(p), "old")
+    with pytest.raises(TypeError):
+        atomic_write_text(str(p), 12345)  # type: ignore[arg-type]
+    assert p.read_text() == "old"
+    assert os.listdir(tmp_path) == ["f.txt"]
+
+
+# -- findings ---------------------------------------------------------------------------
+def test_finding_id_is_stable_and_distinguishes_inputs():
+    s = scenario().to_json()
+    a = finding_id("reference", "CAPTURE-ORDER", s)
+    assert a == finding_id("reference", "CAPTURE-ORDER", json.loads(json.dumps(s)))
+    assert a.startswith("capture-order-")
+    assert a != finding_id("mutant:x", "CAPTURE-ORDER", s)
+    assert a != finding_id("reference", "CAPTURE-ONCE", s)
+    assert a != finding_id("reference", "CAPTURE-ORDER", scenario(capture_sizes=(1, 2)).to_json())
+
+
+def test_finding_round_trip(tmp_path):
+    f = finding()
+    path = write_finding(str(tmp_path), f)
+    assert load_finding(path) == f
+    assert scan_findings(str(tmp_path)) == [f]
+    assert Scenario.from_json(f["scenario"]) == scenario()
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (None, "cannot read"),
+        ("{not json", "not valid JSON"),
+        ('{"hello": 1}', "not a cgsim finding"),
+        ('{"schema": "cgsim.finding", "schema_version": 99}', "schema_version"),
+        ('{"schema": "cgsim.finding", "schema_version": 1, "id": "x"}', "lacks the field"),
+    ],
+)
+def test_bad_finding_files_raise_one_clear_error(tmp_path, content, words):
+    p = tmp_path / "f.json"
+    if content is not None:
+        p.write_text(content)
+    with pytest.raises(FindingError, match=words):
+        load_finding(str(p))
+
+
+# -- repro scripts ----------------------------------------------------------------------------
+def _statements(tree: ast.Module) -> list[str]:
+    return [type(n).__name__ for n in tree.body]
+
+
+def test_repro_carries_the_finding_as_data_only():
+    nasty = 'x"""\nimport os; os.system("echo pwned")  # \\" \u00e9 \U0001f600'
+    f = finding(message=nasty)
+    text = render_repro(f)
+    template = open(TEMPLATE_PATH).read()
+    # the script is the template with exactly one line changed: the JSON literal
+    changed = [(a, b) for a, b in zip(template.splitlines(), text.splitlines()) if a != b]
+    assert len(template.splitlines()) == len(text.splitlines()) and len(changed) == 1
+    assert changed[0][1].startswith("FINDING_JSON = \"")
+    tree, ttree = ast.parse(text), ast.parse(template)
+    assert _statements(tree) == _statements(ttree)
+    literal = next(n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "FINDING_JSON").value
+    assert isinstance(literal, ast.Constant) and json.loads(literal.value) == f
+
+
+def test_repro_script_reproduces_and_reports_fixed(tmp_path, capsys):
+    bad = finding()
+    path = write_repro(str(tmp_path), bad)
+    assert os.access(path, os.X_OK)
+    main = runpy.run_path(path, run_name="repro")["main"]
+    assert main([]) == 1
+    out = capsys.readouterr().out
+    assert "REPRODUCED CAPTURE-ORDER" in out
+    fixed = finding(target="reference")
+    main = runpy.run_path(write_repro(str(tmp_path), fixed), run_name="repro")["main"]
+    assert main(["--backend", "mock"]) == 0
+    assert "not reproduced" in capsys.readouterr().out
+    assert main(["--show-scenario"]) == 0
+    assert json.loads(capsys.readouterr().out) == fixed["scenario"]
+
+
+def test_repro_script_without_gpu_is_an_environment_error(tmp_path, capsys):
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is present")
+    except ImportError:
+        pass
+    main = runpy.run_path(write_repro(str(tmp_path), finding()), run_name="repro")["main"]
+    assert main(["--backend", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and len(err.strip().splitlines()) == 1
+
+
+def test_repro_script_runs_standalone(tmp_path):
+    path = write_repro(str(tmp_path), finding())
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, path], capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "REPRODUCED CAPTURE-ORDER" in proc.stdout
+    assert "hypothesis" not in proc.stdout.lower()
+
+
+# -- summary renderings -----------------------------------------------------------------------------
+def summary_with(findings):
+    for f in findings:
+        f.update(path=f"r/findings/{f['id']}.json", repro_path=f"r/findings/repro_{f['id']}.py",
+                 replay_command=f"python -m fuzz replay r/findings/{f['id']}.json", duplicates=[])
+    return {
+        "run_id": "run-1",
+        "complete": True,
+        "interrupted": None,
+        "started_at": "2026-01-01T00:00:00",
+        "elapsed_s": 1.5,
+        "scenarios": 10,
+        "settings": {"target": "mutant:x", "backend": "mock", "ruleset": "any", "seed": 0, "budget_s": 1, "workers": 1, "profile": "dev"},
+        "properties": {
+            "CAPTURE-ORDER": {"statement": "PIECEWISE first", "checks": 10, "failures": 3},
+            "CAPTURE-ONCE": {"statement": "once", "checks": 10, "failures": 0},
+            "DECODE-LENGTHS": {"statement": "lens", "checks": 0, "failures": 0},
+        },
+        "coverage": {"modes": {"FULL": 4, "PIECEWISE": 6}, "batch_kinds": {"mixed": 3}},
+        "findings": findings,
+        "workers": [{"worker": 0, "scenarios": 10, "restarts": 0, "end": "done"}],
+        "notes": [],
+    }
+
+
+def test_junit_has_one_testcase_per_property_and_findings_as_failures():
+    f = finding()
+    root = ET.fromstring(render_junit(summary_with([f])))
+    cases = {c.get("name"): c for c in root.iter("testcase")}
+    assert set(cases) == {"CAPTURE-ORDER", "CAPTURE-ONCE", "DECODE-LENGTHS"}
+    assert root.get("tests") == "3" and root.get("failures") == "1" and root.get("skipped") == "1"
+    failure = cases["CAPTURE-ORDER"].find("failure")
+    assert failure is not None and "FULL captured before PIECEWISE" in failure.get("message")
+    props = {p.get("name"): p.get("value") for p in cases["CAPTURE-ORDER"].iter("property")}
+    assert props["repro"] == f["repro_path"] and props["finding"] == f["id"]
+    assert cases["CAPTURE-ONCE"].find("failure") is None
+    assert cases["DECODE-LENGTHS"].find("skipped") is not None
+
+
+def test_index_md_shows_settings_coverage_and_replay():
+    f = finding()
+    md = render_markdown(summary_with([f]))
+    assert "1 finding(s)" in md and f["id"] in md
+    assert f["replay_command"] in md and f"python {f['repro_path']}" in md
+    assert '"capture_sizes"' in md  # the shrunk Scenario as JSON
+    assert "## Coverage" in md and "PIECEWISE ×6" in md
+    assert "| `mutant:x` |" in md
+
+
+def test_index_md_for_a_clean_partial_run():
+    s = summary_with([])
+    s.update(complete=False, interrupted="SIGINT")
+    md = render_markdown(s)
+    assert "no findings" in md and "PARTIAL (SIGINT)" in md
