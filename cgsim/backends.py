@@ -84,14 +84,14 @@ def _cuda() -> GraphBackend:
             "backend 'cuda' was requested while the cgsim CPU mock is installed into "
             "torch.cuda (inside cuda_mock.patched_torch_cuda()), so torch.cuda is not the "
             "real device. Ask for the cuda backend outside the mock's activate() block, "
-            "or use --backend mock."
+            "or use the mock backend (--backend mock / --cgsim-backend=mock)."
         )
     if not torch.cuda.is_available():
         raise BackendUnavailable(
             "backend 'cuda' was requested, but torch.cuda.is_available() is False on this "
             f"machine (torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'}). "
             "Run on a machine with an NVIDIA GPU and a CUDA build of torch, or use "
-            "--backend mock (the CPU mock of the CUDA graph API)."
+            "the mock backend (--backend mock, or --cgsim-backend=mock under pytest: the CPU mock of the CUDA graph API)."
         )
     return GraphBackend(
         name="cuda",

@@ -30,7 +30,8 @@ HOST_COPY_RE = re.escape("Cannot copy between CPU and CUDA tensors during CUDA g
 
 @pytest.fixture
 def graph_backend(request) -> GraphBackend:
-    name = request.config.getoption("cgsim_backend", default="mock")
+    # The option comes from cgsim.pytest_plugin; unset (None) or unregistered means mock.
+    name = request.config.getoption("cgsim_backend", default=None) or "mock"
     backend = get_backend(name)
     with backend.activate():
         yield backend
