@@ -21,11 +21,10 @@ from cgsim.cuda_mock import (
     CAPTURE_INVALIDATED,
     CAPTURE_UNSUPPORTED,
     CUDA_ERROR_TYPE,
-    HOST_COPY,
     REPLAY_WITHOUT_CAPTURE,
 )
 
-HOST_COPY_RE = re.escape("Cannot copy between CPU and CUDA tensors during CUDA graph capture unless the CPU tensor is pinned")
+HOST_COPY_RE = re.escape(cuda_mock.HOST_COPY.split(". ")[0])
 
 
 @pytest.fixture
@@ -678,3 +677,15 @@ def test_mock_graph_does_not_keep_callers_tensor_objects_alive():
         assert ref() is None  # liveness checks on the caller's objects still work
         g.replay()
         assert y.tolist() == [2.0] * 4
+
+
+def test_leaving_the_mock_discards_an_unended_capture():
+    with pytest.warns(RuntimeWarning, match="still under way"):
+        with cuda_mock.patched_torch_cuda():
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.stream(torch.cuda.Stream()):
+                g.capture_begin()
+    x = torch.ones(2)
+    assert (x + 1).tolist() == [2.0, 2.0]  # computed, not recorded
+    with cuda_mock.patched_torch_cuda():
+        assert not torch.cuda.is_current_stream_capturing()

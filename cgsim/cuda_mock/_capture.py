@@ -487,6 +487,26 @@ def host_ops() -> Iterator[None]:
 _ERROR_MODES = ("default", "global", "thread_local", "relaxed")
 
 
+def abort_capture() -> bool:
+    """End a capture that nobody ended (capture_begin without capture_end),
+    discarding it. Returns whether there was one. Used when the mock is
+    uninstalled, so that one broken test does not leave every later op of the
+    process being recorded."""
+    cap = G.capture
+    if cap is None:
+        return False
+    g = cap.graph
+    G.capture = None
+    mode, g._mode = g._mode, None
+    g._recorder = None
+    if mode is not None:
+        try:
+            mode.__exit__(None, None, None)
+        except Exception:
+            pass
+    return True
+
+
 class CUDAGraph:
     """Mock of torch.cuda.CUDAGraph: records aten ops at capture, re-runs them at
     replay against the captured memory."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 from typing import Any, Iterator
 
 import torch
@@ -185,6 +186,13 @@ def _install() -> None:
 
 
 def _uninstall() -> None:
+    if _capture.abort_capture():
+        warnings.warn(
+            "cgsim mock: a CUDA graph capture was still under way when the mock was "
+            "uninstalled (capture_begin without capture_end); it was discarded.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
     while _saved:
         obj, name, value = _saved.pop()
         if value is _MISSING:
