@@ -19,6 +19,7 @@ import torch
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor, compatible, lora_case
 from cgsim.modes import CUDAGraphMode, resolve_mode
+from cgsim.spec.candidates import drop_dead_piecewise
 from cgsim.spec.rulesets import Ruleset
 from cgsim.targets.base import CandidateSnapshot, Execution
 from cgsim.trace import CreateForwardFn
@@ -114,9 +115,13 @@ class CudaGraphManager:
                             add(BatchDescriptor(F, tokens, reqs, q, None, lora))
                 if mixed_mode != N:
                     add(BatchDescriptor(mixed_mode, size, self.mixed_num_reqs(mixed_mode, size), None, None, lora))
+        # A piecewise graph whose every batch a FULL graph takes would never replay.
+        if P in by_mode and F in by_mode:
+            kept = set(drop_dead_piecewise(self.config, by_mode[P], by_mode[F]))
+            by_mode[P] = [d for d in by_mode[P] if d in kept]
         for descs in by_mode.values():
             descs.sort(key=lambda d: d.num_tokens, reverse=True)
-        return dict(by_mode)
+        return {mode: descs for mode, descs in by_mode.items() if descs}
 
     def build_candidates(self, capture_descs) -> dict[tuple[int, int], list[BatchDescriptor]]:
         candidates: dict[tuple[int, int], list[BatchDescriptor]] = {}
@@ -236,8 +241,9 @@ class ModelCudaGraphManager(CudaGraphManager):
             if not self.skip_attn(desc):
                 full = desc.cg_mode == F
                 max_q = desc.max_query_len or desc.uniform_token_count
-                if full and max_q is None:
-                    # A mixed graph may replay one prefill spanning the whole batch.
+                if max_q is None:
+                    # A mixed graph (FULL, or breakable pieces that read metadata)
+                    # may replay one prefill spanning the whole batch.
                     max_q = num_tokens
                 md = w.prepare_attn(layout, num_reqs, num_tokens, max_q, for_capture=full)
 

@@ -1,0 +1,37 @@
+"""The fuzz tests: the property suite over generated Scenarios, and the
+lifecycle state machine.  No pytest fixtures: the target, backend and ruleset
+come from CGSIM_TARGET / CGSIM_BACKEND / CGSIM_RULESET (set by the
+--cgsim-* options), so HypoFuzz can drive these tests directly."""
+
+from hypothesis import event, given, settings
+
+from cgsim.properties import check_scenario
+from cgsim.runner import run_scenario
+from fuzz.machine import LifecycleMachine, settings_backend, settings_ruleset, settings_target
+from fuzz.strategies import scenarios
+
+
+def _check(scenario):
+    event(f"mode={scenario.config.mode.value}")
+    event(f"ruleset={scenario.ruleset}")
+    for b in scenario.batches:
+        event(f"batch={b.kind}")
+    trace = run_scenario(scenario, settings_target(), settings_backend(), timeout=60)
+    verdict = check_scenario(scenario, trace)
+    for pid in verdict.checked:
+        event(f"checked={pid}")
+    assert verdict.ok, scenario.dumps() + "\n" + "\n".join(f"{v.property}: {v.message}" for v in verdict.violations)
+
+
+@given(scenarios(ruleset=settings_ruleset() or "pr48822", max_size=64))
+def test_properties_hold_pr48822(scenario):
+    _check(scenario)
+
+
+@given(scenarios(ruleset=settings_ruleset() or "vllm-0.32", max_size=64))
+def test_properties_hold_vllm_0_32(scenario):
+    _check(scenario)
+
+
+TestLifecycle = LifecycleMachine.TestCase
+TestLifecycle.settings = settings(settings(), stateful_step_count=6, max_examples=max(10, settings().max_examples // 5))
