@@ -125,6 +125,52 @@ RELEASES: dict[str, Release] = {
             notes="no release_graphs(); dynamic-SD candidate init lacks the "
             "decode_query_len > num_speculative_tokens guard (draft decode manager)",
         ),
+        Release(
+            version="0.30.0",
+            ruleset="vllm-0.32",
+            ctor_kwargs=_CTOR_032,
+            desc_fields=_DESC_032,
+            dispatch_kwargs=_DISPATCH_032,
+            has_release_graphs=False,
+            has_breakable=True,
+            draft_manager_module="vllm.v1.worker.gpu.spec_decode.autoregressive.cudagraph_utils",
+            draft_specialize_spec_tokens=False,
+            pool_api="set_graph_pool_id",
+            notes="as 0.31, and capture metadata uses desc.max_query_len only: FULL mixed "
+            "graphs are captured with the dummy batch's max_query_len (1 when "
+            "num_tokens <= max_num_reqs), not num_tokens",
+        ),
+        Release(
+            version="0.29.0",
+            ruleset="vllm-0.32",
+            ctor_kwargs=("lora_capture_cases", "varlen_decode"),
+            desc_fields=tuple(f for f in _DESC_032 if f != "num_ubatches"),
+            dispatch_kwargs=("max_query_len",),
+            has_release_graphs=False,
+            has_breakable=True,
+            draft_manager_module="vllm.v1.worker.gpu.spec_decode.autoregressive.cudagraph_utils",
+            draft_specialize_spec_tokens=False,
+            pool_api="set_graph_pool_id",
+            notes="as 0.30, without DBO (no ubatch_runner, no num_ubatches) and without the "
+            "has_compiled_submodule check in capture(); resolve_cudagraph_mode_and_sizes "
+            "has no piecewise_capture_available",
+        ),
+        Release(
+            version="0.28.0",
+            ruleset="vllm-0.32",
+            ctor_kwargs=("lora_capture_cases", "varlen_decode"),
+            desc_fields=tuple(f for f in _DESC_032 if f != "num_ubatches"),
+            dispatch_kwargs=("max_query_len",),
+            has_release_graphs=False,
+            has_breakable=True,
+            draft_manager_module="vllm.v1.worker.gpu.spec_decode.autoregressive.cudagraph_utils",
+            draft_specialize_spec_tokens=False,
+            pool_api="none",
+            notes="as 0.29, but candidate lists are keyed by the nearest captured token "
+            "count over all modes (not per mode), dynamic-SD decode lengths come "
+            "from the raw schedule entries (not clamped to num_speculative_tokens or "
+            "max_num_seqs), and torch.cuda.graph gets no explicit stream",
+        ),
     )
 }
 
@@ -266,6 +312,19 @@ PATCHES: tuple[Patch, ...] = (
         "reused across breakable captures; no effect on what is replayed).",
     ),
     Patch(
+        "accelerator-empty-cache",
+        "BreakableCUDAGraphWrapper._capture calls torch.accelerator.empty_cache() before each "
+        "descriptor (unconditionally in 0.28-0.29, when gc is enabled later); with no accelerator "
+        "(CPU process, mock backend) torch raises 'Cannot access accelerator device'. Routed to the "
+        "backend's empty_cache while no accelerator is present.",
+    ),
+    Patch(
+        "breakable-gc-collect",
+        "The same pre-capture cleanup runs gc.collect() per descriptor (0.28-0.29 always): ~0.5 s "
+        "each in a process holding vLLM. Replaced by a no-op inside vllm.compilation."
+        "breakable_cudagraph only; collection frees memory, it changes nothing that is captured.",
+    ),
+    Patch(
         "breakable-env",
         "VLLM_USE_BREAKABLE_CUDAGRAPH is read by the manager's constructor (use_breakable_cg) and "
         "by @eager_break_during_capture at decoration time; set (or unset) for the duration so "
@@ -372,6 +431,25 @@ def vllm_process_patches(backend: Any, breakable: bool = False) -> Iterator[None
         platform_cls._global_graph_pool = cuda.graph_pool_handle()
         stack.callback(setattr, platform_cls, "_global_graph_pool", old_pool)
 
+        # accelerator-empty-cache
+        accel = getattr(torch, "accelerator", None)
+        if accel is not None and not _accelerator_present():
+            _set_attr(stack, accel, "empty_cache", lambda: cuda.empty_cache())
+
+        # breakable-gc-collect
+        try:
+            bcg_mod = importlib.import_module("vllm.compilation.breakable_cudagraph")
+        except ImportError:
+            bcg_mod = None
+        if bcg_mod is not None and hasattr(bcg_mod, "gc"):
+            import gc as _gc  # noqa: PLC0415
+
+            shim = type("gc", (), {"collect": staticmethod(lambda *a, **k: 0),
+                                   "isenabled": staticmethod(_gc.isenabled),
+                                   "disable": staticmethod(_gc.disable),
+                                   "enable": staticmethod(_gc.enable)})
+            _set_attr(stack, bcg_mod, "gc", shim)
+
         # weak-ref-tensors
         if not _has_weak_ref_op():
             try:
@@ -383,6 +461,15 @@ def vllm_process_patches(backend: Any, breakable: bool = False) -> Iterator[None
                 _set_attr(stack, bcg, "weak_ref_tensors", _identity)
                 _set_attr(stack, bcg, "_weak_ref_capture_arg", _identity)
         yield
+
+
+def _accelerator_present() -> bool:
+    import torch  # noqa: PLC0415
+
+    try:
+        return bool(torch.accelerator.is_available())
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def _identity(x: Any) -> Any:
