@@ -65,6 +65,9 @@ def bare_hypothesis(target: str, examples: int, seed: int) -> dict:
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as seed_dec
 
+    import torch
+
+    torch.set_num_threads(1)  # as in a campaign worker: the comparison is about the harness, not threads
     pipe = NoFindingPipeline()
     strategy = pipe.strategy(None)
     count = [0]
@@ -104,29 +107,53 @@ def main() -> int:
     ap.add_argument("--target", default="reference")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--more-workers", default="", help="extra worker counts to measure, e.g. 4,8")
+    ap.add_argument("--skip-overhead", action="store_true")
+    ap.add_argument("--repeats", type=int, default=3, help="seeds per worker count (scenario cost varies by seed stream)")
     args = ap.parse_args()
 
     import fuzz.profiles  # noqa: F401
     import cgsim.runner  # noqa: F401  (torch imported once, before workers fork)
 
     print(f"host: {os.cpu_count()} CPUs, python {sys.version.split()[0]}")
-    one = throughput(args.target, 1, args.budget, args.seed)
-    two = throughput(args.target, 2, args.budget, args.seed)
-    ratio = two["per_s"] / one["per_s"] if one["per_s"] else float("nan")
-    print(f"throughput  1 worker : {one['scenarios']} scenarios / {one['wall_s']}s = {one['per_s']}/s")
-    print(f"throughput  2 workers: {two['scenarios']} scenarios / {two['wall_s']}s = {two['per_s']}/s")
-    print(f"scaling 2/1 workers  : {ratio:.2f}x (goal >= 1.8x)")
 
+    def measure(n: int) -> dict:
+        runs = [throughput(args.target, n, args.budget, args.seed + k) for k in range(args.repeats)]
+        total = sum(r["scenarios"] for r in runs)
+        wall = sum(r["wall_s"] for r in runs)
+        return {"workers": n, "runs": runs, "scenarios": total, "wall_s": round(wall, 2), "per_s": round(total / wall, 2)}
+
+    one = measure(1)
+    two = measure(2)
+    ratio = two["per_s"] / one["per_s"] if one["per_s"] else float("nan")
+    print(f"throughput  1 worker : {one['scenarios']} scenarios / {one['wall_s']}s = {one['per_s']}/s  ({args.repeats} seeds)")
+    print(f"throughput  2 workers: {two['scenarios']} scenarios / {two['wall_s']}s = {two['per_s']}/s  ({args.repeats} seeds)")
+    print(f"scaling 2/1 workers  : {ratio:.2f}x (goal >= 1.8x)")
+    more = []
+    for n in [int(x) for x in args.more_workers.split(",") if x.strip()]:
+        r = measure(n)
+        more.append(r)
+        print(f"throughput {n:2d} workers: {r['scenarios']} scenarios / {r['wall_s']}s = {r['per_s']}/s ({r['per_s'] / one['per_s']:.2f}x)")
+    if args.skip_overhead:
+        bare = camp = None
+        overhead = None
+    else:
+        bare, camp, overhead = overhead_runs(args)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"one": one, "two": two, "more": more, "ratio": ratio, "bare": bare, "campaign": camp, "overhead_pct": overhead}, fh, indent=2)
+    return 0
+
+
+def overhead_runs(args: argparse.Namespace) -> tuple:
+    bare_hypothesis(args.target, 5, args.seed + 99)  # warm-up: lazy imports, first capture in this process
     bare = bare_hypothesis(args.target, args.examples, args.seed)
     camp = campaign_fixed(args.target, args.examples, args.seed)
     overhead = (camp["wall_s"] - bare["wall_s"]) / bare["wall_s"] * 100 if bare["wall_s"] else float("nan")
     print(f"bare Hypothesis      : {bare['scenarios']} scenarios in {bare['wall_s']}s ({bare['per_scenario_ms']} ms/scenario)")
     print(f"campaign, 1 worker   : {camp['scenarios']} scenarios in {camp['wall_s']}s ({camp['per_scenario_ms']} ms/scenario)")
     print(f"reporting overhead   : {overhead:+.1f}% wall time")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"one": one, "two": two, "ratio": ratio, "bare": bare, "campaign": camp, "overhead_pct": overhead}, fh, indent=2)
-    return 0
+    return bare, camp, overhead
 
 
 if __name__ == "__main__":

@@ -169,6 +169,7 @@ class Campaign:
         self.notes: list[str] = []
         self.slots: list[_Slot] = []
         self.finding_events = 0
+        self.cut_short = False
 
     # -- validation --------------------------------------------------------------
     def validate(self) -> None:
@@ -250,8 +251,8 @@ class Campaign:
             self._restore_signals(previous)
             self._shutdown_workers()
             self._drain()
-        complete = self.stop_reason is None
-        summary = self._write_report(complete=complete)
+        complete = self.stop_reason is None and not self.cut_short
+        summary = self._write_report(complete=complete, final=True)
         update_latest(o.report_dir, self.run_id)
         self._clear_progress()
         self._print_summary(summary)
@@ -317,6 +318,7 @@ class Campaign:
             now = time.time()
             if now > self.hard_deadline:
                 self.notes.append("workers did not stop by the hard deadline; they were terminated")
+                self.cut_short = True
                 return
             mono = time.monotonic()
             if not self.o.quiet and mono - last_progress >= progress_every:
@@ -506,13 +508,16 @@ class Campaign:
                     coverage.setdefault(dim, Counter()).update(counts)
         return scenarios, checks, failures, coverage
 
-    def _findings(self) -> list[dict]:
+    def _findings(self, final: bool = False) -> list[dict]:
         fdir = os.path.join(self.run_dir, "findings")
         raw = scan_findings(fdir)
         rank = {"shrunk": 0, "shrink-interrupted": 1, "shrinking": 2, "unshrunk": 3}
         by_prop: dict[str, list[dict]] = {}
         for f in raw:
-            if not os.path.exists(os.path.join(fdir, f"repro_{f['id']}.py")):
+            # Workers write repros when shrinking ends; at the end the parent
+            # writes one for every finding still without (unshrunk ones, a
+            # worker killed mid-shrink).
+            if final and not os.path.exists(os.path.join(fdir, f"repro_{f['id']}.py")):
                 try:
                     write_repro(fdir, f)
                 except OSError:
@@ -531,7 +536,7 @@ class Campaign:
             out.append(primary)
         return out
 
-    def _summary(self, complete: bool) -> dict:
+    def _summary(self, complete: bool, final: bool = False) -> dict:
         import hypothesis
 
         import cgsim
@@ -553,7 +558,7 @@ class Campaign:
             props.setdefault(pid, {"statement": HARNESS_PROPERTIES[pid], "checks": scenarios, "failures": failures.get(pid, 0)})
             props[pid]["checks"] = max(props[pid]["checks"], scenarios)
         elapsed = time.time() - self.started_wall
-        findings = self._findings()
+        findings = self._findings(final=final)
         for f in findings:  # a death found by the parent has no worker counter
             entry = props.setdefault(f["property"], {"statement": f.get("statement", ""), "checks": 0, "failures": 0})
             entry["failures"] = max(entry["failures"], 1)
@@ -565,7 +570,7 @@ class Campaign:
             "complete": complete,
             "interrupted": self.stop_reason,
             "started_at": self.started_at,
-            "finished_at": _dt.datetime.now().astimezone().isoformat(timespec="seconds") if complete or self.stop_reason else None,
+            "finished_at": _dt.datetime.now().astimezone().isoformat(timespec="seconds") if final else None,
             "elapsed_s": round(elapsed, 3),
             "settings": {
                 "target": o.target,
@@ -597,8 +602,8 @@ class Campaign:
             "notes": list(self.notes),
         }
 
-    def _write_report(self, complete: bool) -> dict:
-        summary = self._summary(complete)
+    def _write_report(self, complete: bool, final: bool = False) -> dict:
+        summary = self._summary(complete, final)
         try:
             write_report(self.run_dir, summary)
         except OSError as exc:

@@ -214,11 +214,12 @@ class Worker:
         self._send("finding", spec.index, data["id"], data["property"], status)
         return data
 
-    def _finalise(self, prop: str, best: tuple, first: dict, status: str) -> None:
+    def _finalise(self, prop: str, best: tuple, first: dict, status: str, flaky: str | None = None) -> None:
         scenario, obs = best
-        data = self._finding(
-            obs, scenario, status, extra={"first_id": first["id"], "original_scenario": first["scenario"]}
-        )
+        extra = {"first_id": first["id"], "original_scenario": first["scenario"]}
+        if flaky:
+            extra["flaky"] = flaky
+        data = self._finding(obs, scenario, status, extra=extra)
         write_repro(self.findings_dir, data)
         if first["id"] != data["id"]:
             _remove_if_ours(os.path.join(self.findings_dir, first["id"] + ".json"), self.spec)
@@ -331,10 +332,14 @@ class Worker:
             pass
         except Exception as exc:  # Flaky, an error in the strategy: keep what we have
             status = "shrink-interrupted"
+            if type(exc).__name__.startswith("Flaky"):
+                # The failure did not reproduce on replay: the target depends on
+                # state left by earlier scenarios (or on time).  Worth knowing.
+                st["flaky"] = f"{type(exc).__name__}: {_first_line(exc)}"
             if st["pinned"] is None:
                 self._send("note", spec.index, f"chunk seed {self._chunk_seed}: {type(exc).__name__}: {_first_line(exc)}")
         if st["pinned"] is not None:
-            self._finalise(st["pinned"], st["best"], st["first"], status)
+            self._finalise(st["pinned"], st["best"], st["first"], status, st.get("flaky"))
         return bool(st["restart"])
 
 
@@ -364,6 +369,9 @@ def _remove_if_ours(path: str, spec: WorkerSpec) -> None:
             data = json.load(fh)
         if data.get("run_id") == spec.run_id and data.get("worker") == spec.index and data.get("status") in ("shrinking", "unshrunk"):
             os.unlink(path)
+            repro = os.path.join(os.path.dirname(path), f"repro_{data['id']}.py")
+            if os.path.exists(repro):
+                os.unlink(repro)
     except (OSError, ValueError):
         pass
 

@@ -44,6 +44,16 @@ class FakeVerdict:
         return not self.violations
 
 
+@dataclass(frozen=True)
+class FakeError:
+    step: int
+    phase: str
+    error: str
+    exc_type: str
+    message: str
+    kind: str = "error"
+
+
 class FakeTrace:
     def __init__(self, events=()):
         self.events = list(events)
@@ -115,6 +125,8 @@ class FakePipeline(Pipeline):
             os.kill(os.getpid(), signal.SIGSEGV)
         if self.bug == "slow":
             time.sleep(0.02)
+        if self.bug == "corrupt" and tokens >= 4:
+            return FakeTrace([FakeError(step=1, phase="dispatch", error="corrupt", exc_type="CorruptState", message="captured flag set but no graphs")])
         return FakeTrace()
 
     def check(self, scenario, trace):
@@ -208,12 +220,23 @@ def test_target_that_raises_is_a_finding_and_the_campaign_goes_on(tmp_path):
     assert result.summary["scenarios"] >= 80  # kept going after the crash
 
 
+def test_target_that_corrupts_its_state_is_a_finding(tmp_path):
+    # no property claims the corrupt-state error event: the harness still reports it
+    result = run(tmp_path, bug="corrupt", max_examples=60)
+    assert result.exit_code == 1
+    (f,) = result.summary["findings"]
+    assert f["property"] == "TARGET-CORRUPT" and f["kind"] == "corrupt" and "no graphs" in f["message"]
+    assert f["status"] == "shrunk"
+
+
 def test_hanging_target_is_a_finding_with_a_timeout(tmp_path):
     result = run(tmp_path, bug="hang", budget_s=4.0, timeout_s=0.3)
     assert result.exit_code == 1
     hangs = [f for f in result.summary["findings"] if f["property"] == "TARGET-HANG"]
-    assert hangs and hangs[0]["kind"] == "hang"
+    assert hangs and hangs[0]["kind"] == "hang" and hangs[0]["status"] == "unshrunk"
     assert result.summary["scenarios"] > 1
+    # the interrupted target may have left state behind: the worker restarted
+    assert result.summary["workers"][0]["restarts"] >= 1
 
 
 def test_hard_hang_is_killed_by_the_watchdog_and_the_worker_restarts(tmp_path):
