@@ -29,6 +29,7 @@ How the trace is cut up (see ``cgsim.trace`` for the events):
 
 from __future__ import annotations
 
+import contextvars
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
@@ -134,6 +135,10 @@ class _Session:
     step: int | None
     events: list[Event]
     done: CaptureDone | None
+    # Graphs the manager already held from an earlier capture (no release in
+    # between) and did not capture again: the runner reads stored graphs off
+    # the manager after capture, so they reappear as GraphStored here.
+    carried: frozenset[BatchDescriptor] = frozenset()
 
     @property
     def ok(self) -> bool:
@@ -145,7 +150,16 @@ class _Session:
 
     @property
     def stored(self) -> list[BatchDescriptor]:
+        """Graphs this capture stored (carried-over ones left out)."""
+        return [e.desc for e in self.events if isinstance(e, GraphStored) and e.desc not in self.carried]
+
+    @property
+    def all_stored(self) -> list[BatchDescriptor]:
         return [e.desc for e in self.events if isinstance(e, GraphStored)]
+
+    @property
+    def captured_something(self) -> bool:
+        return any(_is_capture_pass(f) for f in self.forwards) or any(isinstance(e, PiecewiseCapture) for e in self.events)
 
 
 @dataclass
@@ -179,20 +193,51 @@ def _is_capture_pass(f: Forward) -> bool:
     return f.in_graph or f.mode == P
 
 
+def _is_full_capture(f: Forward) -> bool:
+    """The forward recorded into a FULL graph.  (A breakable PIECEWISE capture
+    may also report in_graph: its pieces are graphs too; it runs as PIECEWISE.)"""
+    return f.in_graph and f.mode != P
+
+
 def _capture_steps(scenario: Scenario) -> set[int]:
     return {i for i, s in enumerate(scenario.steps) if s.kind == "capture"}
 
 
+# Views derived from one (scenario, trace), shared by the checks while
+# check_scenario runs (nothing mutates the trace then); outside it every call
+# recomputes, so a check stays a pure function of what it is given.
+_VIEW_CACHE: contextvars.ContextVar[dict | None] = contextvars.ContextVar("cgsim_properties_views", default=None)
+
+
+def _cached(name: str, scenario: Scenario, trace: Trace, build: Callable[[], object]):
+    cache = _VIEW_CACHE.get()
+    if cache is None:
+        return build()
+    key = (name, id(scenario), id(trace))
+    if key not in cache:
+        cache[key] = build()
+    return cache[key]
+
+
 def _sessions(scenario: Scenario, trace: Trace) -> list[_Session]:
+    return _cached("sessions", scenario, trace, lambda: _build_sessions(scenario, trace))
+
+
+def _build_sessions(scenario: Scenario, trace: Trace) -> list[_Session]:
     capture_steps = _capture_steps(scenario)
     out: list[_Session] = []
     cur: list[Event] = []
     cur_step: int | None = None
+    held: set[BatchDescriptor] = set()  # graphs stored since the last release
 
     def close(done: CaptureDone | None, step: int | None) -> None:
         nonlocal cur, cur_step
         if cur or done is not None:
-            out.append(_Session(step if step is not None else cur_step, cur, done))
+            recaptured = {f.desc for f in cur if isinstance(f, Forward) and _is_full_capture(f)}
+            stored = {e.desc for e in cur if isinstance(e, GraphStored)}
+            carried = frozenset(d for d in stored if d in held and d not in recaptured)
+            held.update(stored)
+            out.append(_Session(step if step is not None else cur_step, cur, done, carried))
         cur, cur_step = [], None
 
     for e in trace.events:
@@ -213,6 +258,8 @@ def _sessions(scenario: Scenario, trace: Trace) -> list[_Session]:
         elif isinstance(e, (Dispatch, Release)) or (isinstance(e, Error) and e.phase == "capture"):
             if cur:
                 close(None, e.step if isinstance(e, Error) else None)
+            if isinstance(e, Release):
+                held.clear()
     if cur:
         close(None, None)
     return out
@@ -257,6 +304,10 @@ def _piecewise_set(scenario: Scenario, trace: Trace, session: _Session) -> froze
 def _timeline(scenario: Scenario, trace: Trace) -> tuple[list[_Session], list[_DispatchView], list[_Captured]]:
     """Sessions, every dispatch with the captured state it saw, and the
     captured state after each finished capture."""
+    return _cached("timeline", scenario, trace, lambda: _build_timeline(scenario, trace))
+
+
+def _build_timeline(scenario: Scenario, trace: Trace) -> tuple[list[_Session], list[_DispatchView], list[_Captured]]:
     sessions = _sessions(scenario, trace)
     by_done = {id(s.done): s for s in sessions if s.done is not None}
     stored: set[BatchDescriptor] = set()
@@ -295,6 +346,15 @@ def _timeline(scenario: Scenario, trace: Trace) -> tuple[list[_Session], list[_D
             if v is not None:
                 v.runtime_forwards.append(e)
     return sessions, views, finished
+
+
+def _is_build_error(trace: Trace, e: Error) -> bool:
+    """Raised while building the manager.  A timeout during build may carry the
+    workload's phase instead of "build": nothing the runner records after a
+    successful build (resolved mode, initial candidates) exists then."""
+    if e.phase == "build":
+        return True
+    return trace.resolved_mode is None and not trace.of(Candidates) and not trace.of(CaptureDone)
 
 
 def _md(trace: Trace, mid: int | None) -> MetadataRecord | None:
@@ -501,7 +561,7 @@ def check_init_total(scenario: Scenario, trace: Trace) -> list[Violation]:
     out: list[Violation] = []
     rejected = _spec_mode(scenario) is None
     for e in trace.errors:
-        if e.phase != "build" or e.error == "illegal-op":
+        if not _is_build_error(trace, e) or e.error == "illegal-op":
             continue
         if rejected and e.error == "crash":
             continue  # the config cannot run; a clear error is the right answer
@@ -539,7 +599,7 @@ def check_init_total(scenario: Scenario, trace: Trace) -> list[Violation]:
 
 
 def _applies_init_total(scenario: Scenario, trace: Trace) -> bool:
-    return bool(trace.of(Candidates)) or any(e.phase == "build" for e in trace.errors) or trace.resolved_mode is not None
+    return bool(trace.of(Candidates)) or any(_is_build_error(trace, e) for e in trace.errors) or trace.resolved_mode is not None
 
 
 # --------------------------------------------------------------------------
@@ -584,7 +644,7 @@ def check_capture_once(scenario: Scenario, trace: Trace) -> list[Violation]:
     out: list[Violation] = []
     spec = _spec_descs(scenario)
     for s in _sessions(scenario, trace):
-        in_graph = Counter(f.desc for f in s.forwards if f.in_graph and f.desc is not None)
+        in_graph = Counter(f.desc for f in s.forwards if _is_full_capture(f) and f.desc is not None)
         stored = Counter(s.stored)
         for d, n in in_graph.items():
             if d.cg_mode != F:
@@ -605,6 +665,7 @@ def check_capture_once(scenario: Scenario, trace: Trace) -> list[Violation]:
             full_list, source = list(spec.get(F, ())), "the spec's FULL capture list"
         else:
             continue
+        stored.update({d: 1 for d in s.carried})
         for d in dict.fromkeys(full_list):
             if in_graph[d] == 0 and stored[d] == 0:
                 out.append(Violation("CAPTURE-ONCE", f"FULL {d.short()} is in {source} but was never captured nor stored", s.step))
@@ -632,10 +693,10 @@ def check_warmup_first(scenario: Scenario, trace: Trace) -> list[Violation]:
                 elif _is_capture_pass(e) and e.desc not in warmed:
                     why = ("no create_forward_fn(warmup=True) for it" if e.desc not in created
                            else "create_forward_fn(warmup=True) was called but its eager warmup forward never ran")
-                    where = "inside a FULL graph" if e.in_graph else f"as {e.mode.value}"
+                    where = "inside a FULL graph" if _is_full_capture(e) else f"as {e.mode.value}"
                     out.append(Violation(
                         "WARMUP-FIRST", f"{e.desc.short()} captured {where} before its warmup ({why})", e.step))
-            elif isinstance(e, GraphStored) and e.desc not in warmed:
+            elif isinstance(e, GraphStored) and e.desc not in warmed and e.desc not in s.carried:
                 out.append(Violation("WARMUP-FIRST", f"graph for {e.desc.short()} stored but its warmup never ran", e.step))
     return _group(out)
 
@@ -651,7 +712,7 @@ def check_fresh_metadata(scenario: Scenario, trace: Trace) -> list[Violation]:
             if _is_warmup(f):
                 warm[d] = f.metadata
                 continue
-            full = f.in_graph and d.cg_mode == F
+            full = _is_full_capture(f) and d.cg_mode == F
             breakable_pw = f.mode == P and d.cg_mode == P and trace.uses_breakable
             if not (full or breakable_pw) or d not in warm:
                 continue
@@ -689,7 +750,7 @@ def check_skip_attn(scenario: Scenario, trace: Trace) -> list[Violation]:
             if d is None:
                 continue
             skip = rs.skip_attn(d.cg_mode == P, trace.uses_breakable)
-            kind = "warmup" if _is_warmup(f) else ("FULL graph capture" if f.in_graph else f"{f.mode.value} capture")
+            kind = "warmup" if _is_warmup(f) else ("FULL graph capture" if _is_full_capture(f) else f"{f.mode.value} capture")
             if skip and f.metadata is not None:
                 out.append(Violation(
                     "SKIP-ATTN",
@@ -799,8 +860,10 @@ def check_key_consistent(scenario: Scenario, trace: Trace) -> list[Violation]:
         piecewise_path = v.replay is not None and v.replay.path == "piecewise"
         if d.cg_mode != P and not piecewise_path:
             continue
+        if v.captured is None:
+            continue  # nothing captured (yet, or any more): BEFORE-CAPTURE's business
         known = captured_keys(d, step)
-        runtime_keys = [tuple(lk.key) for lk in v.lookups] + [tuple(f.key) for f in v.runtime_forwards if f.key is not None]
+        runtime_keys = [tuple(lk.key) for lk in v.lookups] + [tuple(f.key) for f in v.runtime_forwards if f.key is not None and f.mode == P]
         if known:
             wrong = [k for k in dict.fromkeys(runtime_keys) if k not in known]
             if wrong:
@@ -1194,7 +1257,7 @@ def _applies_decode_lengths(scenario: Scenario, trace: Trace) -> bool:
 def check_mode_resolution(scenario: Scenario, trace: Trace) -> list[Violation]:
     cfg = scenario.config
     got = trace.resolved_mode
-    built_failed = any(e.phase == "build" for e in trace.errors)
+    built_failed = any(_is_build_error(trace, e) for e in trace.errors)
     try:
         want: CUDAGraphMode | None = resolved_mode(cfg)
         reason = ""
@@ -1221,7 +1284,7 @@ def check_mode_resolution(scenario: Scenario, trace: Trace) -> list[Violation]:
 
 
 def _applies_mode_resolution(scenario: Scenario, trace: Trace) -> bool:
-    return trace.resolved_mode is not None or any(e.phase == "build" for e in trace.errors)
+    return trace.resolved_mode is not None or any(_is_build_error(trace, e) for e in trace.errors)
 
 
 # --------------------------------------------------------------------------
@@ -1240,7 +1303,7 @@ def check_no_crash(scenario: Scenario, trace: Trace) -> list[Violation]:
     return [
         Violation("NO-CRASH", f"target {words.get(e.error, e.error)} during {e.phase}: {e.exc_type}: {e.message}", e.step)
         for e in trace.errors
-        if e.error != "illegal-op" and e.phase != "build"
+        if e.error != "illegal-op" and not _is_build_error(trace, e)
     ]
 
 
@@ -1260,38 +1323,30 @@ def check_replay_equals_eager(scenario: Scenario, trace: Trace) -> list[Violatio
 
 def check_release_recapture(scenario: Scenario, trace: Trace) -> list[Violation]:
     out: list[Violation] = []
-    last_release: int | None = None
-    last_storing: int | None = None
-    stored_in_session = False
-    for e in trace.events:
-        if isinstance(e, Release):
-            if e.graphs_after != 0:
-                out.append(Violation("RELEASE-RECAPTURE", f"release left {e.graphs_after} graph(s) stored (expected 0)", e.step))
-            if e.captured_flag_after:
-                out.append(Violation("RELEASE-RECAPTURE", "release left the manager marked captured", e.step))
-            last_release = e.step
-            stored_in_session = False
-        elif isinstance(e, (GraphStored, PiecewiseCapture)):
-            stored_in_session = True
-        elif isinstance(e, CaptureDone):
-            if e.ok and stored_in_session:
-                last_storing = e.step
-            stored_in_session = False
-        elif isinstance(e, Replay) and e.graph_from_step is not None:
-            if last_release is not None and e.graph_from_step < last_release:
-                out.append(Violation(
-                    "RELEASE-RECAPTURE",
-                    f"{e.path} replay of {e.desc.short()} for {e.batch.short()} used a graph from capture step "
-                    f"{e.graph_from_step}, released at step {last_release}",
-                    e.step,
-                ))
-            elif last_storing is not None and e.graph_from_step < last_storing:
-                out.append(Violation(
-                    "RELEASE-RECAPTURE",
-                    f"{e.path} replay of {e.desc.short()} for {e.batch.short()} used a stale graph from capture step "
-                    f"{e.graph_from_step}; the latest capture was at step {last_storing}",
-                    e.step,
-                ))
+    releases = trace.of(Release)
+    for e in releases:
+        if e.graphs_after != 0:
+            out.append(Violation("RELEASE-RECAPTURE", f"release left {e.graphs_after} graph(s) stored (expected 0)", e.step))
+        if e.captured_flag_after:
+            out.append(Violation("RELEASE-RECAPTURE", "release left the manager marked captured", e.step))
+    # Captures that actually recorded graphs (a capture() that found everything
+    # already captured records none and does not make older graphs stale).
+    storing = [s.step for s in _sessions(scenario, trace) if s.ok and s.captured_something and s.step is not None]
+    for r in trace.of(Replay):
+        if r.graph_from_step is None:
+            continue
+        released = [x.step for x in releases if x.step < r.step]
+        recaptured = [x for x in storing if x < r.step]
+        head = f"{r.path} replay of {r.desc.short()} for {r.batch.short()}"
+        if released and r.graph_from_step < released[-1]:
+            out.append(Violation(
+                "RELEASE-RECAPTURE",
+                f"{head} used a graph from capture step {r.graph_from_step}, released at step {released[-1]}", r.step))
+        elif recaptured and r.graph_from_step < recaptured[-1]:
+            out.append(Violation(
+                "RELEASE-RECAPTURE",
+                f"{head} used a stale graph from capture step {r.graph_from_step}; the latest capture was at step "
+                f"{recaptured[-1]}", r.step))
     return _group(out)
 
 
@@ -1311,7 +1366,7 @@ def _has_fresh_candidates(scenario: Scenario, trace: Trace) -> bool:
         for f in s.forwards:
             if f.desc is None:
                 continue
-            if (f.in_graph and f.desc.cg_mode == F) or (f.mode == P and f.desc.cg_mode == P and trace.uses_breakable):
+            if (_is_full_capture(f) and f.desc.cg_mode == F) or (f.mode == P and f.desc.cg_mode == P and trace.uses_breakable):
                 return True
     return False
 
@@ -1438,9 +1493,13 @@ def check_scenario(scenario: Scenario, trace: Trace, only: Iterable[str] | None 
         chosen = [PROPERTIES[i] for i in PROPERTIES if i in wanted]
     violations: list[Violation] = []
     checked: list[str] = []
-    for prop in chosen:
-        if not prop.applies(scenario, trace):
-            continue
-        checked.append(prop.id)
-        violations.extend(prop.check(scenario, trace))
+    token = _VIEW_CACHE.set({})
+    try:
+        for prop in chosen:
+            if not prop.applies(scenario, trace):
+                continue
+            checked.append(prop.id)
+            violations.extend(prop.check(scenario, trace))
+    finally:
+        _VIEW_CACHE.reset(token)
     return Verdict(tuple(violations), tuple(checked))

@@ -266,15 +266,16 @@ def test_good_trace_has_no_violation(name, config, ruleset):
     sc = scenario(config, *WORKFLOW, disp(2, 2, loras=1), disp(4, 4, 4, 4, ubatches=2) if config.num_ubatches > 1 else disp(2),
                   ruleset=ruleset)
     verdict = check_scenario(sc, good_trace(sc))
-    dead = KNOWN_DEAD_IN_SPEC.get(name, set())
+    spec_descs = {d for ds in expected_capture_descs(config, ruleset).values() for d in ds}
+    dead = KNOWN_DEAD_IN_SPEC.get(name, set()) & spec_descs  # the spec may drop them
     rest = [v for v in verdict.violations if not (v.property == "CAPTURE-USEFUL" and any(d.short() + " " in v.message for d in dead))]
     assert not rest, "\n".join(map(str, rest))
     assert len(verdict.violations) == len(dead)
     assert "NO-CRASH" in verdict.checked and "INIT-TOTAL" in verdict.checked
 
 
-# The spec's own capture descriptors that CAPTURE-USEFUL finds dead (reported
-# upstream as a spec question; see test_spec_descriptors_with_dead_graphs).
+# Capture descriptors of the spec (as first written) that CAPTURE-USEFUL finds
+# dead; see test_dead_graphs_of_the_first_spec.
 KNOWN_DEAD_IN_SPEC = {
     # q=3 for 1-2 requests, q=2 for 3-8: candidate init builds every decode
     # length for every size, so q=2 with 2 requests and q=3 with 3 never run.
@@ -626,22 +627,31 @@ def test_capture_useful_dead_decode_graph():
 
 
 def test_capture_useful_flags_piecewise_size_1():
-    """The spec's own descriptors for FULL_AND_PIECEWISE with q=1 and capture
-    size 1 hold a dead graph: the only batch of 1 token is uniform decode and
-    goes to FULL. Reported as a spec/ruleset question, asserted here so a
-    change in either is noticed."""
+    """FULL_AND_PIECEWISE with q=1: the only batch of 1 token is a uniform
+    decode and goes to the FULL graph, so a 1-token PIECEWISE graph is dead."""
     cfg = C(capture_sizes=(1, 2, 4, 8))
-    dead = useless_descriptors(cfg, [d for ds in expected_capture_descs(cfg, "pr48822").values() for d in ds])
-    assert set(dead) == {PD(1)}
+    captured = [FD(s, s, 1) for s in (1, 2, 4, 8)] + [PD(s) for s in (1, 2, 4, 8)]
+    assert set(useless_descriptors(cfg, captured)) == {PD(1)}
     sc = scenario(cfg)
-    assert_violates("CAPTURE-USEFUL", sc, good_trace(sc), PD(1).short(), FD(1, 1, 1).short())
+    t = good_trace(sc)
+    if PD(1) not in first(t, is_(Candidates, phase="initial")).capture_descs:  # the spec drops it now
+        done = first(t, is_(CaptureDone))
+        t.events[t.events.index(done):t.events.index(done)] = [
+            CreateForwardFn(PD(1), True), Forward(PD(1), N, None, False, 1, "capture", 0),
+            Forward(PD(1), P, None, False, 1, "capture", 0, pw_key(PD(1)))]
+        t = mutate(t, is_(Candidates), lambda c: replace(c, capture_descs=(PD(1),) + c.capture_descs))
+    assert_violates("CAPTURE-USEFUL", sc, t, PD(1).short(), FD(1, 1, 1).short())
 
 
-@pytest.mark.parametrize("name", sorted(KNOWN_DEAD_IN_SPEC))
-def test_spec_descriptors_with_dead_graphs(name):
-    config, ruleset = next((c, r) for n, c, r in GOOD_CONFIGS if n == name)
-    captured = [d for ds in expected_capture_descs(config, ruleset).values() for d in ds]
-    assert set(useless_descriptors(config, captured)) == KNOWN_DEAD_IN_SPEC[name]
+def test_dead_graphs_of_the_first_spec():
+    dyn = next(c for n, c, r in GOOD_CONFIGS if n == "dyn-spec")
+    # q=3 for 1-2 requests, q=2 for 3-8 requests
+    dyn_captured = [FD(t, t // q, q) for q in (2, 3) for t in (q, 2 * q, 3 * q, 4 * q, 6 * q, 8 * q) if t <= 16 and t // q <= 8]
+    dyn_captured += [PD(s) for s in (1, 2, 4, 8, 16)]
+    assert set(useless_descriptors(dyn, dyn_captured)) == {FD(9, 3, 3), FD(12, 4, 3), FD(4, 2, 2)}
+    varlen = next(c for n, c, r in GOOD_CONFIGS if n == "varlen")
+    vdesc = lambda t: BatchDescriptor(F, t, t, None, 2)  # noqa: E731
+    assert set(useless_descriptors(varlen, [vdesc(2), vdesc(4), vdesc(8), PD(2), PD(4), PD(8)])) == {PD(2)}
 
 
 def test_capture_useful_dynamic_spec_decode_graph_for_unscheduled_length():
@@ -922,3 +932,107 @@ def test_release_recapture_replays_old_graph():
     sc = scenario(BASE, cap(), rel(), cap(), disp(1, 1))
     t = mutate(good_trace(sc), is_(Replay), lambda r: replace(r, graph_from_step=0))
     assert_violates("RELEASE-RECAPTURE", sc, t, "graph from capture step 0", "released at step 1", FD(2, 2, 1).short())
+
+
+# --------------------------------------------------------------------------
+# traces laid out the way cgsim.runner and the targets record them
+# --------------------------------------------------------------------------
+def as_runner_layout(t: Trace) -> Trace:
+    """The runner's layout: the "initial" candidates once at build (step -1),
+    "recomputed" once after the first capture, and GraphStored read off the
+    manager after each capture (every graph it holds, carried-over ones too)."""
+    initial = first(t, is_(Candidates, phase="initial"))
+    recomputed = first(t, is_(Candidates, phase="recomputed"))
+    events, pending, held, seen_done = [replace(initial, step=-1)], [], [], False
+    for e in t.events:
+        if isinstance(e, Candidates):
+            continue
+        if isinstance(e, GraphStored):
+            pending.append(e)
+            continue
+        if isinstance(e, CaptureDone):
+            fresh = [g.desc for g in pending]
+            events += [GraphStored(d, e.step) for d in held if d not in fresh] + pending
+            held += [d for d in fresh if d not in held]
+            pending = []
+            events.append(e)
+            if not seen_done:
+                events.append(recomputed)
+                seen_done = True
+            continue
+        if isinstance(e, Release):
+            held = []
+        events.append(e)
+    return Trace(t.target, t.backend, t.resolved_mode, t.uses_breakable, t.has_piecewise_runner, events, dict(t.metadata))
+
+
+@pytest.mark.parametrize("name,config,ruleset", GOOD_CONFIGS[:8], ids=[c[0] for c in GOOD_CONFIGS[:8]])
+def test_runner_layout_has_no_violation(name, config, ruleset):
+    sc = scenario(config, *WORKFLOW, ruleset=ruleset)
+    verdict = check_scenario(sc, as_runner_layout(good_trace(sc)))
+    assert verdict.ok, "\n".join(map(str, verdict.violations))
+
+
+def test_second_capture_without_release_that_captures_nothing():
+    """capture() again with every graph already there: the runner still reads
+    the held graphs off the manager; they are not new, unwarmed captures, and
+    replaying them is not stale."""
+    sc = scenario(C(mode=CUDAGraphMode.FULL), cap(), cap(), disp(1, 1))
+    t = good_trace(scenario(C(mode=CUDAGraphMode.FULL), cap(), disp(1, 1)))
+    done = first(t, is_(CaptureDone))
+    at = t.events.index(done) + 1
+    t.events[at:at] = [CaptureDone(1, True, True)]
+    t = mutate(t, lambda e: isinstance(e, (Dispatch, Replay, PiecewiseLookup)) or (isinstance(e, Forward) and e.phase == "runtime"),
+               lambda e: replace(e, step=2))
+    t = as_runner_layout(t)
+    full = expected_capture_descs(sc.config, sc.ruleset)[F]
+    assert len(t.of(GraphStored)) == 2 * len(full)  # read off after each capture
+    verdict = check_scenario(sc, t)
+    assert verdict.ok, "\n".join(map(str, verdict.violations))
+
+
+def test_stale_graph_after_recapture_without_release():
+    sc = scenario(C(mode=CUDAGraphMode.FULL), cap(), cap(), disp(1, 1))
+    t = good_trace(sc)
+    t = mutate(t, is_(Replay), lambda r: replace(r, graph_from_step=0))
+    assert_violates("RELEASE-RECAPTURE", sc, t, "stale graph from capture step 0", "latest capture was at step 1")
+
+
+def test_breakable_piecewise_capture_reported_in_graph():
+    """The vLLM adapter marks a breakable PIECEWISE capture pass in_graph (its
+    pieces are graphs): still a PIECEWISE capture, not a FULL one."""
+    sc = scenario(C(mode=CUDAGraphMode.PIECEWISE, breakable=True))
+    t = mutate(good_trace(sc), lambda e: isinstance(e, Forward) and e.mode == P, lambda e: replace(e, in_graph=True))
+    verdict = check_scenario(sc, t)
+    assert verdict.ok, "\n".join(map(str, verdict.violations))
+    assert "FRESH-METADATA" in verdict.checked
+
+
+def test_timeout_while_building_counts_for_init_total():
+    # The runner stamps a timeout with the workload's phase, "capture" before any step ran.
+    sc = scenario(BASE, cap())
+    t = Trace("test", "mock", events=[Error(0, "capture", "timeout", "ScenarioTimeout", "scenario exceeded its 5s timeout")])
+    verdict = check_scenario(sc, t)
+    assert ids(verdict.violations) == {"INIT-TOTAL"}
+    assert "timeout" in verdict.violations[0].message
+
+
+def test_pad_consistent_breakable_piecewise_max_query_len():
+    sc = scenario(C(breakable=True), cap(), disp(3, 1))
+    t = good_trace(sc)
+    r = first(t, is_(Replay))
+    assert r.path == "piecewise"
+    t.metadata[r.graph_metadata] = replace(t.metadata[r.graph_metadata], max_query_len=1)
+    assert_violates("PAD-CONSISTENT", sc, t, "piecewise replay", "max_query_len=1 < the batch's max_query_len 3")
+
+
+def test_key_consistent_leaves_dispatch_after_release_to_before_capture():
+    sc = scenario(C(mode=CUDAGraphMode.PIECEWISE), cap(), rel(), disp(3, 1))
+    t = good_trace(scenario(C(mode=CUDAGraphMode.PIECEWISE), cap(), disp(3, 1)))
+    t = mutate(t, lambda e: getattr(e, "step", None) == 1 and not isinstance(e, (GraphStored, CaptureDone)),
+               lambda e: replace(e, step=2))
+    t = mutate(t, is_(PiecewiseLookup), lambda e: replace(e, hit=False))
+    t.events.insert(t.events.index(first(t, is_(Dispatch))), Release(1, False, 0))
+    verdict = check_scenario(sc, t)
+    assert "BEFORE-CAPTURE" in ids(verdict.violations)
+    assert "KEY-CONSISTENT" not in ids(verdict.violations)
