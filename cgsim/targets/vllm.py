@@ -152,10 +152,11 @@ def resolve_with_vllm(vc: Any, config: ManagerConfig) -> Any:
 
     cc = vc.compilation_config
     mode = cc.cudagraph_mode
-    if config.varlen_decode and mode.has_full_cudagraphs():
+    av = importlib.import_module("vllm.v1.worker.gpu.spec_decode.adaptive_verification")
+    adaptive = getattr(av, "resolve_adaptive_cudagraph_mode", None)  # 0.30+
+    if config.varlen_decode and adaptive is not None and mode.has_full_cudagraphs():
         # Adaptive verification picks the separate decode route first.
-        av = importlib.import_module("vllm.v1.worker.gpu.spec_decode.adaptive_verification")
-        cc.cudagraph_mode = av.resolve_adaptive_cudagraph_mode(mode, piecewise_capture_available=config.piecewise_available)
+        cc.cudagraph_mode = adaptive(mode, piecewise_capture_available=config.piecewise_available)
     support = AttentionCGSupport[config.attention_support.name]
     kwargs = dict(use_v2_model_runner=True, max_num_reqs=config.max_num_reqs)
     try:
