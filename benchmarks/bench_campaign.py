@@ -50,15 +50,23 @@ class NoFindingPipeline(Pipeline):
 def throughput(target: str, workers: int, budget: float, seed: int) -> dict:
     from fuzz.campaign import CampaignOptions, run_campaign
 
+    import resource
+
     with tempfile.TemporaryDirectory() as tmp:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         result = run_campaign(
             CampaignOptions(target=target, workers=workers, budget_s=budget, seed=seed, report_dir=tmp, quiet=True, shrink_grace_s=0.0, timeout_s=30.0),
             pipeline=NoFindingPipeline(),
         )
         wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
     n = result.summary["scenarios"]
-    return {"workers": workers, "scenarios": n, "wall_s": round(wall, 2), "per_s": round(n / wall, 2)}
+    # CPU seconds the workers used: on a machine shared with other jobs this,
+    # per scenario, says whether workers cost more each (a harness problem) or
+    # just got fewer cores (the machine).
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"workers": workers, "scenarios": n, "wall_s": round(wall, 2), "per_s": round(n / wall, 2), "cpu_s": round(cpu, 2)}
 
 
 def bare_hypothesis(target: str, examples: int, seed: int) -> dict:
@@ -121,19 +129,27 @@ def main() -> int:
         runs = [throughput(args.target, n, args.budget, args.seed + k) for k in range(args.repeats)]
         total = sum(r["scenarios"] for r in runs)
         wall = sum(r["wall_s"] for r in runs)
-        return {"workers": n, "runs": runs, "scenarios": total, "wall_s": round(wall, 2), "per_s": round(total / wall, 2)}
+        cpu = sum(r["cpu_s"] for r in runs)
+        return {"workers": n, "runs": runs, "scenarios": total, "wall_s": round(wall, 2), "per_s": round(total / wall, 2),
+                "cpu_ms_per_scenario": round(1000 * cpu / max(1, total), 1), "cores_used": round(cpu / wall, 2)}
 
     one = measure(1)
     two = measure(2)
     ratio = two["per_s"] / one["per_s"] if one["per_s"] else float("nan")
-    print(f"throughput  1 worker : {one['scenarios']} scenarios / {one['wall_s']}s = {one['per_s']}/s  ({args.repeats} seeds)")
-    print(f"throughput  2 workers: {two['scenarios']} scenarios / {two['wall_s']}s = {two['per_s']}/s  ({args.repeats} seeds)")
+    for r in (one, two):
+        print(
+            f"throughput {r['workers']:2d} worker(s): {r['scenarios']} scenarios / {r['wall_s']}s = {r['per_s']}/s  "
+            f"({args.repeats} seeds; {r['cpu_ms_per_scenario']} CPU-ms/scenario, {r['cores_used']} cores busy)"
+        )
     print(f"scaling 2/1 workers  : {ratio:.2f}x (goal >= 1.8x)")
     more = []
     for n in [int(x) for x in args.more_workers.split(",") if x.strip()]:
         r = measure(n)
         more.append(r)
-        print(f"throughput {n:2d} workers: {r['scenarios']} scenarios / {r['wall_s']}s = {r['per_s']}/s ({r['per_s'] / one['per_s']:.2f}x)")
+        print(
+            f"throughput {n:2d} workers: {r['scenarios']} scenarios / {r['wall_s']}s = {r['per_s']}/s ({r['per_s'] / one['per_s']:.2f}x; "
+            f"{r['cpu_ms_per_scenario']} CPU-ms/scenario, {r['cores_used']} cores busy)"
+        )
     if args.skip_overhead:
         bare = camp = None
         overhead = None

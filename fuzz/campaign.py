@@ -117,6 +117,7 @@ class CampaignOptions:
     max_examples: int | None = None  # total over workers; makes a run independent of speed
     shrink_grace_s: float | None = None  # default: min(30s, max(2s, budget/4))
     gpus: str | None = None  # None: leave CUDA_VISIBLE_DEVICES alone; "auto" or "0,1,..."
+    one_per_gpu: bool = False  # with gpus: as many workers as GPUs (--gpus without --workers)
     start_method: str | None = None  # default: fork for mock, spawn for cuda
     quiet: bool = False
     command: str = ""
@@ -203,6 +204,8 @@ class Campaign:
         self.gpu_list = resolve_gpus(o.gpus) if o.gpus else None
         if self.gpu_list is not None and not self.gpu_list:
             raise UsageError("--gpus auto found no GPU (nvidia-smi -L lists none and CUDA_VISIBLE_DEVICES is empty)")
+        if self.gpu_list and o.one_per_gpu:
+            o.workers = len(self.gpu_list)
 
     def _make_run_dir(self) -> None:
         o = self.o

@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-examples", type=int, default=None, help="stop after this many scenarios (over all workers); with --seed the run is exactly repeatable")
     run.add_argument("--chunk-examples", type=int, default=None, help=argparse.SUPPRESS)
     run.add_argument("--shrink-grace", default=None, help="extra time a shrink under way may take after the budget (e.g. 10s)")
-    run.add_argument("--gpus", default=None, help="auto or 0,1,...: one worker per GPU via CUDA_VISIBLE_DEVICES")
+    run.add_argument("--gpus", default=None, help="auto or 0,1,...: workers get one GPU each (round robin) through CUDA_VISIBLE_DEVICES; without --workers, one worker per GPU")
     run.add_argument("--start-method", default=None, help=argparse.SUPPRESS)
     run.add_argument("--quiet", action="store_true", help="no progress line and no summary")
 
@@ -151,6 +151,7 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         chunk_examples=args.chunk_examples,
         shrink_grace_s=grace,
         gpus=args.gpus,
+        one_per_gpu=bool(args.gpus) and args.workers is None,
         start_method=args.start_method,
         quiet=args.quiet,
         command="python -m fuzz " + " ".join(shlex.quote(a) for a in argv),

@@ -136,6 +136,9 @@ class FakePipeline(Pipeline):
                 if b.num_tokens >= 3:
                     viol.append(FakeViolation("FAKE-BIG", f"batch of {b.num_tokens} tokens", i))
                     break
+        if self.bug == "gpu-env":
+            gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+            viol.append(FakeViolation(f"FAKE-GPU-{gpu}", f"ran with CUDA_VISIBLE_DEVICES={gpu}", 0))
         if self.bug == "two":
             for i, b in enumerate(scenario.batches):
                 if b.num_active_loras:
@@ -261,6 +264,14 @@ def test_two_workers_merge_into_one_report(tmp_path):
     assert [f["property"] for f in result.summary["findings"]] == ["FAKE-BIG"]
     assert len(result.summary["workers"]) == 2
     assert all(w["scenarios"] > 0 for w in result.summary["workers"])
+
+
+def test_gpus_give_each_worker_its_own_device(tmp_path):
+    # issue 7's seam: one worker per listed GPU, spawned, CUDA_VISIBLE_DEVICES set per worker
+    result = run(tmp_path, bug="gpu-env", gpus="3,5", one_per_gpu=True, max_examples=10, budget_s=60.0)
+    assert sorted(f["property"] for f in result.summary["findings"]) == ["FAKE-GPU-3", "FAKE-GPU-5"]
+    assert [w["gpu"] for w in result.summary["workers"]] == ["3", "5"]
+    assert result.summary["settings"]["workers"] == 2
 
 
 def test_two_campaigns_share_a_report_dir(tmp_path):
