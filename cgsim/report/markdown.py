@@ -20,6 +20,14 @@ def _counts(counter: dict) -> str:
     return ", ".join(f"{k} ×{v}" for k, v in sorted(counter.items(), key=lambda kv: (-kv[1], str(kv[0]))))
 
 
+def _scenario_label(status: str | None) -> str:
+    return {
+        "shrunk": "Shrunk scenario",
+        "shrink-interrupted": "Scenario (shrinking was cut short: the smallest found so far)",
+        "shrinking": "Scenario (not yet shrunk: the worker stopped while shrinking)",
+    }.get(status or "", "Scenario (not shrunk)")
+
+
 def render_markdown(summary: dict) -> str:
     s = summary.get("settings", {})
     findings = summary.get("findings", [])
@@ -35,7 +43,7 @@ def render_markdown(summary: dict) -> str:
     ]
     lines += _table(
         ["setting", "value"],
-        [[k, f"`{s.get(k)}`"] for k in ("target", "backend", "ruleset", "profile", "budget_s", "workers", "seed", "timeout_s", "max_examples", "command") if k in s]
+        [[k, f"`{s.get(k)}`"] for k in ("target", "backend", "ruleset", "profile", "budget_s", "workers", "seed", "timeout_s", "max_examples", "gpus", "command") if s.get(k) not in (None, "")]
         + [["started", summary.get("started_at")], ["finished", summary.get("finished_at")]],
     )
     lines += ["", "## Findings", ""]
@@ -62,7 +70,7 @@ def render_markdown(summary: dict) -> str:
             f"python {f.get('repro_path')}",
             "```",
             "",
-            f"Shrunk scenario: `{f.get('scenario_short', '')}`",
+            f"{_scenario_label(f.get('status'))}: `{f.get('scenario_short', '')}`",
             "",
             "<details><summary>Scenario JSON</summary>",
             "",
