@@ -313,9 +313,6 @@ class VllmManagerHandle:
         self.breakable_metadata: dict[tuple, int | None] = {}
         self.breakable_step: dict[tuple, int] = {}
         self.draft_managers: dict[str, Any] = {}
-        # Releases before 0.32 have no release_graphs(): a scenario's release
-        # step cannot be driven there (the runner should skip it, not report it).
-        self.supports_release = release.has_release_graphs
         with self._patched():
             self._build()
 
@@ -511,12 +508,20 @@ class VllmManagerHandle:
             return Execution(out, "eager", None, md.id, None)
 
     def release(self) -> None:
-        if not self.release_info.has_release_graphs:
-            raise TargetError(f"vLLM {self.release_info.version} has no CudaGraphManager.release_graphs()")
-        with self._patched():
-            self.manager.release_graphs()
-        # What the caller (elastic EP's _release_cuda_graphs) does next for
-        # compiled piecewise graphs: reset the compiled model's wrappers.
+        """What the release's only caller does: elastic EP's _release_cuda_graphs.
+
+        0.32 calls manager.release_graphs() (and the speculator's managers), then
+        resets the compiled model (torch.compiler.reset + reset_compile_wrapper),
+        which drops compiled piecewise graphs.  0.28-0.31 have no release_graphs()
+        and their _release_cuda_graphs only knows model-wrapping runners
+        (CUDAGraphWrapper / UBatchWrapper), so the MRV2 manager keeps its graphs
+        and its breakable runner; only the compiled wrappers are reset."""
+        if self.release_info.has_release_graphs:
+            with self._patched():
+                self.manager.release_graphs()
+                for m in self.draft_managers.values():
+                    m.release_graphs()
+        # reset_compile_wrapper: compiled piecewise graphs are gone.
         self.workload.piecewise.clear()
         self.graph_metadata.clear()
         self.graph_step.clear()

@@ -165,7 +165,7 @@ RELEASES: dict[str, Release] = {
             has_breakable=True,
             draft_manager_module="vllm.v1.worker.gpu.spec_decode.autoregressive.cudagraph_utils",
             draft_specialize_spec_tokens=False,
-            pool_api="none",
+            pool_api="set_graph_pool_id",
             notes="as 0.29, but candidate lists are keyed by the nearest captured token "
             "count over all modes (not per mode), dynamic-SD decode lengths come "
             "from the raw schedule entries (not clamped to num_speculative_tokens or "
