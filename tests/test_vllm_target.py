@@ -240,3 +240,12 @@ def test_draft_managers_are_built_for_speculative_decoding():
     decode = handle.draft_managers["decode"]
     assert decode.decode_query_len == 1
     assert decode.cudagraph_mode.name == "FULL_DECODE_ONLY"
+
+
+def test_configs_vllm_rejects_are_refused_as_unsupported():
+    from cgsim.targets.vllm_compat import VllmUnsupportedConfig
+
+    cfg = ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1,), max_capture_size=2, max_num_reqs=1,
+                        decode_query_len=2)
+    with pytest.raises(VllmUnsupportedConfig, match="max_cudagraph_capture_size"):
+        build(cfg)

@@ -28,6 +28,8 @@ from cgsim.targets.base import TargetError
 
 __all__ = [
     "VllmEnvironmentError",
+    "VllmUnsupportedConfig",
+    "unsupported_reason",
     "Release",
     "RELEASES",
     "TESTED_VERSIONS",
@@ -52,6 +54,26 @@ class VllmEnvironmentError(TargetError):
     exit code 2."""
 
     exit_code = 2
+
+
+class VllmUnsupportedConfig(ValueError):
+    """The scenario's config cannot be expressed to this vLLM release (its own
+    config validation would reject it, or the release lacks the feature).
+    Not a finding about the manager: the runner should treat the scenario as
+    not applicable to this target."""
+
+
+def unsupported_reason(config: Any, release: "Release") -> str | None:
+    """Why ``config`` cannot be given to ``release``'s manager, or None."""
+    sizes = tuple(config.capture_sizes)
+    if config.max_capture_size is not None and config.max_capture_size != max(sizes):
+        return (
+            f"max_capture_size {config.max_capture_size} != max(capture_sizes) {max(sizes)}: vLLM's "
+            "CompilationConfig asserts cudagraph_capture_sizes[-1] == max_cudagraph_capture_size"
+        )
+    if config.num_ubatches > 1 and "ubatch_runner" not in release.ctor_kwargs:
+        return f"num_ubatches {config.num_ubatches}: vLLM {release.version} has no micro-batching (DBO) in MRV2"
+    return None
 
 
 # --------------------------------------------------------------------------
