@@ -104,6 +104,13 @@ class ManagerConfig:
             raise ConfigError("num_ubatches", self.num_ubatches, "must be >= 1", "use 1 (no micro-batching) or 2 (DBO)")
         if self.ubatch_threshold < 1:
             raise ConfigError("ubatch_threshold", self.ubatch_threshold, "must be >= 1", "use the DBO token threshold, e.g. 32")
+        if self.varlen_decode and self.attention_support != AttentionSupport.ALWAYS:
+            raise ConfigError(
+                "varlen_decode", True,
+                f"varlen decode graphs replay batches of mixed query lengths, which needs attention support ALWAYS "
+                f"(declared: {self.attention_support.name})",
+                "turn varlen_decode off or use an attention backend that supports any batch in a full graph",
+            )
         if self.spec_schedule is not None:
             self._validate_schedule()
 

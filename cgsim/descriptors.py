@@ -69,11 +69,18 @@ class BatchDescriptor:
 @dataclass(frozen=True)
 class Batch:
     """What the scheduler hands the runner: per-request query lengths, the number
-    of distinct active LoRA adapters and the micro-batch count."""
+    of distinct active LoRA adapters, the micro-batch count and whether any
+    request is prefilling.
+
+    A batch with a prefill is not eligible for decode graphs (vLLM's runner
+    passes uniform_token_count=None and max_query_len=None for it), whatever
+    its shape: two 2-token prompt chunks are not a decode of length 2.
+    """
 
     query_lens: tuple[int, ...]
     num_active_loras: int = 0
     num_ubatches: int = 1
+    has_prefill: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "query_lens", tuple(int(q) for q in self.query_lens))
@@ -103,30 +110,37 @@ class Batch:
         return max(self.query_lens)
 
     @property
+    def decode_max_query_len(self) -> int | None:
+        """The max_query_len dispatch sees: None for a batch with a prefill."""
+        return None if self.has_prefill else self.max_query_len
+
+    @property
     def uniform_token_count(self) -> int | None:
+        """The common per-request length of a decode batch; None with a prefill."""
+        if self.has_prefill:
+            return None
         first = self.query_lens[0]
         return first if all(q == first for q in self.query_lens) else None
 
     @property
     def kind(self) -> str:
         """A coarse label for coverage statistics."""
-        u = self.uniform_token_count
-        if u is not None:
-            return "uniform-decode" if u <= 8 else "uniform-prefill"
-        if self.num_reqs == 1:
-            return "single-prefill"
-        return "mixed"
+        if self.has_prefill:
+            return "single-prefill" if self.num_reqs == 1 else "mixed-prefill"
+        return "uniform-decode" if self.uniform_token_count is not None else "varlen-decode"
 
     def to_json(self) -> dict:
         return {
             "query_lens": list(self.query_lens),
             "num_active_loras": self.num_active_loras,
             "num_ubatches": self.num_ubatches,
+            "has_prefill": self.has_prefill,
         }
 
     @classmethod
     def from_json(cls, data: dict) -> "Batch":
-        return cls(tuple(data["query_lens"]), data.get("num_active_loras", 0), data.get("num_ubatches", 1))
+        return cls(tuple(data["query_lens"]), data.get("num_active_loras", 0), data.get("num_ubatches", 1),
+                   bool(data.get("has_prefill", False)))
 
     def short(self) -> str:
         lens = list(self.query_lens)
@@ -136,6 +150,8 @@ class Batch:
             extra += f" loras={self.num_active_loras}"
         if self.num_ubatches != 1:
             extra += f" ubatches={self.num_ubatches}"
+        if self.has_prefill:
+            extra += " prefill"
         return f"Batch(reqs={self.num_reqs} tokens={self.num_tokens} query_lens={shown}{extra})"
 
 
@@ -155,7 +171,9 @@ def compatible(desc: BatchDescriptor, batch: Batch, lora_cases: Sequence[int] = 
     """Whether a graph captured for ``desc`` can run ``batch`` (SPEC §2)."""
     if desc.uniform_token_count is not None and desc.uniform_token_count != batch.uniform_token_count:
         return False
-    if desc.max_query_len is not None and batch.max_query_len > desc.max_query_len:
+    if desc.max_query_len is not None and (
+        batch.decode_max_query_len is None or batch.decode_max_query_len > desc.max_query_len
+    ):
         return False
     if desc.num_reqs is not None and desc.num_reqs < batch.num_reqs:
         return False

@@ -373,7 +373,9 @@ def _incompat_reason(d: BatchDescriptor, b: Batch, lora_cases: Sequence[int]) ->
     reasons = []
     if d.uniform_token_count is not None and d.uniform_token_count != b.uniform_token_count:
         reasons.append(f"uniform_token_count {d.uniform_token_count} != batch's {b.uniform_token_count}")
-    if d.max_query_len is not None and b.max_query_len > d.max_query_len:
+    if d.max_query_len is not None and b.decode_max_query_len is None:
+        reasons.append(f"batch has a prefill but the graph bounds max_query_len to {d.max_query_len}")
+    elif d.max_query_len is not None and b.max_query_len > d.max_query_len:
         reasons.append(f"batch max_query_len {b.max_query_len} > {d.max_query_len}")
     if d.num_reqs is not None and d.num_reqs < b.num_reqs:
         reasons.append(f"num_reqs {d.num_reqs} < batch's {b.num_reqs}")
@@ -1135,14 +1137,31 @@ def _decode_shapes(cfg: ManagerConfig) -> set[tuple[int, ...]]:
     return shapes
 
 
+def _decode_producible(cfg: ManagerConfig, lens: tuple[int, ...]) -> bool:
+    """Whether the scheduler can hand in ``lens`` as a pure decode batch: the
+    schedule's length for that request count, or any lengths up to the decode
+    query length with varlen decode."""
+    if len(set(lens)) == 1 and lens[0] == cfg.scheduler_decode_query_len(len(lens)):
+        return True
+    return cfg.varlen_decode and max(lens) <= cfg.decode_query_len
+
+
 def _batches_for(cfg: ManagerConfig, shapes: Iterable[tuple[int, ...]], lora: int, ubatches: int) -> list[Batch]:
+    """Every shape as a batch with a prefill (any shape can be prompt chunks),
+    and as a decode batch where the scheduler can produce it as one."""
     out = []
     for lens in shapes:
-        if ubatches > 1:
-            uniform = len(set(lens)) == 1
-            if not uniform or sum(lens) < cfg.ubatch_threshold or sum(lens) < ubatches:
+        if len(lens) > cfg.max_num_reqs:
+            continue
+        for prefill in (False, True):
+            if not prefill and not _decode_producible(cfg, lens):
                 continue
-        out.append(Batch(lens, lora, ubatches))
+            b = Batch(lens, lora, 1, has_prefill=prefill)
+            if ubatches > 1:
+                if b.uniform_token_count is None or b.num_tokens < max(cfg.ubatch_threshold, ubatches):
+                    continue
+                b = Batch(lens, lora, ubatches, has_prefill=prefill)
+            out.append(b)
     return out
 
 

@@ -84,7 +84,8 @@ def run_scenario(scenario: Scenario, target="reference", backend="mock", timeout
             max_batch_reqs=max((b.num_reqs for b in batches), default=0),
         )
         try:
-            with _deadline(timeout):
+            # Engines serve and capture under inference mode; so does every step here.
+            with _deadline(timeout), torch.inference_mode():
                 _run_steps(scenario, target, backend, ruleset, workload, trace)
         except ScenarioTimeout as exc:
             trace.add(Error(step=workload.step, phase=workload.phase, error="timeout", exc_type="ScenarioTimeout",

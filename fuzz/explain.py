@@ -19,14 +19,14 @@ def representative_batches(config: ManagerConfig, n: int, lora: int = 0) -> list
     every decode query length, one prefill, and a mixed batch."""
     out: list[tuple[str, Batch]] = []
     for q in config.scheduler_decode_query_lens():
-        if n % q == 0 and n // q <= config.max_num_reqs:
+        if n % q == 0 and n // q <= config.max_num_reqs and config.scheduler_decode_query_len(n // q) == q:
             out.append((f"decode q={q}", Batch.uniform(n // q, q, num_active_loras=lora)))
     if not any(kind == "decode q=1" for kind, _ in out) or n > 1:
         if n >= 2 or not out:
-            out.append(("prefill", Batch((n,), num_active_loras=lora)))
+            out.append(("prefill", Batch((n,), num_active_loras=lora, has_prefill=True)))
     reqs = min(config.max_num_reqs, n - 1)
     if reqs >= 2 and n - (reqs - 1) >= 2:
-        out.append((f"mixed r={reqs}", Batch((n - (reqs - 1),) + (1,) * (reqs - 1), num_active_loras=lora)))
+        out.append((f"mixed r={reqs}", Batch((n - (reqs - 1),) + (1,) * (reqs - 1), num_active_loras=lora, has_prefill=True)))
     return out
 
 

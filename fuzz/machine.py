@@ -78,7 +78,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     def properties_hold(self):
         if self.scenario is None or not self.scenario.steps:
             return
-        trace = run_scenario(self.scenario, settings_target(), settings_backend(), timeout=60)
+        trace = run_scenario(self.scenario, settings_target(), settings_backend(), timeout=600)
         verdict = check_scenario(self.scenario, trace)
         self.events_seen = len(trace.events)
         for pid in verdict.checked:

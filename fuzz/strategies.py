@@ -52,7 +52,7 @@ def configs(draw, max_size: int = 512) -> ManagerConfig:
     max_num_reqs = draw(st.integers(1, max(1, min(64, max(sizes)))))
     q = draw(st.integers(1, 5))
     breakable = draw(st.booleans())
-    varlen = q > 1 and draw(st.integers(0, 4)) == 0
+    varlen = q > 1 and support == AttentionSupport.ALWAYS and draw(st.integers(0, 4)) == 0
     schedule = None
     if q > 1 and not varlen and draw(st.integers(0, 3)) == 0:
         schedule = draw(spec_schedules(q - 1, max_num_reqs))
@@ -70,9 +70,10 @@ def configs(draw, max_size: int = 512) -> ManagerConfig:
     )
 
 
-def _ubatches(config: ManagerConfig, lens: tuple[int, ...]) -> int:
-    uniform = all(q == lens[0] for q in lens)
-    if config.num_ubatches > 1 and uniform and sum(lens) >= max(config.ubatch_threshold, config.num_ubatches):
+def _ubatches(config: ManagerConfig, batch: Batch) -> int:
+    if config.num_ubatches > 1 and batch.uniform_token_count is not None and batch.num_tokens >= max(
+        config.ubatch_threshold, config.num_ubatches
+    ):
         return config.num_ubatches
     return 1
 
@@ -80,11 +81,14 @@ def _ubatches(config: ManagerConfig, lens: tuple[int, ...]) -> int:
 @st.composite
 def batches(draw, config: ManagerConfig) -> Batch:
     """Batches the scheduler can produce for ``config``: never more requests
-    than max_num_reqs, decode lengths as the (dynamic) speculative schedule
-    says, active LoRAs up to the largest case."""
+    than max_num_reqs; pure decodes with the length the (dynamic) speculative
+    schedule gives their request count (any lengths up to it with varlen
+    decode); batches with prefills of any shape; active LoRAs up to the
+    largest case."""
     max_tokens = (config.max_capture_size or 1) + 8
     kind = draw(st.sampled_from(("decode", "decode", "mixed", "prefill", "varlen")))
     max_reqs = config.max_num_reqs
+    prefill = kind in ("mixed", "prefill") or (kind == "varlen" and not config.varlen_decode)
     if kind == "decode":
         r = draw(st.integers(1, max_reqs))
         q = config.scheduler_decode_query_len(r)
@@ -102,7 +106,8 @@ def batches(draw, config: ManagerConfig) -> Batch:
     if sum(lens) > max_tokens:
         lens = (max_tokens,)
     loras = draw(st.integers(0, max(config.lora_cases)))
-    return Batch(lens, num_active_loras=loras, num_ubatches=_ubatches(config, lens))
+    batch = Batch(lens, num_active_loras=loras, has_prefill=prefill)
+    return Batch(lens, loras, _ubatches(config, batch), has_prefill=prefill)
 
 
 @st.composite

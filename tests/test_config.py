@@ -28,6 +28,7 @@ from cgsim.modes import CUDAGraphMode as M
         (dict(mode="FULLISH"), "mode"),
         (dict(attention_support="sometimes"), "attention_support"),
         (dict(num_ubatches=0), "num_ubatches"),
+        (dict(varlen_decode=True, decode_query_len=2, attention_support="UNIFORM_BATCH"), "varlen_decode"),
     ],
 )
 def test_bad_config_names_field_value_and_fix(kwargs, field):

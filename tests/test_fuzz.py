@@ -16,7 +16,7 @@ def _check(scenario):
     event(f"ruleset={scenario.ruleset}")
     for b in scenario.batches:
         event(f"batch={b.kind}")
-    trace = run_scenario(scenario, settings_target(), settings_backend(), timeout=60)
+    trace = run_scenario(scenario, settings_target(), settings_backend(), timeout=600)
     verdict = check_scenario(scenario, trace)
     for pid in verdict.checked:
         event(f"checked={pid}")

@@ -109,56 +109,33 @@ def expected_capture_descs(config: ManagerConfig, ruleset: "Ruleset | str") -> d
                 else:
                     reqs = None
                 add(BatchDescriptor(mixed_mode, size, reqs, None, None, lora))
-    if P in out and F in out:
-        out[P] = set(drop_dead_piecewise(config, sorted(out[P], key=desc_sort_key), out[F]))
+    if F in out:
+        out[F] = set(drop_unscheduled_decode(config, out[F]))
     return {m: tuple(sorted(ds, key=desc_sort_key)) for m, ds in out.items() if ds}
 
 
-# Small piecewise graphs are checked exhaustively; above this every batch shape
-# includes a single prefill no FULL graph can take (decode lengths are <= 5).
-_DEAD_CHECK_LIMIT = 12
+def drop_unscheduled_decode(config: ManagerConfig, full_descs) -> list[BatchDescriptor]:
+    """FULL uniform-decode descriptors minus those no scheduled batch reaches.
 
-
-def _partitions(n: int, max_parts: int, largest: int | None = None):
-    largest = n if largest is None else largest
-    if n == 0:
-        yield ()
-        return
-    if max_parts == 0:
-        return
-    for first in range(min(n, largest), 0, -1):
-        for rest in _partitions(n - first, max_parts - 1, first):
-            yield (first,) + rest
-
-
-def drop_dead_piecewise(config: ManagerConfig, piecewise_descs, full_descs) -> list[BatchDescriptor]:
-    """Mixed PIECEWISE descriptors minus the dead ones: those for which every
-    batch shape that would land on them (more tokens than the next smaller
-    piecewise graph) is served by a FULL graph.  A dead graph costs capture time
-    and pool memory and never replays (CAPTURE-USEFUL); the classic case is the
-    1-token piecewise graph beside a 1-token FULL decode graph."""
-    from cgsim.descriptors import Batch, compatible
-
+    With dynamic speculative decoding the scheduler picks the decode length
+    from the request count, so a graph for length q and R requests is only
+    reached by pure decodes of r requests, r in (R', R], that get length q
+    (R' the request count of the next smaller graph for q); batches with a
+    prefill never reach decode graphs.  Without a schedule every request count
+    gets the same length and nothing is dropped."""
+    if config.spec_schedule is None:
+        return list(full_descs)
     kept: list[BatchDescriptor] = []
-    ascending = sorted(piecewise_descs, key=lambda d: d.num_tokens)
-    previous: dict[int, int] = {}
-    for d in ascending:
-        lo = previous.get(d.num_active_loras, 0)
-        dead = d.num_tokens <= _DEAD_CHECK_LIMIT
-        if dead:
-            for n in range(lo + 1, d.num_tokens + 1):
-                for lens in _partitions(n, config.max_num_reqs):
-                    uniform = all(q == lens[0] for q in lens)
-                    ub = config.num_ubatches if (config.num_ubatches > 1 and uniform and n >= max(config.ubatch_threshold, config.num_ubatches)) else 1
-                    b = Batch(lens, num_active_loras=d.num_active_loras, num_ubatches=ub)
-                    if not any(compatible(f, b, config.lora_cases) for f in full_descs):
-                        dead = False
-                        break
-                if not dead:
-                    break
-        if not dead:
+    previous: dict[tuple, int] = {}
+    for d in sorted(full_descs, key=lambda d: (d.num_tokens, d.num_reqs or 0)):
+        if d.uniform_token_count is None or d.num_reqs is None:
             kept.append(d)
-            previous[d.num_active_loras] = d.num_tokens
+            continue
+        group = (d.uniform_token_count, d.num_active_loras, d.num_ubatches)
+        lo = previous.get(group, 0)
+        if any(config.scheduler_decode_query_len(r) == d.uniform_token_count for r in range(lo + 1, d.num_reqs + 1)):
+            kept.append(d)
+            previous[group] = d.num_reqs
     return kept
 
 

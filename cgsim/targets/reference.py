@@ -19,7 +19,7 @@ import torch
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor, compatible, lora_case
 from cgsim.modes import CUDAGraphMode, resolve_mode
-from cgsim.spec.candidates import drop_dead_piecewise
+from cgsim.spec.candidates import drop_unscheduled_decode
 from cgsim.spec.rulesets import Ruleset
 from cgsim.targets.base import CandidateSnapshot, Execution
 from cgsim.trace import CreateForwardFn
@@ -115,10 +115,11 @@ class CudaGraphManager:
                             add(BatchDescriptor(F, tokens, reqs, q, None, lora))
                 if mixed_mode != N:
                     add(BatchDescriptor(mixed_mode, size, self.mixed_num_reqs(mixed_mode, size), None, None, lora))
-        # A piecewise graph whose every batch a FULL graph takes would never replay.
-        if P in by_mode and F in by_mode:
-            kept = set(drop_dead_piecewise(self.config, by_mode[P], by_mode[F]))
-            by_mode[P] = [d for d in by_mode[P] if d in kept]
+        # With dynamic speculative decoding a decode graph whose (length, request
+        # count) the scheduler never produces would never replay.
+        if F in by_mode:
+            kept_full = set(drop_unscheduled_decode(self.config, by_mode[F]))
+            by_mode[F] = [d for d in by_mode[F] if d in kept_full]
         for descs in by_mode.values():
             descs.sort(key=lambda d: d.num_tokens, reverse=True)
         return {mode: descs for mode, descs in by_mode.items() if descs}
