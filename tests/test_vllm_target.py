@@ -123,13 +123,21 @@ def test_candidate_init_is_repeatable_on_the_finished_manager():
     assert handle.recomputed_candidates() == handle.candidates()
 
 
-def test_lora_cases_and_varlen_decode():
+def test_lora_cases():
     cfg = ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 8), max_num_reqs=4, decode_query_len=3,
-                        varlen_decode=True, lora_cases=(0, 2))
+                        lora_cases=(0, 2))
+    _, _, _, handle = build(cfg)
+    descs = handle.candidates().capture_descs
+    assert {d.num_active_loras for d in descs} == {0, 2}
+
+
+def test_varlen_decode():
+    cfg = ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 8), max_num_reqs=4, decode_query_len=3,
+                        varlen_decode=True)
     _, _, _, handle = build(cfg)
     full = by_mode(handle.candidates().capture_descs)[F]
-    assert {d.num_active_loras for d in full} == {0, 2}
     assert all(d.max_query_len == 3 and d.uniform_token_count is None for d in full)
+    assert {d.num_tokens for d in full} == {1, 2, 4, 8}
 
 
 # -- capture protocol through the real manager ---------------------------------

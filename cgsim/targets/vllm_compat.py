@@ -71,6 +71,13 @@ def unsupported_reason(config: Any, release: "Release") -> str | None:
             f"max_capture_size {config.max_capture_size} != max(capture_sizes) {max(sizes)}: vLLM's "
             "CompilationConfig asserts cudagraph_capture_sizes[-1] == max_cudagraph_capture_size"
         )
+    if config.varlen_decode and release.version != "0.28.0":
+        # VllmConfig._validate_adaptive_verification: LoRA from 0.29, full
+        # graphs from 0.30 (where resolve_adaptive_cudagraph_mode asserts them).
+        if not config.mode.has_full() and release.version not in ("0.28.0", "0.29.0"):
+            return f"varlen_decode (adaptive verification) with mode {config.mode.value}: vLLM requires full CUDA graphs"
+        if any(c > 0 for c in config.lora_cases):
+            return "varlen_decode (adaptive verification) with LoRA cases: vLLM rejects adaptive verification with LoRA"
     if config.num_ubatches > 1 and "ubatch_runner" not in release.ctor_kwargs:
         return f"num_ubatches {config.num_ubatches}: vLLM {release.version} has no micro-batching (DBO) in MRV2"
     return None
