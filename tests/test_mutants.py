@@ -58,6 +58,13 @@ CATCHES: dict[str, tuple[str, Scenario]] = {
     ),
     # After release the manager still says "captured".
     "captured-flag-kept": ("RELEASE-RECAPTURE", _sc([C(), R(), D(Batch((1, 1)))], mode="FULL", capture_sizes=(2,))),
+    # Captured under (2, True, 2), looked up under (2, True, 1).
+    "key-drops-lora-count": (
+        "KEY-CONSISTENT",
+        _sc([C(), D(Batch((1, 1), num_active_loras=2))], mode="PIECEWISE", capture_sizes=(2,), lora_cases=(0, 2)),
+    ),
+    # q = 2: a FULL decode graph for length 1, which the scheduler never produces.
+    "decode-lengths-all": ("DECODE-LENGTHS", _sc([C()], mode=FAP, capture_sizes=(2,), decode_query_len=2)),
 }
 
 
@@ -99,3 +106,86 @@ def test_mutant_is_caught(name):
     assert trace.target == f"mutant:{name}"
     verdict = check_scenario(scenario, trace)
     assert prop in _props(verdict), f"{name}: expected {prop}, got:\n" + "\n".join(map(str, verdict.violations))
+
+
+# ---------------------------------------------------------------------------
+# Hypothesis: the fuzzer finds every mutant and shrinks it to a small case
+# ---------------------------------------------------------------------------
+from hypothesis import find, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from fuzz.strategies import batches, configs, scenarios  # noqa: E402
+
+
+# Small capture lists keep each run of the toy model cheap (every bug class
+# here shows on a handful of sizes).  Ladders are left out: the shrinker does
+# not get from configs()' ladder branch (1, 2, 4, 8, 16) back to its short-list
+# branch, so a case found on a ladder would stay at 5 sizes.
+FUZZ_MAX_SIZE = 16
+MAX_SIZES = 4
+
+
+def _small(config_filter=lambda c: True):
+    return configs(max_size=FUZZ_MAX_SIZE).filter(lambda c: len(c.capture_sizes) <= MAX_SIZES and config_filter(c))
+
+
+def _fuzz(config_filter=lambda c: True, ruleset=None):
+    """scenarios() over small configs; ``config_filter`` narrows to the
+    configs where the bug can show at all, so 100 ci examples reach it.
+    Scenarios with a release are left out (none of these bugs needs one):
+    scenarios() draws its optional release segment with ``integers(0, 3) ==
+    0``, which the shrinker drives *towards* the release, so a case found
+    there stays at 5 steps."""
+    return (_small(config_filter).flatmap(lambda c: scenarios(ruleset=ruleset, config=c))
+            .filter(lambda sc: all(s.kind != "release" for s in sc.steps)))
+
+
+@st.composite
+def _release_scenarios(draw):
+    # scenarios() puts release after capture + dispatches and always captures
+    # again, so its shortest release scenario has 5 steps; this one is
+    # capture, release, dispatch.
+    cfg = draw(_small())
+    return Scenario(config=cfg, steps=(C(), R(), D(draw(batches(cfg)))), ruleset=draw(st.sampled_from(("pr48822", "vllm-0.32"))))
+
+
+# mutant -> (strategy, properties any of which may be the one that catches the shrunk case)
+FUZZ: dict[str, tuple[st.SearchStrategy, set[str]]] = {
+    "init-before-breakable": (_fuzz(), {"CAND-ORDER"}),
+    "full-reuses-warmup-metadata": (_fuzz(), {"FRESH-METADATA"}),
+    "skip-attn-breakable": (_fuzz(), {"SKIP-ATTN"}),
+    "unpadded-breakable-metadata": (_fuzz(lambda c: c.breakable, "pr48822"), {"PAD-CONSISTENT"}),
+    "rebind-metadata": (_fuzz(), {"METADATA-LIVE", "REPLAY-EQUALS-EAGER"}),
+    "global-candidate-ranges": (_fuzz(), {"DISPATCH-COMPLETE", "DISPATCH-ROUNDTRIP"}),
+    "range-off-by-one": (_fuzz(), {"DISPATCH-COMPLETE", "DISPATCH-ROUNDTRIP", "DISPATCH-PRIORITY"}),
+    "dispatch-later-candidate": (_fuzz(), {"DISPATCH-MINIMAL", "DISPATCH-PRIORITY", "DISPATCH-ROUNDTRIP"}),
+    "full-before-piecewise": (_fuzz(), {"CAPTURE-ORDER"}),
+    "missing-warmup": (_fuzz(), {"WARMUP-FIRST"}),
+    "unclamped-num-reqs": (_fuzz(), {"CAND-BOUNDS", "CAND-ORDER", "NO-CRASH"}),
+    "lora-round-down": (_fuzz(lambda c: c.lora_cases == (0, 2, 4)), {"DISPATCH-COMPLETE", "DISPATCH-ROUNDTRIP", "DISPATCH-PRIORITY"}),
+    "captured-flag-kept": (_release_scenarios(), {"RELEASE-RECAPTURE", "BEFORE-CAPTURE"}),
+    "key-drops-lora-count": (_fuzz(lambda c: max(c.lora_cases) >= 2), {"KEY-CONSISTENT"}),
+    "decode-lengths-all": (_fuzz(lambda c: c.decode_query_len >= 2), {"DECODE-LENGTHS", "CAPTURE-USEFUL"}),
+}
+
+
+def test_every_mutant_is_fuzzed():
+    assert set(FUZZ) == set(MUTANTS)
+
+
+@pytest.mark.parametrize("name", sorted(FUZZ))
+def test_fuzzer_finds_and_shrinks_mutant(name):
+    strategy, catchers = FUZZ[name]
+
+    def caught(sc: Scenario) -> set[str]:
+        return _props(check_scenario(sc, run_scenario(sc, target=f"mutant:{name}", backend="mock"))) & catchers
+
+    ci = settings(settings.get_profile("ci"), database=None)
+    example = find(strategy, lambda sc: bool(caught(sc)), settings=ci)
+    props = caught(example)
+    assert props, example.short()
+    assert len(example.config.capture_sizes) <= MAX_SIZES, example.short()
+    assert len(example.steps) <= 3, f"{name}: shrunk to {example.short()}"
+    # A counterexample only counts where the reference passes.
+    ref = check_scenario(example, run_scenario(example, target="reference", backend="mock"))
+    assert not ref.violations, f"{name}: reference fails the shrunk {example.short()}: " + "; ".join(map(str, ref.violations))

@@ -80,10 +80,7 @@ class GlobalCandidateRangesManager(ModelCudaGraphManager):
                 groups = [(t, list(g)) for t, g in groupby(descs, key=lambda d: d.num_tokens)]
                 start = 0
                 for i, (tokens, group) in enumerate(groups):
-                    if self.ruleset.candidate_lists == "cumulative":
-                        members = [d for _, g in groups[i:] for d in g]
-                    else:
-                        members = group
+                    members = [d for _, g in groups[i:] for d in g]
                     for n in range(start, tokens + 1):
                         # BUG: one key space for all modes; the first mode to
                         # claim a key owns it, later modes never get appended.
@@ -117,10 +114,7 @@ class RangeOffByOneManager(ModelCudaGraphManager):
                 groups = [(t, list(g)) for t, g in groupby(descs, key=lambda d: d.num_tokens)]
                 start = 0
                 for i, (tokens, group) in enumerate(groups):
-                    if self.ruleset.candidate_lists == "cumulative":
-                        members = [d for _, g in groups[i:] for d in g]
-                    else:
-                        members = group
+                    members = [d for _, g in groups[i:] for d in g]
                     for n in range(start, tokens):  # BUG: tokens itself left out
                         candidates.setdefault((n, lora), []).extend(members)
                     start = tokens + 1
@@ -354,6 +348,46 @@ class CapturedFlagKept(ReferenceTarget):
     manager_class = CapturedFlagKeptManager
 
 
+class KeyDropsLoraCountManager(ModelCudaGraphManager):
+    def piecewise_key(self, num_tokens, loras):
+        if self.workload.phase == "runtime":
+            return (num_tokens, loras > 0, int(loras > 0))  # BUG: count collapsed to the flag
+        return super().piecewise_key(num_tokens, loras)
+
+
+class KeyDropsLoraCount(ReferenceTarget):
+    """The runtime looks piecewise graphs up under a key that keeps the
+    has-LoRA flag but not the LoRA case, while capture keyed them by both.
+
+    Bug class: piecewise key mismatch.  Where: vLLM's piecewise backend keys
+    graphs by the forward context's BatchDescriptor; the capture path and the
+    runtime path must build it the same way (LoRA flag and count, SPEC §4
+    KEY-CONSISTENT).  A mismatch silently misses every graph of that case.
+    """
+
+    name = "mutant:key-drops-lora-count"
+    manager_class = KeyDropsLoraCountManager
+
+
+class DecodeLengthsAllManager(ModelCudaGraphManager):
+    def decode_query_lens(self):
+        return list(range(1, self.decode_query_len + 1))  # BUG: every length up to q
+
+
+class DecodeLengthsAll(ReferenceTarget):
+    """FULL decode graphs captured for every query length 1..q instead of the
+    lengths the scheduler can produce.
+
+    Bug class: speculative-decoding decode lengths.  Where: vLLM dynamic
+    speculative decoding support in the cudagraph dispatcher (SPEC §2/§4
+    DECODE-LENGTHS: the schedule as the scheduler applies it): graphs for
+    lengths the scheduler never emits cost capture time and memory.
+    """
+
+    name = "mutant:decode-lengths-all"
+    manager_class = DecodeLengthsAllManager
+
+
 _ALL = (
     InitBeforeBreakable,
     FullReusesWarmupMetadata,
@@ -368,6 +402,8 @@ _ALL = (
     UnclampedNumReqs,
     LoraRoundDown,
     CapturedFlagKept,
+    KeyDropsLoraCount,
+    DecodeLengthsAll,
 )
 
 MUTANTS: dict[str, type] = {cls.name.split(":", 1)[1]: cls for cls in _ALL}
