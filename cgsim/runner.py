@@ -141,6 +141,8 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
                 phase = "replay"
                 execution = handle.execute(batch, desc)
                 trace.add(_replay_event(i, batch, desc, execution, workload))
+                if execution.outputs is not None:
+                    trace.outputs[i] = execution.outputs.detach().float().cpu()
             else:
                 workload.phase = "runtime"
                 handle.release()

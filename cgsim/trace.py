@@ -217,6 +217,9 @@ class Trace:
     has_piecewise_runner: bool = False
     events: list[Event] = field(default_factory=list)
     metadata: dict[int, MetadataRecord] = field(default_factory=dict)
+    # Replayed outputs of the real rows per dispatch step (CPU tensors), for
+    # comparing backends; not part of the JSON form.
+    outputs: dict[int, Any] = field(default_factory=dict, repr=False)
 
     def add(self, event: Event) -> None:
         self.events.append(event)

@@ -115,11 +115,12 @@ def scenarios(draw, ruleset: str | None = None, max_size: int = 128, config: Man
     cfg = config if config is not None else draw(configs(max_size))
     rs = ruleset if ruleset is not None else draw(st.sampled_from(RULESET_NAMES))
     steps: list[Step] = []
-    if draw(st.integers(0, 5)) == 0:
+    # Optional parts are drawn so that shrinking (towards 0) removes them.
+    if draw(st.integers(0, 5)) == 5:
         steps.append(Step.dispatch(draw(batches(cfg))))
     steps.append(Step.capture())
     steps += [Step.dispatch(b) for b in draw(st.lists(batches(cfg), min_size=1, max_size=4))]
-    if draw(st.integers(0, 3)) == 0:
+    if draw(st.integers(0, 3)) == 3:
         steps.append(Step.release())
         steps += [Step.dispatch(b) for b in draw(st.lists(batches(cfg), max_size=1))]
         steps.append(Step.capture())

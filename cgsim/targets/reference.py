@@ -80,6 +80,9 @@ class CudaGraphManager:
         per_req, rem = divmod(desc.num_tokens, desc.num_reqs)
         if rem or desc.uniform_token_count not in (None, per_req):
             return None
+        # Micro-batched uniform batches are pure decodes: their length is a decode length.
+        if per_req not in self.decode_query_lens():
+            return None
         if desc.num_tokens < max(c.num_ubatches, c.ubatch_threshold):
             return None
         return BatchDescriptor(F, desc.num_tokens, desc.num_reqs, per_req, desc.max_query_len,
@@ -133,10 +136,10 @@ class CudaGraphManager:
                 groups = [(t, list(g)) for t, g in groupby(descs, key=lambda d: d.num_tokens)]
                 start = 0
                 for i, (tokens, group) in enumerate(groups):
-                    if self.ruleset.candidate_lists == "cumulative":
-                        members = [d for _, g in groups[i:] for d in g]
-                    else:
-                        members = group
+                    # Every larger graph of the mode stays a candidate: the smallest
+                    # one may not fit (another decode length, too few requests)
+                    # while a larger one does.
+                    members = [d for _, g in groups[i:] for d in g]
                     for n in range(start, tokens + 1):
                         candidates.setdefault((n, lora), []).extend(members)
                     start = tokens + 1

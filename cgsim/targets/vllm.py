@@ -463,11 +463,9 @@ class VllmManagerHandle:
 
     def dispatch(self, batch: Batch) -> BatchDescriptor:
         """Arguments as the runner passes them: max_query_len None for a batch
-        with a prefill (a request longer than the decode query length) and for
-        micro-batched dispatch, the uniform count only for decode batches.
-        cgsim's Batch has no prefill flag, so a request of at most
-        decode_query_len tokens counts as a decode (vLLM would treat a fresh
-        short prompt as a prefill)."""
+        with a prefill (batch_req_state.has_prefill) and for micro-batched
+        dispatch; the uniform count (get_uniform_decode_token_count) only for
+        batches without a prefill."""
         has_prefill = batch.has_prefill
         max_q = None if has_prefill else batch.max_query_len
         if batch.num_ubatches > 1:

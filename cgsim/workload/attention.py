@@ -133,10 +133,15 @@ class MetadataBuilder:
         qsl = [0]
         for q in query_lens:
             qsl.append(qsl[-1] + q)
-        qsl += [nt] * (num_reqs_padded - nr)
-        self.query_start_loc[: num_reqs_padded + 1].copy_(torch.tensor(qsl, dtype=torch.int64))
-        self.seq_lens[:num_reqs_padded].copy_(torch.tensor(list(seq_lens) + [0] * (num_reqs_padded - nr), dtype=torch.int64))
-        self.slot_mapping[:num_tokens_padded].copy_(torch.tensor(list(slots) + [-1] * (num_tokens_padded - nt), dtype=torch.int64))
+        # The whole buffer is rewritten, padding included: a graph captured with a
+        # longer view than this batch's (vLLM 0.32's unpadded breakable pieces)
+        # must read empty requests and -1 slots there, not the last batch's rows.
+        self.query_start_loc.fill_(nt)
+        self.query_start_loc[: nr + 1].copy_(torch.tensor(qsl, dtype=torch.int64))
+        self.seq_lens.zero_()
+        self.seq_lens[:nr].copy_(torch.tensor(list(seq_lens), dtype=torch.int64))
+        self.slot_mapping.fill_(-1)
+        self.slot_mapping[:nt].copy_(torch.tensor(list(slots), dtype=torch.int64))
         md_id = next(self._ids)
         md = AttentionMetadata(
             md_id, num_reqs_padded, num_tokens_padded, max_query_len, for_capture, self.kernel_for(for_capture),
