@@ -201,7 +201,8 @@ def test_replay_equals_eager(breakable):
                         breakable=breakable, compiled_piecewise=not breakable)
     backend, _, workload, handle = captured(cfg)
     workload.phase = "runtime"
-    batches = [Batch.uniform(2, 2), Batch((3,)), Batch((1, 2, 2)), Batch.uniform(4, 2), Batch((5, 3))]
+    batches = [Batch.uniform(2, 2), Batch((3,), has_prefill=True), Batch((1, 2, 2)), Batch.uniform(4, 2),
+               Batch((5, 3), has_prefill=True)]
     paths = set()
     with backend.activate():
         for step, batch in enumerate(batches, start=1):
