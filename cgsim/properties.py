@@ -1132,7 +1132,7 @@ def _decode_shapes(cfg: ManagerConfig) -> set[tuple[int, ...]]:
     for r in range(1, cfg.max_num_reqs + 1):
         q = cfg.scheduler_decode_query_len(r)
         if r * q > cfg.max_capture_size:
-            break
+            continue  # a dynamic schedule may give more requests a shorter length
         shapes.add((q,) * r)
     return shapes
 
