@@ -1512,6 +1512,10 @@ def check_scenario(scenario: Scenario, trace: Trace, only: Iterable[str] | None 
         chosen = [PROPERTIES[i] for i in PROPERTIES if i in wanted]
     violations: list[Violation] = []
     checked: list[str] = []
+    if getattr(trace, "unsupported", None):
+        # The target refuses this config the way the real engine would at
+        # start-up: there is no run to judge.
+        return Verdict((), ())
     token = _VIEW_CACHE.set({})
     try:
         for prop in chosen:

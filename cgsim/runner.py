@@ -20,7 +20,7 @@ from cgsim.descriptors import BatchDescriptor
 from cgsim.scenario import Scenario
 from cgsim.spec.rulesets import get_ruleset
 from cgsim.targets import get_target
-from cgsim.targets.base import Execution
+from cgsim.targets.base import Execution, TargetUnsupported
 from cgsim.trace import Candidates, CaptureDone, Dispatch, Error, GraphStored, Release, Replay, Trace
 from cgsim.workload import OUTPUT_TOLERANCE, Workload
 
@@ -103,6 +103,9 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
         handle = target.build(scenario.config, ruleset, backend, workload)
     except ScenarioTimeout:
         raise
+    except TargetUnsupported as exc:
+        trace.unsupported = str(exc)
+        return
     except BaseException as exc:  # noqa: BLE001 - any failure to build is INIT-TOTAL's business
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise

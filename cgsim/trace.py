@@ -215,6 +215,8 @@ class Trace:
     resolved_mode: CUDAGraphMode | None = None
     uses_breakable: bool = False
     has_piecewise_runner: bool = False
+    # Set when the target's own validation rejects the config: nothing to judge.
+    unsupported: str | None = None
     events: list[Event] = field(default_factory=list)
     metadata: dict[int, MetadataRecord] = field(default_factory=dict)
     # Replayed outputs of the real rows per dispatch step (CPU tensors), for
@@ -238,6 +240,7 @@ class Trace:
             "resolved_mode": self.resolved_mode.value if self.resolved_mode else None,
             "uses_breakable": self.uses_breakable,
             "has_piecewise_runner": self.has_piecewise_runner,
+            "unsupported": self.unsupported,
             "events": [e.to_json() for e in self.events],
             "metadata": [asdict(m) for m in self.metadata.values()],
         }

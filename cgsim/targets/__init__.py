@@ -9,11 +9,12 @@ from cgsim.targets.base import (
     ManagerUnderTest,
     Target,
     TargetError,
+    TargetUnsupported,
     UnknownTarget,
 )
 
 __all__ = [
-    "CandidateSnapshot", "Execution", "ManagerUnderTest", "Target", "TargetError", "UnknownTarget",
+    "CandidateSnapshot", "Execution", "ManagerUnderTest", "Target", "TargetError", "TargetUnsupported", "UnknownTarget",
     "get_target", "target_names",
 ]
 

@@ -17,7 +17,7 @@ from cgsim.descriptors import Batch, BatchDescriptor
 from cgsim.modes import CUDAGraphMode
 from cgsim.spec.rulesets import Ruleset
 
-__all__ = ["Execution", "CandidateSnapshot", "ManagerUnderTest", "Target", "TargetError", "UnknownTarget"]
+__all__ = ["Execution", "CandidateSnapshot", "ManagerUnderTest", "Target", "TargetError", "TargetUnsupported", "UnknownTarget"]
 
 
 class TargetError(RuntimeError):
@@ -26,6 +26,11 @@ class TargetError(RuntimeError):
 
 class UnknownTarget(ValueError):
     pass
+
+
+class TargetUnsupported(ValueError):
+    """The target's own validation rejects this config (the real engine would
+    refuse to start with it).  Not a finding: the scenario does not apply."""
 
 
 @dataclass(frozen=True)

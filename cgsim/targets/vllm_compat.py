@@ -24,7 +24,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from cgsim.targets.base import TargetError
+from cgsim.targets.base import TargetError, TargetUnsupported
 
 __all__ = [
     "VllmEnvironmentError",
@@ -56,7 +56,7 @@ class VllmEnvironmentError(TargetError):
     exit_code = 2
 
 
-class VllmUnsupportedConfig(ValueError):
+class VllmUnsupportedConfig(TargetUnsupported):
     """The scenario's config cannot be expressed to this vLLM release (its own
     config validation would reject it, or the release lacks the feature).
     Not a finding about the manager: the runner should treat the scenario as
