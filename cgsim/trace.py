@@ -215,13 +215,13 @@ class Trace:
     resolved_mode: CUDAGraphMode | None = None
     uses_breakable: bool = False
     has_piecewise_runner: bool = False
-    # Set when the target's own validation rejects the config: nothing to judge.
-    unsupported: str | None = None
     events: list[Event] = field(default_factory=list)
     metadata: dict[int, MetadataRecord] = field(default_factory=dict)
     # Replayed outputs of the real rows per dispatch step (CPU tensors), for
     # comparing backends; not part of the JSON form.
     outputs: dict[int, Any] = field(default_factory=dict, repr=False)
+    # Set when the target's own validation rejects the config: nothing to judge.
+    unsupported: str | None = None
 
     def add(self, event: Event) -> None:
         self.events.append(event)
