@@ -45,6 +45,10 @@ def classify_error(exc: BaseException) -> str:
     text = str(exc)
     if any(m in text for m in ILLEGAL_MARKERS) or type(exc).__name__ == "AcceleratorError":
         return "illegal-op"
+    # An out-of-bounds index is a device-side assert on a GPU (illegal); on the
+    # CPU mock the same kernel raises IndexError synchronously.
+    if isinstance(exc, IndexError) or "out of bounds for dimension" in text:
+        return "illegal-op"
     return "crash"
 
 

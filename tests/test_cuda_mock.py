@@ -693,3 +693,27 @@ def test_leaving_the_mock_discards_an_unended_capture():
     assert (x + 1).tolist() == [2.0, 2.0]  # computed, not recorded
     with cuda_mock.patched_torch_cuda():
         assert not torch.cuda.is_current_stream_capturing()
+
+
+def test_capture_into_released_pool_with_live_blocks_raises(graph_backend):
+    """Measured on an H200 (torch 2.11): once every graph of a pool is gone but a
+    tensor allocated from it is still alive, capturing into that pool again trips
+    the caching allocator's assertion; after the tensor is freed it works."""
+    b = graph_backend
+    cuda = b.cuda
+    pool = cuda.graph_pool_handle()
+    x = torch.ones(16, device=b.device)
+    g = cuda.CUDAGraph()
+    with cuda.graph(g, pool=pool):
+        y = x * 2
+    del g
+    with pytest.raises(RuntimeError, match=r"use_count > 0 INTERNAL ASSERT FAILED"):
+        g2 = cuda.CUDAGraph()
+        with cuda.graph(g2, pool=pool):
+            x * 3
+    del y, g2
+    g3 = cuda.CUDAGraph()
+    with cuda.graph(g3, pool=pool):
+        w = x * 4
+    g3.replay()
+    assert torch.equal(w.cpu(), torch.full((16,), 4.0))

@@ -543,7 +543,7 @@ class CUDAGraph:
         # A graph holds its pool for as long as it lives: that is what keeps
         # graph-private memory valid for replay.
         self._pool_id = tuple(pool) if pool is not None else _memory.new_private_pool_id()
-        self._pool = _memory.get_pool(self._pool_id)
+        self._pool = _memory.get_pool_for_capture(self._pool_id)
         self._capture_stream = s
         self._recorder = _Recorder(self._pool)
         G.capture = _runtime._CaptureRecord(self, s)
@@ -588,7 +588,19 @@ class CUDAGraph:
 
     def reset(self) -> None:
         self._ops = None
-        self._pool = None
+        self._drop_pool()
+
+    def _drop_pool(self) -> None:
+        # A graph holds its pool's use count until it is reset or destroyed.
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            _memory.release_pool(pool)
+
+    def __del__(self) -> None:
+        try:
+            self._drop_pool()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
 
     def pool(self) -> tuple[int, int]:
         return self._pool_id

@@ -39,6 +39,14 @@ HOST_COPY = (
     "with pin_memory=True."
 )
 REPLAY_WITHOUT_CAPTURE = "Called CUDAGraph::replay without a preceding successful capture."
+# c10's CUDACachingAllocator when a capture reuses a pool whose graphs are all
+# gone while tensors allocated from it are still alive (measured on an H200,
+# torch 2.11: a manager that released its graphs and recaptured into the same
+# pool handle).
+POOL_RELEASED = (
+    'it->second->use_count > 0 INTERNAL ASSERT FAILED at "/pytorch/c10/cuda/CUDACachingAllocator.cpp":2799, '
+    "please report a bug to PyTorch. "
+)
 ALREADY_CAPTURED = (
     "This CUDAGraph instance already owns a captured graph. To capture a new graph, "
     "create a new instance."

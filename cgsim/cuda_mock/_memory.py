@@ -103,11 +103,39 @@ class _Block:
         _blocks_by_ptr[self.ptr] = self
 
 
+# Pools whose graphs are all gone but whose blocks are still in use: the real
+# allocator keeps them with use_count 0 until the last block is freed, and a
+# capture into such a pool trips its use_count > 0 assertion.
+_released: "dict[tuple[int, int], Pool]" = {}
+
+
 def _release(block_ref: "weakref.ref[_Block]") -> None:
     block = block_ref()
     if block is not None:
         block.in_use = False
         block.pool._free.append(block)
+        pool = block.pool
+        if pool.use_count == 0 and pool.allocated_bytes == 0:
+            _released.pop(pool.id, None)
+
+
+def get_pool_for_capture(pool_id: tuple[int, int]) -> "Pool":
+    """The pool a capture allocates from, with the real use-count rules."""
+    from cgsim.cuda_mock import _errors
+
+    pool = _released.get(pool_id)
+    if pool is not None:
+        raise RuntimeError(_errors.POOL_RELEASED)
+    pool = get_pool(pool_id)
+    pool.use_count += 1
+    return pool
+
+
+def release_pool(pool: "Pool") -> None:
+    """A graph that captured into ``pool`` is reset or destroyed."""
+    pool.use_count -= 1
+    if pool.use_count == 0 and pool.allocated_bytes > 0:
+        _released[pool.id] = pool
 
 
 class Pool:
@@ -115,6 +143,7 @@ class Pool:
 
     def __init__(self, pool_id: tuple[int, int]) -> None:
         self.id = pool_id
+        self.use_count = 0  # graphs that captured into this pool and are still alive
         self._blocks: list[_Block] = []
         self._free: list[_Block] = []
 

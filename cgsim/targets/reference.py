@@ -202,6 +202,12 @@ class CudaGraphManager:
         # Descriptors stay: a later capture() refills the same set.
         self.graphs.clear()
         self._graphs_captured = False
+        # The pool goes with its graphs.  Capturing again into a pool whose
+        # graphs are all gone while tensors from it are still alive trips the
+        # caching allocator's use_count > 0 assertion (seen on an H200), so the
+        # next capture starts a fresh pool.
+        if self.pool is not None:
+            self.pool = self.backend.cuda.graph_pool_handle()
 
     def runtime_padding(self, batch: Batch, desc: BatchDescriptor) -> tuple[int, int]:
         """(num_reqs, num_tokens) attention metadata is built with at runtime:
@@ -303,6 +309,7 @@ class ModelCudaGraphManager(CudaGraphManager):
 
     def release_graphs(self) -> None:
         super().release_graphs()
+        self.workload.graph_pool = self.pool
         self.workload.piecewise.clear()
         self.graph_metadata.clear()
         self.graph_step.clear()
