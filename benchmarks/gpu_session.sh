@@ -43,6 +43,7 @@ if [ "$what" = full ]; then
     --report-dir /tmp/nightly --quiet; echo "nightly exit $?" | tee -a "$log"
   summary /tmp/nightly
   cp /tmp/nightly/latest/junit.xml "$OUT/nightly-junit.xml" 2>/dev/null
+  tar czf "$OUT/reports.tgz" -C /tmp nightly mutant 2>/dev/null
   say "throughput: same scenarios on the mock (one core) and on cuda"
   timeout 150 python3 benchmarks/bench_backends.py --repeats 2 2>&1 | grep -v Warn | tee -a "$log"
 else
@@ -52,5 +53,6 @@ else
       --report-dir /tmp/scale-$gpus --quiet; echo "exit $?" | tee -a "$log"
     summary /tmp/scale-$gpus
   done
+  tar czf "$OUT/reports.tgz" -C /tmp scale-0 scale-0,1 2>/dev/null
 fi
 say done
