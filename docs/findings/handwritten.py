@@ -1,0 +1,136 @@
+"""Hand-written scenarios for the vLLM findings in docs/findings.md.
+
+    PYTHONPATH=. /work/vllmNN/bin/python docs/findings/handwritten.py [--write] [NAME ...]
+
+Runs each scenario on ``--target vllm`` (the installed release) and prints what
+the properties say.  ``--adopt F.json ...`` re-judges fuzzer findings under
+ruleset vllm-0.32 (the fuzzer also draws pr48822 scenarios, whose design vLLM
+deliberately does not follow) instead.  With --write, a scenario that violates its expected
+property is saved as a finding JSON next to this script, so that
+``python -m fuzz replay docs/findings/<id>.json`` re-runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from cgsim.config import ManagerConfig
+from cgsim.descriptors import Batch
+from cgsim.report.findings import new_finding, write_finding
+from cgsim.report.pipeline import Pipeline, observe
+from cgsim.scenario import Scenario, Step
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+C, R = Step.capture(), Step.release()
+
+
+def D(*lens: int, prefill: bool = False, **kw) -> Step:
+    return Step.dispatch(Batch(tuple(lens), has_prefill=prefill, **kw))
+
+
+# name -> (expected property, scenario)
+SCENARIOS: dict[str, tuple[str, Scenario]] = {
+    # 1. nearest-group candidate lists under dynamic SD: 3x2 decode goes PIECEWISE(8)
+    "dynsd-dispatch-priority": ("DISPATCH-PRIORITY", Scenario(
+        ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 8), max_num_reqs=4, decode_query_len=3,
+                      spec_schedule=((1, 2, 2), (3, 4, 1))),
+        (C, D(2, 2, 2)), ruleset="vllm-0.32")),
+    # 1b. the same with K=4, schedule k in {4, 2}: no scheduled k = K-1, so the draft
+    #     decode manager of 0.28-0.31 (finding 3) does not divide by zero first
+    "dynsd-dispatch-priority-k4": ("DISPATCH-PRIORITY", Scenario(
+        ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 10, 16), max_num_reqs=4, decode_query_len=5,
+                      spec_schedule=((1, 2, 4), (3, 4, 2))),
+        (C, D(3, 3, 3)), ruleset="vllm-0.32")),
+    "dynsd-capture-useful-k4": ("CAPTURE-USEFUL", Scenario(
+        ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 10, 16), max_num_reqs=4, decode_query_len=5,
+                      spec_schedule=((1, 2, 4), (3, 4, 2))),
+        (C, D(5, 5)), ruleset="vllm-0.32")),
+    # 5b. 0.28 raw schedule entries past max_num_seqs: K=3, k in {3, 1} (draft lens 1, -1)
+    "raw-schedule-lengths-k3": ("DECODE-LENGTHS", Scenario(
+        ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 8), max_num_reqs=2, decode_query_len=4,
+                      spec_schedule=((1, 2, 3), (3, 8, 1))),
+        (C, D(4, 4)), ruleset="vllm-0.32")),
+    # 2. 0.28 cross-mode candidate lists: 1x2 decode goes PIECEWISE(3) beside FULL(4, r2, u2)
+    "cross-mode-candidates": ("DISPATCH-PRIORITY", Scenario(
+        ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(3, 4), max_num_reqs=2, decode_query_len=2),
+        (C, D(2)), ruleset="vllm-0.32")),
+    # 3. draft decode manager (decode_query_len 1) with a scheduled k = K-1: round_up(size, 0)
+    "draft-zero-division": ("INIT-TOTAL", Scenario(
+        ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4), max_num_reqs=4, decode_query_len=3,
+                      spec_schedule=((1, 2, 2), (3, 4, 1))),
+        (C,), ruleset="vllm-0.32")),
+    # 4. mixed FULL graph captured with max_query_len 1, replays a 3-token prefill
+    "full-prefill-max-query-len": ("PAD-CONSISTENT", Scenario(
+        ManagerConfig(mode="FULL", capture_sizes=(4,), max_num_reqs=4),
+        (C, D(3, prefill=True)), ruleset="vllm-0.32")),
+    # 5. 0.28 raw schedule entries: uniform-2 graphs for a schedule that never runs 2 tokens
+    #    (K=2 without k=1 in the schedule would be needed to avoid finding 3; K=3 with k in {3, 2})
+    "raw-schedule-lengths": ("DECODE-LENGTHS", Scenario(
+        ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 8), max_num_reqs=2, decode_query_len=4,
+                      spec_schedule=((1, 1, 3), (2, 8, 2))),
+        (C, D(3, 3)), ruleset="vllm-0.32")),
+    # 6. dynamic SD: FULL(4, r2, u2) captured although 2 requests always get k=2 (length 3)
+    "dynsd-capture-useful": ("CAPTURE-USEFUL", Scenario(
+        ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 8), max_num_reqs=4, decode_query_len=3,
+                      spec_schedule=((1, 2, 2), (3, 4, 1))),
+        (C, D(3, 3)), ruleset="vllm-0.32")),
+    # 7. release then capture again
+    "release-recapture": ("RELEASE-RECAPTURE", Scenario(
+        ManagerConfig(mode="FULL", capture_sizes=(1, 2, 4), max_num_reqs=4),
+        (C, D(1), R, C, D(1)), ruleset="vllm-0.32")),
+    # 8. DBO twin of a mixed FULL descriptor: FULL(16, r1) -> twin uniform 16
+    "dbo-twin-capture-useful": ("CAPTURE-USEFUL", Scenario(
+        ManagerConfig(mode="FULL", capture_sizes=(16,), max_num_reqs=1, num_ubatches=2, ubatch_threshold=2),
+        (C, D(1)), ruleset="vllm-0.32")),
+}
+
+
+def adopt(pipe: Pipeline, path: str, write: bool) -> None:
+    """A fuzzer finding, judged again under ruleset vllm-0.32 (the design every
+    release 0.28-0.32 follows); saved here only if it still reproduces."""
+    import json  # noqa: PLC0415
+
+    f = json.load(open(path, encoding="utf-8"))
+    sj = dict(f["scenario"], ruleset="vllm-0.32")
+    sc = Scenario.from_json(sj)
+    SCENARIOS[os.path.basename(path)] = (f["property"], sc)
+    run_one(pipe, os.path.basename(path), write, status=f["status"], run_id=f.get("run_id", ""))
+
+
+def run_one(pipe: Pipeline, name: str, write: bool, status: str = "unshrunk", run_id: str = "") -> None:
+    import vllm  # noqa: PLC0415
+
+    prop, sc = SCENARIOS[name]
+    out = observe(pipe, sc, "vllm", "mock", 120)
+    obs = out.first(prop)
+    others = sorted({o.property for o in out.observations} - {prop})
+    print(f"[vllm {vllm.__version__}] {name}: {prop} {'VIOLATED' if obs else 'holds'}"
+          + (f" (also {', '.join(others)})" if others else ""))
+    if obs:
+        print(f"    {obs.message}")
+    for o in out.observations:
+        if o.property != prop and o.property in ("INIT-TOTAL", "TARGET-CRASH", "NO-CRASH"):
+            print(f"    {o.property}: {o.message[:300]}")
+    if write and obs:
+        data = new_finding(prop=prop, message=obs.message, kind=obs.kind, target="vllm", backend="mock",
+                           scenario_json=sc.to_json(), status=status, statement=pipe.statement(prop),
+                           step=obs.step, run_id=run_id or f"handwritten:{name}", scenario_short=sc.short())
+        print(f"    wrote {write_finding(HERE, data)}")
+
+
+def main(argv: list[str]) -> int:
+    write = "--write" in argv
+    pipe = Pipeline()
+    if "--adopt" in argv:
+        for path in [a for a in argv if not a.startswith("--")]:
+            adopt(pipe, path, write)
+        return 0
+    names = [a for a in argv if not a.startswith("--")] or list(SCENARIOS)
+    for name in names:
+        run_one(pipe, name, write)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
