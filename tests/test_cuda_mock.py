@@ -32,6 +32,11 @@ def graph_backend(request) -> GraphBackend:
     # The option comes from cgsim.pytest_plugin; unset (None) or unregistered means mock.
     name = request.config.getoption("cgsim_backend", default=None) or "mock"
     backend = get_backend(name)
+    # Graphs left as garbage by earlier tests must not be collected in the
+    # middle of this test's capture: that invalidates it, on a GPU as here.
+    import gc
+
+    gc.collect()
     with backend.activate():
         yield backend
 
@@ -717,3 +722,28 @@ def test_capture_into_released_pool_with_live_blocks_raises(graph_backend):
         w = x * 4
     g3.replay()
     assert torch.equal(w.cpu(), torch.full((16,), 4.0))
+
+
+def test_graph_destroyed_during_another_capture_invalidates_it(graph_backend):
+    """Measured on an H200: a graph freed while another capture is under way
+    (Python's GC collecting an old graph mid-capture) invalidates that capture;
+    leaving the block raises "operation failed due to a previous error during
+    capture"."""
+    import warnings
+
+    b = graph_backend
+    cuda = b.cuda
+    x = torch.ones(8, device=b.device)
+    old = cuda.CUDAGraph()
+    with cuda.graph(old):
+        x * 2
+    g = cuda.CUDAGraph()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(Exception, match="operation failed due to a previous error during capture"):
+            with cuda.graph(g):
+                y = x + 1
+                del old
+                z = y * 3  # noqa: F841
+    if b.name == "cuda":
+        torch.cuda.synchronize()

@@ -598,6 +598,18 @@ class CUDAGraph:
 
     def __del__(self) -> None:
         try:
+            cap = G.capture
+            if self._ops is not None and cap is not None and cap.graph is not self:
+                # Destroying a graph frees its executable and memory, which the
+                # driver refuses while a stream captures; torch only warns, and
+                # the capture under way is invalidated (seen on an H200 when
+                # Python's GC collected an old graph in the middle of a capture).
+                warnings.warn(
+                    "CUDA warning: operation not permitted when stream is capturing (function reset)",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                cap.invalidated = True
             self._drop_pool()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass

@@ -137,7 +137,12 @@ def drop_unscheduled_decode(config: ManagerConfig, full_descs) -> list[BatchDesc
             continue
         group = (d.uniform_token_count, d.num_active_loras, d.num_ubatches)
         lo = previous.get(group, 0)
-        if any(config.scheduler_decode_query_len(r) == d.uniform_token_count for r in range(lo + 1, d.num_reqs + 1)):
+        # A micro-batched graph only sees batches at or above the DBO threshold.
+        least = max(config.ubatch_threshold, config.num_ubatches) if d.num_ubatches > 1 else 1
+        if any(
+            config.scheduler_decode_query_len(r) == d.uniform_token_count and r * d.uniform_token_count >= least
+            for r in range(lo + 1, d.num_reqs + 1)
+        ):
             kept.append(d)
             previous[group] = d.num_reqs
     return kept

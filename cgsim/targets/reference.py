@@ -10,6 +10,7 @@ release_graphs -> capture again.
 
 from __future__ import annotations
 
+import gc
 from collections import defaultdict
 from itertools import groupby
 from typing import Callable
@@ -284,7 +285,18 @@ class ModelCudaGraphManager(CudaGraphManager):
             w.current_desc = desc
             return inner(desc, warmup)
 
-        self.capture(tapped)
+        # Python's GC must not run inside a capture: collecting an old graph
+        # (garbage from an earlier capture) frees driver objects while the
+        # stream captures and invalidates the capture (seen on an H200).  Like
+        # vLLM's freeze_gc_for_cudagraph_capture: collect once, then hold GC off.
+        gc.collect()
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self.capture(tapped)
+        finally:
+            if was_enabled:
+                gc.enable()
         w.current_desc = None
 
     def execute(self, batch: Batch, desc: BatchDescriptor) -> Execution:
