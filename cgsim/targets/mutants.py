@@ -11,7 +11,6 @@ Targets are looked up as ``mutant:<name>`` (``cgsim.targets.get_target``).
 
 from __future__ import annotations
 
-from itertools import groupby
 
 from cgsim.descriptors import Batch, BatchDescriptor, compatible
 from cgsim.modes import CUDAGraphMode
@@ -71,23 +70,11 @@ class UnclampedNumReqs(ReferenceTarget):
 
 
 class GlobalCandidateRangesManager(ModelCudaGraphManager):
-    def build_candidates(self, capture_descs):
-        candidates: dict[tuple[int, int], list[BatchDescriptor]] = {}
-        for mode in (F, P):
-            ascending = list(reversed(capture_descs.get(mode, [])))
-            for lora in self.lora_cases:
-                descs = [d for d in ascending if d.num_active_loras == lora]
-                groups = [(t, list(g)) for t, g in groupby(descs, key=lambda d: d.num_tokens)]
-                start = 0
-                for i, (tokens, group) in enumerate(groups):
-                    members = [d for _, g in groups[i:] for d in g]
-                    for n in range(start, tokens + 1):
-                        # BUG: one key space for all modes; the first mode to
-                        # claim a key owns it, later modes never get appended.
-                        if (n, lora) not in candidates:
-                            candidates[(n, lora)] = list(members)
-                    start = tokens + 1
-        return candidates
+    def add_candidates(self, candidates, key, members):
+        # BUG: one key space for all modes; the first mode to claim a key owns
+        # it, later modes never get appended.
+        if key not in candidates:
+            candidates[key] = list(members)
 
 
 class GlobalCandidateRanges(ReferenceTarget):
@@ -105,20 +92,8 @@ class GlobalCandidateRanges(ReferenceTarget):
 
 
 class RangeOffByOneManager(ModelCudaGraphManager):
-    def build_candidates(self, capture_descs):
-        candidates: dict[tuple[int, int], list[BatchDescriptor]] = {}
-        for mode in (F, P):
-            ascending = list(reversed(capture_descs.get(mode, [])))
-            for lora in self.lora_cases:
-                descs = [d for d in ascending if d.num_active_loras == lora]
-                groups = [(t, list(g)) for t, g in groupby(descs, key=lambda d: d.num_tokens)]
-                start = 0
-                for i, (tokens, group) in enumerate(groups):
-                    members = [d for _, g in groups[i:] for d in g]
-                    for n in range(start, tokens):  # BUG: tokens itself left out
-                        candidates.setdefault((n, lora), []).extend(members)
-                    start = tokens + 1
-        return candidates
+    def candidate_range(self, start, tokens):
+        return range(start, tokens)  # BUG: tokens itself left out
 
 
 class RangeOffByOne(ReferenceTarget):

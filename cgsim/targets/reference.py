@@ -141,10 +141,18 @@ class CudaGraphManager:
                     # one may not fit (another decode length, too few requests)
                     # while a larger one does.
                     members = [d for _, g in groups[i:] for d in g]
-                    for n in range(start, tokens + 1):
-                        candidates.setdefault((n, lora), []).extend(members)
+                    for n in self.candidate_range(start, tokens):
+                        self.add_candidates(candidates, (n, lora), members)
                     start = tokens + 1
         return candidates
+
+    def candidate_range(self, start: int, tokens: int) -> range:
+        """Token counts served first by the graphs of ``tokens`` tokens."""
+        return range(start, tokens + 1)
+
+    def add_candidates(self, candidates: dict, key: tuple[int, int], members: list[BatchDescriptor]) -> None:
+        # Keys are per mode in effect: FULL members first, then PIECEWISE ones.
+        candidates.setdefault(key, []).extend(members)
 
     def _init_candidates(self) -> None:
         self._capture_descs = self.build_capture_descs()
