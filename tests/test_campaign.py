@@ -103,7 +103,7 @@ class FakePipeline(Pipeline):
         )
         return st.builds(
             lambda sizes, batches: Scenario(
-                ManagerConfig(capture_sizes=tuple(sorted(set(sizes)))),
+                ManagerConfig(capture_sizes=tuple(sorted(set(sizes))), lora_cases=(0, 1, 2)),
                 (Step.capture(),) + tuple(Step.dispatch(b) for b in batches),
                 ruleset=ruleset or "pr48822",
             ),
