@@ -8,10 +8,6 @@ properties judge it like anything else the target did.
 from __future__ import annotations
 
 import math
-import signal
-import threading
-from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 
@@ -21,6 +17,7 @@ from cgsim.scenario import Scenario
 from cgsim.spec.rulesets import get_ruleset
 from cgsim.targets import get_target
 from cgsim.targets.base import Execution, TargetUnsupported
+from cgsim.timeouts import ScenarioTimeout, deadline
 from cgsim.trace import Candidates, CaptureDone, Dispatch, Error, GraphStored, Release, Replay, Trace
 from cgsim.workload import OUTPUT_TOLERANCE, Workload
 
@@ -34,11 +31,6 @@ ILLEGAL_MARKERS = (
 )
 
 
-class ScenarioTimeout(BaseException):
-    """Raised inside a hanging target (BaseException so target code that
-    catches Exception cannot swallow it)."""
-
-
 def classify_error(exc: BaseException) -> str:
     if isinstance(exc, ScenarioTimeout):
         return "timeout"
@@ -50,24 +42,6 @@ def classify_error(exc: BaseException) -> str:
     if isinstance(exc, IndexError) or "out of bounds for dimension" in text:
         return "illegal-op"
     return "crash"
-
-
-@contextmanager
-def _deadline(seconds: float | None) -> Iterator[None]:
-    if not seconds or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def _expire(signum, frame):
-        raise ScenarioTimeout(f"scenario exceeded its {seconds:g}s timeout (the target hangs)")
-
-    previous = signal.signal(signal.SIGALRM, _expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def run_scenario(scenario: Scenario, target="reference", backend="mock", timeout: float | None = None) -> Trace:
@@ -89,7 +63,7 @@ def run_scenario(scenario: Scenario, target="reference", backend="mock", timeout
         )
         try:
             # Engines serve and capture under inference mode; so does every step here.
-            with _deadline(timeout), torch.inference_mode():
+            with deadline(timeout, f"scenario exceeded its {timeout or 0:g}s timeout (the target hangs)"), torch.inference_mode():
                 _run_steps(scenario, target, backend, ruleset, workload, trace)
         except ScenarioTimeout as exc:
             trace.add(Error(step=workload.step, phase=workload.phase, error="timeout", exc_type="ScenarioTimeout",

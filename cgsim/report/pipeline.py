@@ -9,14 +9,12 @@ cgsim (no Hypothesis), so a repro script can use it.
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from cgsim.report.findings import HARNESS_PROPERTIES
+from cgsim.timeouts import ScenarioTimeout, deadline
 
 __all__ = [
     "Pipeline",
@@ -27,11 +25,6 @@ __all__ = [
     "scenario_timer",
     "observe",
 ]
-
-
-class ScenarioTimeout(BaseException):
-    """Raised by the per-scenario timer.  A BaseException so neither the runner's
-    nor Hypothesis' ``except Exception`` swallows it."""
 
 
 class PipelineUnavailable(RuntimeError):
@@ -138,25 +131,9 @@ def _first_sentence(doc: str) -> str:
     return para if end < 0 else para[: end + 1]
 
 
-@contextlib.contextmanager
-def scenario_timer(seconds: float | None) -> Iterator[None]:
-    """Raise ScenarioTimeout in the main thread after ``seconds``.  A no-op
-    outside the main thread or without a timeout (a hang in C code that never
-    returns to the interpreter needs the worker pool's watchdog instead)."""
-    if not seconds or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def _fire(signum: int, frame: Any) -> None:
-        raise ScenarioTimeout(f"scenario did not finish within {seconds:g}s")
-
-    previous = signal.signal(signal.SIGALRM, _fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+def scenario_timer(seconds: float | None):
+    """The backstop timer around a pipeline run (see cgsim.timeouts)."""
+    return deadline(seconds, f"scenario did not finish within {seconds:g}s" if seconds else "")
 
 
 _ERROR_KIND_TO_PROPERTY = {"crash": "TARGET-CRASH", "timeout": "TARGET-HANG", "corrupt": "TARGET-CORRUPT"}
