@@ -30,21 +30,15 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
-from cgsim.report.pipeline import Pipeline  # noqa: E402
+from cgsim.observe import RunnerPipeline  # noqa: E402
+from cgsim.properties import Verdict  # noqa: E402
 
 
-class _Clean:
-    def __init__(self, verdict):
-        self.violations = ()
-        self.checked = verdict.checked
-        self.ok = True
-
-
-class NoFindingPipeline(Pipeline):
+class NoFindingPipeline(RunnerPipeline):
     """The real pipeline, with violations dropped after checking."""
 
-    def check(self, scenario, trace):
-        return _Clean(super().check(scenario, trace))
+    def judge(self, scenario, trace):
+        return Verdict((), super().judge(scenario, trace).checked)
 
 
 def throughput(target: str, workers: int, budget: float, seed: int) -> dict:
@@ -76,8 +70,10 @@ def bare_hypothesis(target: str, examples: int, seed: int) -> dict:
     import torch
 
     torch.set_num_threads(1)  # as in a campaign worker: the comparison is about the harness, not threads
+    from fuzz.strategies import scenarios
+
     pipe = NoFindingPipeline()
-    strategy = pipe.strategy(None)
+    strategy = scenarios(ruleset=None)
     count = [0]
 
     @settings(max_examples=examples, database=None, deadline=None, suppress_health_check=list(HealthCheck), phases=(Phase.explicit, Phase.generate))
@@ -85,7 +81,7 @@ def bare_hypothesis(target: str, examples: int, seed: int) -> dict:
     @given(strategy)
     def test(scenario):
         trace = pipe.run(scenario, target, "mock", 30.0)
-        pipe.check(scenario, trace)
+        pipe.judge(scenario, trace)
         count[0] += 1
 
     t0 = time.perf_counter()
@@ -120,7 +116,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3, help="seeds per worker count (scenario cost varies by seed stream)")
     args = ap.parse_args()
 
-    import fuzz.profiles  # noqa: F401
+    import cgsim.profiles  # noqa: F401
     import cgsim.runner  # noqa: F401  (torch imported once, before workers fork)
 
     print(f"host: {os.cpu_count()} CPUs, python {sys.version.split()[0]}")

@@ -41,7 +41,7 @@ import torch  # noqa: E402
 from hypothesis import Phase, given, settings  # noqa: E402
 from hypothesis import seed as seed_dec  # noqa: E402
 
-import fuzz.profiles  # noqa: E402,F401  (registers dev / ci / nightly)
+import cgsim.profiles  # noqa: E402,F401  (registers dev / ci / nightly)
 from cgsim.properties import check_scenario  # noqa: E402
 from cgsim.runner import run_scenario  # noqa: E402
 from cgsim.targets.mutants import MUTANTS  # noqa: E402

@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-import fuzz.profiles  # noqa: F401  (registers dev / ci / nightly)
+import cgsim.profiles  # noqa: F401  (registers dev / ci / nightly)
 
 __all__ = ["pytest_addoption", "pytest_configure"]
 

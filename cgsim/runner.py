@@ -1,8 +1,13 @@
 """Run a Scenario on (target, backend) and return its Trace.
 
-A crash, an illegal operation, a hang or a corrupted state in the target
-becomes an ``Error`` event in the Trace, never an uncaught exception: the
-properties judge it like anything else the target did.
+The runner and the workload are the only writers of the Trace: the runner
+records what the manager handle returns (candidates, stored graphs,
+dispatch decisions, executions, release results), the workload what the
+code under test did with it.  A crash, an illegal operation, a hang or a
+corrupted state in the target becomes an ``Error`` event, never an uncaught
+exception: the properties judge it like anything else the target did.  A
+broken environment is the exception: ``TargetEnvironmentError`` propagates
+(exit 2 in the CLI), it is never a finding.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from cgsim.descriptors import BatchDescriptor
 from cgsim.scenario import Scenario
 from cgsim.spec.rulesets import get_ruleset
 from cgsim.targets import get_target
-from cgsim.targets.base import Execution, TargetUnsupported
+from cgsim.targets.base import Execution, ManagerUnderTest, TargetEnvironmentError, TargetUnsupported
 from cgsim.timeouts import ScenarioTimeout, deadline
 from cgsim.trace import Candidates, CaptureDone, Dispatch, Error, GraphStored, Release, Replay, Trace
 from cgsim.workload import OUTPUT_TOLERANCE, Workload
@@ -51,9 +56,12 @@ def run_scenario(scenario: Scenario, target="reference", backend="mock", timeout
     if torch.get_num_threads() != 1:
         torch.set_num_threads(1)
     target = get_target(target)
+    # Before the deadline: one-time imports are not the scenario's time, and a
+    # broken environment must stop here rather than become an Error event.
+    target.check_environment()
     backend = get_backend(backend) if isinstance(backend, str) else backend
     ruleset = get_ruleset(scenario.ruleset)
-    trace = Trace(target=getattr(target, "name", str(target)), backend=backend.name)
+    trace = Trace(target=target.name, backend=backend.name)
     batches = scenario.batches
     with backend.activate():
         workload = Workload(
@@ -61,11 +69,15 @@ def run_scenario(scenario: Scenario, target="reference", backend="mock", timeout
             max_batch_tokens=max((b.num_tokens for b in batches), default=0),
             max_batch_reqs=max((b.num_reqs for b in batches), default=0),
         )
+        own = None
         try:
             # Engines serve and capture under inference mode; so does every step here.
-            with deadline(timeout, f"scenario exceeded its {timeout or 0:g}s timeout (the target hangs)"), torch.inference_mode():
+            with deadline(timeout, f"scenario exceeded its {timeout or 0:g}s timeout (the target hangs)") as own, \
+                    torch.inference_mode():
                 _run_steps(scenario, target, backend, ruleset, workload, trace)
         except ScenarioTimeout as exc:
+            if own is None or not own.owns(exc):
+                raise  # an outer deadline (the caller's backstop) expired
             trace.add(Error(step=workload.step, phase=workload.phase, error="timeout", exc_type="ScenarioTimeout",
                             message=str(exc)))
     return trace
@@ -79,7 +91,7 @@ def _error(step: int, phase: str, exc: BaseException) -> Error:
 def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Trace) -> None:
     try:
         handle = target.build(scenario.config, ruleset, backend, workload)
-    except ScenarioTimeout:
+    except (ScenarioTimeout, TargetEnvironmentError):
         raise
     except TargetUnsupported as exc:
         trace.unsupported = str(exc)
@@ -97,13 +109,14 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
     recomputed = False
     for i, step in enumerate(scenario.steps):
         workload.step = i
-        phase = {"capture": "capture", "dispatch": "dispatch", "release": "release"}[step.kind]
+        phase = step.kind
         try:
             if step.kind == "capture":
                 workload.phase = "capture"
                 try:
                     handle.capture()
                 finally:
+                    workload.current_desc = None
                     for desc in handle.stored_graphs():
                         trace.add(GraphStored(desc=desc, step=i))
                 trace.add(CaptureDone(step=i, ok=True, captured_flag=handle.captured_flag()))
@@ -121,17 +134,16 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
                 trace.add(Dispatch(step=i, batch=batch, desc=desc, captured_flag=handle.captured_flag()))
                 phase = "replay"
                 execution = handle.execute(batch, desc)
-                trace.add(_replay_event(i, batch, desc, execution, workload))
+                trace.add(_replay_event(i, batch, desc, execution, workload, handle))
                 if execution.outputs is not None:
                     trace.outputs[i] = execution.outputs.detach().float().cpu()
             else:
                 workload.phase = "runtime"
                 handle.release()
+                workload.forget_graphs()
                 trace.add(Release(step=i, captured_flag_after=handle.captured_flag(),
                                   graphs_after=len(handle.stored_graphs())))
-        except ScenarioTimeout:
-            raise
-        except (KeyboardInterrupt, SystemExit):
+        except (ScenarioTimeout, TargetEnvironmentError, KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # noqa: BLE001
             if step.kind == "capture":
@@ -156,7 +168,22 @@ def _safe(fn, default):
         return default
 
 
-def _replay_event(step: int, batch, desc, execution: Execution, workload: Workload) -> Replay:
+def _graph_record(execution: Execution, workload: Workload, handle: ManagerUnderTest) -> tuple[int | None, int | None]:
+    """(metadata the graph that ran was captured with, the capture step)."""
+    if execution.path == "full":
+        rec = workload.graph_record(execution.graph_key)
+        return (rec.metadata, rec.step) if rec is not None else (None, None)
+    if execution.path == "piecewise":
+        rec = workload.piecewise_record(execution.graph_key)
+        if rec is None:
+            return None, None
+        # Compiled pieces run attention eagerly between them: only breakable
+        # pieces read metadata captured with them.
+        return (rec.metadata if handle.uses_breakable else None), rec.step
+    return None, None
+
+
+def _replay_event(step: int, batch, desc, execution: Execution, workload: Workload, handle: ManagerUnderTest) -> Replay:
     expected = workload.eager_reference(batch)
     out = execution.outputs
     err: float | None = None
@@ -167,8 +194,9 @@ def _replay_event(step: int, batch, desc, execution: Execution, workload: Worklo
         ok = math.isfinite(err) and err <= OUTPUT_TOLERANCE
         if not math.isfinite(err):
             err = float("inf")
+    graph_md, from_step = _graph_record(execution, workload, handle)
     return Replay(
-        step=step, batch=batch, desc=desc, path=execution.path, graph_metadata=execution.graph_metadata,
-        runtime_metadata=execution.runtime_metadata, metadata_alive=workload.metadata_alive(execution.graph_metadata),
-        max_abs_err=err, outputs_ok=ok, graph_from_step=execution.graph_from_step,
+        step=step, batch=batch, desc=desc, path=execution.path, graph_metadata=graph_md,
+        runtime_metadata=execution.runtime_metadata, metadata_alive=workload.metadata_alive(graph_md),
+        max_abs_err=err, outputs_ok=ok, graph_from_step=from_step,
     )

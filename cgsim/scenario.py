@@ -10,6 +10,7 @@ from typing import Any
 from cgsim.config import ConfigError, ManagerConfig
 from cgsim.descriptors import Batch
 from cgsim.spec.rulesets import DEFAULT_RULESET, get_ruleset
+from cgsim.spec.scheduler import why_unschedulable
 
 __all__ = ["SCHEMA_VERSION", "Step", "Scenario", "ScenarioError", "STEP_KINDS"]
 
@@ -69,21 +70,10 @@ class Scenario:
         object.__setattr__(self, "steps", tuple(self.steps))
         get_ruleset(self.ruleset)  # fail early on an unknown ruleset
         # Batches must be ones the scheduler can produce for this config.
-        max_loras = max(self.config.lora_cases)
         for i, step in enumerate(self.steps):
-            b = step.batch
-            if b is None:
-                continue
-            if b.num_reqs > self.config.max_num_reqs:
-                raise ScenarioError(
-                    f"step {i}: the batch has {b.num_reqs} requests but max_num_reqs is {self.config.max_num_reqs}; "
-                    "the scheduler never schedules more, so shrink the batch or raise max_num_reqs"
-                )
-            if b.num_active_loras > max_loras:
-                raise ScenarioError(
-                    f"step {i}: the batch has {b.num_active_loras} active LoRAs but the largest LoRA case is {max_loras} "
-                    "(max_loras); add a larger case to lora_cases or use fewer adapters"
-                )
+            why = why_unschedulable(self.config, step.batch) if step.batch is not None else None
+            if why is not None:
+                raise ScenarioError(f"step {i}: {why}")
 
     @property
     def batches(self) -> list[Batch]:

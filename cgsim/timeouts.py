@@ -1,40 +1,100 @@
-"""The one per-scenario timer: SIGALRM in the main thread raises
-ScenarioTimeout inside a hanging target.  Used by the runner (a hang becomes an
-Error event) and by the campaign's backstop around targets that do not go
-through the runner.  No torch import: the campaign parent uses it too."""
+"""Per-scenario deadlines: SIGALRM in the main thread raises ScenarioTimeout
+inside a hanging target.  Used by the runner (a hang becomes an Error event)
+and as the backstop around a whole run (``cgsim.observe``).  No torch
+import: the campaign parent uses it too.
+
+Deadlines nest: an inner deadline never switches an outer one off.  One
+process timer is armed for the earliest pending deadline; when a deadline
+ends, the timer is re-armed for the earliest one still pending, so the
+backstop around a run keeps covering it while the runner's own, shorter
+timer is active, and fires even if the inner one is longer.
+"""
 
 from __future__ import annotations
 
 import signal
 import threading
+import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Iterator
 
-__all__ = ["ScenarioTimeout", "deadline"]
+__all__ = ["ScenarioTimeout", "Deadline", "deadline"]
 
 
 class ScenarioTimeout(BaseException):
     """Raised inside a hanging target.  A BaseException so neither target code
-    nor Hypothesis that catches Exception can swallow it."""
+    nor Hypothesis that catches Exception can swallow it.  ``deadline`` is the
+    one that expired (a caller that set its own deadline re-raises others)."""
+
+    def __init__(self, message: str, deadline: "Deadline | None" = None):
+        super().__init__(message)
+        self.deadline = deadline
+
+
+@dataclass(eq=False)
+class Deadline:
+    end: float  # time.monotonic()
+    message: str
+    fired: bool = field(default=False)
+
+    def owns(self, exc: BaseException) -> bool:
+        return isinstance(exc, ScenarioTimeout) and exc.deadline is self
+
+
+_pending: list[Deadline] = []
+_previous_handler = None
+
+
+def _arm() -> None:
+    live = [d for d in _pending if not d.fired]
+    if not live:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        return
+    # A deadline already due fires (almost) at once; 0 would disarm the timer.
+    signal.setitimer(signal.ITIMER_REAL, max(1e-4, min(d.end for d in live) - time.monotonic()))
+
+
+def _expire(signum, frame) -> None:
+    live = [d for d in _pending if not d.fired]
+    if not live:
+        return
+    due = min(live, key=lambda d: d.end)
+    if due.end - time.monotonic() > 1e-3:  # woken early (re-armed meanwhile): wait on
+        _arm()
+        return
+    due.fired = True
+    _arm()
+    raise ScenarioTimeout(due.message, due)
 
 
 @contextmanager
-def deadline(seconds: float | None, message: str) -> Iterator[None]:
-    """Raise ScenarioTimeout(message) after ``seconds``.  A no-op without a
-    timeout or outside the main thread (a hang in C code that never returns to
-    the interpreter needs the worker pool's watchdog instead).  Nested timers
-    do not stack: the inner one replaces the outer until it ends."""
+def deadline(seconds: float | None, message: str) -> Iterator[Deadline | None]:
+    """Raise ScenarioTimeout(message) in this block after ``seconds``.
+
+    A no-op without a timeout or outside the main thread (a hang in C code
+    that never returns to the interpreter needs the worker pool's watchdog
+    instead).  Yields the Deadline, whose ``owns(exc)`` tells a caller that
+    catches ScenarioTimeout whether it was this deadline that expired.
+    """
+    if seconds is not None and seconds < 0:
+        raise ValueError(f"a deadline of {seconds:g}s is negative; give a positive number of seconds (or none)")
     if not seconds or threading.current_thread() is not threading.main_thread():
-        yield
+        yield None
         return
-
-    def _expire(signum, frame):
-        raise ScenarioTimeout(message)
-
-    previous = signal.signal(signal.SIGALRM, _expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    global _previous_handler
+    d = Deadline(time.monotonic() + seconds, message)
+    if not _pending:
+        _previous_handler = signal.signal(signal.SIGALRM, _expire)
+    _pending.append(d)
+    _arm()
     try:
-        yield
+        yield d
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        _pending.remove(d)
+        if _pending:
+            _arm()
+        else:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, _previous_handler if _previous_handler is not None else signal.SIG_DFL)
+            _previous_handler = None

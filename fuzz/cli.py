@@ -115,15 +115,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _known_errors() -> tuple[type, ...]:
+    from cgsim.backends import BackendUnavailable
     from cgsim.config import ConfigError
+    from cgsim.finding import FindingError
     from cgsim.modes import ModeResolutionError
-    from cgsim.report.findings import FindingError
-    from cgsim.report.pipeline import PipelineUnavailable
     from cgsim.scenario import ScenarioError
     from cgsim.spec import UnknownRuleset
+    from cgsim.targets import TargetEnvironmentError, UnknownTarget
     from fuzz.campaign import UsageError
 
-    return (ConfigError, ScenarioError, UnknownRuleset, FindingError, UsageError, PipelineUnavailable, ModeResolutionError, OSError)
+    return (ConfigError, ScenarioError, UnknownRuleset, FindingError, UsageError, ModeResolutionError, OSError,
+            BackendUnavailable, TargetEnvironmentError, UnknownTarget)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -136,7 +138,7 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     from fuzz.campaign import options_for_profile, parse_budget, run_campaign
 
     budget = parse_budget(args.budget) if args.budget is not None else None
-    grace = parse_budget(args.shrink_grace) if args.shrink_grace is not None else None
+    grace = parse_budget(args.shrink_grace, flag="--shrink-grace") if args.shrink_grace is not None else None
     options = options_for_profile(
         args.profile,
         target=args.target,
@@ -175,8 +177,8 @@ def _cmd_replay(args: argparse.Namespace, argv: list[str]) -> int:
             print(f"repro died with signal {-code}: reproduced", file=sys.stderr)
             return 1
         return code if code in (0, 1, 2) else 1
+    from cgsim.replay import describe, reproduce
     from cgsim.report.findings import load_finding
-    from cgsim.report.replay import describe, reproduce
 
     finding = load_finding(path)
     for line in describe(finding):
@@ -192,38 +194,18 @@ def _cmd_replay(args: argparse.Namespace, argv: list[str]) -> int:
 
 # -- list -------------------------------------------------------------------------------
 def _cmd_list(args: argparse.Namespace, argv: list[str]) -> int:
-    from cgsim.report.findings import HARNESS_PROPERTIES
-    from cgsim.report.pipeline import Pipeline
+    from cgsim.properties import ALL_PROPERTIES
     from cgsim.spec import RULESETS
+    from cgsim.targets import describe_targets
 
-    pipe = Pipeline()
     out = sys.stdout.write
-    try:
-        targets = pipe.target_names()
-    except Exception as exc:
-        targets = []
-        out(f"# targets unavailable: {_one_line(exc)}\n")
-    try:
-        mutants = pipe.mutants()
-    except Exception:
-        mutants = {}
-    for t in targets:
-        if t.startswith("mutant:") and t.split(":", 1)[1] in mutants:
-            continue
-        out(f"target    {t}\n")
-    for name, doc in mutants.items():
-        out(f"mutant    mutant:{name}  {doc}\n")
+    for name, summary in describe_targets().items():
+        kind = "mutant" if name.startswith("mutant:") else "target"
+        out(f"{kind.ljust(9)} {name}  {summary}\n")
     for name, rs in RULESETS.items():
         out(f"ruleset   {name}  {rs.summary}\n")
-    try:
-        props = pipe.properties()
-    except Exception as exc:
-        props = {}
-        out(f"# properties unavailable: {_one_line(exc)}\n")
-    for pid, statement in props.items():
-        out(f"property  {pid}  {statement}\n")
-    for pid, statement in HARNESS_PROPERTIES.items():
-        out(f"property  {pid}  {statement} (harness)\n")
+    for pid, prop in ALL_PROPERTIES.items():
+        out(f"property  {pid}  {prop.statement}" + (" (harness)" if prop.family == "harness" else "") + "\n")
     return 0
 
 

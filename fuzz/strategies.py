@@ -10,6 +10,7 @@ from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch
 from cgsim.modes import AttentionSupport, CUDAGraphMode
 from cgsim.scenario import Scenario, Step
+from cgsim.spec import scheduler
 from cgsim.spec.rulesets import RULESETS
 
 __all__ = ["capture_sizes", "configs", "batches", "scenarios", "RULESET_NAMES"]
@@ -70,30 +71,22 @@ def configs(draw, max_size: int = 512) -> ManagerConfig:
     )
 
 
-def _ubatches(config: ManagerConfig, batch: Batch) -> int:
-    if config.num_ubatches > 1 and batch.uniform_token_count is not None and batch.num_tokens >= max(
-        config.ubatch_threshold, config.num_ubatches
-    ):
-        return config.num_ubatches
-    return 1
-
-
 @st.composite
 def batches(draw, config: ManagerConfig) -> Batch:
-    """Batches the scheduler can produce for ``config``: never more requests
-    than max_num_reqs; pure decodes with the length the (dynamic) speculative
-    schedule gives their request count (any lengths up to it with varlen
-    decode); batches with prefills of any shape; active LoRAs up to the
-    largest case."""
+    """Batches the scheduler can produce for ``config`` (``cgsim.spec.scheduler``):
+    never more requests than max_num_reqs; pure decodes with the length the
+    (dynamic) speculative schedule gives their request count (any lengths up
+    to it with varlen decode); batches with prefills of any shape; active
+    LoRAs up to the largest case; micro-batched as the runner would."""
     max_tokens = (config.max_capture_size or 1) + 8
     kind = draw(st.sampled_from(("decode", "decode", "mixed", "prefill", "varlen")))
     max_reqs = config.max_num_reqs
     prefill = kind in ("mixed", "prefill") or (kind == "varlen" and not config.varlen_decode)
     if kind == "decode":
         r = draw(st.integers(1, max_reqs))
-        q = config.scheduler_decode_query_len(r)
+        q = scheduler.decode_query_len(config, r)
         r = max(1, min(r, max_tokens // q))
-        lens = (config.scheduler_decode_query_len(r),) * r
+        lens = (scheduler.decode_query_len(config, r),) * r
     elif kind == "prefill":
         lens = (draw(st.integers(1, max_tokens)),)
     elif kind == "varlen":
@@ -106,8 +99,7 @@ def batches(draw, config: ManagerConfig) -> Batch:
     if sum(lens) > max_tokens:
         lens = (max_tokens,)
     loras = draw(st.integers(0, max(config.lora_cases)))
-    batch = Batch(lens, num_active_loras=loras, has_prefill=prefill)
-    return Batch(lens, loras, _ubatches(config, batch), has_prefill=prefill)
+    return scheduler.make_batch(config, lens, loras, has_prefill=prefill)
 
 
 @st.composite

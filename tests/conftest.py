@@ -2,7 +2,7 @@ import os
 
 from hypothesis import settings
 
-import fuzz.profiles  # noqa: F401  (registers dev / ci / nightly before --hypothesis-profile is read)
+import cgsim.profiles  # noqa: F401  (registers dev / ci / nightly before --hypothesis-profile is read)
 
 # Without --hypothesis-profile the quick local profile applies (no deadline: a
 # first capture in a process is slow and hangs are caught by timeouts instead).

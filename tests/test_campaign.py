@@ -2,10 +2,11 @@
 deaths as findings, determinism, partial reports on SIGINT/SIGTERM/SIGKILL,
 two campaigns in one report dir.
 
-Most tests use ``FakePipeline``: real Scenarios, a tiny strategy and a fake
-target whose bugs are chosen per test, so the campaign machinery is tested
-independently of the (separately tested) runner and properties.  One test
-runs the real pipeline on a mutant.
+Most tests use ``FakePipeline``: real Scenarios from a tiny strategy, and a
+fake run/judge pair (returning real Traces and Verdicts) whose bugs are chosen
+per test, so the campaign machinery is tested independently of the
+(separately tested) runner and properties.  One test runs the real pipeline
+on a mutant.
 """
 
 from __future__ import annotations
@@ -17,50 +18,42 @@ import subprocess
 import sys
 import textwrap
 import time
-from dataclasses import dataclass
 
 import pytest
 
 from cgsim.report.findings import load_finding, scan_findings
-from cgsim.report.pipeline import Pipeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@dataclass(frozen=True)
-class FakeViolation:
-    property: str
-    message: str
-    step: int | None = None
+def fake_strategy(ruleset):
+    """Tiny scenarios: capture, then up to four batches of up to 16 tokens."""
+    from hypothesis import strategies as st
+
+    from cgsim.config import ManagerConfig
+    from cgsim.descriptors import Batch
+    from cgsim.scenario import Scenario, Step
+
+    batch = st.builds(
+        Batch,
+        st.lists(st.integers(1, 4), min_size=1, max_size=4).map(tuple),
+        st.integers(0, 2),
+    )
+    return st.builds(
+        lambda sizes, batches: Scenario(
+            ManagerConfig(capture_sizes=tuple(sorted(set(sizes))), lora_cases=(0, 1, 2)),
+            (Step.capture(),) + tuple(Step.dispatch(b) for b in batches),
+            ruleset=ruleset or "pr48822",
+        ),
+        st.lists(st.integers(1, 16), min_size=1, max_size=4),
+        st.lists(batch, min_size=1, max_size=4),
+    )
 
 
-@dataclass(frozen=True)
-class FakeVerdict:
-    violations: tuple
-    checked: tuple
+class FakePipeline:
+    """A fake target and checker returning real Traces and Verdicts.
 
-    @property
-    def ok(self) -> bool:
-        return not self.violations
-
-
-@dataclass(frozen=True)
-class FakeError:
-    step: int
-    phase: str
-    error: str
-    exc_type: str
-    message: str
-    kind: str = "error"
-
-
-class FakeTrace:
-    def __init__(self, events=()):
-        self.events = list(events)
-
-
-class FakePipeline(Pipeline):
-    """bug: which misbehaviour the fake target has.
+    bug: which misbehaviour the fake target has.
 
     - "big": FAKE-BIG is violated when some dispatched batch has >= 3 tokens
       (minimal example: one batch of exactly 3 tokens);
@@ -69,6 +62,7 @@ class FakePipeline(Pipeline):
     - "hang": run sleeps forever (interruptible) for >= 6 tokens;
     - "hard-hang": run blocks in a way the signal timer cannot interrupt;
     - "segv": the process dies with SIGSEGV for >= 6 tokens;
+    - "corrupt": the trace records a corrupted state for >= 4 tokens;
     - "none": no bug;
     - "slow": no bug, each scenario sleeps 20 ms (for interruption tests).
     """
@@ -76,48 +70,25 @@ class FakePipeline(Pipeline):
     def __init__(self, bug: str = "big"):
         self.bug = bug
 
-    def check_target(self, name):
-        if name not in ("fake", "reference"):
-            from cgsim.targets import UnknownTarget
-
-            raise UnknownTarget(f"unknown target {name!r}; use fake")
-
-    def check_backend(self, name):
-        if name != "mock":
-            raise ValueError(f"backend {name!r} unavailable in the fake")
-
-    def properties(self):
-        return {"FAKE-BIG": "batches stay below 3 tokens", "FAKE-LORA": "no LoRA"}
-
-    def strategy(self, ruleset):
-        from hypothesis import strategies as st
-
-        from cgsim.config import ManagerConfig
-        from cgsim.descriptors import Batch
-        from cgsim.scenario import Scenario, Step
-
-        batch = st.builds(
-            Batch,
-            st.lists(st.integers(1, 4), min_size=1, max_size=4).map(tuple),
-            st.integers(0, 2),
-        )
-        return st.builds(
-            lambda sizes, batches: Scenario(
-                ManagerConfig(capture_sizes=tuple(sorted(set(sizes))), lora_cases=(0, 1, 2)),
-                (Step.capture(),) + tuple(Step.dispatch(b) for b in batches),
-                ruleset=ruleset or "pr48822",
-            ),
-            st.lists(st.integers(1, 16), min_size=1, max_size=4),
-            st.lists(batch, min_size=1, max_size=4),
-        )
-
     def run(self, scenario, target, backend, timeout=None):
+        from cgsim.timeouts import deadline
+        from cgsim.trace import Error, Trace
+
+        trace = Trace(target, backend)
         tokens = max(b.num_tokens for b in scenario.batches)
         if self.bug == "raise" and tokens >= 5:
             raise RuntimeError(f"fake target exploded on {tokens} tokens")
         if self.bug == "hang" and tokens >= 6:
-            while True:
-                time.sleep(0.01)
+            from cgsim.timeouts import ScenarioTimeout
+
+            try:
+                with deadline(timeout, "fake scenario exceeded its timeout") as own:
+                    while True:
+                        time.sleep(0.01)
+            except ScenarioTimeout as exc:
+                if own is None or not own.owns(exc):
+                    raise
+                trace.add(Error(step=1, phase="dispatch", error="timeout", exc_type="ScenarioTimeout", message=str(exc)))
         if self.bug == "hard-hang" and tokens >= 6:
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
             time.sleep(3600)
@@ -126,31 +97,37 @@ class FakePipeline(Pipeline):
         if self.bug == "slow":
             time.sleep(0.02)
         if self.bug == "corrupt" and tokens >= 4:
-            return FakeTrace([FakeError(step=1, phase="dispatch", error="corrupt", exc_type="CorruptState", message="captured flag set but no graphs")])
-        return FakeTrace()
+            trace.add(Error(step=1, phase="dispatch", error="corrupt", exc_type="CorruptState",
+                            message="captured flag set but no graphs"))
+            trace.resolved_mode = scenario.config.mode
+        return trace
 
-    def check(self, scenario, trace):
-        viol = []
+    def judge(self, scenario, trace):
+        from cgsim.properties import Verdict, Violation, check_scenario
+
+        # The harness properties judge the fake's Error events for real.
+        harness = check_scenario(scenario, trace, only=["NO-CRASH", "NO-HANG"])
+        viol = list(harness.violations)
         if self.bug in ("big", "two"):
             for i, b in enumerate(scenario.batches):
                 if b.num_tokens >= 3:
-                    viol.append(FakeViolation("FAKE-BIG", f"batch of {b.num_tokens} tokens", i))
+                    viol.append(Violation("FAKE-BIG", f"batch of {b.num_tokens} tokens", i))
                     break
         if self.bug == "gpu-env":
             gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
-            viol.append(FakeViolation(f"FAKE-GPU-{gpu}", f"ran with CUDA_VISIBLE_DEVICES={gpu}", 0))
+            viol.append(Violation(f"FAKE-GPU-{gpu}", f"ran with CUDA_VISIBLE_DEVICES={gpu}", 0))
         if self.bug == "two":
             for i, b in enumerate(scenario.batches):
                 if b.num_active_loras:
-                    viol.append(FakeViolation("FAKE-LORA", f"batch with {b.num_active_loras} adapters", i))
+                    viol.append(Violation("FAKE-LORA", f"batch with {b.num_active_loras} adapters", i))
                     break
-        return FakeVerdict(tuple(viol), ("FAKE-BIG", "FAKE-LORA"))
+        return Verdict(tuple(viol), ("FAKE-BIG", "FAKE-LORA") + harness.checked)
 
 
 def options(tmp_path, **kw):
     from fuzz.campaign import CampaignOptions
 
-    base = dict(target="fake", budget_s=3.0, workers=1, seed=1, report_dir=str(tmp_path / "reports"), quiet=True, timeout_s=2.0, shrink_grace_s=10.0)
+    base = dict(target="reference", budget_s=3.0, workers=1, seed=1, report_dir=str(tmp_path / "reports"), quiet=True, timeout_s=2.0, shrink_grace_s=10.0)
     base.update(kw)
     return CampaignOptions(**base)
 
@@ -158,7 +135,11 @@ def options(tmp_path, **kw):
 def run(tmp_path, bug="big", **kw):
     from fuzz.campaign import run_campaign
 
-    return run_campaign(options(tmp_path, **kw), pipeline=FakePipeline(bug))
+    return run_campaign(options(tmp_path, **kw), pipeline=FakePipeline(bug), strategy=fake_strategy)
+
+
+def at(result, rel):
+    return os.path.join(result.run_dir, rel)
 
 
 def test_finding_is_shrunk_and_written_with_a_repro(tmp_path):
@@ -171,10 +152,10 @@ def test_finding_is_shrunk_and_written_with_a_repro(tmp_path):
     batches = [s["batch"] for s in f["scenario"]["steps"] if s["kind"] == "dispatch"]
     assert batches and sum(batches[-1]["query_lens"]) == 3  # shrunk to the boundary
     assert len(batches) == 1
-    assert os.path.exists(f["path"]) and os.path.exists(f["repro_path"])
-    assert load_finding(f["path"])["id"] == f["id"]
+    assert os.path.exists(at(result, f["path"])) and os.path.exists(at(result, f["repro_path"]))
+    assert load_finding(at(result, f["path"])).id == f["id"]
     # the provisional (unshrunk) file was replaced, not left beside it
-    assert [x["id"] for x in scan_findings(os.path.dirname(f["path"]))] == [f["id"]]
+    assert [x.id for x in scan_findings(os.path.dirname(at(result, f["path"])))] == [f["id"]]
     summary = json.load(open(os.path.join(result.run_dir, "summary.json")))
     assert summary["complete"] is True and summary["schema_version"] == 1
     assert summary["properties"]["FAKE-BIG"]["failures"] >= 1
@@ -219,23 +200,22 @@ def test_target_that_raises_is_a_finding_and_the_campaign_goes_on(tmp_path):
     result = run(tmp_path, bug="raise", max_examples=80)
     assert result.exit_code == 1
     (f,) = result.summary["findings"]
-    assert f["property"] == "TARGET-CRASH" and "exploded" in f["message"]
+    assert f["property"] == "NO-CRASH" and f["kind"] == "crash" and "exploded" in f["message"]
     assert result.summary["scenarios"] >= 80  # kept going after the crash
 
 
 def test_target_that_corrupts_its_state_is_a_finding(tmp_path):
-    # no property claims the corrupt-state error event: the harness still reports it
     result = run(tmp_path, bug="corrupt", max_examples=60)
     assert result.exit_code == 1
     (f,) = result.summary["findings"]
-    assert f["property"] == "TARGET-CORRUPT" and f["kind"] == "corrupt" and "no graphs" in f["message"]
+    assert f["property"] == "NO-CRASH" and "corrupted its state" in f["message"] and "no graphs" in f["message"]
     assert f["status"] == "shrunk"
 
 
 def test_hanging_target_is_a_finding_with_a_timeout(tmp_path):
     result = run(tmp_path, bug="hang", budget_s=4.0, timeout_s=0.3)
     assert result.exit_code == 1
-    hangs = [f for f in result.summary["findings"] if f["property"] == "TARGET-HANG"]
+    hangs = [f for f in result.summary["findings"] if f["property"] == "NO-HANG"]
     assert hangs and hangs[0]["kind"] == "hang" and hangs[0]["status"] == "unshrunk"
     assert result.summary["scenarios"] > 1
     # the interrupted target may have left state behind: the worker restarted
@@ -244,7 +224,7 @@ def test_hanging_target_is_a_finding_with_a_timeout(tmp_path):
 
 def test_hard_hang_is_killed_by_the_watchdog_and_the_worker_restarts(tmp_path):
     result = run(tmp_path, bug="hard-hang", budget_s=4.0, timeout_s=0.3)
-    hangs = [f for f in result.summary["findings"] if f["property"] == "TARGET-HANG"]
+    hangs = [f for f in result.summary["findings"] if f["property"] == "NO-HANG"]
     assert hangs, result.summary
     assert hangs[0]["scenario"]["steps"]  # the scenario it hung on was kept
     assert result.summary["workers"][0]["restarts"] >= 1
@@ -252,9 +232,9 @@ def test_hard_hang_is_killed_by_the_watchdog_and_the_worker_restarts(tmp_path):
 
 def test_worker_killed_by_a_segfault_becomes_a_finding(tmp_path):
     result = run(tmp_path, bug="segv", budget_s=3.0)
-    crashes = [f for f in result.summary["findings"] if f["property"] == "TARGET-CRASH"]
+    crashes = [f for f in result.summary["findings"] if f["property"] == "NO-CRASH"]
     assert crashes and "SIGSEGV" in crashes[0]["message"]
-    assert os.path.exists(crashes[0]["repro_path"])
+    assert os.path.exists(at(result, crashes[0]["repro_path"]))
     assert result.summary["workers"][0]["restarts"] >= 1
 
 
@@ -266,8 +246,12 @@ def test_two_workers_merge_into_one_report(tmp_path):
     assert all(w["scenarios"] > 0 for w in result.summary["workers"])
 
 
-def test_gpus_give_each_worker_its_own_device(tmp_path):
-    # issue 7's seam: one worker per listed GPU, spawned, CUDA_VISIBLE_DEVICES set per worker
+def test_gpus_give_each_worker_its_own_device(tmp_path, monkeypatch):
+    # One worker per listed GPU, spawned, CUDA_VISIBLE_DEVICES set per worker.
+    import fuzz.campaign.options as options_mod
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(options_mod, "_nvidia_smi_gpus", lambda: [str(i) for i in range(8)])
     result = run(tmp_path, bug="gpu-env", gpus="3,5", one_per_gpu=True, max_examples=10, budget_s=60.0)
     assert sorted(f["property"] for f in result.summary["findings"]) == ["FAKE-GPU-3", "FAKE-GPU-5"]
     assert [w["gpu"] for w in result.summary["workers"]] == ["3", "5"]
@@ -301,11 +285,11 @@ def _spawn_campaign(tmp_path, bug, budget, seed=1, workers=1, extra=""):
         f"""
         import sys
         sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})
-        from test_campaign import FakePipeline
+        from test_campaign import FakePipeline, fake_strategy
         from fuzz.campaign import CampaignOptions, run_campaign
-        opts = CampaignOptions(target="fake", budget_s={budget}, workers={workers}, seed={seed},
+        opts = CampaignOptions(target="reference", budget_s={budget}, workers={workers}, seed={seed},
                                report_dir={str(tmp_path / 'reports')!r}, quiet=True, timeout_s=5.0, shrink_grace_s=5.0{extra})
-        sys.exit(run_campaign(opts, pipeline=FakePipeline({bug!r})).exit_code)
+        sys.exit(run_campaign(opts, pipeline=FakePipeline({bug!r}), strategy=fake_strategy).exit_code)
         """
     )
     return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -333,7 +317,7 @@ def test_interrupt_leaves_a_valid_partial_report(tmp_path, sig):
     summary = json.load(open(run_dir / "summary.json"))
     assert summary["complete"] is False
     assert summary["interrupted"] == signal.Signals(sig).name
-    on_disk = {f["id"] for f in scan_findings(str(run_dir / "findings"))}
+    on_disk = {f.id for f in scan_findings(str(run_dir / "findings"))}
     listed = {f["id"] for f in summary["findings"]} | {d for f in summary["findings"] for d in f["duplicates"]}
     assert on_disk == listed and on_disk
     assert (run_dir / "junit.xml").exists() and (run_dir / "index.md").exists()
@@ -370,7 +354,7 @@ def _worker_pids(pid):
 def test_worker_killed_with_sigkill_loses_at_most_its_scenario(tmp_path):
     p = _spawn_campaign(tmp_path, bug="two", budget=5.0, workers=2)
     run_dir, _ = _wait_for_findings(tmp_path)
-    before = {f["property"] for f in scan_findings(str(run_dir / "findings"))}
+    before = {f.property for f in scan_findings(str(run_dir / "findings"))}
     workers = _worker_pids(p.pid)
     assert len(workers) == 2
     os.kill(workers[0], signal.SIGKILL)
@@ -394,6 +378,6 @@ def test_real_pipeline_finds_a_mutant(tmp_path):
     )
     assert result.exit_code == 1, result.summary
     f = next(f for f in result.summary["findings"] if f["property"] == "WARMUP-FIRST")
-    from cgsim.report.replay import reproduce
+    from cgsim.replay import reproduce
 
-    assert reproduce(load_finding(f["path"])).reproduced
+    assert reproduce(load_finding(at(result, f["path"]))).reproduced

@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from cgsim.config import ManagerConfig
-from cgsim.report import new_finding, write_finding
+from cgsim.finding import Finding
+from cgsim.report import write_finding
 from cgsim.scenario import Scenario, Step
 from fuzz.campaign import UsageError, parse_budget
 from fuzz.cli import main
@@ -90,11 +91,9 @@ def test_run_subprocess_prints_no_traceback():
 
 # -- replay -----------------------------------------------------------------------------
 def _finding(tmp_path, target):
-    data = new_finding(
-        prop="CAPTURE-ORDER", message="FULL before PIECEWISE", kind="violation", target=target, backend="mock",
-        scenario_json=Scenario(ManagerConfig(), (Step.capture(),)).to_json(), status="shrunk",
-    )
-    return write_finding(str(tmp_path), data)
+    f = Finding(property="CAPTURE-ORDER", message="FULL before PIECEWISE", target=target, backend="mock",
+                scenario=Scenario(ManagerConfig(), (Step.capture(),)).to_json(), status="shrunk")
+    return write_finding(str(tmp_path), f)
 
 
 def test_replay_finding_exit_1_while_it_reproduces_and_0_when_fixed(tmp_path, capsys):
@@ -211,5 +210,5 @@ def test_default_run_on_a_mutant_writes_a_report(tmp_path, capsys):
     summary = json.loads((tmp_path / latest / "summary.json").read_text())
     assert summary["complete"] and any(f["property"] == "WARMUP-FIRST" for f in summary["findings"])
     f = next(f for f in summary["findings"] if f["property"] == "WARMUP-FIRST")
-    assert main(["replay", f["path"]]) == 1
-    assert main(["replay", f["repro_path"]]) == 1
+    assert main(["replay", str(tmp_path / latest / f["path"])]) == 1
+    assert main(["replay", str(tmp_path / latest / f["repro_path"])]) == 1

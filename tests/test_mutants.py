@@ -11,61 +11,14 @@ from cgsim.properties import check_scenario, property_ids
 from cgsim.runner import run_scenario
 from cgsim.scenario import Scenario, Step
 from cgsim.targets import get_target, target_names
-from cgsim.targets.mutants import MUTANTS
+from cgsim.targets.mutants import MUTANT_INFO, MUTANTS
 from cgsim.targets.reference import ModelCudaGraphManager, ReferenceTarget
 
 C, D, R = Step.capture, Step.dispatch, Step.release
-FAP = "FULL_AND_PIECEWISE"
 
-
-def _sc(steps, ruleset="pr48822", **config) -> Scenario:
-    return Scenario(config=ManagerConfig(**config), steps=tuple(steps), ruleset=ruleset)
-
-
-# mutant -> (property that must catch it, minimal scenario exposing it)
-CATCHES: dict[str, tuple[str, Scenario]] = {
-    # Breakable PIECEWISE descriptors built as if not breakable (num_reqs None).
-    "init-before-breakable": ("CAND-ORDER", _sc([C()], mode="PIECEWISE", capture_sizes=(2,), breakable=True)),
-    # FULL graph captured with the warmup's metadata object.
-    "full-reuses-warmup-metadata": ("FRESH-METADATA", _sc([C()], mode="FULL", capture_sizes=(2,))),
-    # Breakable PIECEWISE capture runs with metadata None.
-    "skip-attn-breakable": ("SKIP-ATTN", _sc([C()], mode="PIECEWISE", capture_sizes=(2,), breakable=True)),
-    # Pieces captured for 4 padded requests, runtime metadata built for 2.
-    "unpadded-breakable-metadata": (
-        "PAD-CONSISTENT",
-        _sc([C(), D(Batch((1, 1)))], mode="PIECEWISE", capture_sizes=(4,), breakable=True),
-    ),
-    # Metadata buffers reallocated after capture: the FULL replay reads stale ones.
-    "rebind-metadata": ("METADATA-LIVE", _sc([C(), D(Batch((1, 1)))], mode="FULL", capture_sizes=(2,))),
-    # FULL decode group claims tokens 0..4, the mixed batch (2,2) finds no PIECEWISE graph.
-    "global-candidate-ranges": (
-        "DISPATCH-COMPLETE", _sc([C(), D(Batch((2, 2)))], mode=FAP, capture_sizes=(4,)),
-    ),
-    # A batch of exactly the capture size has no candidate list.
-    "range-off-by-one": ("DISPATCH-COMPLETE", _sc([C(), D(Batch((1, 1)))], mode="PIECEWISE", capture_sizes=(2,))),
-    # Two-token batch dispatched to the 4-token graph.
-    "dispatch-later-candidate": (
-        "DISPATCH-MINIMAL", _sc([C(), D(Batch((1, 1)))], mode="PIECEWISE", capture_sizes=(2, 4)),
-    ),
-    "full-before-piecewise": ("CAPTURE-ORDER", _sc([C()], mode=FAP, capture_sizes=(2,))),
-    "missing-warmup": ("WARMUP-FIRST", _sc([C()], mode="FULL", capture_sizes=(2,))),
-    # Capture size 4 with max_num_reqs 2: the mixed FULL descriptor says 4 requests.
-    "unclamped-num-reqs": ("CAND-BOUNDS", _sc([C()], mode="FULL", capture_sizes=(4,), max_num_reqs=2)),
-    # One active adapter mapped down to case 0: no compatible graph, eager fallback.
-    "lora-round-down": (
-        "DISPATCH-COMPLETE",
-        _sc([C(), D(Batch((1, 1), num_active_loras=1))], mode="PIECEWISE", capture_sizes=(2,), lora_cases=(0, 2)),
-    ),
-    # After release the manager still says "captured".
-    "captured-flag-kept": ("RELEASE-RECAPTURE", _sc([C(), R(), D(Batch((1, 1)))], mode="FULL", capture_sizes=(2,))),
-    # Captured under (2, True, 2), looked up under (2, True, 1).
-    "key-drops-lora-count": (
-        "KEY-CONSISTENT",
-        _sc([C(), D(Batch((1, 1), num_active_loras=2))], mode="PIECEWISE", capture_sizes=(2,), lora_cases=(0, 2)),
-    ),
-    # q = 2: a FULL decode graph for length 1, which the scheduler never produces.
-    "decode-lengths-all": ("DECODE-LENGTHS", _sc([C()], mode=FAP, capture_sizes=(2,), decode_query_len=2)),
-}
+# mutant -> (property that must catch it, minimal scenario exposing it): each
+# mutant declares both (cgsim.targets.mutants.mutant).
+CATCHES: dict[str, tuple[str, Scenario]] = {name: (m.caught_by, m.example()) for name, m in MUTANT_INFO.items()}
 
 
 def _props(verdict) -> set[str]:
@@ -149,23 +102,15 @@ def _release_scenarios(draw):
     return Scenario(config=cfg, steps=(C(), R(), D(draw(batches(cfg)))), ruleset=draw(st.sampled_from(("pr48822", "vllm-0.32"))))
 
 
+def _fuzz_strategy(fuzz) -> st.SearchStrategy:
+    if fuzz.release:
+        return _release_scenarios()
+    return _fuzz(fuzz.configs or (lambda c: True), fuzz.ruleset)
+
+
 # mutant -> (strategy, properties any of which may be the one that catches the shrunk case)
 FUZZ: dict[str, tuple[st.SearchStrategy, set[str]]] = {
-    "init-before-breakable": (_fuzz(), {"CAND-ORDER"}),
-    "full-reuses-warmup-metadata": (_fuzz(), {"FRESH-METADATA"}),
-    "skip-attn-breakable": (_fuzz(), {"SKIP-ATTN"}),
-    "unpadded-breakable-metadata": (_fuzz(lambda c: c.breakable, "pr48822"), {"PAD-CONSISTENT"}),
-    "rebind-metadata": (_fuzz(), {"METADATA-LIVE", "REPLAY-EQUALS-EAGER"}),
-    "global-candidate-ranges": (_fuzz(), {"DISPATCH-COMPLETE", "DISPATCH-ROUNDTRIP"}),
-    "range-off-by-one": (_fuzz(), {"DISPATCH-COMPLETE", "DISPATCH-ROUNDTRIP", "DISPATCH-PRIORITY"}),
-    "dispatch-later-candidate": (_fuzz(), {"DISPATCH-MINIMAL", "DISPATCH-PRIORITY", "DISPATCH-ROUNDTRIP"}),
-    "full-before-piecewise": (_fuzz(), {"CAPTURE-ORDER"}),
-    "missing-warmup": (_fuzz(), {"WARMUP-FIRST"}),
-    "unclamped-num-reqs": (_fuzz(), {"CAND-BOUNDS", "CAND-ORDER", "NO-CRASH"}),
-    "lora-round-down": (_fuzz(lambda c: c.lora_cases == (0, 2, 4)), {"DISPATCH-COMPLETE", "DISPATCH-ROUNDTRIP", "DISPATCH-PRIORITY"}),
-    "captured-flag-kept": (_release_scenarios(), {"RELEASE-RECAPTURE", "BEFORE-CAPTURE"}),
-    "key-drops-lora-count": (_fuzz(lambda c: max(c.lora_cases) >= 2), {"KEY-CONSISTENT"}),
-    "decode-lengths-all": (_fuzz(lambda c: c.decode_query_len >= 2), {"DECODE-LENGTHS", "CAPTURE-USEFUL"}),
+    name: (_fuzz_strategy(m.fuzz), set(m.fuzz.catchers)) for name, m in MUTANT_INFO.items()
 }
 
 

@@ -17,13 +17,16 @@ from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor
 from cgsim.modes import AttentionSupport, CUDAGraphMode
 from cgsim.properties import (
+    ALL_PROPERTIES,
     PROPERTIES,
     Verdict,
     Violation,
     check_scenario,
     property_ids,
+    resolve_alias,
     useless_descriptors,
 )
+from cgsim.properties.registry import FAMILIES, InvalidProperty, declare
 from cgsim.scenario import Scenario, Step
 from cgsim.spec import (
     desc_sort_key,
@@ -264,7 +267,7 @@ GOOD_CONFIGS = [
 def _producible(config: ManagerConfig, steps) -> tuple:
     """The workflow's batches as the scheduler would hand them in for
     ``config``: a shape that is no decode it schedules carries a prefill."""
-    from cgsim.properties import _decode_producible
+    from cgsim.spec.scheduler import is_decode_batch as _decode_producible
 
     out = []
     for st in steps:
@@ -312,7 +315,7 @@ def test_partial_traces_never_crash_a_property(name, config, ruleset):
         assert "NO-CRASH" in ids(verdict.violations)
 
 
-def test_property_table_follows_spec_order_and_has_one_line_statements():
+def test_property_table_covers_spec_and_has_one_line_statements():
     spec_ids = (
         "CAND-ORDER", "CAND-BOUNDS", "CAPTURE-ORDER", "CAPTURE-ONCE", "WARMUP-FIRST", "FRESH-METADATA",
         "SKIP-ATTN", "METADATA-LIVE", "PAD-CONSISTENT", "KEY-CONSISTENT", "CAPTURE-USEFUL", "DECODE-LENGTHS",
@@ -320,9 +323,34 @@ def test_property_table_follows_spec_order_and_has_one_line_statements():
         "DISPATCH-MINIMAL", "DISPATCH-ROUNDTRIP", "BEFORE-CAPTURE", "REPLAY-EQUALS-EAGER", "MODE-RESOLUTION",
         "RELEASE-RECAPTURE",
     )
-    assert property_ids() == spec_ids + ("NO-CRASH",)
+    assert set(property_ids()) == set(spec_ids) | {"NO-CRASH", "NO-HANG"}
+    families = [p.family for p in PROPERTIES.values()]
+    assert families == sorted(families, key=FAMILIES.index), "the table is grouped by family, in family order"
     for pid, prop in PROPERTIES.items():
         assert prop.id == pid and prop.statement and "\n" not in prop.statement
+    assert ALL_PROPERTIES["CHECK-CRASH"].harness_only and "CHECK-CRASH" not in PROPERTIES
+    assert resolve_alias("TARGET-HANG") == "NO-HANG" and resolve_alias("TARGET-CRASH") == "NO-CRASH"
+
+
+@pytest.mark.parametrize("pid,statement,kw,match", [
+    ("capture-order", "x", {"family": "capture"}, "upper-case"),
+    ("CAPTURE-ORDER", "x", {"family": "capture"}, "declared twice"),
+    ("NEW-ONE", "", {"family": "capture"}, "one non-empty line"),
+    ("NEW-ONE", "two\nlines", {"family": "capture"}, "one non-empty line"),
+    ("NEW-ONE", "x" * 300, {"family": "capture"}, "at most"),
+    ("NEW-ONE", "x", {"family": "nope"}, "family 'nope' is unknown"),
+    ("NEW-ONE", "x", {"family": "capture", "applies": lambda a, b: True}, "exactly one"),
+    ("NEW-ONE", "x", {"family": "capture", "kind": "boom"}, "kind 'boom'"),
+])
+def test_malformed_property_declarations_fail_at_definition(pid, statement, kw, match):
+    with pytest.raises(InvalidProperty, match=match):
+        declare(pid, statement, **kw)(lambda run: [])
+    assert "NEW-ONE" not in ALL_PROPERTIES
+
+
+def test_a_check_must_take_one_run_view():
+    with pytest.raises(InvalidProperty, match="exactly one"):
+        declare("NEW-TWO", "x", family="capture")(lambda scenario, trace: [])
 
 
 def test_only_restricts_and_unknown_ids_are_refused():
@@ -1020,7 +1048,8 @@ def test_timeout_while_building_counts_for_init_total():
     sc = scenario(BASE, cap())
     t = Trace("test", "mock", events=[Error(0, "capture", "timeout", "ScenarioTimeout", "scenario exceeded its 5s timeout")])
     verdict = check_scenario(sc, t)
-    assert ids(verdict.violations) == {"INIT-TOTAL"}
+    # A hang is a hang wherever it happens; while building it is INIT-TOTAL too.
+    assert ids(verdict.violations) == {"INIT-TOTAL", "NO-HANG"}
     assert "timeout" in verdict.violations[0].message
 
 

@@ -13,12 +13,10 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from cgsim.config import ManagerConfig
+from cgsim.finding import Finding, FindingError, finding_id
 from cgsim.report import (
-    FindingError,
     atomic_write_text,
-    finding_id,
     load_finding,
-    new_finding,
     render_junit,
     render_markdown,
     render_repro,
@@ -37,9 +35,9 @@ def scenario(**cfg) -> Scenario:
 
 
 def finding(prop="CAPTURE-ORDER", target="mutant:full-before-piecewise", message="FULL captured before PIECEWISE", **kw):
-    return new_finding(
-        prop=prop, message=message, kind="violation", target=target, backend="mock",
-        scenario_json=kw.pop("scenario_json", scenario().to_json()), status=kw.pop("status", "shrunk"),
+    return Finding(
+        property=prop, message=message, target=target, backend="mock",
+        scenario=kw.pop("scenario_json", scenario().to_json()), status=kw.pop("status", "shrunk"),
         scenario_short="Scenario(...)", run_id="run", worker=0, **kw,
     )
 
@@ -78,7 +76,15 @@ def test_finding_round_trip(tmp_path):
     path = write_finding(str(tmp_path), f)
     assert load_finding(path) == f
     assert scan_findings(str(tmp_path)) == [f]
-    assert Scenario.from_json(f["scenario"]) == scenario()
+    assert Scenario.from_json(f.scenario) == scenario()
+
+
+def test_findings_of_renamed_properties_still_load(tmp_path):
+    old = finding(prop="NO-HANG").to_json()
+    old["property"], old["id"] = "TARGET-HANG", "target-hang-0123456789"
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    f = load_finding(str(tmp_path / "old.json"))
+    assert f.property == "NO-HANG" and f.extra["recorded_as"] == "TARGET-HANG"
 
 
 @pytest.mark.parametrize(
@@ -116,7 +122,7 @@ def test_repro_carries_the_finding_as_data_only():
     tree, ttree = ast.parse(text), ast.parse(template)
     assert _statements(tree) == _statements(ttree)
     literal = next(n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "FINDING_JSON").value
-    assert isinstance(literal, ast.Constant) and json.loads(literal.value) == f
+    assert isinstance(literal, ast.Constant) and json.loads(literal.value) == f.to_json()
 
 
 def test_repro_script_reproduces_and_reports_fixed(tmp_path, capsys):
@@ -132,7 +138,7 @@ def test_repro_script_reproduces_and_reports_fixed(tmp_path, capsys):
     assert main(["--backend", "mock"]) == 0
     assert "not reproduced" in capsys.readouterr().out
     assert main(["--show-scenario"]) == 0
-    assert json.loads(capsys.readouterr().out) == fixed["scenario"]
+    assert json.loads(capsys.readouterr().out) == fixed.scenario
 
 
 def test_repro_script_without_gpu_is_an_environment_error(tmp_path, capsys):
@@ -160,9 +166,9 @@ def test_repro_script_runs_standalone(tmp_path):
 
 # -- summary renderings -----------------------------------------------------------------------------
 def summary_with(findings):
-    for f in findings:
-        f.update(path=f"r/findings/{f['id']}.json", repro_path=f"r/findings/repro_{f['id']}.py",
-                 replay_command=f"python -m fuzz replay r/findings/{f['id']}.json", duplicates=[])
+    from cgsim.report.summary import finding_entries
+
+    findings = finding_entries(findings, "mock")
     return {
         "run_id": "run-1",
         "complete": True,
@@ -184,8 +190,9 @@ def summary_with(findings):
 
 
 def test_junit_has_one_testcase_per_property_and_findings_as_failures():
-    f = finding()
-    root = ET.fromstring(render_junit(summary_with([f])))
+    s = summary_with([finding()])
+    f = s["findings"][0]
+    root = ET.fromstring(render_junit(s))
     cases = {c.get("name"): c for c in root.iter("testcase")}
     assert set(cases) == {"CAPTURE-ORDER", "CAPTURE-ONCE", "DECODE-LENGTHS"}
     assert root.get("tests") == "3" and root.get("failures") == "1" and root.get("skipped") == "1"
@@ -198,8 +205,9 @@ def test_junit_has_one_testcase_per_property_and_findings_as_failures():
 
 
 def test_index_md_shows_settings_coverage_and_replay():
-    f = finding()
-    md = render_markdown(summary_with([f]))
+    s = summary_with([finding()])
+    f = s["findings"][0]
+    md = render_markdown(s)
     assert "1 finding(s)" in md and f["id"] in md
     assert f["replay_command"] in md and f"python {f['repro_path']}" in md
     assert '"capture_sizes"' in md  # the shrunk Scenario as JSON

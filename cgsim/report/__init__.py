@@ -1,18 +1,9 @@
-"""Campaign reports: findings as JSON, JUnit XML, a Markdown index and
-standalone repro scripts, all written atomically."""
+"""Campaign reports, rendered from plain data: findings as JSON files,
+summary.json, JUnit XML, a Markdown index and standalone repro scripts, all
+written atomically."""
 
 from cgsim.report.atomic import atomic_symlink, atomic_write_json, atomic_write_text
-from cgsim.report.findings import (
-    FINDING_SCHEMA,
-    FINDING_SCHEMA_VERSION,
-    HARNESS_PROPERTIES,
-    FindingError,
-    finding_id,
-    load_finding,
-    new_finding,
-    scan_findings,
-    write_finding,
-)
+from cgsim.report.findings import finding_path, load_finding, scan_findings, write_finding
 from cgsim.report.junit import render_junit
 from cgsim.report.markdown import render_markdown
 from cgsim.report.repro import render_repro, write_repro
@@ -22,13 +13,8 @@ __all__ = [
     "atomic_symlink",
     "atomic_write_json",
     "atomic_write_text",
-    "FINDING_SCHEMA",
-    "FINDING_SCHEMA_VERSION",
-    "HARNESS_PROPERTIES",
-    "FindingError",
-    "finding_id",
+    "finding_path",
     "load_finding",
-    "new_finding",
     "scan_findings",
     "write_finding",
     "render_junit",

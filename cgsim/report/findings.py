@@ -1,114 +1,34 @@
-"""Findings: one violated property (or a crash, hang or corruption of the
-target) with the Scenario that shows it, as a schema-versioned JSON file.
+"""The findings directory of a run: one ``<id>.json`` per Finding, written
+atomically, plus its ``repro_<id>.py``.
 
-A finding is written the moment a failure is confirmed (status "shrinking")
-and rewritten when shrinking ends (status "shrunk").  Its id is a function of
-(target, property, scenario), so the same bug found twice with the same
-minimal scenario gets the same id in every run.
+A finding is written the moment a failure is confirmed (status "shrinking"
+or "unshrunk") and replaced only by its own shrunk version, so a reader (the
+parent merging a report, ``fuzz report`` after the campaign died, a user)
+always finds complete, readable files.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
-from typing import Any
 
+from cgsim.finding import Finding, FindingError
 from cgsim.report.atomic import atomic_write_json
 
-__all__ = [
-    "FINDING_SCHEMA",
-    "FINDING_SCHEMA_VERSION",
-    "HARNESS_PROPERTIES",
-    "FindingError",
-    "finding_id",
-    "new_finding",
-    "write_finding",
-    "load_finding",
-    "scan_findings",
-]
-
-FINDING_SCHEMA = "cgsim.finding"
-FINDING_SCHEMA_VERSION = 1
-
-# Failures the harness sees that are not a SPEC §4 property: the target blew
-# up, never returned, or left itself in a state it cannot run from.
-HARNESS_PROPERTIES: dict[str, str] = {
-    "TARGET-CRASH": "the target runs every scenario without raising and without killing its process",
-    "TARGET-HANG": "the target finishes every scenario within the per-scenario timeout",
-    "TARGET-CORRUPT": "the target leaves its own state consistent after every step",
-    "CHECK-CRASH": "the property checks run on every trace without raising (a bug in cgsim itself)",
-}
-
-STATUSES = ("shrinking", "shrunk", "unshrunk", "shrink-interrupted")
+__all__ = ["write_finding", "load_finding", "scan_findings", "finding_path"]
 
 
-class FindingError(ValueError):
-    """A finding file is unreadable or not a cgsim finding."""
+def finding_path(findings_dir: str, finding: Finding) -> str:
+    return os.path.join(findings_dir, f"{finding.id}.json")
 
 
-def finding_id(target: str, prop: str, scenario_json: dict) -> str:
-    canonical = json.dumps({"target": target, "property": prop, "scenario": scenario_json}, sort_keys=True, separators=(",", ":"))
-    digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:10]
-    slug = re.sub(r"[^a-z0-9]+", "-", prop.lower()).strip("-") or "finding"
-    return f"{slug}-{digest}"
-
-
-def new_finding(
-    *,
-    prop: str,
-    message: str,
-    kind: str,
-    target: str,
-    backend: str,
-    scenario_json: dict,
-    status: str,
-    statement: str = "",
-    step: int | None = None,
-    run_id: str = "",
-    worker: int | None = None,
-    seed: int | None = None,
-    elapsed_s: float | None = None,
-    scenario_short: str = "",
-    extra: dict | None = None,
-) -> dict:
-    if status not in STATUSES:
-        raise ValueError(f"finding status {status!r} is not one of {STATUSES}")
-    fid = finding_id(target, prop, scenario_json)
-    data: dict[str, Any] = {
-        "schema": FINDING_SCHEMA,
-        "schema_version": FINDING_SCHEMA_VERSION,
-        "id": fid,
-        "property": prop,
-        "statement": statement or HARNESS_PROPERTIES.get(prop, ""),
-        "kind": kind,
-        "message": message,
-        "step": step,
-        "target": target,
-        "backend": backend,
-        "ruleset": scenario_json.get("ruleset") if isinstance(scenario_json, dict) else None,
-        "status": status,
-        "scenario": scenario_json,
-        "scenario_short": scenario_short,
-        "run_id": run_id,
-        "worker": worker,
-        "seed": seed,
-        "elapsed_s": None if elapsed_s is None else round(elapsed_s, 3),
-        "repro": f"repro_{fid}.py",
-    }
-    if extra:
-        data.update(extra)
-    return data
-
-
-def write_finding(findings_dir: str, data: dict) -> str:
-    path = os.path.join(findings_dir, f"{data['id']}.json")
-    atomic_write_json(path, data)
+def write_finding(findings_dir: str, finding: Finding) -> str:
+    path = finding_path(findings_dir, finding)
+    atomic_write_json(path, finding.to_json())
     return path
 
 
-def load_finding(path: str) -> dict:
+def load_finding(path: str) -> Finding:
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
@@ -116,19 +36,10 @@ def load_finding(path: str) -> dict:
         raise FindingError(f"cannot read finding {path}: {exc.strerror}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise FindingError(f"finding {path} is not valid JSON ({exc})") from None
-    if not isinstance(data, dict) or data.get("schema") != FINDING_SCHEMA:
-        raise FindingError(f"{path} is not a cgsim finding (no \"schema\": \"{FINDING_SCHEMA}\")")
-    if data.get("schema_version") != FINDING_SCHEMA_VERSION:
-        raise FindingError(
-            f"finding {path} has schema_version {data.get('schema_version')!r}; this cgsim reads {FINDING_SCHEMA_VERSION}"
-        )
-    for key in ("id", "property", "target", "scenario"):
-        if key not in data:
-            raise FindingError(f"finding {path} lacks the field {key!r}")
-    return data
+    return Finding.from_json(data, where=f"finding {path}")
 
 
-def scan_findings(findings_dir: str) -> list[dict]:
+def scan_findings(findings_dir: str) -> list[Finding]:
     """Every readable finding in a directory, in a stable order.  Half-written
     files cannot exist (writes are atomic); unreadable ones are skipped."""
     out = []

@@ -29,10 +29,12 @@ def main(argv=None):
         print(json.dumps(finding["scenario"], indent=2))
         return 0
     try:
-        from cgsim.report.replay import describe, reproduce
+        from cgsim.finding import Finding
+        from cgsim.replay import describe, reproduce
     except ImportError as exc:
         print("error: cgsim is not importable (%s); install cgsim first" % exc, file=sys.stderr)
         return 2
+    finding = Finding.from_json(finding)
     for line in describe(finding):
         print(line)
     try:

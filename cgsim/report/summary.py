@@ -1,18 +1,112 @@
-"""summary.json (schema-versioned) and the files rendered from it, plus the
-``reports/latest`` pointer."""
+"""summary.json (schema-versioned), built from plain data, and the files
+rendered from it, plus the ``reports/latest`` pointer.
+
+The summary is a function of what is on disk and what the workers counted:
+the findings directory, the per-worker statistics, the run's settings.  So
+``python -m fuzz report RUN_DIR`` rebuilds the same report after the
+campaign died, from the findings alone.
+
+Paths in the summary are relative to the run directory, so a report that is
+moved, archived or uploaded keeps working commands (run them from the run
+directory).
+"""
 
 from __future__ import annotations
 
+import json
 import os
+from collections import Counter
+from typing import Iterable
 
+from cgsim.finding import Finding
+from cgsim.properties import ALL_PROPERTIES, resolve_alias
 from cgsim.report.atomic import atomic_symlink, atomic_write_json, atomic_write_text
 from cgsim.report.junit import render_junit
 from cgsim.report.markdown import render_markdown
 
-__all__ = ["SUMMARY_SCHEMA", "SUMMARY_SCHEMA_VERSION", "write_report", "update_latest"]
+__all__ = [
+    "SUMMARY_SCHEMA", "SUMMARY_SCHEMA_VERSION", "build_summary", "finding_entries", "totals", "write_report",
+    "update_latest",
+]
 
 SUMMARY_SCHEMA = "cgsim.campaign-summary"
 SUMMARY_SCHEMA_VERSION = 1
+
+# Which finding of a property the report shows first.
+_RANK = {"shrunk": 0, "shrink-interrupted": 1, "shrinking": 2, "pending": 3, "unshrunk": 4, "new": 5}
+
+
+def totals(stats: Iterable[dict]) -> tuple[int, Counter, Counter, dict[str, Counter]]:
+    """(scenarios, checks, failures, coverage) summed over worker snapshots."""
+    scenarios, checks, failures, coverage = 0, Counter(), Counter(), {}
+    for s in stats:
+        scenarios += s.get("scenarios", 0)
+        checks.update(s.get("checks", {}))
+        failures.update(s.get("failures", {}))
+        for dim, counts in s.get("coverage", {}).items():
+            coverage.setdefault(dim, Counter()).update(counts)
+    return scenarios, checks, failures, coverage
+
+
+def finding_entries(findings: Iterable[Finding], backend: str) -> list[dict]:
+    """One entry per property: its best finding, the others as duplicates."""
+    by_prop: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_prop.setdefault(f.property, []).append(f)
+    out = []
+    opt = "" if backend == "mock" else f" --backend {backend}"
+    for prop in sorted(by_prop):
+        group = sorted(by_prop[prop], key=lambda f: (_RANK.get(f.status, 9), len(json.dumps(f.scenario, sort_keys=True)), f.id))
+        primary = group[0]
+        entry = primary.to_json()
+        entry.pop("original_scenario", None)
+        entry["duplicates"] = [f.id for f in group[1:]]
+        entry["path"] = f"findings/{primary.id}.json"
+        entry["repro_path"] = f"findings/{primary.repro}"
+        entry["replay_command"] = f"python -m fuzz replay findings/{primary.id}.json{opt}"
+        out.append(entry)
+    return out
+
+
+def build_summary(*, run_id: str, settings: dict, findings: Iterable[Finding], stats: Iterable[dict] = (),
+                  workers: Iterable[dict] = (), complete: bool = False, interrupted: str | None = None,
+                  started_at: str | None = None, finished_at: str | None = None, elapsed_s: float = 0.0,
+                  notes: Iterable[str] = (), inflight: Iterable[dict] = ()) -> dict:
+    findings = list(findings)
+    scenarios, checks, failures, coverage = totals(stats)
+    props: dict[str, dict] = {}
+    for pid, prop in ALL_PROPERTIES.items():
+        props[pid] = {"statement": prop.statement, "checks": checks.get(pid, 0), "failures": failures.get(pid, 0)}
+    for pid in sorted(set(checks) | set(failures)):
+        if resolve_alias(pid) not in props:
+            props[pid] = {"statement": "", "checks": checks.get(pid, 0), "failures": failures.get(pid, 0)}
+    # Every scenario was watched for a crash and a hang, whatever applied.
+    for pid in ("NO-CRASH", "NO-HANG"):
+        props[pid]["checks"] = max(props[pid]["checks"], scenarios)
+    for f in findings:  # a death found by the parent has no worker counter
+        entry = props.setdefault(f.property, {"statement": f.statement, "checks": 0, "failures": 0})
+        entry["failures"] = max(entry["failures"], 1)
+        entry["checks"] = max(entry["checks"], 1)
+    backend = settings.get("backend", "mock")
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "schema_version": SUMMARY_SCHEMA_VERSION,
+        "run_id": run_id,
+        "complete": complete,
+        "interrupted": interrupted,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "elapsed_s": round(elapsed_s, 3),
+        "settings": settings,
+        "scenarios": scenarios,
+        "scenarios_per_s": round(scenarios / elapsed_s, 2) if elapsed_s > 0 else None,
+        "properties": props,
+        "coverage": {k: dict(sorted(v.items())) for k, v in sorted(coverage.items())},
+        "findings": finding_entries(findings, backend),
+        "workers": list(workers),
+        "inflight": list(inflight),
+        "notes": list(notes),
+    }
 
 
 def write_report(run_dir: str, summary: dict) -> None:

@@ -1,14 +1,38 @@
-"""The one small interface every system under test implements.
+"""The contract every system under test implements.
 
-A Target builds a ManagerUnderTest for (config, ruleset, backend, workload).
-The runner drives it step by step and records what it sees; properties never
-look at a target, only at the Trace, so adding a target never touches them.
+A ``Target`` builds a ``ManagerUnderTest`` for (config, ruleset, backend,
+workload); the runner drives it step by step.  Properties never look at a
+target, only at the Trace, so adding a target never touches them.
+
+The recording contract (checked for every registered target by
+``tests/test_target_conformance.py``):
+
+1. A target never writes the Trace.  The runner records what the handle
+   returns (candidates, stored graphs, dispatch decisions, executions,
+   release results, errors); the workload records what the code under test
+   does with it (``Workload.tap_create_forward_fn``, ``model_forward``,
+   ``run_breakable``, ``note_piecewise_lookup``, the metadata builder).
+2. Every create_forward_fn call of the capture loop goes through
+   ``Workload.tap_create_forward_fn``; every model forward through
+   ``Workload.model_forward`` (or ``run_breakable`` for breakable piecewise
+   graphs), inside the forward context the code under test set.
+3. Attention metadata comes from ``Workload.prepare_attn`` (capture and
+   runtime alike), so its identity, sizes and buffers are tracked.
+4. ``execute`` returns an ``Execution``: the real rows' outputs, the path
+   ("full" | "piecewise" | "eager"), the runtime metadata's id and the key of
+   the graph that ran (the descriptor for "full", the piecewise key for
+   "piecewise").  Which metadata that graph was captured with, and when, the
+   workload knows.
+5. A config the engine itself would refuse raises ``TargetUnsupported`` from
+   ``build`` (not judged); a broken environment raises
+   ``TargetEnvironmentError`` from ``check_environment`` (exit 2, never a
+   finding).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -17,11 +41,36 @@ from cgsim.descriptors import Batch, BatchDescriptor
 from cgsim.modes import CUDAGraphMode
 from cgsim.spec.rulesets import Ruleset
 
-__all__ = ["Execution", "CandidateSnapshot", "ManagerUnderTest", "Target", "TargetError", "TargetUnsupported", "UnknownTarget"]
+__all__ = [
+    "Execution",
+    "CandidateSnapshot",
+    "ManagerUnderTest",
+    "Target",
+    "TargetError",
+    "TargetEnvironmentError",
+    "TargetUnsupported",
+    "UnknownTarget",
+    "CAPABILITIES",
+]
+
+# What a target can declare it supports (``Target.capabilities``).
+CAPABILITIES = {
+    "mock": "runs on the CPU mock backend",
+    "cuda": "runs on real CUDA graphs",
+    "release": "release_graphs() and a second capture",
+}
 
 
 class TargetError(RuntimeError):
-    """The target cannot be built in this environment (missing package, bad version)."""
+    """The target cannot be used as asked (a bug in how it was named or set up)."""
+
+
+class TargetEnvironmentError(TargetError):
+    """The environment cannot run this target (a package missing, an untested
+    release, a source tree that does not import).  One line; exit code 2,
+    never a finding."""
+
+    exit_code = 2
 
 
 class UnknownTarget(ValueError):
@@ -39,9 +88,9 @@ class Execution:
 
     outputs: torch.Tensor | None  # hidden states of the batch's real rows
     path: str  # "full" | "piecewise" | "eager"
-    graph_metadata: int | None  # metadata the replayed graph / pieces were captured with
     runtime_metadata: int | None  # metadata prepared for this batch
-    graph_from_step: int | None = None
+    # The graph that ran: its descriptor ("full") or piecewise key ("piecewise"); None for eager.
+    graph_key: Any = None
 
 
 @dataclass(frozen=True)
@@ -67,5 +116,15 @@ class ManagerUnderTest(Protocol):
 
 class Target(Protocol):
     name: str
+    capabilities: frozenset[str]
+
+    def default_ruleset(self) -> str | None:
+        """The ruleset of the design this target follows (None: the strategy picks)."""
+
+    def check_environment(self) -> None:
+        """Raise TargetEnvironmentError (one line) when this process cannot run the target."""
+
+    def environment(self) -> dict[str, Any]:
+        """What findings and summaries should record about the code under test (versions, source)."""
 
     def build(self, config: ManagerConfig, ruleset: Ruleset, backend, workload) -> ManagerUnderTest: ...

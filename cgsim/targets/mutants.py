@@ -1,30 +1,119 @@
 """Mutants: the reference manager with exactly one real-engine bug each.
 
-Each mutant is a ``ReferenceTarget`` subclass whose ``manager_class`` overrides
-the smallest method of ``ModelCudaGraphManager`` that reproduces one bug class
-seen in real engines (the class docstring says which and where).  They exist so
-cgsim can check itself: every mutant must be caught by at least one SPEC §4
-property on the CPU mock with a small scenario (``tests/test_mutants.py``).
+Each mutant is one ``ModelCudaGraphManager`` subclass that overrides the
+smallest method reproducing one bug class seen in real engines (its
+docstring says which and where), declared with ``@mutant``: its name, the
+property that must catch it, a minimal scenario that shows it, and how the
+fuzzer is pointed at it.  They exist so cgsim can check itself: every mutant
+must be caught by its property on the CPU mock while the reference passes
+the same scenario, and Hypothesis must find and shrink it
+(``tests/test_mutants.py`` runs both for every declared mutant).
 
-Targets are looked up as ``mutant:<name>`` (``cgsim.targets.get_target``).
+Adding a mutant is one class here.  Targets are named ``mutant:<name>``.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field
+from typing import Callable
 
+from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor, compatible
 from cgsim.modes import CUDAGraphMode
+from cgsim.scenario import Scenario, Step
 from cgsim.targets.reference import ModelCudaGraphManager, ReferenceTarget
+from cgsim.targets.registry import TargetFamily
 
-__all__ = ["MUTANTS", "mutant_names"]
+__all__ = ["MUTANTS", "MUTANT_INFO", "Mutant", "Fuzz", "mutant", "mutant_names", "FAMILY"]
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
+C, D, R = Step.capture, Step.dispatch, Step.release
+FAP = "FULL_AND_PIECEWISE"
 
 
-# ---------------------------------------------------------------------------
-# candidate init
-# ---------------------------------------------------------------------------
-class InitBeforeBreakableManager(ModelCudaGraphManager):
+@dataclass(frozen=True)
+class Fuzz:
+    """How the fuzzer is pointed at a mutant: the properties any of which may
+    catch its shrunk case, the configs where the bug can show at all, a
+    pinned ruleset, and whether it needs a release step."""
+
+    catchers: frozenset[str]
+    configs: Callable[[ManagerConfig], bool] | None = None
+    ruleset: str | None = None
+    release: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "catchers", frozenset(self.catchers))
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    manager_class: type
+    target_class: type
+    caught_by: str  # the property that must catch ``example``
+    example: Callable[[], Scenario]  # the minimal scenario that shows the bug
+    fuzz: Fuzz
+    summary: str = field(default="")
+
+
+MUTANT_INFO: dict[str, Mutant] = {}
+MUTANTS: dict[str, type] = {}  # name -> its Target class
+
+
+def _scenario(steps, ruleset: str = "pr48822", **config) -> Scenario:
+    return Scenario(config=ManagerConfig(**config), steps=tuple(steps), ruleset=ruleset)
+
+
+def mutant(name: str, *, caught_by: str, example: Callable[[], Scenario], fuzz: Fuzz) -> Callable[[type], type]:
+    """Declare a mutant (see the module docstring); validated at import."""
+
+    def register(manager_class: type) -> type:
+        doc = (manager_class.__doc__ or "").strip()
+        if not re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*", name):
+            raise TypeError(f"mutant name {name!r} must be lower-case words joined by hyphens")
+        if name in MUTANT_INFO:
+            raise TypeError(f"mutant {name!r} is declared twice")
+        if not issubclass(manager_class, ModelCudaGraphManager) or manager_class is ModelCudaGraphManager:
+            raise TypeError(f"mutant {name}: decorate a ModelCudaGraphManager subclass, got {manager_class!r}")
+        if "Bug class" not in doc:
+            raise TypeError(f"mutant {name}: its docstring must say which bug class it is and where ('Bug class: ...')")
+        from cgsim.properties import PROPERTIES
+
+        for prop in {caught_by} | set(fuzz.catchers):
+            if prop not in PROPERTIES:
+                raise TypeError(f"mutant {name}: {prop!r} is not a property id (python -m fuzz list)")
+        target_class = type(manager_class.__name__ + "Target", (ReferenceTarget,), {
+            "__doc__": manager_class.__doc__, "__module__": manager_class.__module__,
+            "name": f"mutant:{name}", "manager_class": manager_class,
+        })
+        first_paragraph = " ".join(doc.split("\n\n")[0].split())
+        end = first_paragraph.find(". ")
+        summary = first_paragraph if end < 0 else first_paragraph[: end + 1]
+        MUTANT_INFO[name] = Mutant(name, manager_class, target_class, caught_by, example, fuzz, summary)
+        MUTANTS[name] = target_class
+        return manager_class
+
+    return register
+
+
+@mutant(
+    "init-before-breakable",
+    caught_by="CAND-ORDER",
+    # Breakable PIECEWISE descriptors built as if not breakable (num_reqs None).
+    example=lambda: _scenario([C()], mode="PIECEWISE", capture_sizes=(2,), breakable=True),
+    fuzz=Fuzz({"CAND-ORDER"}),
+)
+class InitBeforeBreakable(ModelCudaGraphManager):
+    """Candidate init runs before the breakable flag is final.
+
+    Bug class: init ordering.  Seen in vLLM model runner V2 before PR 48822,
+    which moved ``_init_candidates()`` after ``use_breakable_cg`` was set: with
+    the old order the PIECEWISE descriptors were built as if graphs were not
+    breakable (under ``pr48822`` their num_reqs is None instead of padded).
+    """
+
     def set_flags(self) -> None:
         # The flag is not final yet when the base __init__ runs candidate init.
         self.use_breakable_cg = False
@@ -35,27 +124,14 @@ class InitBeforeBreakableManager(ModelCudaGraphManager):
         ModelCudaGraphManager.set_flags(self)
 
 
-class InitBeforeBreakable(ReferenceTarget):
-    """Candidate init runs before the breakable flag is final.
-
-    Bug class: init ordering.  Seen in vLLM model runner V2 before PR 48822,
-    which moved ``_init_candidates()`` after ``use_breakable_cg`` was set: with
-    the old order the PIECEWISE descriptors were built as if graphs were not
-    breakable (under ``pr48822`` their num_reqs is None instead of padded).
-    """
-
-    name = "mutant:init-before-breakable"
-    manager_class = InitBeforeBreakableManager
-
-
-class UnclampedNumReqsManager(ModelCudaGraphManager):
-    def mixed_num_reqs(self, mixed_mode, size):
-        if mixed_mode == F:
-            return size  # not clamped to max_num_reqs
-        return super().mixed_num_reqs(mixed_mode, size)
-
-
-class UnclampedNumReqs(ReferenceTarget):
+@mutant(
+    "unclamped-num-reqs",
+    caught_by="CAND-BOUNDS",
+    # Capture size 4 with max_num_reqs 2: the mixed FULL descriptor says 4 requests.
+    example=lambda: _scenario([C()], mode="FULL", capture_sizes=(4,), max_num_reqs=2),
+    fuzz=Fuzz({"CAND-BOUNDS", "CAND-ORDER", "NO-CRASH"}),
+)
+class UnclampedNumReqs(ModelCudaGraphManager):
     """Request counts of mixed FULL descriptors not clamped to max_num_reqs.
 
     Bug class: descriptor bounds.  Where: vLLM model runner V2 candidate
@@ -65,19 +141,20 @@ class UnclampedNumReqs(ReferenceTarget):
     requests than the scheduler can ever send or the metadata buffers hold.
     """
 
-    name = "mutant:unclamped-num-reqs"
-    manager_class = UnclampedNumReqsManager
+    def mixed_num_reqs(self, mixed_mode, size):
+        if mixed_mode == F:
+            return size  # not clamped to max_num_reqs
+        return super().mixed_num_reqs(mixed_mode, size)
 
 
-class GlobalCandidateRangesManager(ModelCudaGraphManager):
-    def add_candidates(self, candidates, key, members):
-        # BUG: one key space for all modes; the first mode to claim a key owns
-        # it, later modes never get appended.
-        if key not in candidates:
-            candidates[key] = list(members)
-
-
-class GlobalCandidateRanges(ReferenceTarget):
+@mutant(
+    "global-candidate-ranges",
+    caught_by="DISPATCH-COMPLETE",
+    # The FULL decode group claims tokens 0..4, the mixed batch (2, 2) finds no PIECEWISE graph.
+    example=lambda: _scenario([C(), D(Batch((2, 2)))], mode=FAP, capture_sizes=(4,)),
+    fuzz=Fuzz({"DISPATCH-COMPLETE", "DISPATCH-ROUNDTRIP"}),
+)
+class GlobalCandidateRanges(ModelCudaGraphManager):
     """Candidate ranges keyed across all modes instead of per mode.
 
     Bug class: candidate grouping.  Where: vLLM model runner V2
@@ -87,16 +164,21 @@ class GlobalCandidateRanges(ReferenceTarget):
     list the PIECEWISE descriptors and a mixed batch falls back to eager.
     """
 
-    name = "mutant:global-candidate-ranges"
-    manager_class = GlobalCandidateRangesManager
+    def add_candidates(self, candidates, key, members):
+        # BUG: one key space for all modes; the first mode to claim a key owns
+        # it, later modes never get appended.
+        if key not in candidates:
+            candidates[key] = list(members)
 
 
-class RangeOffByOneManager(ModelCudaGraphManager):
-    def candidate_range(self, start, tokens):
-        return range(start, tokens)  # BUG: tokens itself left out
-
-
-class RangeOffByOne(ReferenceTarget):
+@mutant(
+    "range-off-by-one",
+    caught_by="DISPATCH-COMPLETE",
+    # A batch of exactly the capture size has no candidate list.
+    example=lambda: _scenario([C(), D(Batch((1, 1)))], mode="PIECEWISE", capture_sizes=(2,)),
+    fuzz=Fuzz({"DISPATCH-COMPLETE", "DISPATCH-ROUNDTRIP", "DISPATCH-PRIORITY"}),
+)
+class RangeOffByOne(ModelCudaGraphManager):
     """A candidate range off by one: ``range(start, tokens)`` drops the capture
     size itself, so a batch of exactly a captured size runs eagerly.
 
@@ -105,14 +187,28 @@ class RangeOffByOne(ReferenceTarget):
     capture-size boundary.
     """
 
-    name = "mutant:range-off-by-one"
-    manager_class = RangeOffByOneManager
+    def candidate_range(self, start, tokens):
+        return range(start, tokens)  # BUG: tokens itself left out
 
 
-# ---------------------------------------------------------------------------
-# capture
-# ---------------------------------------------------------------------------
-class FullReusesWarmupMetadataManager(ModelCudaGraphManager):
+@mutant(
+    "full-reuses-warmup-metadata",
+    caught_by="FRESH-METADATA",
+    # The FULL graph is captured with the warmup's metadata object.
+    example=lambda: _scenario([C()], mode="FULL", capture_sizes=(2,)),
+    fuzz=Fuzz({"FRESH-METADATA"}),
+)
+class FullReusesWarmupMetadata(ModelCudaGraphManager):
+    """FULL (and breakable PIECEWISE) capture reuses the warmup's forward_fn
+    and attention metadata instead of calling create_forward_fn(desc,
+    warmup=False) again.
+
+    Bug class: metadata freshness.  Where: vLLM model runner V2's capture
+    loop (SPEC §2 capture protocol step 3, the create_forward_fn(desc,
+    warmup=False) call around PR 48822); FlashInfer-style planners mutate or
+    lazily build plan state during the warmup, and the graph bakes it in.
+    """
+
     def capture(self, create_forward_fn):
         warm: dict[BatchDescriptor, object] = {}
 
@@ -125,27 +221,14 @@ class FullReusesWarmupMetadataManager(ModelCudaGraphManager):
         super().capture(reuse)
 
 
-class FullReusesWarmupMetadata(ReferenceTarget):
-    """FULL (and breakable PIECEWISE) capture reuses the warmup's forward_fn
-    and attention metadata instead of calling create_forward_fn(desc,
-    warmup=False) again.
-
-    Bug class: metadata freshness.  Where: vLLM model runner V2's capture
-    loop (SPEC §2 capture protocol step 3, the create_forward_fn(desc,
-    warmup=False) call around PR 48822); FlashInfer-style planners mutate or
-    lazily build plan state during the warmup, and the graph bakes it in.
-    """
-
-    name = "mutant:full-reuses-warmup-metadata"
-    manager_class = FullReusesWarmupMetadataManager
-
-
-class SkipAttnBreakableManager(ModelCudaGraphManager):
-    def skip_attn(self, desc):
-        return desc.cg_mode == P  # BUG: also for breakable PIECEWISE
-
-
-class SkipAttnBreakable(ReferenceTarget):
+@mutant(
+    "skip-attn-breakable",
+    caught_by="SKIP-ATTN",
+    # The breakable PIECEWISE capture runs with metadata None.
+    example=lambda: _scenario([C()], mode="PIECEWISE", capture_sizes=(2,), breakable=True),
+    fuzz=Fuzz({"SKIP-ATTN"}),
+)
+class SkipAttnBreakable(ModelCudaGraphManager):
     """Attention skipped (metadata None) for every PIECEWISE capture, also
     with breakable graphs whose pieces contain attention-like ops.
 
@@ -154,16 +237,17 @@ class SkipAttnBreakable(ReferenceTarget):
     PIECEWISE graphs were captured without metadata.
     """
 
-    name = "mutant:skip-attn-breakable"
-    manager_class = SkipAttnBreakableManager
+    def skip_attn(self, desc):
+        return desc.cg_mode == P  # BUG: also for breakable PIECEWISE
 
 
-class FullBeforePiecewiseManager(ModelCudaGraphManager):
-    def capture_order(self):
-        return [d for mode in (F, P) for d in self._capture_descs.get(mode, [])]
-
-
-class FullBeforePiecewise(ReferenceTarget):
+@mutant(
+    "full-before-piecewise",
+    caught_by="CAPTURE-ORDER",
+    example=lambda: _scenario([C()], mode=FAP, capture_sizes=(2,)),
+    fuzz=Fuzz({"CAPTURE-ORDER"}),
+)
+class FullBeforePiecewise(ModelCudaGraphManager):
     """FULL graphs captured before PIECEWISE ones.
 
     Bug class: capture order / pool growth.  Where: vLLM's
@@ -172,11 +256,26 @@ class FullBeforePiecewise(ReferenceTarget):
     SPEC §2): FULL first grows the pool twice and costs memory.
     """
 
-    name = "mutant:full-before-piecewise"
-    manager_class = FullBeforePiecewiseManager
+    def capture_order(self):
+        return [d for mode in (F, P) for d in self._capture_descs.get(mode, [])]
 
 
-class MissingWarmupManager(ModelCudaGraphManager):
+@mutant(
+    "missing-warmup",
+    caught_by="WARMUP-FIRST",
+    example=lambda: _scenario([C()], mode="FULL", capture_sizes=(2,)),
+    fuzz=Fuzz({"WARMUP-FIRST"}),
+)
+class MissingWarmup(ModelCudaGraphManager):
+    """No eager warmup forward before the capture.
+
+    Bug class: warmup.  Where: vLLM's ``_capture_cudagraphs`` /
+    ``_dummy_run`` (the ``cudagraph_num_of_warmups`` = 0 path) and SGLang's
+    ``capture_one_batch_size``, which warms up before capturing for this
+    reason: lazy initialisation (allocations, autotuning, library handles)
+    otherwise happens inside the capture.
+    """
+
     def capture(self, create_forward_fn):
         def no_warmup(desc, warmup):
             forward_fn = create_forward_fn(desc, warmup)
@@ -195,28 +294,14 @@ class MissingWarmupManager(ModelCudaGraphManager):
         super().capture(no_warmup)
 
 
-class MissingWarmup(ReferenceTarget):
-    """No eager warmup forward before the capture.
-
-    Bug class: warmup.  Where: vLLM's ``_capture_cudagraphs`` /
-    ``_dummy_run`` (the ``cudagraph_num_of_warmups`` = 0 path) and SGLang's
-    ``capture_one_batch_size``, which warms up before capturing for this
-    reason: lazy initialisation (allocations, autotuning, library handles)
-    otherwise happens inside the capture.
-    """
-
-    name = "mutant:missing-warmup"
-    manager_class = MissingWarmupManager
-
-
-class RebindMetadataManager(ModelCudaGraphManager):
-    def capture_model(self):
-        super().capture_model()
-        # BUG: "fresh" metadata buffers after capture; graphs keep reading the old ones.
-        self.workload.builder.allocate_buffers()
-
-
-class RebindMetadata(ReferenceTarget):
+@mutant(
+    "rebind-metadata",
+    caught_by="METADATA-LIVE",
+    # Metadata buffers reallocated after capture: the FULL replay reads stale ones.
+    example=lambda: _scenario([C(), D(Batch((1, 1)))], mode="FULL", capture_sizes=(2,)),
+    fuzz=Fuzz({"METADATA-LIVE", "REPLAY-EQUALS-EAGER"}),
+)
+class RebindMetadata(ModelCudaGraphManager):
     """Attention-metadata buffers rebound to new tensors after capture, so the
     runtime writes the new tensors and replayed graphs read stale ones.
 
@@ -227,14 +312,29 @@ class RebindMetadata(ReferenceTarget):
     one").
     """
 
-    name = "mutant:rebind-metadata"
-    manager_class = RebindMetadataManager
+    def capture_model(self):
+        super().capture_model()
+        # BUG: "fresh" metadata buffers after capture; graphs keep reading the old ones.
+        self.workload.builder.allocate_buffers()
 
 
-# ---------------------------------------------------------------------------
-# dispatch, replay, release
-# ---------------------------------------------------------------------------
-class DispatchLaterCandidateManager(ModelCudaGraphManager):
+@mutant(
+    "dispatch-later-candidate",
+    caught_by="DISPATCH-MINIMAL",
+    # The two-token batch goes to the 4-token graph.
+    example=lambda: _scenario([C(), D(Batch((1, 1)))], mode="PIECEWISE", capture_sizes=(2, 4)),
+    fuzz=Fuzz({"DISPATCH-MINIMAL", "DISPATCH-PRIORITY", "DISPATCH-ROUNDTRIP"}),
+)
+class DispatchLaterCandidate(ModelCudaGraphManager):
+    """Dispatch returns a later, larger compatible candidate instead of the
+    first one.
+
+    Bug class: dispatch minimal padding.  Where: vLLM's
+    ``CudagraphDispatcher.dispatch`` / model runner V2 ``dispatch`` walking
+    the priority-ordered candidate list: returning a later entry pads more
+    than needed (wasted compute per step).
+    """
+
     def dispatch(self, batch: Batch) -> BatchDescriptor:
         loras = self.effective_lora_case(batch.num_active_loras)
         key = (batch.num_tokens, loras)
@@ -247,29 +347,14 @@ class DispatchLaterCandidateManager(ModelCudaGraphManager):
                                num_ubatches=batch.num_ubatches)
 
 
-class DispatchLaterCandidate(ReferenceTarget):
-    """Dispatch returns a later, larger compatible candidate instead of the
-    first one.
-
-    Bug class: dispatch minimal padding.  Where: vLLM's
-    ``CudagraphDispatcher.dispatch`` / model runner V2 ``dispatch`` walking
-    the priority-ordered candidate list: returning a later entry pads more
-    than needed (wasted compute per step).
-    """
-
-    name = "mutant:dispatch-later-candidate"
-    manager_class = DispatchLaterCandidateManager
-
-
-class UnpaddedBreakableMetadataManager(ModelCudaGraphManager):
-    def runtime_padding(self, batch, desc):
-        num_reqs, num_tokens = super().runtime_padding(batch, desc)
-        if desc.cg_mode == P:
-            return batch.num_reqs, num_tokens  # BUG: real num_reqs, not the captured padding
-        return num_reqs, num_tokens
-
-
-class UnpaddedBreakableMetadata(ReferenceTarget):
+@mutant(
+    "unpadded-breakable-metadata",
+    caught_by="PAD-CONSISTENT",
+    # Pieces captured for 4 padded requests, runtime metadata built for 2.
+    example=lambda: _scenario([C(), D(Batch((1, 1)))], mode="PIECEWISE", capture_sizes=(4,), breakable=True),
+    fuzz=Fuzz({"PAD-CONSISTENT"}, configs=lambda c: c.breakable, ruleset="pr48822"),
+)
+class UnpaddedBreakableMetadata(ModelCudaGraphManager):
     """Runtime attention metadata not padded for breakable PIECEWISE: it is
     built for the batch's real num_reqs while the pieces were captured with
     the descriptor's padded num_reqs.
@@ -278,17 +363,21 @@ class UnpaddedBreakableMetadata(ReferenceTarget):
     (prepare-attention padding for breakable PIECEWISE).
     """
 
-    name = "mutant:unpadded-breakable-metadata"
-    manager_class = UnpaddedBreakableMetadataManager
+    def runtime_padding(self, batch, desc):
+        num_reqs, num_tokens = super().runtime_padding(batch, desc)
+        if desc.cg_mode == P:
+            return batch.num_reqs, num_tokens  # BUG: real num_reqs, not the captured padding
+        return num_reqs, num_tokens
 
 
-class LoraRoundDownManager(ModelCudaGraphManager):
-    def effective_lora_case(self, num_active_loras):
-        fitting = [c for c in self.lora_cases if c <= num_active_loras]
-        return max(fitting) if fitting else self.lora_cases[0]  # BUG: rounds down
-
-
-class LoraRoundDown(ReferenceTarget):
+@mutant(
+    "lora-round-down",
+    caught_by="DISPATCH-COMPLETE",
+    # One active adapter mapped down to case 0: no compatible graph, eager fallback.
+    example=lambda: _scenario([C(), D(Batch((1, 1), num_active_loras=1))], mode="PIECEWISE", capture_sizes=(2,), lora_cases=(0, 2)),
+    fuzz=Fuzz({"DISPATCH-COMPLETE", "DISPATCH-ROUNDTRIP", "DISPATCH-PRIORITY"}, configs=lambda c: c.lora_cases == (0, 2, 4)),
+)
+class LoraRoundDown(ModelCudaGraphManager):
     """The active-LoRA count is rounded down (largest case <= count) instead
     of up (smallest case >= count).
 
@@ -298,18 +387,19 @@ class LoraRoundDown(ReferenceTarget):
     the batch is looked up under a case that cannot run all its adapters.
     """
 
-    name = "mutant:lora-round-down"
-    manager_class = LoraRoundDownManager
+    def effective_lora_case(self, num_active_loras):
+        fitting = [c for c in self.lora_cases if c <= num_active_loras]
+        return max(fitting) if fitting else self.lora_cases[0]  # BUG: rounds down
 
 
-class CapturedFlagKeptManager(ModelCudaGraphManager):
-    def release_graphs(self):
-        captured = self._graphs_captured
-        super().release_graphs()
-        self._graphs_captured = captured  # BUG: graphs gone, flag kept
-
-
-class CapturedFlagKept(ReferenceTarget):
+@mutant(
+    "captured-flag-kept",
+    caught_by="RELEASE-RECAPTURE",
+    # After release the manager still says it is captured.
+    example=lambda: _scenario([C(), R(), D(Batch((1, 1)))], mode="FULL", capture_sizes=(2,)),
+    fuzz=Fuzz({"RELEASE-RECAPTURE", "BEFORE-CAPTURE"}, release=True),
+)
+class CapturedFlagKept(ModelCudaGraphManager):
     """The captured flag survives ``release_graphs``: graphs are cleared but
     dispatch still believes it may return FULL descriptors.
 
@@ -319,18 +409,20 @@ class CapturedFlagKept(ReferenceTarget):
     graphs that are gone.
     """
 
-    name = "mutant:captured-flag-kept"
-    manager_class = CapturedFlagKeptManager
+    def release_graphs(self):
+        captured = self._graphs_captured
+        super().release_graphs()
+        self._graphs_captured = captured  # BUG: graphs gone, flag kept
 
 
-class KeyDropsLoraCountManager(ModelCudaGraphManager):
-    def piecewise_key(self, num_tokens, loras):
-        if self.workload.phase == "runtime":
-            return (num_tokens, loras > 0, int(loras > 0))  # BUG: count collapsed to the flag
-        return super().piecewise_key(num_tokens, loras)
-
-
-class KeyDropsLoraCount(ReferenceTarget):
+@mutant(
+    "key-drops-lora-count",
+    caught_by="KEY-CONSISTENT",
+    # Captured under (2, True, 2), looked up under (2, True, 1).
+    example=lambda: _scenario([C(), D(Batch((1, 1), num_active_loras=2))], mode="PIECEWISE", capture_sizes=(2,), lora_cases=(0, 2)),
+    fuzz=Fuzz({"KEY-CONSISTENT"}, configs=lambda c: max(c.lora_cases) >= 2),
+)
+class KeyDropsLoraCount(ModelCudaGraphManager):
     """The runtime looks piecewise graphs up under a key that keeps the
     has-LoRA flag but not the LoRA case, while capture keyed them by both.
 
@@ -340,16 +432,20 @@ class KeyDropsLoraCount(ReferenceTarget):
     KEY-CONSISTENT).  A mismatch silently misses every graph of that case.
     """
 
-    name = "mutant:key-drops-lora-count"
-    manager_class = KeyDropsLoraCountManager
+    def piecewise_key(self, num_tokens, loras):
+        if self.workload.phase == "runtime":
+            return (num_tokens, loras > 0, int(loras > 0))  # BUG: count collapsed to the flag
+        return super().piecewise_key(num_tokens, loras)
 
 
-class DecodeLengthsAllManager(ModelCudaGraphManager):
-    def decode_query_lens(self):
-        return list(range(1, self.decode_query_len + 1))  # BUG: every length up to q
-
-
-class DecodeLengthsAll(ReferenceTarget):
+@mutant(
+    "decode-lengths-all",
+    caught_by="DECODE-LENGTHS",
+    # q = 2: a FULL decode graph for length 1, which the scheduler never produces.
+    example=lambda: _scenario([C()], mode=FAP, capture_sizes=(2,), decode_query_len=2),
+    fuzz=Fuzz({"DECODE-LENGTHS", "CAPTURE-USEFUL"}, configs=lambda c: c.decode_query_len >= 2),
+)
+class DecodeLengthsAll(ModelCudaGraphManager):
     """FULL decode graphs captured for every query length 1..q instead of the
     lengths the scheduler can produce.
 
@@ -359,30 +455,16 @@ class DecodeLengthsAll(ReferenceTarget):
     lengths the scheduler never emits cost capture time and memory.
     """
 
-    name = "mutant:decode-lengths-all"
-    manager_class = DecodeLengthsAllManager
-
-
-_ALL = (
-    InitBeforeBreakable,
-    FullReusesWarmupMetadata,
-    SkipAttnBreakable,
-    UnpaddedBreakableMetadata,
-    RebindMetadata,
-    GlobalCandidateRanges,
-    RangeOffByOne,
-    DispatchLaterCandidate,
-    FullBeforePiecewise,
-    MissingWarmup,
-    UnclampedNumReqs,
-    LoraRoundDown,
-    CapturedFlagKept,
-    KeyDropsLoraCount,
-    DecodeLengthsAll,
-)
-
-MUTANTS: dict[str, type] = {cls.name.split(":", 1)[1]: cls for cls in _ALL}
+    def decode_query_lens(self):
+        return list(range(1, self.decode_query_len + 1))  # BUG: every length up to q
 
 
 def mutant_names() -> list[str]:
     return list(MUTANTS)
+
+
+FAMILY = TargetFamily(
+    "mutant", "the reference manager with one real-engine bug injected",
+    create=lambda variant: MUTANTS[variant](),
+    variants=lambda: {n: m.summary for n, m in MUTANT_INFO.items()},
+)

@@ -23,10 +23,10 @@ from cgsim.modes import CUDAGraphMode, resolve_mode
 from cgsim.spec.candidates import drop_unscheduled_decode
 from cgsim.spec.rulesets import Ruleset
 from cgsim.targets.base import CandidateSnapshot, Execution
-from cgsim.trace import CreateForwardFn
+from cgsim.targets.registry import TargetFamily
 from cgsim.workload.context import set_forward_context
 
-__all__ = ["CudaGraphManager", "ModelCudaGraphManager", "ReferenceTarget", "ManagerHandle"]
+__all__ = ["CudaGraphManager", "ModelCudaGraphManager", "ReferenceTarget", "ManagerHandle", "FAMILY"]
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 ForwardFn = Callable[[CUDAGraphMode], None]
@@ -237,8 +237,6 @@ class ModelCudaGraphManager(CudaGraphManager):
         self.workload = workload
         super().__init__(config, ruleset, backend)
         workload.graph_pool = self.pool
-        self.graph_metadata: dict[BatchDescriptor, int | None] = {}
-        self.graph_step: dict[BatchDescriptor, int] = {}
 
     def skip_attn(self, desc: BatchDescriptor) -> bool:
         return self.ruleset.skip_attn(desc.cg_mode == P, self.use_breakable_cg)
@@ -272,9 +270,6 @@ class ModelCudaGraphManager(CudaGraphManager):
                     out = w.model_forward()
                 if cg_mode == P:
                     return
-                if w.backend.cuda.is_current_stream_capturing():
-                    self.graph_metadata[desc] = md.id if md is not None else None
-                    self.graph_step[desc] = w.step
                 # Persistent output buffer allocated outside the graph pool: it
                 # outlives every graph and is what run_fullgraph reads.
                 w.hidden_states[:num_tokens].copy_(out)
@@ -284,15 +279,7 @@ class ModelCudaGraphManager(CudaGraphManager):
         return create_forward_fn
 
     def capture_model(self) -> None:
-        w = self.workload
-        inner = self.make_create_forward_fn()
-
-        def tapped(desc: BatchDescriptor, warmup: bool) -> ForwardFn:
-            # The tap records every call, whatever the capture loop does with it.
-            w.trace.add(CreateForwardFn(desc=desc, warmup=warmup))
-            w.current_desc = desc
-            return inner(desc, warmup)
-
+        tapped = self.workload.tap_create_forward_fn(self.make_create_forward_fn())
         # Python's GC must not run inside a capture: collecting an old graph
         # (garbage from an earlier capture) frees driver objects while the
         # stream captures and invalidates the capture (seen on an H200).  Like
@@ -305,7 +292,6 @@ class ModelCudaGraphManager(CudaGraphManager):
         finally:
             if was_enabled:
                 gc.enable()
-        w.current_desc = None
 
     def execute(self, batch: Batch, desc: BatchDescriptor) -> Execution:
         w = self.workload
@@ -316,23 +302,19 @@ class ModelCudaGraphManager(CudaGraphManager):
         with w.serving(desc):
             if desc.cg_mode == F:
                 self.run_fullgraph(desc)
-                out = w.hidden_states[: batch.num_tokens].clone()
-                return Execution(out, "full", self.graph_metadata.get(desc), md.id, self.graph_step.get(desc))
+                return Execution(w.hidden_states[: batch.num_tokens].clone(), "full", md.id, desc)
             mode = P if desc.cg_mode == P else N
             key = self.piecewise_key(num_tokens, loras) if mode == P else None
             with set_forward_context(md, num_tokens, mode, key, loras if mode == P else batch.num_active_loras):
                 out = w.model_forward()[: batch.num_tokens].clone()
             if mode == P:
-                graph_md = w.piecewise_metadata.get(key) if self.use_breakable_cg else None
-                return Execution(out, "piecewise", graph_md, md.id, w.piecewise_from_step.get(key))
-            return Execution(out, "eager", None, md.id, None)
+                return Execution(out, "piecewise", md.id, key)
+            return Execution(out, "eager", md.id)
 
     def release_graphs(self) -> None:
         super().release_graphs()
+        # Piecewise graphs are captured into the manager's pool too.
         self.workload.graph_pool = self.pool
-        self.workload.piecewise.clear()
-        self.graph_metadata.clear()
-        self.graph_step.clear()
 
 
 class ManagerHandle:
@@ -381,6 +363,20 @@ class ReferenceTarget:
 
     name = "reference"
     manager_class: type[ModelCudaGraphManager] = ModelCudaGraphManager
+    capabilities = frozenset({"mock", "cuda", "release"})
+
+    def default_ruleset(self) -> str | None:
+        return None  # written to follow every ruleset: the strategy picks
+
+    def check_environment(self) -> None:
+        pass
+
+    def environment(self) -> dict:
+        return {}
 
     def build(self, config: ManagerConfig, ruleset: Ruleset, backend, workload) -> ManagerHandle:
         return ManagerHandle(self.manager_class(config, ruleset, backend, workload))
+
+
+FAMILY = TargetFamily("reference", "cgsim's reference CUDA-graph manager (the spec written as a careful engineer would)",
+                      lambda _variant: ReferenceTarget())

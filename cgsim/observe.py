@@ -1,0 +1,106 @@
+"""Run one Scenario on (target, backend) and judge it: the stage every job
+shares (a campaign worker, ``fuzz replay``, a repro script, a benchmark).
+
+Everything that went wrong becomes a ``Finding``: a violated property, and
+what the harness sees around the run (the runner raised: NO-CRASH; the
+backstop timer fired: NO-HANG; a property check raised: CHECK-CRASH).
+
+``Pipeline`` is the seam for tests: anything with ``run`` (-> Trace) and
+``judge`` (-> Verdict) will do; ``RUNNER`` is the real one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from cgsim.finding import Finding
+from cgsim.properties import Verdict, check_scenario
+from cgsim.properties.harness import CHECK_CRASH, NO_CRASH, NO_HANG
+from cgsim.properties.registry import Violation
+from cgsim.runner import run_scenario
+from cgsim.scenario import Scenario
+from cgsim.targets.base import TargetEnvironmentError
+from cgsim.timeouts import ScenarioTimeout, deadline
+from cgsim.trace import Trace
+
+__all__ = ["Pipeline", "RunnerPipeline", "RUNNER", "Outcome", "observe", "CUDA_POISON"]
+
+# Text of errors after which a CUDA context is unusable: the worker must restart.
+CUDA_POISON = ("CUDA error", "cudaError", "illegal memory access", "device-side assert", "CUBLAS_STATUS", "CUDNN_STATUS")
+
+
+class Pipeline(Protocol):
+    def run(self, scenario: Scenario, target: str, backend: str, timeout: float | None) -> Trace: ...
+    def judge(self, scenario: Scenario, trace: Trace) -> Verdict: ...
+
+
+class RunnerPipeline:
+    """cgsim's runner and property catalogue."""
+
+    def run(self, scenario: Scenario, target: str, backend: str, timeout: float | None) -> Trace:
+        return run_scenario(scenario, target=target, backend=backend, timeout=timeout)
+
+    def judge(self, scenario: Scenario, trace: Trace) -> Verdict:
+        return check_scenario(scenario, trace)
+
+
+RUNNER = RunnerPipeline()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    findings: tuple[Finding, ...] = ()
+    checked: tuple[str, ...] = ()
+    seconds: float = 0.0
+    # The target may have left process-wide state unusable (a hang interrupted
+    # mid-step, a poisoned CUDA context): the worker should restart.
+    needs_restart: bool = False
+
+    @property
+    def properties(self) -> list[str]:
+        return list(dict.fromkeys(f.property for f in self.findings))
+
+    def first(self, prop: str) -> Finding | None:
+        return next((f for f in self.findings if f.property == prop), None)
+
+
+def observe(scenario: Scenario, target: str, backend: str, timeout: float | None = None,
+            pipeline: Pipeline = RUNNER) -> Outcome:
+    """Run one scenario and say what went wrong, if anything.
+
+    The runner enforces ``timeout`` itself (a hang becomes an Error event);
+    a looser timer here is the backstop for a run that does not return.
+    """
+    start = time.perf_counter()
+    scenario_json = scenario.to_json()
+    short = scenario.short()
+
+    def finding(prop: str, message: str, step: int | None = None) -> Finding:
+        return Finding.from_violation(Violation(prop, message, step), scenario_json, target, backend, short)
+
+    def outcome(findings: list[Finding], checked: tuple[str, ...] = (), restart: bool = False) -> Outcome:
+        return Outcome(tuple(findings), checked, time.perf_counter() - start, restart)
+
+    backstop = None if not timeout else timeout * 1.5 + 1.0
+    try:
+        with deadline(backstop, f"scenario did not finish within {backstop:g}s" if backstop else ""):
+            trace = pipeline.run(scenario, target, backend, timeout)
+    except ScenarioTimeout as exc:
+        return outcome([finding(NO_HANG, str(exc))], restart=True)
+    except TargetEnvironmentError:
+        raise  # a broken environment is never a finding
+    except Exception as exc:  # the runner records target bugs itself; this is a last line
+        msg = f"{type(exc).__name__}: {exc}"
+        return outcome([finding(NO_CRASH, f"run_scenario raised {msg}")],
+                       restart=backend == "cuda" and any(p in msg for p in CUDA_POISON))
+    try:
+        verdict = pipeline.judge(scenario, trace)
+    except Exception as exc:
+        return outcome([finding(CHECK_CRASH, f"a property check raised {type(exc).__name__}: {exc}")])
+    findings = [Finding.from_violation(v, scenario_json, target, backend, short) for v in verdict.violations]
+    errors = trace.errors
+    restart = any(e.error == "timeout" for e in errors) or (
+        backend == "cuda" and any(any(p in f"{e.exc_type} {e.message}" for p in CUDA_POISON) for e in errors))
+    return outcome(findings, verdict.checked, restart)

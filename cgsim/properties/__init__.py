@@ -1,0 +1,78 @@
+"""SPEC §4 as pure functions of one run: (Scenario, Trace) -> violations.
+
+Each property is declared once, in the module of its family (``init``,
+``capture``, ``metadata``, ``dispatch``, ``lifecycle``, ``harness``), with
+``cgsim.properties.registry.declare``: an id from SPEC §4, a one-line
+statement, a check over the ``RunView`` of the run and an ``applies``
+predicate that says whether the run gave it anything to judge.  Checks read
+only the Scenario, the Trace and the executable spec (``cgsim.spec``) under
+the scenario's ruleset; they never import torch, a target or the runner.
+
+Adding a property touches one family module (and its tests): the registry,
+``check_scenario``, reports and ``fuzz list`` pick it up from there.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+# Family modules register their properties on import, in report order.
+from cgsim.properties import init, capture, metadata, dispatch, lifecycle, harness  # noqa: F401,E401
+from cgsim.properties.dispatch import useless_descriptors
+from cgsim.properties.registry import Property, Verdict, Violation, registered, resolve_alias
+from cgsim.properties.view import RunView
+from cgsim.scenario import Scenario
+from cgsim.trace import Trace
+
+__all__ = [
+    "Violation",
+    "Property",
+    "Verdict",
+    "RunView",
+    "PROPERTIES",
+    "ALL_PROPERTIES",
+    "check_scenario",
+    "property_ids",
+    "statement",
+    "resolve_alias",
+    "useless_descriptors",
+]
+
+# Every declared id, harness outcomes included (CHECK-CRASH has no check).
+ALL_PROPERTIES: dict[str, Property] = registered()
+# The ones a trace can be judged by.
+PROPERTIES: dict[str, Property] = {pid: p for pid, p in ALL_PROPERTIES.items() if not p.harness_only}
+
+
+def property_ids() -> tuple[str, ...]:
+    return tuple(PROPERTIES)
+
+
+def statement(pid: str) -> str:
+    prop = ALL_PROPERTIES.get(resolve_alias(pid))
+    return prop.statement if prop is not None else ""
+
+
+def check_scenario(scenario: Scenario, trace: Trace, only: Iterable[str] | None = None) -> Verdict:
+    """Judge one run.  ``only`` restricts to the given ids (an unknown id raises ValueError)."""
+    if only is None:
+        chosen = list(PROPERTIES.values())
+    else:
+        wanted = list(dict.fromkeys(only))
+        unknown = [i for i in wanted if i not in PROPERTIES]
+        if unknown:
+            raise ValueError(f"unknown property id(s) {unknown}; choose from {', '.join(PROPERTIES)}")
+        chosen = [PROPERTIES[i] for i in PROPERTIES if i in wanted]
+    if trace.unsupported:
+        # The target refuses this config the way the real engine would at
+        # start-up: there is no run to judge.
+        return Verdict((), ())
+    run = RunView(scenario, trace)
+    violations: list[Violation] = []
+    checked: list[str] = []
+    for prop in chosen:
+        if not prop.applies(run):
+            continue
+        checked.append(prop.id)
+        violations.extend(prop.check(run))
+    return Verdict(tuple(violations), tuple(checked))

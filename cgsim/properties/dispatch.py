@@ -1,0 +1,257 @@
+"""Properties of where batches go: DISPATCH-SOUND, DISPATCH-PRIORITY,
+DISPATCH-COMPLETE, DISPATCH-MINIMAL, DISPATCH-ROUNDTRIP, BEFORE-CAPTURE and
+CAPTURE-USEFUL (a graph no batch is dispatched to is dead)."""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from cgsim.config import ManagerConfig
+from cgsim.descriptors import Batch, BatchDescriptor, compatible
+from cgsim.modes import RUNTIME_RANK, CUDAGraphMode
+from cgsim.properties.registry import Violation, declare
+from cgsim.properties.view import RunView, group, incompat_reason, shorts
+from cgsim.spec import dispatch_choices, expected_dispatch, padding_key
+from cgsim.spec import scheduler
+from cgsim.trace import CaptureDone, Dispatch, Release
+
+__all__ = ["useless_descriptors"]
+
+F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
+
+
+def _has_dispatch(run: RunView) -> bool:
+    return bool(run.of(Dispatch))
+
+
+def _has_captured_dispatch(run: RunView) -> bool:
+    return bool(run.captured_dispatches)
+
+
+@declare("DISPATCH-SOUND", "the dispatched descriptor fits the batch and something runs it", family="dispatch",
+         applies=_has_dispatch)
+def dispatch_sound(run: RunView) -> list[Violation]:
+    cases = run.config.lora_cases
+    out: list[Violation] = []
+    for v in run.dispatches:
+        d, b, step = v.dispatch.desc, v.dispatch.batch, v.dispatch.step
+        if d.cg_mode == N:
+            if d.num_tokens < b.num_tokens:
+                out.append(Violation("DISPATCH-SOUND", f"{b.short()} dispatched to eager {d.short()} with fewer tokens than the batch", step))
+            continue
+        if not compatible(d, b, cases):
+            out.append(Violation(
+                "DISPATCH-SOUND", f"{b.short()} dispatched to incompatible {d.short()}: {incompat_reason(d, b, cases)}", step))
+        if v.captured is None:
+            continue  # before capture / after release: BEFORE-CAPTURE judges it
+        if d.cg_mode == F:
+            if d not in v.captured.stored:
+                out.append(Violation(
+                    "DISPATCH-SOUND", f"{b.short()} dispatched to FULL {d.short()}, but no graph is stored for it", step))
+            elif v.replay is not None and v.replay.path != "full":
+                out.append(Violation(
+                    "DISPATCH-SOUND", f"{b.short()} dispatched to FULL {d.short()} ran on the {v.replay.path} path, not a graph replay", step))
+        elif d.cg_mode == P:
+            if not run.trace.has_piecewise_runner:
+                out.append(Violation(
+                    "DISPATCH-SOUND",
+                    f"{b.short()} dispatched to PIECEWISE {d.short()}, but nothing runs piecewise graphs "
+                    "(no compiled submodule, no breakable capture)",
+                    step,
+                ))
+            elif d not in v.captured.piecewise:
+                out.append(Violation(
+                    "DISPATCH-SOUND", f"{b.short()} dispatched to PIECEWISE {d.short()}, which was not captured", step))
+    return group(out)
+
+
+@declare("DISPATCH-PRIORITY", "if a captured FULL descriptor fits the batch, dispatch returns FULL",
+         family="dispatch", applies=_has_captured_dispatch)
+def dispatch_priority(run: RunView) -> list[Violation]:
+    cases = run.config.lora_cases
+    out: list[Violation] = []
+    for v in run.captured_dispatches:
+        d, b = v.dispatch.desc, v.dispatch.batch
+        if d.cg_mode == F:
+            continue
+        full = [c for c in v.captured.descs if c.cg_mode == F and compatible(c, b, cases)]
+        if full:
+            best = expected_dispatch(b, full, cases)
+            out.append(Violation(
+                "DISPATCH-PRIORITY",
+                f"{b.short()} dispatched to {d.cg_mode.value} {d.short()} although the captured FULL {best.short()} fits it "
+                "(expected FULL over PIECEWISE over NONE)",
+                v.dispatch.step,
+            ))
+    return group(out)
+
+
+@declare("DISPATCH-COMPLETE", "if any captured descriptor fits the batch, dispatch does not return NONE",
+         family="dispatch", applies=_has_captured_dispatch)
+def dispatch_complete(run: RunView) -> list[Violation]:
+    cases = run.config.lora_cases
+    out: list[Violation] = []
+    for v in run.captured_dispatches:
+        d, b = v.dispatch.desc, v.dispatch.batch
+        if d.cg_mode != N:
+            continue
+        fits = [c for c in v.captured.descs if compatible(c, b, cases)]
+        if fits:
+            best = expected_dispatch(b, fits, cases)
+            out.append(Violation(
+                "DISPATCH-COMPLETE",
+                f"{b.short()} ran eagerly ({d.short()}) although {len(fits)} captured descriptor(s) fit it, e.g. {best.short()}",
+                v.dispatch.step,
+            ))
+    return group(out)
+
+
+@declare("DISPATCH-MINIMAL", "among fitting captured descriptors of the chosen mode, dispatch pads least",
+         family="dispatch", applies=_has_captured_dispatch)
+def dispatch_minimal(run: RunView) -> list[Violation]:
+    cases = run.config.lora_cases
+    out: list[Violation] = []
+    for v in run.captured_dispatches:
+        d, b = v.dispatch.desc, v.dispatch.batch
+        if d.cg_mode == N or not compatible(d, b, cases):
+            continue
+        same = [c for c in v.captured.descs if c.cg_mode == d.cg_mode and compatible(c, b, cases)]
+        if not same:
+            continue
+        least = min(padding_key(c, b) for c in same)
+        got = padding_key(d, b)
+        if got > least:
+            better = expected_dispatch(b, same, cases)
+            out.append(Violation(
+                "DISPATCH-MINIMAL",
+                f"{b.short()} dispatched to {d.short()} padding (tokens, reqs) = {got}; captured {better.short()} "
+                f"pads only {least}",
+                v.dispatch.step,
+            ))
+    return group(out)
+
+
+def _exact_shape(d: BatchDescriptor, b: Batch, cases: Sequence[int]) -> bool:
+    return compatible(d, b, cases) and d.num_tokens == b.num_tokens and d.num_reqs in (None, b.num_reqs)
+
+
+def _applies_roundtrip(run: RunView) -> bool:
+    cases = run.config.lora_cases
+    return any(_exact_shape(c, v.dispatch.batch, cases) for v in run.captured_dispatches for c in v.captured.descs)
+
+
+@declare("DISPATCH-ROUNDTRIP", "a batch exactly the shape of a captured descriptor dispatches to it "
+         "(or to one of higher priority that pads no more)", family="dispatch", applies=_applies_roundtrip)
+def dispatch_roundtrip(run: RunView) -> list[Violation]:
+    cases = run.config.lora_cases
+    out: list[Violation] = []
+    for v in run.captured_dispatches:
+        d, b = v.dispatch.desc, v.dispatch.batch
+        exact = [c for c in v.captured.descs if _exact_shape(c, b, cases)]
+        if not exact:
+            continue
+        target = max(exact, key=lambda c: RUNTIME_RANK[c.cg_mode])
+        rank, want = RUNTIME_RANK[d.cg_mode], RUNTIME_RANK[target.cg_mode]
+        # Higher priority may pad requests (a FULL graph always fixes num_reqs)
+        # but no tokens; the same priority must pad no more than the exact one.
+        ok = d.cg_mode != N and compatible(d, b, cases) and (
+            (rank > want and d.num_tokens == b.num_tokens)
+            or (rank == want and padding_key(d, b) <= padding_key(target, b))
+        )
+        if not ok:
+            out.append(Violation(
+                "DISPATCH-ROUNDTRIP",
+                f"{b.short()} has exactly the shape of captured {target.short()} but dispatched to {d.short()}"
+                + (f" (pads {padding_key(d, b)})" if d.cg_mode != N else ""),
+                v.dispatch.step,
+            ))
+    return group(out)
+
+
+def _applies_before_capture(run: RunView) -> bool:
+    return bool(run.of(CaptureDone)) or any(v.captured is None for v in run.dispatches)
+
+
+@declare("BEFORE-CAPTURE", "dispatch before capture (or after release) returns NONE", family="dispatch",
+         applies=_applies_before_capture)
+def before_capture(run: RunView) -> list[Violation]:
+    out: list[Violation] = []
+    for e in run.of(CaptureDone):
+        if e.ok and not e.captured_flag:
+            out.append(Violation(
+                "BEFORE-CAPTURE", "capture finished but the manager is not marked captured (every dispatch will run eagerly)", e.step))
+        elif not e.ok and e.captured_flag:
+            out.append(Violation(
+                "BEFORE-CAPTURE", "capture did not finish but the manager says it is captured", e.step))
+    releases = [r.step for r in run.of(Release)]
+    for v in run.dispatches:
+        if v.captured is not None:
+            continue
+        d, b = v.dispatch.desc, v.dispatch.batch
+        if d.cg_mode != N:
+            when = ("after a release with no capture since" if any(r < v.dispatch.step for r in releases)
+                    else "before any successful capture")
+            out.append(Violation(
+                "BEFORE-CAPTURE",
+                f"{b.short()} dispatched {when} returned {d.short()} (expected NONE; manager captured_flag="
+                f"{v.dispatch.captured_flag})",
+                v.dispatch.step,
+            ))
+    return group(out)
+
+
+def useless_descriptors(cfg: ManagerConfig, captured: Iterable[BatchDescriptor]) -> dict[BatchDescriptor, str]:
+    """Captured descriptors that are never the unique dispatch choice for a
+    batch the scheduler can produce, each with an example of where its
+    batches go instead."""
+    captured = list(dict.fromkeys(captured))
+    cases = cfg.lora_cases
+    buckets: dict[tuple[int, int], list[BatchDescriptor]] = {}
+    for d in captured:
+        buckets.setdefault((d.num_active_loras, d.num_ubatches), []).append(d)
+    decode = scheduler.decode_shapes(cfg)
+    useful: set[BatchDescriptor] = set()
+    example: dict[BatchDescriptor, str] = {}
+    for (lora, ub), bucket in buckets.items():
+        if lora not in cases:
+            continue  # INIT-TOTAL reports a descriptor for a non-existent LoRA case
+        pending = set(bucket)
+        for b in scheduler.producible_batches(cfg, decode, lora, ub):
+            choices = dispatch_choices(b, bucket, cases)
+            if len(choices) == 1:
+                useful |= choices
+        pending -= useful
+        for d in sorted(pending, key=lambda x: repr(x)):
+            for b in scheduler.producible_batches(cfg, scheduler.probe_shapes(cfg, d), lora, ub):
+                choices = dispatch_choices(b, bucket, cases)
+                if len(choices) == 1:
+                    useful |= choices
+                if choices == {d}:
+                    break
+                if d not in example and compatible(d, b, cases) and choices:
+                    example[d] = f"e.g. {b.short()} goes to {shorts(choices, 3)}"
+    return {d: example.get(d, "no producible batch fits it") for d in captured if d not in useful}
+
+
+def _has_finished_capture(run: RunView) -> bool:
+    return any(c.descs for c in run.finished_captures)
+
+
+@declare("CAPTURE-USEFUL", "every captured descriptor is the unique dispatch choice for some batch the scheduler "
+         "can produce", family="dispatch", applies=_has_finished_capture)
+def capture_useful(run: RunView) -> list[Violation]:
+    cfg = run.config
+    out: list[Violation] = []
+    judged: set[frozenset] = set()
+    for cap in run.finished_captures:
+        if not cap.descs or cap.descs in judged:
+            continue
+        judged.add(cap.descs)
+        for d, why in useless_descriptors(cfg, cap.descs).items():
+            out.append(Violation(
+                "CAPTURE-USEFUL",
+                f"captured {d.short()} is never the unique dispatch choice for a batch the scheduler can produce "
+                f"(up to {cfg.max_capture_size} tokens, {cfg.max_num_reqs} requests): {why}",
+                cap.step,
+            ))
+    return group(out)

@@ -1,0 +1,300 @@
+"""Properties of what candidate init builds and how the mode resolves:
+CAND-ORDER, CAND-BOUNDS, DECODE-LENGTHS, INIT-TOTAL, MODE-RESOLUTION."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable, Sequence
+
+from cgsim.descriptors import BatchDescriptor
+from cgsim.modes import CUDAGraphMode, ModeResolutionError, required_support
+from cgsim.properties.registry import Violation, declare
+from cgsim.properties.view import RunView, group, list_short, mode_name, shorts
+from cgsim.spec import expected_capture_descs, resolved_mode
+from cgsim.trace import Candidates
+
+F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
+
+
+def _has_candidates(run: RunView) -> bool:
+    return bool(run.of(Candidates))
+
+
+def _has_initial_candidates(run: RunView) -> bool:
+    return any(c.phase == "initial" for c in run.of(Candidates))
+
+
+def _by_mode(descs: Iterable[BatchDescriptor]) -> dict[CUDAGraphMode, set[BatchDescriptor]]:
+    out: dict[CUDAGraphMode, set[BatchDescriptor]] = {}
+    for d in descs:
+        out.setdefault(d.cg_mode, set()).add(d)
+    return out
+
+
+def _diff_by_mode(actual: Iterable[BatchDescriptor], expected: Iterable[BatchDescriptor]) -> list[str]:
+    a, e = _by_mode(actual), _by_mode(expected)
+    parts = []
+    for mode in (P, F, N):
+        got, want = a.get(mode, set()), e.get(mode, set())
+        if got == want:
+            continue
+        missing, extra = want - got, got - want
+        text = f"{mode.value}:"
+        if missing:
+            text += f" missing {shorts(missing)}"
+        if extra:
+            text += f" unexpected {shorts(extra)}"
+        parts.append(text)
+    return parts
+
+
+def _not_breakable_hint(run: RunView, descs: Sequence[BatchDescriptor]) -> str:
+    cfg = run.config
+    if not cfg.breakable:
+        return ""
+    try:
+        as_if = expected_capture_descs(cfg.with_(breakable=False, compiled_piecewise=True), run.scenario.ruleset)
+    except (ModeResolutionError, ValueError):
+        return ""
+    got = {d for d in descs if d.cg_mode == P}
+    if got and got == set(as_if.get(P, ())):
+        return (
+            " (the PIECEWISE descriptors are the ones a non-breakable manager builds: candidate init "
+            "ran before the breakable flag was final, the PR 48822 ordering bug)"
+        )
+    return ""
+
+
+@declare("CAND-ORDER", "candidate init run again on the finished manager gives the same descriptors and candidates, "
+         "and they match the spec", family="init", applies=_has_candidates)
+def cand_order(run: RunView) -> list[Violation]:
+    out: list[Violation] = []
+    cands = run.of(Candidates)
+    initial = [c for c in cands if c.phase == "initial"]
+    recomputed = [c for c in cands if c.phase == "recomputed"]
+    for r in recomputed:
+        i = run.initial_candidates(r.step)
+        if i is None:
+            continue
+        diff = _diff_by_mode(r.capture_descs, i.capture_descs)
+        if diff:
+            out.append(Violation(
+                "CAND-ORDER",
+                "candidate init run again on the finished manager gives other capture descriptors "
+                "(recomputed vs initial): " + "; ".join(diff),
+                r.step,
+            ))
+        ic, rc = dict(i.candidates), dict(r.candidates)
+        if ic != rc:
+            keys = sorted(set(ic) | set(rc))
+            bad = [k for k in keys if ic.get(k) != rc.get(k)]
+            shown = [
+                f"(num_tokens={k[0]}, lora={k[1]}): initial {list_short(ic.get(k))} vs recomputed {list_short(rc.get(k))}"
+                for k in bad[:3]
+            ]
+            out.append(Violation(
+                "CAND-ORDER",
+                f"candidate lists differ after recomputing on the finished manager for {len(bad)} key(s): "
+                + "; ".join(shown),
+                r.step,
+            ))
+    expected = run.spec_descs
+    if expected is not None:
+        want = [d for ds in expected.values() for d in ds]
+        reported: set[tuple] = set()
+        for i in initial:
+            diff = _diff_by_mode(i.capture_descs, want)
+            if not diff or tuple(diff) in reported:
+                continue
+            reported.add(tuple(diff))
+            out.append(Violation(
+                "CAND-ORDER",
+                f"capture descriptors differ from the spec (ruleset {run.scenario.ruleset}, resolved mode "
+                f"{mode_name(run.spec_mode)}): " + "; ".join(diff) + _not_breakable_hint(run, i.capture_descs),
+                i.step,
+            ))
+    return group(out)
+
+
+@declare("CAND-BOUNDS", "every descriptor has 0 < num_tokens <= max capture size, num_reqs <= min(num_tokens, "
+         "max_num_reqs), FULL uniform decode num_tokens = num_reqs x uniform_token_count, no duplicates",
+         family="init", applies=_has_initial_candidates)
+def cand_bounds(run: RunView) -> list[Violation]:
+    cfg = run.config
+    max_size = cfg.max_capture_size
+    out: list[Violation] = []
+    for c in run.of(Candidates):
+        if c.phase != "initial":
+            continue
+        counts = Counter(c.capture_descs)
+        for d, n in counts.items():
+            if n > 1:
+                out.append(Violation("CAND-BOUNDS", f"{d.short()} appears {n} times in the {d.cg_mode.value} capture list", c.step))
+        for d in counts:
+            if not 0 < d.num_tokens <= max_size:
+                out.append(Violation(
+                    "CAND-BOUNDS", f"{d.short()}: num_tokens {d.num_tokens} outside 1..{max_size} (max capture size)", c.step))
+            if d.num_reqs is not None and d.num_reqs > min(d.num_tokens, cfg.max_num_reqs):
+                out.append(Violation(
+                    "CAND-BOUNDS",
+                    f"{d.short()}: num_reqs {d.num_reqs} > min(num_tokens {d.num_tokens}, max_num_reqs {cfg.max_num_reqs})",
+                    c.step,
+                ))
+            if d.cg_mode == F and d.uniform_token_count is not None:
+                if d.num_reqs is None or d.num_tokens != d.num_reqs * d.uniform_token_count:
+                    out.append(Violation(
+                        "CAND-BOUNDS",
+                        f"{d.short()}: FULL uniform decode descriptor needs num_tokens = num_reqs x uniform_token_count "
+                        f"= {d.num_reqs} x {d.uniform_token_count}, has {d.num_tokens}",
+                        c.step,
+                    ))
+        capset = set(c.capture_descs)
+        for (n, lora), descs in c.candidates:
+            for d in descs:
+                if d not in capset:
+                    problem = "is not a capture descriptor"
+                elif d.num_tokens < n:
+                    problem = f"has fewer tokens than the key ({d.num_tokens} < {n})"
+                elif d.num_active_loras != lora:
+                    problem = f"is for LoRA case {d.num_active_loras}, not {lora}"
+                else:
+                    continue
+                out.append(Violation(
+                    "CAND-BOUNDS", f"candidate list (num_tokens={n}, lora={lora}) holds {d.short()}, which {problem}", c.step))
+    return group(out)
+
+
+def _decode_routine(run: RunView) -> bool:
+    mode = run.trace.resolved_mode or run.spec_mode
+    return mode is not None and mode.separate_routine() and mode.decode_mode() == F and not run.config.varlen_decode
+
+
+def _applies_decode_lengths(run: RunView) -> bool:
+    return _decode_routine(run) and (any(s.ok for s in run.sessions) or _has_initial_candidates(run))
+
+
+@declare("DECODE-LENGTHS", "FULL decode graphs exist for exactly the decode query lengths the scheduler produces",
+         family="init", applies=_applies_decode_lengths)
+def decode_lengths(run: RunView) -> list[Violation]:
+    if not _decode_routine(run):
+        return []
+    cfg = run.config
+    scheduler = set(cfg.scheduler_decode_query_lens())
+    spec = run.spec_descs
+    # Lengths for which some capture size gives a FULL decode graph within the bounds.
+    feasible = ({d.uniform_token_count for d in spec.get(F, ()) if d.uniform_token_count is not None}
+                if spec is not None else scheduler)
+    sources: list[tuple[int | None, str, list[BatchDescriptor]]] = []
+    for s in run.sessions:
+        if s.ok:
+            sources.append((s.step, "stored FULL graphs", s.stored))
+    if not sources:
+        for c in run.of(Candidates):
+            if c.phase == "initial":
+                sources.append((c.step, "FULL capture descriptors", list(c.capture_descs)))
+    out: list[Violation] = []
+    for step, what, descs in sources:
+        lens = {d.uniform_token_count for d in descs if d.cg_mode == F and d.uniform_token_count is not None}
+        extra, missing = lens - scheduler, feasible - lens
+        sched_text = f"the scheduler produces {sorted(scheduler)}"
+        if cfg.spec_schedule is not None:
+            sched_text += (f" (dynamic schedule {[list(e) for e in cfg.spec_schedule]} clamped to "
+                           f"{cfg.num_speculative_tokens} spec tokens, {cfg.max_num_reqs} reqs)")
+        if extra:
+            ex = [d for d in descs if d.cg_mode == F and d.uniform_token_count in extra]
+            out.append(Violation(
+                "DECODE-LENGTHS",
+                f"{what} include decode query length(s) {sorted(extra)} the scheduler never produces, e.g. {ex[0].short()}; {sched_text}",
+                step,
+            ))
+        if missing:
+            out.append(Violation(
+                "DECODE-LENGTHS",
+                f"{what} have no FULL decode graph for query length(s) {sorted(missing)}; {sched_text}, graphs exist for {sorted(lens)}",
+                step,
+            ))
+    return group(out)
+
+
+def _applies_init_total(run: RunView) -> bool:
+    t = run.trace
+    return bool(t.of(Candidates)) or any(run.is_build_error(e) for e in run.errors) or t.resolved_mode is not None
+
+
+@declare("INIT-TOTAL", "building the manager succeeds for every valid config and every descriptor is sane",
+         family="init", applies=_applies_init_total)
+def init_total(run: RunView) -> list[Violation]:
+    cfg = run.config
+    out: list[Violation] = []
+    rejected = run.spec_mode is None
+    for e in run.errors:
+        if not run.is_build_error(e) or e.error == "illegal-op":
+            continue
+        if rejected and e.error == "crash":
+            continue  # the config cannot run; a clear error is the right answer
+        out.append(Violation(
+            "INIT-TOTAL",
+            f"building the manager failed ({e.error}: {e.exc_type}: {e.message}) for a valid config "
+            f"(requested {cfg.mode.value}, support {cfg.attention_support.name}, resolves to {mode_name(run.spec_mode)})"
+            if not rejected else
+            f"building the manager for a config the spec rejects ended in {e.error}, not a clear error: {e.exc_type}: {e.message}",
+            e.step,
+        ))
+    max_q = cfg.decode_query_len
+    for c in run.of(Candidates):
+        if c.phase != "initial":
+            continue
+        for d in dict.fromkeys(c.capture_descs):
+            problems = []
+            if d.num_tokens < 1:
+                problems.append(f"num_tokens {d.num_tokens} < 1")
+            if d.num_reqs is not None and d.num_reqs < 1:
+                problems.append(f"num_reqs {d.num_reqs} < 1")
+            if d.uniform_token_count is not None and not 1 <= d.uniform_token_count <= max_q:
+                problems.append(f"uniform_token_count {d.uniform_token_count} outside 1..{max_q} (largest decode query length)")
+            if d.max_query_len is not None and d.max_query_len < 1:
+                problems.append(f"max_query_len {d.max_query_len} < 1")
+            if d.num_active_loras not in cfg.lora_cases:
+                problems.append(f"num_active_loras {d.num_active_loras} is not a LoRA case {list(cfg.lora_cases)}")
+            if d.num_ubatches not in (1, cfg.num_ubatches):
+                problems.append(f"num_ubatches {d.num_ubatches} is neither 1 nor the configured {cfg.num_ubatches}")
+            if d.cg_mode == N:
+                problems.append("a NONE descriptor in the capture list")
+            if problems:
+                out.append(Violation("INIT-TOTAL", f"insane descriptor {d.short()}: " + "; ".join(problems), c.step))
+    return group(out)
+
+
+def _applies_mode_resolution(run: RunView) -> bool:
+    return run.trace.resolved_mode is not None or any(run.is_build_error(e) for e in run.errors)
+
+
+@declare("MODE-RESOLUTION", "the resolved mode matches SPEC §2 and needs no more support than declared",
+         family="init", applies=_applies_mode_resolution)
+def mode_resolution(run: RunView) -> list[Violation]:
+    cfg = run.config
+    got = run.trace.resolved_mode
+    built_failed = any(run.is_build_error(e) for e in run.errors)
+    try:
+        want: CUDAGraphMode | None = resolved_mode(cfg)
+        reason = ""
+    except (ModeResolutionError, ValueError) as exc:
+        want, reason = None, str(exc)
+    inputs = (f"requested {cfg.mode.value}, support {cfg.attention_support.name}, q={cfg.decode_query_len}, "
+              f"attention_split={cfg.attention_split}, piecewise_available={cfg.piecewise_available}")
+    out: list[Violation] = []
+    if want is None:
+        if got is not None and not built_failed:
+            out.append(Violation(
+                "MODE-RESOLUTION", f"{inputs}: the spec rejects this config ({reason}) but the target resolved it to {got.value}"))
+        return out
+    if got is None:
+        return out
+    if got != want:
+        out.append(Violation("MODE-RESOLUTION", f"{inputs}: resolved to {got.value}, expected {want.value}"))
+    need = required_support(got, cfg.decode_query_len)
+    if need > cfg.attention_support:
+        out.append(Violation(
+            "MODE-RESOLUTION",
+            f"{inputs}: resolved mode {got.value} needs attention support {need.name} > declared {cfg.attention_support.name}"))
+    return out

@@ -1,0 +1,196 @@
+"""The property registry: every property is declared once, with its id, its
+one-line statement, its family and when it applies, and is validated when
+its module is imported (as Hypothesis's ``stateful`` validates rules at
+definition time), so a malformed property fails at import, never mid-campaign.
+
+Two kinds of entries share one vocabulary:
+
+- trace properties (``check`` given): pure functions of a ``RunView``;
+- harness outcomes (``check`` None): what the harness itself sees around a
+  run (the runner raised, the process died, a check raised).  They are
+  declared here too so that findings, summaries and ``fuzz list`` name every
+  failure the same way.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cgsim.properties.view import RunView
+
+__all__ = [
+    "FAMILIES",
+    "KINDS",
+    "InvalidProperty",
+    "Property",
+    "Verdict",
+    "Violation",
+    "declare",
+    "registered",
+    "resolve_alias",
+]
+
+# Families in report order: what candidate init built, how it was captured,
+# what the graphs read, where batches went, what replay and release did, and
+# what happened around the run.
+FAMILIES = ("init", "capture", "metadata", "dispatch", "lifecycle", "harness")
+
+KINDS = ("violation", "crash", "hang")
+_ID = re.compile(r"^[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)*$")
+_MAX_STATEMENT = 240
+
+
+class InvalidProperty(TypeError):
+    """A property declaration is malformed; the message says what was given and what to do."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One thing a property saw go wrong: it names the descriptor, batch,
+    expected and actual values (``message``) and the scenario step."""
+
+    property: str
+    message: str
+    step: int | None = None
+
+    def __str__(self) -> str:
+        where = f" (step {self.step})" if self.step is not None else ""
+        return f"{self.property}{where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Property:
+    id: str
+    statement: str  # one line
+    family: str
+    # (RunView) -> violations; None for a harness outcome nobody can check from a trace.
+    check: "Callable[[RunView], Iterable[Violation]] | None"
+    # (RunView) -> whether the run gave the property anything to judge.
+    applies: "Callable[[RunView], bool]"
+    # Whether a failing scenario is worth shrinking (a hang costs a timeout per attempt).
+    shrink: bool = True
+    # Ids this property had in earlier cgsim versions (findings on disk still name them).
+    aliases: tuple[str, ...] = ()
+    # What a failure is: "violation" of a rule, or the target "crash"ed or "hang"s.
+    kind: str = "violation"
+
+    @property
+    def harness_only(self) -> bool:
+        return self.check is None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    violations: tuple[Violation, ...]
+    checked: tuple[str, ...]  # ids that applied
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def by_property(self) -> dict[str, list[Violation]]:
+        out: dict[str, list[Violation]] = {}
+        for v in self.violations:
+            out.setdefault(v.property, []).append(v)
+        return out
+
+
+_REGISTRY: dict[str, Property] = {}
+_ALIASES: dict[str, str] = {}
+
+
+def _always(run: "RunView") -> bool:
+    return True
+
+
+def _one_parameter(fn: Callable, what: str, pid: str) -> None:
+    if not callable(fn):
+        raise InvalidProperty(f"property {pid}: {what} must be a function of one RunView, got {fn!r}")
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return
+    if len(params) != 1:
+        raise InvalidProperty(
+            f"property {pid}: {what} {getattr(fn, '__name__', fn)!r} takes {len(params)} required arguments; "
+            "it must take exactly one (the RunView of the run being judged)"
+        )
+
+
+def declare(
+    pid: str,
+    statement: str,
+    *,
+    family: str,
+    applies: "Callable[[RunView], bool] | None" = None,
+    shrink: bool = True,
+    aliases: tuple[str, ...] = (),
+    kind: str = "violation",
+    harness_only: bool = False,
+) -> Callable:
+    """Declare a property.  As a decorator over its check::
+
+        @declare("CAPTURE-ORDER", "PIECEWISE captured before FULL, largest first", family="capture",
+                 applies=has_capture_forwards)
+        def capture_order(run: RunView) -> list[Violation]: ...
+
+    A harness outcome has no check: ``declare(ID, statement, family="harness",
+    harness_only=True)`` registers it and returns the Property.
+    """
+    if not isinstance(pid, str) or not _ID.match(pid):
+        raise InvalidProperty(
+            f"property id {pid!r} is not an upper-case, hyphenated id; write it like SPEC §4 does, e.g. 'CAPTURE-ORDER'"
+        )
+    if pid in _REGISTRY or pid in _ALIASES:
+        raise InvalidProperty(f"property {pid} is declared twice; give the new property its own id")
+    if not isinstance(statement, str) or not statement.strip() or "\n" in statement:
+        raise InvalidProperty(f"property {pid}: the statement must be one non-empty line, got {statement!r}")
+    if len(statement) > _MAX_STATEMENT:
+        raise InvalidProperty(
+            f"property {pid}: the statement has {len(statement)} characters; keep it to one line of at most "
+            f"{_MAX_STATEMENT} (details go into the violation messages)"
+        )
+    if family not in FAMILIES:
+        raise InvalidProperty(f"property {pid}: family {family!r} is unknown; use one of {', '.join(FAMILIES)}")
+    if kind not in KINDS:
+        raise InvalidProperty(f"property {pid}: kind {kind!r} is unknown; use one of {', '.join(KINDS)}")
+    if applies is not None:
+        _one_parameter(applies, "applies", pid)
+    for alias in aliases:
+        if not _ID.match(alias) or alias in _REGISTRY or alias in _ALIASES:
+            raise InvalidProperty(f"property {pid}: alias {alias!r} is malformed or already taken")
+
+    def register(check: "Callable[[RunView], Iterable[Violation]] | None") -> Property:
+        if check is not None:
+            _one_parameter(check, "check", pid)
+        prop = Property(pid, statement.strip(), family, check, applies or _always, shrink, tuple(aliases), kind)
+        _REGISTRY[pid] = prop
+        for alias in aliases:
+            _ALIASES[alias] = pid
+        return prop
+
+    if harness_only:
+        return register(None)  # type: ignore[return-value]
+
+    def decorator(check: Callable) -> Callable:
+        register(check)
+        return check
+
+    return decorator
+
+
+def registered() -> dict[str, Property]:
+    """Every declared property, families in FAMILIES order, declaration order within one."""
+    rank = {f: i for i, f in enumerate(FAMILIES)}
+    order = {pid: i for i, pid in enumerate(_REGISTRY)}
+    return {p.id: p for p in sorted(_REGISTRY.values(), key=lambda p: (rank[p.family], order[p.id]))}
+
+
+def resolve_alias(pid: str) -> str:
+    """The current id of ``pid`` (an id from an older cgsim resolves to its successor)."""
+    return _ALIASES.get(pid, pid)

@@ -1,0 +1,361 @@
+"""A view of one run, built once per (Scenario, Trace) and handed to every check.
+
+How the trace is cut up (see ``cgsim.trace`` for the events):
+
+- A capture *session* is the run of capture events up to a ``CaptureDone``
+  (or up to an ``Error`` / dispatch / release when capture never finished).
+  ``CreateForwardFn`` carries no step, so it belongs to the session it sits in.
+- The *captured set* while dispatching is what the manager holds: the
+  ``GraphStored`` descriptors since the last ``Release`` plus, once a capture
+  finished (``CaptureDone.ok``) and a piecewise runner exists, the PIECEWISE
+  descriptors of the "initial" ``Candidates`` of that capture.
+
+Traces may end early with an ``Error`` event; every view is built from what
+is there and never raises on a partial trace.  Nothing here imports torch, a
+target or the runner: a Trace written next to a finding can be judged again
+anywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Iterable, Sequence
+
+from cgsim.config import ManagerConfig
+from cgsim.descriptors import Batch, BatchDescriptor, lora_case
+from cgsim.modes import CUDAGraphMode, ModeResolutionError
+from cgsim.properties.registry import Violation
+from cgsim.scenario import Scenario
+from cgsim.spec import expected_capture_descs, get_ruleset, resolved_mode
+from cgsim.spec.rulesets import Ruleset
+from cgsim.trace import (
+    Candidates,
+    CaptureDone,
+    CreateForwardFn,
+    Dispatch,
+    Error,
+    Event,
+    Forward,
+    GraphStored,
+    MetadataRecord,
+    PiecewiseCapture,
+    PiecewiseLookup,
+    Release,
+    Replay,
+    Trace,
+)
+
+__all__ = [
+    "RunView",
+    "Session",
+    "Captured",
+    "DispatchView",
+    "is_warmup",
+    "is_capture_pass",
+    "is_full_capture",
+    "shorts",
+    "list_short",
+    "mode_name",
+    "incompat_reason",
+    "group",
+    "MAX_PER_GROUP",
+]
+
+F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
+
+# At most this many violations of one kind per capture session / per property,
+# so a systematically broken target gives a readable finding, not thousands.
+MAX_PER_GROUP = 8
+
+
+@dataclass
+class Session:
+    """One capture() call: its capture events in order and how it ended."""
+
+    step: int | None
+    events: list[Event]
+    done: CaptureDone | None
+    # Graphs the manager already held from an earlier capture (no release in
+    # between) and did not capture again: the runner reads stored graphs off
+    # the manager after capture, so they reappear as GraphStored here.
+    carried: frozenset[BatchDescriptor] = frozenset()
+
+    @property
+    def ok(self) -> bool:
+        return self.done is not None and self.done.ok
+
+    @property
+    def forwards(self) -> list[Forward]:
+        return [e for e in self.events if isinstance(e, Forward)]
+
+    @property
+    def stored(self) -> list[BatchDescriptor]:
+        """Graphs this capture stored (carried-over ones left out)."""
+        return [e.desc for e in self.events if isinstance(e, GraphStored) and e.desc not in self.carried]
+
+    @property
+    def captured_something(self) -> bool:
+        return any(is_capture_pass(f) for f in self.forwards) or any(isinstance(e, PiecewiseCapture) for e in self.events)
+
+
+@dataclass
+class Captured:
+    """What the manager holds after a finished capture."""
+
+    step: int | None
+    stored: frozenset[BatchDescriptor]
+    piecewise: frozenset[BatchDescriptor]
+
+    @property
+    def descs(self) -> frozenset[BatchDescriptor]:
+        return self.stored | self.piecewise
+
+
+@dataclass
+class DispatchView:
+    dispatch: Dispatch
+    captured: Captured | None  # None: not captured (never, failed, or released)
+    replay: Replay | None = None
+    lookups: list[PiecewiseLookup] = field(default_factory=list)
+    runtime_forwards: list[Forward] = field(default_factory=list)
+
+
+def is_warmup(f: Forward) -> bool:
+    return f.mode == N and not f.in_graph
+
+
+def is_capture_pass(f: Forward) -> bool:
+    """The pass that is recorded: inside a FULL graph, or the PIECEWISE pass."""
+    return f.in_graph or f.mode == P
+
+
+def is_full_capture(f: Forward) -> bool:
+    """The forward recorded into a FULL graph.  (A breakable PIECEWISE capture
+    may also report in_graph: its pieces are graphs too; it runs as PIECEWISE.)"""
+    return f.in_graph and f.mode != P
+
+
+class RunView:
+    """Everything the checks derive from one run, computed on first use."""
+
+    def __init__(self, scenario: Scenario, trace: Trace):
+        self.scenario = scenario
+        self.trace = trace
+        self.config: ManagerConfig = scenario.config
+
+    @cached_property
+    def ruleset(self) -> Ruleset:
+        return get_ruleset(self.scenario.ruleset)
+
+    @cached_property
+    def capture_steps(self) -> frozenset[int]:
+        return frozenset(i for i, s in enumerate(self.scenario.steps) if s.kind == "capture")
+
+    # -- the spec's answers (None when the spec rejects the config) -------------
+    @cached_property
+    def spec_descs(self) -> dict[CUDAGraphMode, tuple[BatchDescriptor, ...]] | None:
+        try:
+            return expected_capture_descs(self.config, self.scenario.ruleset)
+        except (ModeResolutionError, ValueError):
+            return None
+
+    @cached_property
+    def spec_mode(self) -> CUDAGraphMode | None:
+        try:
+            return resolved_mode(self.config)
+        except (ModeResolutionError, ValueError):
+            return None
+
+    # -- trace views ------------------------------------------------------------
+    def of(self, cls: type) -> list:
+        return self.trace.of(cls)
+
+    @cached_property
+    def errors(self) -> list[Error]:
+        return self.trace.errors
+
+    @cached_property
+    def sessions(self) -> list[Session]:
+        capture_steps = self.capture_steps
+        out: list[Session] = []
+        cur: list[Event] = []
+        cur_step: int | None = None
+        held: set[BatchDescriptor] = set()  # graphs stored since the last release
+
+        def close(done: CaptureDone | None, step: int | None) -> None:
+            nonlocal cur, cur_step
+            if cur or done is not None:
+                recaptured = {f.desc for f in cur if isinstance(f, Forward) and is_full_capture(f)}
+                stored = {e.desc for e in cur if isinstance(e, GraphStored)}
+                carried = frozenset(d for d in stored if d in held and d not in recaptured)
+                held.update(stored)
+                out.append(Session(step if step is not None else cur_step, cur, done, carried))
+            cur, cur_step = [], None
+
+        for e in self.trace.events:
+            if isinstance(e, CaptureDone):
+                close(e, e.step)
+            elif isinstance(e, CreateForwardFn):
+                cur.append(e)
+            elif isinstance(e, (Forward, GraphStored, PiecewiseCapture)):
+                if isinstance(e, Forward) and e.phase != "capture":
+                    continue
+                # A piecewise runner may capture lazily at runtime; such events
+                # carry a dispatch step and are not part of a capture session.
+                if not isinstance(e, Forward) and capture_steps and e.step not in capture_steps:
+                    continue
+                cur.append(e)
+                if cur_step is None:
+                    cur_step = e.step
+            elif isinstance(e, (Dispatch, Release)) or (isinstance(e, Error) and e.phase == "capture"):
+                if cur:
+                    close(None, e.step if isinstance(e, Error) else None)
+                if isinstance(e, Release):
+                    held.clear()
+        if cur:
+            close(None, None)
+        return out
+
+    def initial_candidates(self, step: int | None) -> Candidates | None:
+        cands = [e for e in self.of(Candidates) if e.phase == "initial"]
+        if not cands:
+            return None
+        exact = [c for c in cands if c.step == step]
+        if exact:
+            return exact[-1]
+        before = [c for c in cands if step is None or c.step <= step]
+        return before[-1] if before else cands[-1]
+
+    def _piecewise_set(self, session: Session) -> frozenset[BatchDescriptor]:
+        if not self.trace.has_piecewise_runner:
+            return frozenset()
+        cand = self.initial_candidates(session.step)
+        if cand is not None:
+            return frozenset(d for d in cand.capture_descs if d.cg_mode == P)
+        # No candidates recorded: the PIECEWISE descriptors that had a capture pass.
+        return frozenset(f.desc for f in session.forwards if f.desc is not None and f.desc.cg_mode == P and f.mode == P)
+
+    @cached_property
+    def _timeline(self) -> tuple[list[DispatchView], list[Captured]]:
+        by_done = {id(s.done): s for s in self.sessions if s.done is not None}
+        stored: set[BatchDescriptor] = set()
+        captured: Captured | None = None
+        finished: list[Captured] = []
+        views: list[DispatchView] = []
+        by_step: dict[int, DispatchView] = {}
+        for e in self.trace.events:
+            if isinstance(e, GraphStored):
+                stored.add(e.desc)
+            elif isinstance(e, CaptureDone):
+                if e.ok:
+                    session = by_done.get(id(e))
+                    pw = self._piecewise_set(session) if session is not None else frozenset()
+                    captured = Captured(e.step, frozenset(stored), pw)
+                    finished.append(captured)
+                else:
+                    captured = None
+            elif isinstance(e, Release):
+                stored.clear()
+                captured = None
+            elif isinstance(e, Dispatch):
+                v = DispatchView(e, captured)
+                views.append(v)
+                by_step[e.step] = v
+            elif isinstance(e, Replay):
+                v = by_step.get(e.step)
+                if v is not None and v.replay is None:
+                    v.replay = e
+            elif isinstance(e, PiecewiseLookup):
+                v = by_step.get(e.step)
+                if v is not None:
+                    v.lookups.append(e)
+            elif isinstance(e, Forward) and e.phase == "runtime":
+                v = by_step.get(e.step)
+                if v is not None:
+                    v.runtime_forwards.append(e)
+        return views, finished
+
+    @property
+    def dispatches(self) -> list[DispatchView]:
+        """Every dispatch with the captured state it saw."""
+        return self._timeline[0]
+
+    @cached_property
+    def captured_dispatches(self) -> list[DispatchView]:
+        return [v for v in self.dispatches if v.captured is not None]
+
+    @property
+    def finished_captures(self) -> list[Captured]:
+        """The captured state after each finished capture."""
+        return self._timeline[1]
+
+    def is_build_error(self, e: Error) -> bool:
+        """Raised while building the manager.  A timeout during build may carry the
+        workload's phase instead of "build": nothing the runner records after a
+        successful build (resolved mode, initial candidates) exists then."""
+        if e.phase == "build":
+            return True
+        t = self.trace
+        return t.resolved_mode is None and not t.of(Candidates) and not t.of(CaptureDone)
+
+    def metadata(self, mid: int | None) -> MetadataRecord | None:
+        return None if mid is None else self.trace.metadata.get(mid)
+
+
+# -- message helpers ---------------------------------------------------------------
+def shorts(descs: Iterable[BatchDescriptor], limit: int = 6) -> str:
+    items = sorted(descs, key=lambda d: (d.cg_mode.value, -d.num_tokens, repr(d)))
+    text = ", ".join(d.short() for d in items[:limit])
+    if len(items) > limit:
+        text += f", ... ({len(items) - limit} more)"
+    return "[" + text + "]"
+
+
+def list_short(descs: Sequence[BatchDescriptor] | None) -> str:
+    if descs is None:
+        return "<no list>"
+    return "[" + ", ".join(d.short() for d in descs[:4]) + (", ..." if len(descs) > 4 else "") + "]"
+
+
+def mode_name(mode: CUDAGraphMode | None) -> str:
+    return mode.value if mode is not None else "<rejected>"
+
+
+def incompat_reason(d: BatchDescriptor, b: Batch, lora_cases: Sequence[int]) -> str:
+    reasons = []
+    if d.uniform_token_count is not None and d.uniform_token_count != b.uniform_token_count:
+        reasons.append(f"uniform_token_count {d.uniform_token_count} != batch's {b.uniform_token_count}")
+    if d.max_query_len is not None and b.decode_max_query_len is None:
+        reasons.append(f"batch has a prefill but the graph bounds max_query_len to {d.max_query_len}")
+    elif d.max_query_len is not None and b.max_query_len > d.max_query_len:
+        reasons.append(f"batch max_query_len {b.max_query_len} > {d.max_query_len}")
+    if d.num_reqs is not None and d.num_reqs < b.num_reqs:
+        reasons.append(f"num_reqs {d.num_reqs} < batch's {b.num_reqs}")
+    if d.num_tokens < b.num_tokens:
+        reasons.append(f"num_tokens {d.num_tokens} < batch's {b.num_tokens}")
+    case = lora_case(b.num_active_loras, lora_cases)
+    if d.num_active_loras != case:
+        reasons.append(f"LoRA case {d.num_active_loras} != {case} (batch has {b.num_active_loras} active)")
+    if d.num_ubatches != b.num_ubatches:
+        reasons.append(f"num_ubatches {d.num_ubatches} != batch's {b.num_ubatches}")
+    return "; ".join(reasons) or "compatible"
+
+
+def group(violations: Iterable[Violation]) -> list[Violation]:
+    """Drop exact duplicates and cap the count per property at 4 x MAX_PER_GROUP."""
+    seen: set[tuple] = set()
+    out: list[Violation] = []
+    dropped = 0
+    for v in violations:
+        key = (v.property, v.message)
+        if key in seen:
+            continue
+        seen.add(key)
+        if len(out) >= 4 * MAX_PER_GROUP:
+            dropped += 1
+            continue
+        out.append(v)
+    if dropped and out:
+        out.append(Violation(out[0].property, f"... and {dropped} more violations of this property", None))
+    return out

@@ -1,0 +1,177 @@
+"""The one model of which batches a scheduler can produce for a config.
+
+Strategies draw from it, scenarios are validated against it, and the
+properties that reason about "every batch the scheduler can produce"
+(CAPTURE-USEFUL, the dispatch sweep) enumerate it.  What it encodes, from
+vLLM's scheduler and model runner:
+
+- never more requests than max_num_reqs (max_num_seqs), never more active
+  LoRA adapters than the largest LoRA case (max_loras);
+- a pure decode batch gives every request the same query length: the decode
+  query length (1 + speculative tokens), or with dynamic speculative decoding
+  the length the schedule gives its request count; with varlen decode
+  (adaptive verification) any lengths up to the decode query length;
+- a batch with a prefill may have any shape, and is never decode-graph
+  eligible (the runner passes no uniform length and no max_query_len for it);
+- micro-batching (DBO) splits uniform decode batches of at least the DBO
+  threshold (and at least one token per micro-batch).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from cgsim.config import ManagerConfig
+from cgsim.descriptors import Batch, BatchDescriptor
+
+__all__ = [
+    "decode_query_len",
+    "decode_query_lens",
+    "ubatches_for",
+    "make_batch",
+    "why_unschedulable",
+    "is_decode_batch",
+    "decode_shapes",
+    "producible_batches",
+    "probe_shapes",
+]
+
+
+def decode_query_len(config: ManagerConfig, num_reqs: int) -> int:
+    """The query length each request of a pure decode of ``num_reqs`` requests gets."""
+    return config.scheduler_decode_query_len(num_reqs)
+
+
+def decode_query_lens(config: ManagerConfig) -> tuple[int, ...]:
+    """Every decode query length the scheduler can produce, sorted."""
+    return config.scheduler_decode_query_lens()
+
+
+def ubatches_for(config: ManagerConfig, query_lens: tuple[int, ...], has_prefill: bool) -> int:
+    """How many micro-batches the runner splits a batch into (DBO)."""
+    if config.num_ubatches < 2 or has_prefill or len(set(query_lens)) != 1:
+        return 1
+    if sum(query_lens) < max(config.ubatch_threshold, config.num_ubatches):
+        return 1
+    return config.num_ubatches
+
+
+def make_batch(config: ManagerConfig, query_lens: Iterable[int], num_active_loras: int = 0,
+               has_prefill: bool = False) -> Batch:
+    """The batch the scheduler hands in for these requests, micro-batch count included."""
+    lens = tuple(query_lens)
+    return Batch(lens, num_active_loras, ubatches_for(config, lens, has_prefill), has_prefill=has_prefill)
+
+
+def why_unschedulable(config: ManagerConfig, batch: Batch) -> str | None:
+    """Why the scheduler never hands in ``batch`` for ``config`` (None: it can)."""
+    if batch.num_reqs > config.max_num_reqs:
+        return (f"the batch has {batch.num_reqs} requests but max_num_reqs is {config.max_num_reqs}; "
+                "the scheduler never schedules more, so shrink the batch or raise max_num_reqs")
+    max_loras = max(config.lora_cases)
+    if batch.num_active_loras > max_loras:
+        return (f"the batch has {batch.num_active_loras} active LoRAs but the largest LoRA case is {max_loras} "
+                "(max_loras); add a larger case to lora_cases or use fewer adapters")
+    return None
+
+
+def is_decode_batch(config: ManagerConfig, lens: tuple[int, ...]) -> bool:
+    """Whether the scheduler can hand in ``lens`` as a pure decode batch: the
+    schedule's length for that request count, or any lengths up to the decode
+    query length with varlen decode."""
+    if len(set(lens)) == 1 and lens[0] == decode_query_len(config, len(lens)):
+        return True
+    return config.varlen_decode and max(lens) <= config.decode_query_len
+
+
+def decode_shapes(config: ManagerConfig) -> set[tuple[int, ...]]:
+    """Every uniform decode batch (as query lengths) within the largest capture size."""
+    shapes = set()
+    for r in range(1, config.max_num_reqs + 1):
+        q = decode_query_len(config, r)
+        if r * q > config.max_capture_size:
+            continue  # a dynamic schedule may give more requests a shorter length
+        shapes.add((q,) * r)
+    return shapes
+
+
+def producible_batches(config: ManagerConfig, shapes: Iterable[tuple[int, ...]], lora: int,
+                       ubatches: int) -> list[Batch]:
+    """Every shape as a batch with a prefill (any shape can be prompt chunks),
+    and as a decode batch where the scheduler can produce it as one, with
+    ``ubatches`` micro-batches where the runner can split it that way."""
+    out = []
+    for lens in shapes:
+        if len(lens) > config.max_num_reqs:
+            continue
+        for prefill in (False, True):
+            if not prefill and not is_decode_batch(config, lens):
+                continue
+            b = make_batch(config, lens, lora, has_prefill=prefill)
+            if ubatches == 1:
+                # A batch the runner may also run whole (DBO is the runner's
+                # choice per step, e.g. when another DP rank cannot split).
+                out.append(Batch(lens, lora, 1, has_prefill=prefill))
+            elif b.num_ubatches == ubatches:
+                out.append(b)
+    return out
+
+
+def _nonuniform(r: int, t: int, mq: int) -> tuple[int, ...] | None:
+    """r positive query lengths summing to t, the largest exactly mq, not all equal."""
+    if r < 2 or mq < 2 or r > t or mq > t - (r - 1) or r * mq <= t:
+        return None
+    rest, n = t - mq, r - 1
+    base, extra = divmod(rest, n)
+    lens = (mq,) + (base + 1,) * extra + (base,) * (n - extra)
+    if base < 1 or max(lens) != mq or len(set(lens)) < 2:
+        return None
+    return lens
+
+
+def probe_shapes(config: ManagerConfig, d: BatchDescriptor) -> set[tuple[int, ...]]:
+    """Query-length tuples the scheduler can produce that fit ``d`` most
+    tightly: the batches on which ``d`` has its best chance to be chosen.
+
+    Producible: one request of any length; uniform decode batches with the
+    scheduler's query length for their request count; equal-length batches
+    whose length is no decode length at all (prefill chunks); non-uniform
+    batches.  An equal-length batch whose length is a decode length the
+    scheduler uses only for *other* request counts is not producible: that is
+    how a decode graph for a length the schedule never applies shows as dead.
+
+    Compatibility only tightens as a batch grows towards ``d`` (more tokens,
+    more requests, a larger max_query_len exclude competitors), so the
+    corners are: ``d``'s own token count (and one less), the most requests
+    ``d`` admits (and one less), max_query_len at ``d``'s bound or as large as
+    the batch allows.
+    """
+    max_size, max_reqs = config.max_capture_size, config.max_num_reqs
+    shapes: set[tuple[int, ...]] = set()
+    for t in {d.num_tokens, d.num_tokens - 1, d.uniform_token_count or 0, d.max_query_len or 0}:
+        if 1 <= t <= max_size:
+            shapes.add((t,))  # one request: a prefill chunk (or decode) of t tokens
+    if d.uniform_token_count is not None:
+        return shapes
+    r_cap = min(max_reqs, d.num_reqs if d.num_reqs is not None else max_reqs)
+    decode_lens = set(decode_query_lens(config))
+    t = min(d.num_tokens, max_size)
+    for r in {min(r_cap, t), min(r_cap, t) - 1}:
+        if r >= 2:
+            u = t // r
+            # Equal-length requests: a decode batch when u is the scheduler's
+            # length for r requests, else a prefill that happens to be even.
+            if u not in decode_lens or u == decode_query_len(config, r):
+                shapes.add((u,) * r)
+    for t in (d.num_tokens, d.num_tokens - 1):
+        if t < 3 or t > max_size:
+            continue
+        for r in {min(r_cap, t - 1), min(r_cap, t - 1) - 1}:
+            if r < 2:
+                continue
+            lo = -(-t // r) + (1 if t % r == 0 else 0)
+            for mq in {lo, t - r + 1, d.max_query_len or lo}:
+                lens = _nonuniform(r, t, mq)
+                if lens is not None:
+                    shapes.add(lens)
+    return shapes

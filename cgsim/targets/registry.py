@@ -1,0 +1,116 @@
+"""The target registry: the one place that knows which targets exist.
+
+Targets are entry points of the group ``cgsim.targets`` (so a package outside
+cgsim can add one with a line in its pyproject.toml); cgsim's own are listed
+here in the same form, so they work from a checkout that was never installed.
+An entry point names a ``TargetFamily``: ``reference`` (one target),
+``mutant`` (``mutant:NAME``, one per mutant), ``vllm``, ...
+
+    [project.entry-points."cgsim.targets"]
+    mytarget = "mypackage.cgsim_target:FAMILY"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
+from typing import Callable
+
+from cgsim.targets.base import Target, TargetEnvironmentError, UnknownTarget
+
+__all__ = ["ENTRY_POINT_GROUP", "TargetFamily", "families", "get_target", "target_names", "describe_targets"]
+
+ENTRY_POINT_GROUP = "cgsim.targets"
+
+_BUILTIN = (
+    EntryPoint("reference", "cgsim.targets.reference:FAMILY", ENTRY_POINT_GROUP),
+    EntryPoint("mutant", "cgsim.targets.mutants:FAMILY", ENTRY_POINT_GROUP),
+    EntryPoint("vllm", "cgsim.targets.vllm:FAMILY", ENTRY_POINT_GROUP),
+)
+
+
+@dataclass(frozen=True)
+class TargetFamily:
+    """Targets named ``name`` or, for a family with variants, ``name:VARIANT``.
+
+    ``create(variant)`` builds the target (variant None for a plain target);
+    ``variants()`` lists them with a one-line summary each.  Creating a target
+    must be cheap and must not fail on a missing engine: the environment is
+    checked by ``Target.check_environment`` before a campaign starts.
+    """
+
+    name: str
+    summary: str
+    create: Callable[[str | None], Target]
+    variants: Callable[[], dict[str, str]] = field(default=lambda: {})
+
+    def names(self) -> list[str]:
+        variants = self.variants()
+        return [f"{self.name}:{v}" for v in variants] if variants else [self.name]
+
+
+_cache: dict[str, TargetFamily] | None = None
+# Entry points that did not load: named in the error when someone asks for them.
+_broken: dict[str, str] = {}
+
+
+def families() -> dict[str, TargetFamily]:
+    """cgsim's targets, then every installed ``cgsim.targets`` entry point."""
+    global _cache
+    if _cache is None:
+        found: dict[str, TargetFamily] = {}
+        installed = list(entry_points(group=ENTRY_POINT_GROUP))
+        for ep in list(_BUILTIN) + [ep for ep in installed if ep.value not in {b.value for b in _BUILTIN}]:
+            if ep.name in found:
+                continue
+            try:
+                family = ep.load()
+            except Exception as exc:  # an external plugin that does not import must not hide the others
+                _broken[ep.name] = (f"target entry point {ep.name} = {ep.value!r} does not load: "
+                                    f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                continue
+            if not isinstance(family, TargetFamily):
+                _broken[ep.name] = (f"target entry point {ep.name} = {ep.value!r} is a {type(family).__name__}, "
+                                    "not a cgsim.targets.registry.TargetFamily")
+                continue
+            found[family.name] = family
+        _cache = found
+    return _cache
+
+
+def target_names() -> list[str]:
+    return [n for family in families().values() for n in family.names()]
+
+
+def describe_targets() -> dict[str, str]:
+    """Every target name with its one-line summary."""
+    out: dict[str, str] = {}
+    for family in families().values():
+        variants = family.variants()
+        if variants:
+            out.update({f"{family.name}:{v}": s for v, s in variants.items()})
+        else:
+            out[family.name] = family.summary
+    return out
+
+
+def get_target(name: "str | Target") -> Target:
+    if not isinstance(name, str):
+        return name
+    base, _, variant = name.partition(":")
+    family = families().get(base)
+    if family is None and base in _broken:
+        raise TargetEnvironmentError(_broken[base])
+    if family is None:
+        raise UnknownTarget(f"unknown target {name!r}; use one of {', '.join(_choices())} (python -m fuzz list)")
+    variants = family.variants()
+    if variants and variant not in variants:
+        what = f"unknown {base} {variant!r}" if variant else f"target {base!r} needs a variant ({base}:NAME)"
+        raise UnknownTarget(f"{what}; choose one of {', '.join(sorted(variants))} (python -m fuzz list)")
+    if not variants and variant:
+        raise UnknownTarget(f"target {base!r} takes no variant, got {name!r}")
+    return family.create(variant or None)
+
+
+def _choices() -> list[str]:
+    return [f.name + (":NAME" if f.variants() else "") for f in families().values()]

@@ -1,0 +1,74 @@
+"""What a campaign shows while it runs and when it ends: one progress line
+(redrawn in place on a terminal, trimmed to its width; a plain line every
+few seconds otherwise) and the summary."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import TextIO
+
+__all__ = ["Progress", "print_summary"]
+
+
+class Progress:
+    def __init__(self, err: TextIO, quiet: bool):
+        self.err = err
+        self.quiet = quiet
+        self.tty = hasattr(err, "isatty") and err.isatty()
+        self.every = 0.25 if self.tty else 10.0
+        self._shown = False
+
+    def show(self, *, target: str, scenarios: int, findings: int, left_s: float, alive: int, workers: int,
+             budget_s: float) -> None:
+        if self.quiet:
+            return
+        text = (f"[fuzz {target}] {scenarios} scenarios · {findings} finding(s) · {left_s:.0f}s left · "
+                f"workers {alive}/{workers}")
+        if not self.tty:
+            self.err.write(text + "\n")
+            self.err.flush()
+            return
+        width = max(20, shutil.get_terminal_size((100, 20)).columns - 1)
+        bar_room = width - len(text) - 3
+        if bar_room >= 10:
+            done = 1.0 - (left_s / budget_s if budget_s > 0 else 0.0)
+            filled = int(round(max(0.0, min(1.0, done)) * bar_room))
+            text = f"{text} |{'#' * filled}{'.' * (bar_room - filled)}|"
+        self.err.write("\r" + text[:width].ljust(width))
+        self.err.flush()
+        self._shown = True
+
+    def clear(self) -> None:
+        if self._shown:
+            width = max(20, shutil.get_terminal_size((100, 20)).columns - 1)
+            self.err.write("\r" + " " * width + "\r")
+            self.err.flush()
+            self._shown = False
+
+
+def print_summary(out: TextIO, summary: dict, run_dir: str) -> None:
+    w = out.write
+    s = summary["settings"]
+    state = "" if summary["complete"] else f"  [PARTIAL: stopped by {summary['interrupted'] or 'deadline'}]"
+    w(f"cgsim fuzz {summary['run_id']}: target={s['target']} backend={s['backend']} ruleset={s['ruleset']} "
+      f"seed={s['seed']} workers={s['workers']} budget={s['budget_s']:g}s{state}\n")
+    w(f"ran {summary['scenarios']} scenarios in {summary['elapsed_s']:.1f}s\n")
+    width = max([len(p) for p in summary["properties"]] + [8])
+    w(f"  {'property'.ljust(width)}  {'checks':>8}  {'failures':>8}\n")
+    for pid, v in summary["properties"].items():
+        w(f"  {pid.ljust(width)}  {v['checks']:>8}  {v['failures']:>8}\n")
+    findings = summary["findings"]
+    w(f"{len(findings)} finding(s)\n")
+    for f in findings:
+        w(f"  {f['property']}: {f['id']} ({f['status']})\n    {_first_line(f.get('message', ''))}\n"
+          f"    repro: {os.path.join(run_dir, f['repro_path'])}\n")
+    for n in summary["notes"]:
+        w(f"note: {n}\n")
+    w(f"report: {os.path.join(run_dir, 'index.md')}\n")
+    out.flush()
+
+
+def _first_line(text: str) -> str:
+    lines = str(text).strip().splitlines()
+    return lines[0] if lines else ""

@@ -1,0 +1,346 @@
+"""The campaign's supervisor: worker processes, their restarts and deaths.
+
+It starts one process per worker slot (``fuzz.campaign.worker``), watches
+them (a heartbeat per slot says since when the running scenario runs),
+kills one whose scenario hangs in native code past the timeout, and turns a
+death the target caused into a finding (the in-flight scenario is on disk).
+A target that left its process unusable (a poisoned CUDA context, a hang
+interrupted mid-step) makes the worker exit for a restart.
+
+Signals: the first SIGINT/SIGTERM asks the workers to stop (they finish the
+finding at hand); a second one kills them.  Either way the campaign writes
+its final report.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import queue as queue_mod
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from cgsim.finding import Finding
+from cgsim.observe import Pipeline
+from cgsim.properties.harness import NO_CRASH, NO_HANG
+from cgsim.properties.registry import Violation
+from cgsim.report.findings import write_finding
+from cgsim.report.repro import write_repro
+from cgsim.scenario import Scenario, ScenarioError
+from fuzz.campaign.options import CampaignOptions
+from fuzz.campaign.worker import EXIT_DONE, EXIT_ERROR, EXIT_RESTART, WorkerSpec, default_strategy, worker_main
+
+__all__ = ["Slot", "Supervisor", "MAX_RESTARTS"]
+
+MAX_RESTARTS = 20  # per worker slot; a target that kills every worker should not spin forever
+EXIT_ERROR_RESTARTS = 2
+
+
+@dataclass
+class Slot:
+    """One worker position; its process may be replaced (a new incarnation)."""
+
+    index: int
+    gpu: str | None
+    share: int | None
+    incarnation: int = 0
+    process: Any = None
+    restarts: int = 0
+    error_restarts: int = 0
+    killed_by_watchdog: bool = False
+    end: str = "running"
+    stats: dict[int, dict] = field(default_factory=dict)  # incarnation -> latest snapshot
+    found: set = field(default_factory=set)
+
+    @property
+    def scenarios(self) -> int:
+        return sum(s.get("scenarios", 0) for s in self.stats.values())
+
+    def row(self) -> dict:
+        return {"worker": self.index, "gpu": self.gpu, "scenarios": self.scenarios, "restarts": self.restarts,
+                "end": self.end}
+
+
+class Supervisor:
+    def __init__(self, options: CampaignOptions, run_id: str, run_dir: str, deadline: float,
+                 pipeline: Pipeline, strategy: Callable[[str | None], Any] = default_strategy,
+                 on_finding: Callable[[], None] | None = None):
+        self.o = options
+        self.run_id = run_id
+        self.run_dir = run_dir
+        self.deadline = deadline
+        self.hard_deadline = deadline + options.shrink_grace + (options.timeout_s or 0) + 10.0
+        self.pipeline = pipeline
+        self.strategy = strategy
+        self.on_finding = on_finding
+        self.notes: list[str] = []
+        self.stop_reason: str | None = None
+        self.cut_short = False
+        self.started = time.time()
+        self.ctx = multiprocessing.get_context(options.method)
+        self.queue = self.ctx.Queue()
+        self.stop_event = self.ctx.Event()
+        self.heartbeat = self.ctx.Array("d", options.workers, lock=False)
+        shares = _split(options.max_examples, options.workers)
+        gpus = options.gpu_list
+        self.slots = [Slot(i, gpus[i % len(gpus)] if gpus else None, shares[i]) for i in range(options.workers)]
+
+    # -- what the report reads -----------------------------------------------------
+    def stats(self) -> list[dict]:
+        return [s for slot in self.slots for s in slot.stats.values()]
+
+    def workers(self) -> list[dict]:
+        return [slot.row() for slot in self.slots]
+
+    def alive(self) -> int:
+        return sum(1 for s in self.slots if s.process is not None)
+
+    def inflight(self) -> list[dict]:
+        """The scenario each live worker is running now (for a report rebuilt after a death)."""
+        out = []
+        for slot in self.slots:
+            started = self.heartbeat[slot.index]
+            if slot.process is not None and started:
+                out.append({"worker": slot.index, "since_s": round(time.time() - started, 1),
+                            "scenario": self._inflight(slot)})
+        return out
+
+    # -- running ------------------------------------------------------------------
+    def start(self) -> None:
+        for slot in self.slots:
+            self._start(slot)
+
+    def poll(self, timeout: float = 0.1) -> bool:
+        """Drain messages, watch processes; False once every worker has ended."""
+        self._drain(timeout=timeout)
+        if self.stop_reason is not None:
+            return False
+        self._watch()
+        if all(s.process is None for s in self.slots):
+            return False
+        if time.time() > self.hard_deadline:
+            self.notes.append("workers did not stop by the hard deadline; they were terminated")
+            self.cut_short = True
+            return False
+        return True
+
+    def _spec(self, slot: Slot) -> WorkerSpec:
+        share = slot.share
+        if share is not None:
+            share = max(0, share - slot.scenarios)
+        return WorkerSpec(
+            options=self.o, index=slot.index, incarnation=slot.incarnation, run_id=self.run_id, run_dir=self.run_dir,
+            parent_pid=os.getpid(), deadline=self.deadline, max_examples=share, gpu=slot.gpu,
+            skip_properties=tuple(sorted(slot.found)), pipeline=self.pipeline, strategy=self.strategy,
+        )
+
+    def _start(self, slot: Slot) -> None:
+        spec = self._spec(slot)
+        if spec.max_examples == 0:
+            slot.end = "done"
+            slot.process = None
+            return
+        self.heartbeat[slot.index] = 0.0
+        slot.killed_by_watchdog = False
+        p = self.ctx.Process(target=worker_main, args=(spec, self.queue, self.stop_event, self.heartbeat),
+                             name=f"cgsim-fuzz-w{slot.index}", daemon=True)
+        p.start()
+        slot.process = p
+        slot.end = "running"
+
+    def _watch(self) -> None:
+        now = time.time()
+        for slot in self.slots:
+            p = slot.process
+            if p is None:
+                continue
+            if p.exitcode is None:
+                started = self.heartbeat[slot.index]
+                limit = (self.o.timeout_s or 0) * 1.5 + 2.0  # past the in-process backstop timer too
+                if self.o.timeout_s and started and now - started > limit and not slot.killed_by_watchdog:
+                    # The in-process timer did not fire (a hang in C code, a
+                    # blocked syscall): kill the worker, keep its scenario.
+                    slot.killed_by_watchdog = True
+                    try:
+                        os.kill(p.pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                continue
+            self._exited(slot, p.exitcode)
+
+    def _exited(self, slot: Slot, code: int) -> None:
+        slot.process = None
+        self._drain()
+        restart = False
+        work = os.path.join(self.run_dir, ".work")
+        if code == EXIT_DONE:
+            slot.end = "done"
+        elif code == EXIT_RESTART:
+            slot.end = "restarted (target left the process unusable)"
+            restart = True
+        elif code == EXIT_ERROR:
+            text = _read(os.path.join(work, f"worker-{slot.index}.err")).strip().splitlines()
+            last = text[-1] if text else "no traceback"
+            slot.end = f"worker error: {last}"
+            self.notes.append(f"worker {slot.index} (incarnation {slot.incarnation}) failed: {last}; "
+                              f"see .work/worker-{slot.index}.err")
+            slot.error_restarts += 1
+            restart = slot.error_restarts <= EXIT_ERROR_RESTARTS
+        elif code < 0:
+            signame = _signame(-code)
+            scenario = self._inflight(slot)
+            if slot.killed_by_watchdog:
+                self._death_finding(slot, scenario, NO_HANG,
+                                    f"the scenario ran past the per-scenario timeout ({self.o.timeout_s:g}s) without "
+                                    f"returning to Python; the watchdog killed worker {slot.index}")
+                slot.end = "killed by watchdog (hang)"
+            elif -code == signal.SIGKILL:
+                self.notes.append(f"worker {slot.index} was killed with SIGKILL from outside (OOM killer or a user); "
+                                  "at most the scenario it was running is lost")
+                slot.end = "killed (SIGKILL)"
+            else:
+                stack = _fault_frames(_read(os.path.join(work, f"worker-{slot.index}.fault")))
+                where = f"; innermost frames: {stack}" if stack else ""
+                self._death_finding(slot, scenario, NO_CRASH,
+                                    f"worker {slot.index} died with {signame} while running this scenario{where}")
+                slot.end = f"died ({signame})"
+            restart = True
+        else:
+            slot.end = f"exited with status {code}"
+            self.notes.append(f"worker {slot.index} exited with unexpected status {code}")
+            restart = slot.error_restarts < EXIT_ERROR_RESTARTS
+            slot.error_restarts += 1
+        if restart and self.stop_reason is None and time.time() < self.deadline and slot.restarts < MAX_RESTARTS:
+            slot.restarts += 1
+            slot.incarnation += 1
+            self._start(slot)
+
+    def _inflight(self, slot: Slot) -> dict | None:
+        text = _read(os.path.join(self.run_dir, ".work", f"inflight-w{slot.index}.json"))
+        try:
+            data = json.loads(text)
+            return data if isinstance(data, dict) else None
+        except ValueError:
+            return None
+
+    def _death_finding(self, slot: Slot, scenario: dict | None, prop: str, message: str) -> None:
+        if scenario is None:
+            self.notes.append(f"{message}; the scenario it was running could not be read back")
+            return
+        try:
+            short = Scenario.from_json(scenario).short()
+        except ScenarioError:
+            short = ""
+        f = Finding.from_violation(Violation(prop, message), scenario, self.o.target, self.o.backend, short).with_(
+            status="unshrunk", run_id=self.run_id, worker=slot.index, elapsed_s=time.time() - self.started,
+            extra={"timeout_s": self.o.timeout_s, "incarnation": slot.incarnation, **dict(self.o.environment),
+                   "note": "recorded by the parent after the worker process died"},
+        )
+        fdir = os.path.join(self.run_dir, "findings")
+        write_finding(fdir, f)
+        write_repro(fdir, f)
+        slot.found.add(prop)
+        if self.on_finding is not None:
+            self.on_finding()
+
+    def _drain(self, timeout: float = 0.0) -> None:
+        first = True
+        while True:
+            try:
+                msg = self.queue.get(timeout=timeout) if first and timeout else self.queue.get_nowait()
+            except (queue_mod.Empty, OSError, ValueError, EOFError):
+                return
+            first = False
+            kind = msg[0]
+            if kind == "stats":
+                _, index, incarnation, stats = msg
+                slot = self.slots[index]
+                slot.stats[incarnation] = stats
+                slot.found.update(stats.get("found", ()))
+            elif kind == "finding":
+                if self.on_finding is not None:
+                    self.on_finding()
+            elif kind == "note":
+                self.notes.append(f"worker {msg[1]}: {msg[2]}")
+
+    # -- stopping -------------------------------------------------------------------
+    def install_signals(self) -> dict:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {}
+
+        def handler(signum: int, frame: Any) -> None:
+            first = self.stop_reason is None
+            self.stop_reason = _signame(signum)
+            self.stop_event.set()
+            if not first:  # a second Ctrl-C: stop waiting for workers
+                self.kill_workers()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handler)
+        return previous
+
+    @staticmethod
+    def restore_signals(previous: dict) -> None:
+        for sig, h in previous.items():
+            signal.signal(sig, h)
+
+    def kill_workers(self) -> None:
+        for s in self.slots:
+            if s.process is not None and s.process.exitcode is None:
+                try:
+                    s.process.kill()
+                except Exception:
+                    pass
+
+    def shutdown(self, grace: float = 5.0) -> None:
+        self.stop_event.set()
+        end = time.monotonic() + grace
+        for slot in self.slots:
+            p = slot.process
+            if p is None:
+                continue
+            p.join(max(0.0, end - time.monotonic()))
+            if p.exitcode is None:
+                p.terminate()
+                p.join(1.0)
+            if p.exitcode is None:
+                p.kill()
+                p.join(1.0)
+            self._drain()
+            if slot.end == "running":
+                slot.end = "stopped" if p.exitcode in (EXIT_DONE, EXIT_RESTART) else f"terminated ({p.exitcode})"
+            slot.process = None
+        self._drain()
+
+
+def _split(total: int | None, n: int) -> list[int | None]:
+    if total is None:
+        return [None] * n
+    base, rem = divmod(total, n)
+    return [base + (1 if i < rem else 0) for i in range(n)]
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def _fault_frames(text: str, n: int = 3) -> str:
+    """The innermost frames of a faulthandler dump, as 'file:line in fn'."""
+    frames = [line.strip()[len("File "):] for line in text.splitlines() if line.strip().startswith("File ")]
+    return " <- ".join(f.replace('"', "") for f in frames[:n])
+
+
+def _signame(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
