@@ -2,7 +2,7 @@
 ModelCudaGraphManager) against --target reference, on the CPU mock, on the same
 seeded scenarios from fuzz.strategies.scenarios(ruleset="vllm-0.32").
 
-    PYTHONPATH=. /work/vllm32/bin/python benchmarks/bench_vllm.py [--n 200] [--seed 0] [--repeats 2]
+    PYTHONPATH=. python benchmarks/bench_vllm.py [--n 200] [--seed 0] [--repeats 2]
 
 Each scenario is run (cgsim.runner.run_scenario) and judged
 (cgsim.properties.check_scenario) on both targets.  Excluded from the timing:

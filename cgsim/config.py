@@ -7,7 +7,7 @@ so a bad --config file or a bad CLI flag produces one line a user can act on.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from cgsim.modes import AttentionSupport, CUDAGraphMode

@@ -3,7 +3,7 @@ their compatibility (SPEC §2)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from cgsim.modes import CUDAGraphMode

@@ -4,7 +4,7 @@ scenario, a repro script).  A JSON-serialisable value with a schema version."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from cgsim.config import ConfigError, ManagerConfig

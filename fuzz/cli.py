@@ -14,6 +14,8 @@ import subprocess
 import sys
 from typing import Any, Sequence
 
+from cgsim.text import first_line
+
 __all__ = ["main", "build_parser"]
 
 
@@ -109,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         known = _known_errors()
         if isinstance(exc, known):
-            print(f"error: {_one_line(exc)}", file=sys.stderr)
+            print(f"error: {first_line(exc)}", file=sys.stderr)
             return 2
         raise
 
@@ -126,11 +128,6 @@ def _known_errors() -> tuple[type, ...]:
 
     return (ConfigError, ScenarioError, UnknownRuleset, FindingError, UsageError, ModeResolutionError, OSError,
             BackendUnavailable, TargetEnvironmentError, UnknownTarget)
-
-
-def _one_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 # -- run ---------------------------------------------------------------------------
@@ -186,7 +183,7 @@ def _cmd_replay(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         result = reproduce(finding, backend=args.backend, timeout=args.timeout)
     except Exception as exc:
-        raise _Exit(2, f"cannot replay {path}: {_one_line(exc)}") from None
+        raise _Exit(2, f"cannot replay {path}: {first_line(exc)}") from None
     for line in result.lines():
         print(line)
     return 1 if result.reproduced else 0

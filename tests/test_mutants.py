@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch
 from cgsim.properties import check_scenario, property_ids
 from cgsim.runner import run_scenario
 from cgsim.scenario import Scenario, Step

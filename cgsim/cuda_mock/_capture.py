@@ -21,6 +21,9 @@ tensor objects), never the caller's objects, for the reasons a real graph holds
 raw pointers: rebinding a Python name after capture is invisible to replay, while
 in-place updates are seen; and a caller dropping its last reference to a pool
 tensor frees the block for later captures in the pool.
+
+One module: the recording mode, the graph object and its replay share the
+format of a recorded op and the invariants above.
 """
 
 from __future__ import annotations

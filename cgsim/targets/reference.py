@@ -15,8 +15,6 @@ from collections import defaultdict
 from itertools import groupby
 from typing import Callable
 
-import torch
-
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor, compatible, lora_case
 from cgsim.modes import CUDAGraphMode, resolve_mode

