@@ -4,11 +4,12 @@ their compatibility (SPEC §2)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterable, Sequence
 
 from cgsim.modes import CUDAGraphMode
 
-__all__ = ["BatchDescriptor", "Batch", "lora_case", "compatible", "padding_waste"]
+__all__ = ["BatchDescriptor", "Batch", "BatchShape", "lora_case", "compatible", "padding_waste"]
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,11 @@ class Batch:
         return cls(tuple(data["query_lens"]), data.get("num_active_loras", 0), data.get("num_ubatches", 1),
                    bool(data.get("has_prefill", False)))
 
+    @property
+    def shape(self) -> "BatchShape":
+        return BatchShape(self.num_reqs, self.num_tokens, self.max_query_len, self.uniform_token_count,
+                          self.has_prefill, self.num_active_loras, self.num_ubatches)
+
     def short(self) -> str:
         lens = list(self.query_lens)
         shown = lens if len(lens) <= 8 else lens[:8] + ["..."]
@@ -155,9 +161,73 @@ class Batch:
         return f"Batch(reqs={self.num_reqs} tokens={self.num_tokens} query_lens={shown}{extra})"
 
 
+@dataclass(frozen=True)
+class BatchShape:
+    """What a dispatcher sees of a batch: its counts, not its requests.
+
+    It stands for every batch with these counts; the dispatch sweep asks a
+    manager about shapes (dispatch reads nothing else) and never runs them.
+    ``max_query_len`` is the longest request (for a batch with a prefill the
+    longest it can be: one prompt chunk beside one-token decodes), which is
+    what a graph's captured metadata must cover.
+    """
+
+    num_reqs: int
+    num_tokens: int
+    max_query_len: int
+    uniform_token_count: int | None  # None: a prefill, or decode lengths that differ
+    has_prefill: bool
+    num_active_loras: int = 0
+    num_ubatches: int = 1
+
+    @property
+    def decode_max_query_len(self) -> int | None:
+        return None if self.has_prefill else self.max_query_len
+
+    @property
+    def kind(self) -> str:
+        if self.has_prefill:
+            return "single-prefill" if self.num_reqs == 1 else "mixed-prefill"
+        return "uniform-decode" if self.uniform_token_count is not None else "varlen-decode"
+
+    def example(self) -> Batch:
+        """A concrete batch of this shape (for a replayable step)."""
+        r, t, m = self.num_reqs, self.num_tokens, self.max_query_len
+        if self.uniform_token_count is not None:
+            lens: tuple[int, ...] = (self.uniform_token_count,) * r
+        else:
+            rest = t - m
+            base, extra = divmod(rest, r - 1) if r > 1 else (0, 0)
+            lens = (m,) + (base + 1,) * extra + (base,) * (r - 1 - extra)
+        return Batch(lens, self.num_active_loras, self.num_ubatches, has_prefill=self.has_prefill)
+
+    def short(self) -> str:
+        what = (f"uniform={self.uniform_token_count}" if self.uniform_token_count is not None
+                else f"max_q={self.max_query_len}")
+        extra = ""
+        if self.num_active_loras:
+            extra += f" loras={self.num_active_loras}"
+        if self.num_ubatches != 1:
+            extra += f" ubatches={self.num_ubatches}"
+        if self.has_prefill:
+            extra += " prefill"
+        return f"Batch(reqs={self.num_reqs} tokens={self.num_tokens} {what}{extra})"
+
+    def to_json(self) -> dict:
+        return {"num_reqs": self.num_reqs, "num_tokens": self.num_tokens, "max_query_len": self.max_query_len,
+                "uniform_token_count": self.uniform_token_count, "has_prefill": self.has_prefill,
+                "num_active_loras": self.num_active_loras, "num_ubatches": self.num_ubatches}
+
+
 def lora_case(num_active_loras: int, lora_cases: Iterable[int]) -> int:
     """Map an active LoRA count to the captured case that serves it: the smallest
     case >= the count, clamped to the largest case."""
+    return _lora_case(num_active_loras, tuple(lora_cases))
+
+
+@lru_cache(maxsize=4096)
+def _lora_case(num_active_loras: int, lora_cases: tuple[int, ...]) -> int:
+    # Cached: dispatch asks this for every batch of a sweep.
     cases = sorted(set(lora_cases))
     if not cases:
         raise ValueError("lora_cases is empty; it must contain at least 0")

@@ -17,13 +17,19 @@ import math
 import torch
 
 from cgsim.backends import get_backend
+from functools import lru_cache
+
+from cgsim.config import ManagerConfig
 from cgsim.descriptors import BatchDescriptor
+from cgsim.modes import ModeResolutionError
 from cgsim.scenario import Scenario
+from cgsim.spec import expected_capture_descs
 from cgsim.spec.rulesets import get_ruleset
+from cgsim.spec.scheduler import SweepPlan, sweep_plan
 from cgsim.targets import get_target
 from cgsim.targets.base import Execution, ManagerUnderTest, TargetEnvironmentError, TargetUnsupported
 from cgsim.timeouts import ScenarioTimeout, deadline
-from cgsim.trace import Candidates, CaptureDone, Dispatch, Error, GraphStored, Release, Replay, Trace
+from cgsim.trace import Candidates, CaptureDone, Dispatch, Error, GraphStored, Release, Replay, Sweep, Trace
 from cgsim.workload import OUTPUT_TOLERANCE, Workload
 
 __all__ = ["run_scenario", "ScenarioTimeout", "classify_error"]
@@ -49,7 +55,12 @@ def classify_error(exc: BaseException) -> str:
     return "crash"
 
 
-def run_scenario(scenario: Scenario, target="reference", backend="mock", timeout: float | None = None) -> Trace:
+def run_scenario(scenario: Scenario, target="reference", backend="mock", timeout: float | None = None,
+                 sweep: bool = True) -> Trace:
+    """Run ``scenario`` and return its Trace.  ``sweep``: before the first step
+    and after every capture and release, ask the manager to dispatch every
+    batch the scheduler can produce (``cgsim.spec.scheduler.sweep_plan``),
+    without running them, so the dispatch properties judge them all."""
     # The workload's tensors are tiny: intra-op threads only add hand-off cost
     # (measured 50x on gelu of 64x8 with 2 threads on a 2-core machine), and
     # campaigns parallelise across processes instead.
@@ -74,7 +85,7 @@ def run_scenario(scenario: Scenario, target="reference", backend="mock", timeout
             # Engines serve and capture under inference mode; so does every step here.
             with deadline(timeout, f"scenario exceeded its {timeout or 0:g}s timeout (the target hangs)") as own, \
                     torch.inference_mode():
-                _run_steps(scenario, target, backend, ruleset, workload, trace)
+                _run_steps(scenario, target, backend, ruleset, workload, trace, sweep)
         except ScenarioTimeout as exc:
             if own is None or not own.owns(exc):
                 raise  # an outer deadline (the caller's backstop) expired
@@ -88,7 +99,7 @@ def _error(step: int, phase: str, exc: BaseException) -> Error:
     return Error(step=step, phase=phase, error=kind, exc_type=type(exc).__name__, message=str(exc)[:2000])
 
 
-def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Trace) -> None:
+def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Trace, sweep: bool) -> None:
     try:
         handle = target.build(scenario.config, ruleset, backend, workload)
     except (ScenarioTimeout, TargetEnvironmentError):
@@ -106,6 +117,34 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
     trace.has_piecewise_runner = handle.has_piecewise_runner
     snap = handle.candidates()
     trace.add(Candidates(phase="initial", capture_descs=snap.capture_descs, candidates=snap.candidates, step=-1))
+    known = tuple(snap.capture_descs)
+
+    def swept(step: int, light: bool = False) -> bool:
+        """Sweep; False when dispatch failed (the Error is recorded).  Before
+        a capture and after a release the manager must return NONE for
+        everything: the boundary classes suffice to see it does not."""
+        if not sweep:
+            return True
+        workload.phase = "runtime"
+        try:
+            _sweep(handle, scenario, trace, step, known, light)
+        except (ScenarioTimeout, TargetEnvironmentError, KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            where = "during the dispatch sweep"
+            if isinstance(exc, _SweepFailed):
+                where, exc = f"during the dispatch sweep, dispatching {exc.shape.short()}", exc.exc
+            if isinstance(exc, _Corrupt):
+                err = Error(step=step, phase="dispatch", error="corrupt", exc_type="CorruptState", message=str(exc))
+            else:
+                err = _error(step, "dispatch", exc)
+            trace.add(Error(step=err.step, phase=err.phase, error=err.error, exc_type=err.exc_type,
+                            message=f"{where}: {err.message}"))
+            return False
+        return True
+
+    if not swept(-1, light=True):
+        return
     recomputed = False
     for i, step in enumerate(scenario.steps):
         workload.step = i
@@ -125,6 +164,8 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
                     trace.add(Candidates(phase="recomputed", capture_descs=snap.capture_descs,
                                          candidates=snap.candidates, step=i))
                     recomputed = True
+                if not swept(i):
+                    return
             elif step.kind == "dispatch":
                 workload.phase = "runtime"
                 batch = step.batch
@@ -143,6 +184,8 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
                 workload.forget_graphs()
                 trace.add(Release(step=i, captured_flag_after=handle.captured_flag(),
                                   graphs_after=len(handle.stored_graphs())))
+                if not swept(i, light=True):
+                    return
         except (ScenarioTimeout, TargetEnvironmentError, KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # noqa: BLE001
@@ -159,6 +202,48 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
 
 class _Corrupt(Exception):
     pass
+
+
+class _SweepFailed(Exception):
+    def __init__(self, shape, exc: BaseException):
+        super().__init__(str(exc))
+        self.shape, self.exc = shape, exc
+
+
+@lru_cache(maxsize=64)
+def _plan(config: ManagerConfig, ruleset: str, known: tuple[BatchDescriptor, ...], seed: int, light: bool) -> SweepPlan:
+    # Boundaries from the spec's descriptors and the target's own: a sweep
+    # probes around both, so a target that captures other sizes is probed
+    # where its dispatch changes too.
+    try:
+        spec = [d for ds in expected_capture_descs(config, ruleset).values() for d in ds]
+    except (ModeResolutionError, ValueError):
+        spec = []
+    return sweep_plan(config, tuple(dict.fromkeys(spec + list(known))), seed=seed, light=light)
+
+
+def _sweep(handle: ManagerUnderTest, scenario: Scenario, trace: Trace, step: int,
+           known: tuple[BatchDescriptor, ...], light: bool) -> None:
+    plan = _plan(scenario.config, scenario.ruleset, known, scenario.seed, light)
+    try:
+        descs = handle.dispatch_all(plan.shapes)
+    except Exception:
+        # Name the batch that broke dispatch: ask one at a time.
+        for shape in plan.shapes:
+            try:
+                handle.dispatch(shape)
+            except Exception as exc:
+                raise _SweepFailed(shape, exc) from exc
+        raise
+    if len(descs) != len(plan.shapes):
+        raise _Corrupt(f"dispatch_all returned {len(descs)} decisions for {len(plan.shapes)} batches")
+    interned: dict[BatchDescriptor, BatchDescriptor] = {}
+    for i, d in enumerate(descs):
+        if not isinstance(d, BatchDescriptor):
+            raise _Corrupt(f"dispatch returned {d!r} for {plan.shapes[i].short()}, not a batch descriptor")
+    decisions = tuple(interned.setdefault(d, d) for d in descs)
+    trace.add(Sweep(step=step, captured_flag=handle.captured_flag(), batches=plan.shapes, descs=decisions,
+                    coverage=plan.coverage, space=plan.space))
 
 
 def _safe(fn, default):

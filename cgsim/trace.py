@@ -14,6 +14,9 @@ Who records what (so a buggy target cannot hide it):
   capture (what it says it stored and would dispatch over).
 - ``PiecewiseCapture`` / ``PiecewiseLookup``: the workload's piecewise runner.
 - ``Dispatch`` / ``Replay`` / ``Release`` / ``Error``: the runner.
+- ``Sweep``: the runner, asking the manager to dispatch every batch the
+  scheduler can produce (without running them) before the first capture and
+  after every capture and release.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
-from cgsim.descriptors import Batch, BatchDescriptor
+from cgsim.descriptors import Batch, BatchDescriptor, BatchShape
 from cgsim.modes import CUDAGraphMode
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "Dispatch",
     "Replay",
     "Release",
+    "Sweep",
     "Error",
     "Trace",
     "EVENT_TYPES",
@@ -185,6 +189,24 @@ class Release(Event):
 
 
 @dataclass(frozen=True)
+class Sweep(Event):
+    """Dispatch decisions for the schedulable batches, taken without running
+    them.  ``step`` is the capture or release step it follows (-1: before any
+    step); ``descs[i]`` is what dispatch returned for ``batches[i]``.
+    ``coverage``: "exhaustive" (every dispatch input the scheduler can
+    produce, ``space`` of them), "boundary" (every boundary class) or
+    "boundary+sample" (and a seeded sample of the rest)."""
+
+    kind: ClassVar[str] = "sweep"
+    step: int
+    captured_flag: bool
+    batches: tuple[BatchShape, ...]
+    descs: tuple[BatchDescriptor, ...]
+    coverage: str
+    space: int
+
+
+@dataclass(frozen=True)
 class Error(Event):
     """The target raised, did something illegal, hung or corrupted its state."""
 
@@ -200,7 +222,7 @@ EVENT_TYPES: dict[str, type] = {
     cls.kind: cls
     for cls in (
         CreateForwardFn, Forward, GraphStored, CaptureDone, Candidates, PiecewiseCapture,
-        PiecewiseLookup, Dispatch, Replay, Release, Error,
+        PiecewiseLookup, Dispatch, Replay, Release, Sweep, Error,
     )
 }
 

@@ -60,6 +60,7 @@ def test_agreement(entry):
     mock = observe(entry, "mock")
     assert mock["violations"] == entry["expected"]["violations"], "\n".join(mock["messages"])
     assert mock["dispatch"] == entry["expected"]["dispatch"]
+    assert mock["sweeps"] == entry["expected"]["sweeps"]
     if os.environ.get("CGSIM_BACKEND") != "cuda":
         return
     cuda = _cuda_observation(entry)
@@ -71,6 +72,7 @@ def test_agreement(entry):
     if stale:
         return
     assert cuda["dispatch"] == mock["dispatch"]
+    assert cuda["sweeps"] == mock["sweeps"]
     for step, values in mock["outputs"].items():
         assert step in cuda["outputs"], f"step {step}: no output on cuda"
         m, c = torch.tensor(values), torch.tensor(cuda["outputs"][step])

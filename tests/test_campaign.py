@@ -223,7 +223,7 @@ def test_hanging_target_is_a_finding_with_a_timeout(tmp_path):
 
 
 def test_hard_hang_is_killed_by_the_watchdog_and_the_worker_restarts(tmp_path):
-    result = run(tmp_path, bug="hard-hang", budget_s=4.0, timeout_s=0.3)
+    result = run(tmp_path, bug="hard-hang", budget_s=8.0, timeout_s=0.3)
     hangs = [f for f in result.summary["findings"] if f["property"] == "NO-HANG"]
     assert hangs, result.summary
     assert hangs[0]["scenario"]["steps"]  # the scenario it hung on was kept

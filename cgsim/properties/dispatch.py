@@ -10,8 +10,8 @@ from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor, compatible
 from cgsim.modes import RUNTIME_RANK, CUDAGraphMode
 from cgsim.properties.registry import Violation, declare
-from cgsim.properties.view import RunView, group, incompat_reason, shorts
-from cgsim.spec import dispatch_choices, expected_dispatch, padding_key
+from cgsim.properties.view import RunView, group, incompat_reason, shorts, sweep_violations
+from cgsim.spec import desc_sort_key, dispatch_choices, expected_dispatch, padding_key
 from cgsim.spec import scheduler
 from cgsim.trace import CaptureDone, Dispatch, Release
 
@@ -21,11 +21,11 @@ F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 
 
 def _has_dispatch(run: RunView) -> bool:
-    return bool(run.of(Dispatch))
+    return bool(run.of(Dispatch)) or bool(run.sweeps)
 
 
 def _has_captured_dispatch(run: RunView) -> bool:
-    return bool(run.captured_dispatches)
+    return bool(run.captured_dispatches) or bool(run.captured_sweeps)
 
 
 @declare("DISPATCH-SOUND", "the dispatched descriptor fits the batch and something runs it", family="dispatch",
@@ -62,6 +62,24 @@ def dispatch_sound(run: RunView) -> list[Violation]:
             elif d not in v.captured.piecewise:
                 out.append(Violation(
                     "DISPATCH-SOUND", f"{b.short()} dispatched to PIECEWISE {d.short()}, which was not captured", step))
+    for sv in run.sweeps:
+        failures = []
+        for _, b, d in sv.entries():
+            if d.cg_mode == N:
+                if d.num_tokens < b.num_tokens:
+                    failures.append((b, f"{b.short()} dispatched to eager {d.short()} with fewer tokens than the batch"))
+                continue
+            if not compatible(d, b, cases):
+                failures.append((b, f"{b.short()} dispatched to incompatible {d.short()}: {incompat_reason(d, b, cases)}"))
+            elif sv.captured is None:
+                continue
+            elif d.cg_mode == F and d not in sv.captured.stored:
+                failures.append((b, f"{b.short()} dispatched to FULL {d.short()}, but no graph is stored for it"))
+            elif d.cg_mode == P and not run.trace.has_piecewise_runner:
+                failures.append((b, f"{b.short()} dispatched to PIECEWISE {d.short()}, but nothing runs piecewise graphs"))
+            elif d.cg_mode == P and d not in sv.captured.piecewise:
+                failures.append((b, f"{b.short()} dispatched to PIECEWISE {d.short()}, which was not captured"))
+        out += sweep_violations("DISPATCH-SOUND", sv, failures)
     return group(out)
 
 
@@ -83,6 +101,14 @@ def dispatch_priority(run: RunView) -> list[Violation]:
                 "(expected FULL over PIECEWISE over NONE)",
                 v.dispatch.step,
             ))
+    for sv in run.captured_sweeps:
+        failures = []
+        for i, b, d in sv.entries():
+            full = sv.best(i).get(F) if d.cg_mode != F else None
+            if full:
+                failures.append((b, f"{b.short()} dispatched to {d.cg_mode.value} {d.short()} although the captured FULL "
+                                    f"{min(full[1], key=desc_sort_key).short()} fits it (expected FULL over PIECEWISE over NONE)"))
+        out += sweep_violations("DISPATCH-PRIORITY", sv, failures)
     return group(out)
 
 
@@ -103,6 +129,13 @@ def dispatch_complete(run: RunView) -> list[Violation]:
                 f"{b.short()} ran eagerly ({d.short()}) although {len(fits)} captured descriptor(s) fit it, e.g. {best.short()}",
                 v.dispatch.step,
             ))
+    for sv in run.captured_sweeps:
+        failures = []
+        for i, b, d in sv.entries():
+            if d.cg_mode == N and sv.best(i):
+                failures.append((b, f"{b.short()} ran eagerly ({d.short()}) although the captured "
+                                    f"{min(sv.choices(i), key=desc_sort_key).short()} fits it"))
+        out += sweep_violations("DISPATCH-COMPLETE", sv, failures)
     return group(out)
 
 
@@ -128,6 +161,14 @@ def dispatch_minimal(run: RunView) -> list[Violation]:
                 f"pads only {least}",
                 v.dispatch.step,
             ))
+    for sv in run.captured_sweeps:
+        failures = []
+        for i, b, d in sv.entries():
+            same = sv.best(i).get(d.cg_mode) if d.cg_mode != N else None
+            if same and compatible(d, b, cases) and padding_key(d, b) > same[0]:
+                failures.append((b, f"{b.short()} dispatched to {d.short()} padding (tokens, reqs) = {padding_key(d, b)}; "
+                                    f"captured {min(same[1], key=desc_sort_key).short()} pads only {same[0]}"))
+        out += sweep_violations("DISPATCH-MINIMAL", sv, failures)
     return group(out)
 
 
@@ -135,9 +176,25 @@ def _exact_shape(d: BatchDescriptor, b: Batch, cases: Sequence[int]) -> bool:
     return compatible(d, b, cases) and d.num_tokens == b.num_tokens and d.num_reqs in (None, b.num_reqs)
 
 
+def _exact_in_sweep(sv, i: int) -> tuple[BatchDescriptor, ...]:
+    """Captured descriptors of exactly the swept batch's shape (no padding at all)."""
+    return tuple(d for pad, ds in sv.best(i).values() if pad == (0, 0) for d in ds)
+
+
 def _applies_roundtrip(run: RunView) -> bool:
     cases = run.config.lora_cases
-    return any(_exact_shape(c, v.dispatch.batch, cases) for v in run.captured_dispatches for c in v.captured.descs)
+    return any(_exact_shape(c, v.dispatch.batch, cases) for v in run.captured_dispatches for c in v.captured.descs) or any(
+        _exact_in_sweep(sv, i) for sv in run.captured_sweeps for i in range(len(sv.sweep.batches)))
+
+
+def _roundtrip_ok(d: BatchDescriptor, b, target: BatchDescriptor, cases) -> bool:
+    rank, want = RUNTIME_RANK[d.cg_mode], RUNTIME_RANK[target.cg_mode]
+    # Higher priority may pad requests (a FULL graph always fixes num_reqs)
+    # but no tokens; the same priority must pad no more than the exact one.
+    return d.cg_mode != N and compatible(d, b, cases) and (
+        (rank > want and d.num_tokens == b.num_tokens)
+        or (rank == want and padding_key(d, b) <= padding_key(target, b))
+    )
 
 
 @declare("DISPATCH-ROUNDTRIP", "a batch exactly the shape of a captured descriptor dispatches to it "
@@ -151,25 +208,30 @@ def dispatch_roundtrip(run: RunView) -> list[Violation]:
         if not exact:
             continue
         target = max(exact, key=lambda c: RUNTIME_RANK[c.cg_mode])
-        rank, want = RUNTIME_RANK[d.cg_mode], RUNTIME_RANK[target.cg_mode]
-        # Higher priority may pad requests (a FULL graph always fixes num_reqs)
-        # but no tokens; the same priority must pad no more than the exact one.
-        ok = d.cg_mode != N and compatible(d, b, cases) and (
-            (rank > want and d.num_tokens == b.num_tokens)
-            or (rank == want and padding_key(d, b) <= padding_key(target, b))
-        )
-        if not ok:
+        if not _roundtrip_ok(d, b, target, cases):
             out.append(Violation(
                 "DISPATCH-ROUNDTRIP",
                 f"{b.short()} has exactly the shape of captured {target.short()} but dispatched to {d.short()}"
                 + (f" (pads {padding_key(d, b)})" if d.cg_mode != N else ""),
                 v.dispatch.step,
             ))
+    for sv in run.captured_sweeps:
+        failures = []
+        for i, b, d in sv.entries():
+            exact = _exact_in_sweep(sv, i)
+            if not exact:
+                continue
+            target = max(exact, key=lambda c: RUNTIME_RANK[c.cg_mode])
+            if not _roundtrip_ok(d, b, target, cases):
+                failures.append((b, f"{b.short()} has exactly the shape of captured {target.short()} but dispatched to "
+                                    f"{d.short()}" + (f" (pads {padding_key(d, b)})" if d.cg_mode != N else "")))
+        out += sweep_violations("DISPATCH-ROUNDTRIP", sv, failures)
     return group(out)
 
 
 def _applies_before_capture(run: RunView) -> bool:
-    return bool(run.of(CaptureDone)) or any(v.captured is None for v in run.dispatches)
+    return bool(run.of(CaptureDone)) or any(v.captured is None for v in run.dispatches) or any(
+        sv.captured is None for sv in run.sweeps)
 
 
 @declare("BEFORE-CAPTURE", "dispatch before capture (or after release) returns NONE", family="dispatch",
@@ -197,25 +259,36 @@ def before_capture(run: RunView) -> list[Violation]:
                 f"{v.dispatch.captured_flag})",
                 v.dispatch.step,
             ))
+    for sv in run.sweeps:
+        if sv.captured is not None:
+            continue
+        when = "after a release" if sv.after == "release" else "before any successful capture"
+        failures = [(b, f"{b.short()} dispatched {when} returned {d.short()} (expected NONE; manager captured_flag="
+                        f"{sv.sweep.captured_flag})") for _, b, d in sv.entries() if d.cg_mode != N]
+        out += sweep_violations("BEFORE-CAPTURE", sv, failures)
     return group(out)
 
 
-def useless_descriptors(cfg: ManagerConfig, captured: Iterable[BatchDescriptor]) -> dict[BatchDescriptor, str]:
+def useless_descriptors(cfg: ManagerConfig, captured: Iterable[BatchDescriptor],
+                        useful: Iterable[BatchDescriptor] = ()) -> dict[BatchDescriptor, str]:
     """Captured descriptors that are never the unique dispatch choice for a
     batch the scheduler can produce, each with an example of where its
-    batches go instead."""
+    batches go instead.  ``useful``: descriptors already known to be some
+    batch's unique choice (from a dispatch sweep)."""
     captured = list(dict.fromkeys(captured))
     cases = cfg.lora_cases
     buckets: dict[tuple[int, int], list[BatchDescriptor]] = {}
     for d in captured:
         buckets.setdefault((d.num_active_loras, d.num_ubatches), []).append(d)
     decode = scheduler.decode_shapes(cfg)
-    useful: set[BatchDescriptor] = set()
+    useful = set(useful)
     example: dict[BatchDescriptor, str] = {}
     for (lora, ub), bucket in buckets.items():
         if lora not in cases:
             continue  # INIT-TOTAL reports a descriptor for a non-existent LoRA case
-        pending = set(bucket)
+        pending = set(bucket) - useful
+        if not pending:
+            continue
         for b in scheduler.producible_batches(cfg, decode, lora, ub):
             choices = dispatch_choices(b, bucket, cases)
             if len(choices) == 1:
@@ -247,7 +320,11 @@ def capture_useful(run: RunView) -> list[Violation]:
         if not cap.descs or cap.descs in judged:
             continue
         judged.add(cap.descs)
-        for d, why in useless_descriptors(cfg, cap.descs).items():
+        # Every batch the sweep after this capture asked about is a batch the
+        # scheduler can produce: its unique best graph is useful.
+        useful = {c[0] for sv in run.sweeps if sv.captured is cap
+                  for c in (sv.choices(i) for i in range(len(sv.sweep.batches))) if len(c) == 1}
+        for d, why in useless_descriptors(cfg, cap.descs, useful).items():
             out.append(Violation(
                 "CAPTURE-USEFUL",
                 f"captured {d.short()} is never the unique dispatch choice for a batch the scheduler can produce "

@@ -6,7 +6,7 @@ from __future__ import annotations
 from cgsim.descriptors import BatchDescriptor
 from cgsim.modes import CUDAGraphMode
 from cgsim.properties.registry import Violation, declare
-from cgsim.properties.view import RunView, group
+from cgsim.properties.view import RunView, group, sweep_violations
 from cgsim.trace import CreateForwardFn, Dispatch, Forward, PiecewiseCapture, PiecewiseLookup, Replay
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
@@ -24,7 +24,8 @@ def _has_metadata_replay(run: RunView) -> bool:
 
 
 def _has_padded_replay(run: RunView) -> bool:
-    return any(_metadata_judged(run, r) for r in run.of(Replay))
+    return any(_metadata_judged(run, r) for r in run.of(Replay)) or any(
+        d.cg_mode == F for sv in run.captured_sweeps for d in sv.sweep.descs)
 
 
 @declare("METADATA-LIVE", "metadata read by a stored graph is alive and not rebound until the graph is released",
@@ -81,6 +82,25 @@ def pad_consistent(run: RunView) -> list[Violation]:
                 f"{head}: graph captured with max_query_len={g.max_query_len} < the batch's max_query_len {r.batch.max_query_len}",
                 r.step,
             ))
+    # Every swept batch that lands on a FULL graph, against the metadata that
+    # graph was captured with: a replay would read exactly that.
+    for sv in run.captured_sweeps:
+        failures = []
+        for _, b, d in sv.entries():
+            if d.cg_mode != F or d not in sv.captured.stored:
+                continue
+            g = run.captured_with(d, sv.step)
+            if g is None:
+                continue
+            head = f"{b.short()} dispatched to FULL {d.short()}"
+            if g.max_query_len < b.max_query_len:
+                failures.append((b, f"{head}, whose graph was captured with metadata for max_query_len={g.max_query_len} "
+                                    f"< the batch's max_query_len {b.max_query_len}"))
+            elif g.num_tokens != d.num_tokens or (d.num_reqs is not None and g.num_reqs != d.num_reqs):
+                failures.append((b, f"{head}, whose graph was captured with metadata sized num_reqs={g.num_reqs} "
+                                    f"num_tokens={g.num_tokens} (the descriptor pads to num_reqs={d.num_reqs} "
+                                    f"num_tokens={d.num_tokens})"))
+        out += sweep_violations("PAD-CONSISTENT", sv, failures)
     return group(out)
 
 

@@ -23,8 +23,10 @@ from functools import cached_property
 from typing import Iterable, Sequence
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor, lora_case
-from cgsim.modes import CUDAGraphMode, ModeResolutionError
+from bisect import bisect_left
+
+from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, lora_case
+from cgsim.modes import RUNTIME_RANK, CUDAGraphMode, ModeResolutionError
 from cgsim.properties.registry import Violation
 from cgsim.scenario import Scenario
 from cgsim.spec import expected_capture_descs, get_ruleset, resolved_mode
@@ -43,11 +45,13 @@ from cgsim.trace import (
     PiecewiseLookup,
     Release,
     Replay,
+    Sweep,
     Trace,
 )
 
 __all__ = [
     "RunView",
+    "SweepView",
     "Session",
     "Captured",
     "DispatchView",
@@ -59,6 +63,8 @@ __all__ = [
     "mode_name",
     "incompat_reason",
     "group",
+    "size_key",
+    "sweep_violations",
     "MAX_PER_GROUP",
 ]
 
@@ -119,6 +125,91 @@ class DispatchView:
     replay: Replay | None = None
     lookups: list[PiecewiseLookup] = field(default_factory=list)
     runtime_forwards: list[Forward] = field(default_factory=list)
+
+
+class SweepView:
+    """One sweep with the captured state it saw, and, for each swept batch,
+    the best fitting captured graphs per mode (computed once, shared by every
+    dispatch property).
+
+    Best fit: among the captured descriptors of the batch's LoRA case and
+    micro-batch count that are compatible with it, those that pad least
+    (tokens, then requests) - scanned by increasing token count, so only the
+    smallest fitting token groups are ever looked at."""
+
+    def __init__(self, sweep: Sweep, captured: Captured | None, lora_cases: Sequence[int], after: str):
+        self.sweep = sweep
+        self.captured = captured
+        self.lora_cases = tuple(lora_cases)
+        self.after = after  # "capture" | "release" | "start"
+        self._best: list[dict[CUDAGraphMode, tuple[tuple[int, int], tuple[BatchDescriptor, ...]]]] | None = None
+
+    @property
+    def step(self) -> int:
+        return self.sweep.step
+
+    def entries(self) -> Iterable[tuple[int, BatchShape, BatchDescriptor]]:
+        return ((i, b, d) for i, (b, d) in enumerate(zip(self.sweep.batches, self.sweep.descs)))
+
+    def when(self) -> str:
+        if self.after == "start":
+            return "in the dispatch sweep before the first capture"
+        return f"in the dispatch sweep after the {self.after} at step {self.step}"
+
+    def best(self, i: int) -> dict[CUDAGraphMode, tuple[tuple[int, int], tuple[BatchDescriptor, ...]]]:
+        if self._best is None:
+            self._best = self._compute()
+        return self._best[i]
+
+    def _compute(self) -> list[dict]:
+        cases = sorted(set(self.lora_cases))
+        case_of = {a: lora_case(a, cases) for a in range(max(cases) + 2)}
+        buckets: dict[tuple[int, int], tuple[list[int], list[BatchDescriptor], set]] = {}
+        for d in sorted(self.captured.descs if self.captured else (), key=lambda d: d.num_tokens):
+            tokens, descs, modes = buckets.setdefault((d.num_active_loras, d.num_ubatches), ([], [], set()))
+            tokens.append(d.num_tokens)
+            descs.append(d)
+            modes.add(d.cg_mode)
+        out = []
+        for b in self.sweep.batches:
+            case = case_of.get(b.num_active_loras, cases[-1])
+            bucket = buckets.get((case, b.num_ubatches))
+            best: dict = {}
+            if bucket is not None:
+                tokens, descs, modes = bucket
+                for j in range(bisect_left(tokens, b.num_tokens), len(descs)):
+                    d = descs[j]
+                    pad_tokens = d.num_tokens - b.num_tokens
+                    if all(m in best and best[m][0][0] < pad_tokens for m in modes):
+                        break  # every mode has a fit that pads fewer tokens
+                    if not _fits(d, b):
+                        continue
+                    pad = (pad_tokens, 0 if d.num_reqs is None else d.num_reqs - b.num_reqs)
+                    got = best.get(d.cg_mode)
+                    if got is None or pad < got[0]:
+                        best[d.cg_mode] = (pad, (d,))
+                    elif pad == got[0]:
+                        best[d.cg_mode] = (pad, got[1] + (d,))
+            out.append(best)
+        return out
+
+    def choices(self, i: int) -> tuple[BatchDescriptor, ...]:
+        """What a correct dispatcher may return (empty: nothing fits, run eagerly)."""
+        best = self.best(i)
+        if not best:
+            return ()
+        top = max(best, key=lambda m: RUNTIME_RANK[m])
+        return best[top][1]
+
+
+def _fits(d: BatchDescriptor, b) -> bool:
+    """compatible() for a descriptor already in the batch's LoRA case and
+    micro-batch bucket with at least its tokens (the hot path of a sweep)."""
+    if d.uniform_token_count is not None and d.uniform_token_count != b.uniform_token_count:
+        return False
+    if d.max_query_len is not None and (b.has_prefill or b.max_query_len > d.max_query_len):
+        return False
+    return d.num_reqs is None or d.num_reqs >= b.num_reqs
 
 
 def is_warmup(f: Forward) -> bool:
@@ -237,13 +328,15 @@ class RunView:
         return frozenset(f.desc for f in session.forwards if f.desc is not None and f.desc.cg_mode == P and f.mode == P)
 
     @cached_property
-    def _timeline(self) -> tuple[list[DispatchView], list[Captured]]:
+    def _timeline(self) -> tuple[list[DispatchView], list[Captured], list[SweepView]]:
         by_done = {id(s.done): s for s in self.sessions if s.done is not None}
         stored: set[BatchDescriptor] = set()
         captured: Captured | None = None
         finished: list[Captured] = []
         views: list[DispatchView] = []
+        sweeps: list[SweepView] = []
         by_step: dict[int, DispatchView] = {}
+        steps = self.scenario.steps
         for e in self.trace.events:
             if isinstance(e, GraphStored):
                 stored.add(e.desc)
@@ -274,7 +367,10 @@ class RunView:
                 v = by_step.get(e.step)
                 if v is not None:
                     v.runtime_forwards.append(e)
-        return views, finished
+            elif isinstance(e, Sweep):
+                after = "start" if e.step < 0 or e.step >= len(steps) else steps[e.step].kind
+                sweeps.append(SweepView(e, captured, self.config.lora_cases, after))
+        return views, finished, sweeps
 
     @property
     def dispatches(self) -> list[DispatchView]:
@@ -289,6 +385,34 @@ class RunView:
     def finished_captures(self) -> list[Captured]:
         """The captured state after each finished capture."""
         return self._timeline[1]
+
+    @property
+    def sweeps(self) -> list[SweepView]:
+        return self._timeline[2]
+
+    @cached_property
+    def captured_sweeps(self) -> list[SweepView]:
+        return [s for s in self.sweeps if s.captured is not None]
+
+    @cached_property
+    def graph_metadata(self) -> dict[tuple[int, BatchDescriptor], MetadataRecord]:
+        """(capture step, FULL descriptor) -> the metadata its graph was captured with."""
+        out: dict[tuple[int, BatchDescriptor], MetadataRecord] = {}
+        for s in self.sessions:
+            for f in s.forwards:
+                if is_full_capture(f) and f.desc is not None and f.metadata is not None and s.step is not None:
+                    rec = self.trace.metadata.get(f.metadata)
+                    if rec is not None:
+                        out[(s.step, f.desc)] = rec
+        return out
+
+    def captured_with(self, desc: BatchDescriptor, step: int) -> MetadataRecord | None:
+        """The metadata the graph for ``desc`` that is live at ``step`` was captured with."""
+        best = None
+        for (s, d), rec in self.graph_metadata.items():
+            if d == desc and s <= step and (best is None or s > best[0]):
+                best = (s, rec)
+        return best[1] if best else None
 
     def is_build_error(self, e: Error) -> bool:
         """Raised while building the manager.  A timeout during build may carry the
@@ -340,6 +464,23 @@ def incompat_reason(d: BatchDescriptor, b: Batch, lora_cases: Sequence[int]) -> 
     if d.num_ubatches != b.num_ubatches:
         reasons.append(f"num_ubatches {d.num_ubatches} != batch's {b.num_ubatches}")
     return "; ".join(reasons) or "compatible"
+
+
+def size_key(b) -> tuple:
+    """Which of two failing batches reads more like a hand-written test."""
+    return (b.num_tokens, b.num_reqs, b.num_active_loras, b.num_ubatches, b.has_prefill, b.max_query_len)
+
+
+def sweep_violations(prop: str, sweep: SweepView, failures: list[tuple[BatchShape, str]]) -> list[Violation]:
+    """One violation per sweep: the smallest failing batch, and how many failed."""
+    if not failures:
+        return []
+    b, msg = min(failures, key=lambda f: size_key(f[0]))
+    sw = sweep.sweep
+    of = {"exhaustive": f"all {sw.space}", "boundary": f"{len(sw.batches)} (every boundary class) of the {sw.space}"}.get(
+        sw.coverage, f"{len(sw.batches)} (every boundary class and a sample) of the {sw.space}")
+    count = f"{len(failures)} of {of} schedulable batches fail; this is the smallest"
+    return [Violation(prop, f"{msg} ({sweep.when()}: {count})", sweep.step if sweep.step >= 0 else None)]
 
 
 def group(violations: Iterable[Violation]) -> list[Violation]:

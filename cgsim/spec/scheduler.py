@@ -19,10 +19,12 @@ vLLM's scheduler and model runner:
 
 from __future__ import annotations
 
+import random
+from dataclasses import dataclass
 from typing import Iterable
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor
+from cgsim.descriptors import Batch, BatchDescriptor, BatchShape
 
 __all__ = [
     "decode_query_len",
@@ -34,6 +36,10 @@ __all__ = [
     "decode_shapes",
     "producible_batches",
     "probe_shapes",
+    "SWEEP_BOUND",
+    "SweepPlan",
+    "sweep_token_limit",
+    "sweep_plan",
 ]
 
 
@@ -175,3 +181,149 @@ def probe_shapes(config: ManagerConfig, d: BatchDescriptor) -> set[tuple[int, ..
                 if lens is not None:
                     shapes.add(lens)
     return shapes
+
+
+# -- the dispatch sweep --------------------------------------------------------------
+# Up to this many distinct dispatch inputs a sweep asks them all; above it,
+# every boundary class and a seeded sample (SweepPlan.exhaustive says which).
+SWEEP_BOUND = 20_000
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    shapes: tuple[BatchShape, ...]
+    coverage: str  # "exhaustive" | "boundary" | "boundary+sample"
+    space: int  # distinct dispatch inputs the scheduler can produce for the config
+
+
+def sweep_token_limit(config: ManagerConfig) -> int:
+    """Token counts a sweep covers: past the largest capture size, far enough
+    that the first eager batch of every decode length is in."""
+    return config.max_capture_size + config.decode_query_len + 1
+
+
+def _eligible_ubatches(config: ManagerConfig, tokens: int, uniform: bool, prefill: bool) -> tuple[int, ...]:
+    if config.num_ubatches < 2 or prefill or not uniform or tokens < max(config.ubatch_threshold, config.num_ubatches):
+        return (1,)
+    # The runner may also run an eligible batch whole (DP ranks that cannot split).
+    return (1, config.num_ubatches)
+
+
+def _decode_shapes(config: ManagerConfig, limit: int, reqs: Iterable[int]) -> list[tuple[int, int, int, int | None]]:
+    """(num_reqs, num_tokens, max_query_len, uniform) of pure decodes."""
+    out = []
+    for r in reqs:
+        q = decode_query_len(config, r)
+        if r * q <= limit:
+            out.append((r, r * q, q, q))
+        if config.varlen_decode:
+            # Adaptive verification: any lengths up to q; dispatch sees the
+            # count, the total and the longest request.
+            for m in range(1, config.decode_query_len + 1):
+                if m != q and r * m <= limit:
+                    out.append((r, r * m, m, m))
+                if r >= 2 and m >= 2 and m + r - 1 <= limit:
+                    out.append((r, m + r - 1, m, None))
+    return out
+
+
+def _lora_counts(config: ManagerConfig, r: int, exhaustive: bool) -> list[int]:
+    top = min(r, max(config.lora_cases))
+    if exhaustive:
+        return list(range(top + 1))
+    wanted = {0, 1, top} | set(config.lora_cases) | {c + 1 for c in config.lora_cases}
+    return sorted(a for a in wanted if 0 <= a <= top)
+
+
+def _prefill_reqs(config: ManagerConfig, t: int, marks: Iterable[int] = ()) -> list[int]:
+    """Representative request splits of t tokens with a prefill: one prompt;
+    every running request decoding plus one prompt chunk; as many requests
+    as allowed; and the request counts at which dispatch may change (each
+    ``marks`` value and one past it)."""
+    R = config.max_num_reqs
+    top = min(R, t)
+    wanted = {1, top, min(R, 1 + (t - 1) // config.decode_query_len)}
+    for m in marks:
+        wanted |= {m, m + 1}
+    return sorted(r for r in wanted if 1 <= r <= top)
+
+
+def _space(config: ManagerConfig, limit: int, marks: Iterable[int]) -> int:
+    marks = tuple(marks)
+    L = max(config.lora_cases)
+    prefill = sum(min(r, L) + 1 for t in range(1, limit + 1) for r in _prefill_reqs(config, t, marks))
+    decode = sum((min(r, L) + 1) * len(_eligible_ubatches(config, t, u is not None, False))
+                 for r, t, _, u in _decode_shapes(config, limit, range(1, config.max_num_reqs + 1)))
+    return prefill + decode
+
+
+def sweep_plan(config: ManagerConfig, descriptors: Iterable[BatchDescriptor] = (), bound: int = SWEEP_BOUND,
+               seed: int = 0, light: bool = False) -> SweepPlan:
+    """Every batch the scheduler can produce for ``config``, as distinct
+    dispatch inputs (``BatchShape``): uniform decodes of every schedulable
+    length and request count; prefill and mixed batches of every token count
+    up to past the largest capture size, with representative request splits
+    (one prompt; decodes plus one prompt chunk; as many requests as allowed;
+    each descriptor's request count and one past it); every active-LoRA
+    count a batch can carry (at most its requests and max_loras); every
+    micro-batch count the runner may use.
+
+    Above ``bound`` inputs (or with ``light``, for a sweep that only checks
+    that nothing is captured): every boundary class (1, 2 and the maximum;
+    each capture size and one past it; each descriptor's token and request
+    count and one past it; the LoRA cases and one past them; the dynamic
+    schedule's tier edges), plus, unless light, a seeded sample of the rest.
+    ``descriptors`` (the spec's and the target's) supply the boundaries."""
+    limit = sweep_token_limit(config)
+    R = config.max_num_reqs
+    descs = list(descriptors)
+    reqs_marks = sorted({d.num_reqs for d in descs if d.num_reqs is not None})
+    space = _space(config, limit, reqs_marks)
+    exhaustive = space <= bound and not light
+    shapes: dict[BatchShape, None] = {}
+
+    def add(r: int, t: int, m: int, uniform: int | None, prefill: bool, loras: Iterable[int] | None = None) -> None:
+        for a in (loras if loras is not None else _lora_counts(config, r, exhaustive)):
+            for ub in _eligible_ubatches(config, t, uniform is not None, prefill):
+                shapes[BatchShape(r, t, m, uniform, prefill, a, ub)] = None
+
+    if exhaustive:
+        for r, t, m, u in _decode_shapes(config, limit, range(1, R + 1)):
+            add(r, t, m, u, False)
+        for t in range(1, limit + 1):
+            for r in _prefill_reqs(config, t, reqs_marks):
+                add(r, t, t - r + 1, None, True)
+        return SweepPlan(tuple(shapes), "exhaustive", space)
+
+    sizes = set(config.capture_sizes) | {d.num_tokens for d in descs}
+    tokens = sorted(t for t in {1, 2, limit} | sizes | {s + 1 for s in sizes} if 1 <= t <= limit)
+    decode_reqs = {1, 2, R} | set(reqs_marks) | {x + 1 for x in reqs_marks}
+    for start, end, _ in config.spec_schedule or ():
+        decode_reqs |= {start, end, end + 1}
+    for q in decode_query_lens(config):
+        decode_reqs |= {s // q for s in sizes} | {s // q + 1 for s in sizes}
+    for r, t, m, u in _decode_shapes(config, limit, sorted(r for r in decode_reqs if 1 <= r <= R)):
+        add(r, t, m, u, False)
+    by_tokens = sorted(descs, key=lambda d: d.num_tokens)
+    for t in tokens:
+        # The request counts that decide where t tokens go: those of the
+        # smallest graphs that still fit t tokens.
+        near = [d.num_reqs for d in by_tokens if d.num_tokens >= t and d.num_reqs is not None][:4]
+        for r in _prefill_reqs(config, t, near):
+            add(r, t, t - r + 1, None, True)
+    rng = random.Random(seed)
+    if not light:
+        decode_all = _decode_shapes(config, limit, range(1, R + 1))
+        for _ in range(bound // 4):
+            if decode_all and rng.random() < 0.3:
+                r, t, m, u = rng.choice(decode_all)
+                prefill = False
+            else:
+                t = rng.randint(1, limit)
+                r = rng.randint(1, min(R, t))
+                m, u, prefill = t - r + 1, None, True
+            add(r, t, m, u, prefill, loras=[rng.randint(0, min(r, max(config.lora_cases)))])
+    out = list(shapes)
+    if len(out) > bound:  # the boundary classes of a huge config: a seeded subset of them
+        out = rng.sample(out, bound)
+    return SweepPlan(tuple(out), "boundary" if light else "boundary+sample", space)

@@ -32,12 +32,12 @@ The recording contract (checked for every registered target by
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 import torch
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor
+from cgsim.descriptors import Batch, BatchDescriptor, BatchShape
 from cgsim.modes import CUDAGraphMode
 from cgsim.spec.rulesets import Ruleset
 
@@ -106,6 +106,9 @@ class ManagerUnderTest(Protocol):
 
     def capture(self) -> None: ...
     def dispatch(self, batch: Batch) -> BatchDescriptor: ...
+    # The dispatch sweep: every schedulable shape, no replay.  Dispatch reads
+    # only a batch's counts, which a BatchShape has.
+    def dispatch_all(self, shapes: Sequence[BatchShape]) -> list[BatchDescriptor]: ...
     def execute(self, batch: Batch, desc: BatchDescriptor) -> Execution: ...
     def release(self) -> None: ...
     def captured_flag(self) -> bool: ...

@@ -13,10 +13,10 @@ from __future__ import annotations
 import gc
 from collections import defaultdict
 from itertools import groupby
-from typing import Callable
+from typing import Callable, Sequence
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor, compatible, lora_case
+from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, compatible, lora_case
 from cgsim.modes import CUDAGraphMode, resolve_mode
 from cgsim.spec.candidates import drop_unscheduled_decode
 from cgsim.spec.rulesets import Ruleset
@@ -329,6 +329,10 @@ class ManagerHandle:
 
     def dispatch(self, batch: Batch) -> BatchDescriptor:
         return self.m.dispatch(batch)
+
+    def dispatch_all(self, shapes: Sequence[BatchShape]) -> list[BatchDescriptor]:
+        dispatch = self.m.dispatch
+        return [dispatch(b) for b in shapes]
 
     def execute(self, batch: Batch, desc: BatchDescriptor) -> Execution:
         return self.m.execute(batch, desc)

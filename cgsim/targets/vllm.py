@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor
+from cgsim.descriptors import Batch, BatchDescriptor, BatchShape
 from cgsim.modes import CUDAGraphMode, ModeResolutionError
 from cgsim.spec.rulesets import Ruleset
 from cgsim.targets.base import CandidateSnapshot, Execution
@@ -441,6 +441,14 @@ class VllmManagerHandle:
         self.capture_lora_case = num_active_loras
 
     def dispatch(self, batch: Batch) -> BatchDescriptor:
+        with self._patched():
+            return self._dispatch(batch)
+
+    def dispatch_all(self, shapes: Sequence[BatchShape]) -> list[BatchDescriptor]:
+        with self._patched():  # one patch context for the whole sweep: entering one costs ~0.1 ms
+            return [self._dispatch(b) for b in shapes]
+
+    def _dispatch(self, batch: Batch | BatchShape) -> BatchDescriptor:
         """Arguments as the runner passes them: max_query_len None for a batch
         with a prefill (batch_req_state.has_prefill) and for micro-batched
         dispatch; the uniform count (get_uniform_decode_token_count) only for
@@ -457,8 +465,7 @@ class VllmManagerHandle:
             kwargs["max_query_len"] = max_q
         if "num_ubatches" in self.release_info.dispatch_kwargs:
             kwargs["num_ubatches"] = batch.num_ubatches
-        with self._patched():
-            d = self.manager.dispatch(batch.num_reqs, batch.num_tokens, uniform, batch.num_active_loras, **kwargs)
+        d = self.manager.dispatch(batch.num_reqs, batch.num_tokens, uniform, batch.num_active_loras, **kwargs)
         return from_vllm_desc(d)
 
     def execute(self, batch: Batch, desc: BatchDescriptor) -> Execution:

@@ -22,12 +22,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from cgsim.config import ManagerConfig  # noqa: E402
 from cgsim.descriptors import Batch  # noqa: E402
 from cgsim.modes import AttentionSupport as S, CUDAGraphMode as M  # noqa: E402
-from cgsim.properties import check_scenario  # noqa: E402
-from cgsim.runner import run_scenario  # noqa: E402
 from cgsim.scenario import Scenario, Step  # noqa: E402
 from cgsim.targets.mutants import MUTANTS  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from observe import observe  # noqa: E402
 CORPUS = os.path.join(HERE, "corpus.jsonl")
 
 VARIANTS = {
@@ -73,14 +73,12 @@ def configs():
 
 
 def record(entry_id: str, target: str, scenario: Scenario) -> dict:
-    trace = run_scenario(scenario, target, "mock")
-    verdict = check_scenario(scenario, trace)
-    dispatch = [[e.step, e.desc.to_json()] for e in trace.events if e.kind == "dispatch"]
+    seen = observe({"scenario": scenario.to_json(), "target": target}, "mock")
     return {
         "id": entry_id,
         "target": target,
         "scenario": scenario.to_json(),
-        "expected": {"violations": sorted({v.property for v in verdict.violations}), "dispatch": dispatch},
+        "expected": {"violations": seen["violations"], "dispatch": seen["dispatch"], "sweeps": seen["sweeps"]},
     }
 
 

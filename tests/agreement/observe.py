@@ -12,6 +12,13 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
+def _digest(sweep) -> str:
+    import hashlib
+
+    text = json.dumps([[b.to_json(), d.to_json()] for b, d in zip(sweep.batches, sweep.descs)], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def observe(entry: dict, backend: str) -> dict:
     from cgsim.properties import check_scenario
     from cgsim.runner import run_scenario
@@ -24,6 +31,8 @@ def observe(entry: dict, backend: str) -> dict:
         "violations": sorted({v.property for v in verdict.violations}),
         "messages": [f"{v.property}: {v.message}" for v in verdict.violations],
         "dispatch": [[e.step, e.desc.to_json()] for e in trace.events if e.kind == "dispatch"],
+        # Every decision of every dispatch sweep, as one digest per sweep.
+        "sweeps": [[e.step, _digest(e)] for e in trace.events if e.kind == "sweep"],
         "outputs": {str(k): v.tolist() for k, v in trace.outputs.items()},
     }
 
