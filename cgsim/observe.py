@@ -25,10 +25,40 @@ from cgsim.targets.base import TargetEnvironmentError
 from cgsim.timeouts import ScenarioTimeout, deadline
 from cgsim.trace import Trace
 
-__all__ = ["Pipeline", "RunnerPipeline", "RUNNER", "Outcome", "observe", "CUDA_POISON"]
+__all__ = ["Pipeline", "RunnerPipeline", "RUNNER", "Outcome", "observe", "scenario_timeout", "backstop_timeout",
+           "CUDA_POISON"]
 
 # Text of errors after which a CUDA context is unusable: the worker must restart.
 CUDA_POISON = ("CUDA error", "cudaError", "illegal memory access", "device-side assert", "CUBLAS_STATUS", "CUDNN_STATUS")
+
+
+# Graphs a scenario may capture within one unscaled timeout (see scenario_timeout).
+GRAPHS_PER_TIMEOUT = 24
+
+
+def scenario_timeout(scenario: Scenario, timeout: float | None) -> float | None:
+    """The per-scenario timeout, scaled with the work the scenario asks for.
+
+    ``timeout`` is what a scenario of the usual size gets.  A config as
+    engines run it captures hundreds of graphs (a 51-size ladder, two LoRA
+    cases, FULL and PIECEWISE), and capturing them is slow, not hung: the
+    limit grows with the graphs the spec expects per capture step, so only a
+    target that stops making progress is called hung."""
+    if not timeout:
+        return timeout
+    from cgsim.spec import expected_capture_descs  # noqa: PLC0415
+
+    try:
+        graphs = sum(len(d) for d in expected_capture_descs(scenario.config, scenario.ruleset).values())
+    except Exception:  # noqa: BLE001 - a rejected config captures nothing
+        graphs = 0
+    captures = sum(1 for s in scenario.steps if s.kind == "capture")
+    return timeout * max(1.0, graphs * max(1, captures) / GRAPHS_PER_TIMEOUT)
+
+
+def backstop_timeout(timeout: float | None) -> float | None:
+    """The looser timer around a whole run, for a runner that does not stop itself."""
+    return None if not timeout else timeout * 1.5 + 1.0
 
 
 class Pipeline(Protocol):
@@ -70,10 +100,12 @@ def observe(scenario: Scenario, target: str, backend: str, timeout: float | None
             pipeline: Pipeline = RUNNER) -> Outcome:
     """Run one scenario and say what went wrong, if anything.
 
-    The runner enforces ``timeout`` itself (a hang becomes an Error event);
-    a looser timer here is the backstop for a run that does not return.
+    The runner enforces ``timeout`` (scaled by ``scenario_timeout``) itself: a
+    hang becomes an Error event; a looser timer here is the backstop for a
+    run that does not return.
     """
     start = time.perf_counter()
+    timeout = scenario_timeout(scenario, timeout)
     scenario_json = scenario.to_json()
     short = scenario.short()
 
@@ -83,7 +115,7 @@ def observe(scenario: Scenario, target: str, backend: str, timeout: float | None
     def outcome(findings: list[Finding], checked: tuple[str, ...] = (), restart: bool = False) -> Outcome:
         return Outcome(tuple(findings), checked, time.perf_counter() - start, restart)
 
-    backstop = None if not timeout else timeout * 1.5 + 1.0
+    backstop = backstop_timeout(timeout)
     try:
         with deadline(backstop, f"scenario did not finish within {backstop:g}s" if backstop else ""):
             trace = pipeline.run(scenario, target, backend, timeout)

@@ -4,6 +4,8 @@ small batches, so a counterexample reads like a hand-written test."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 from hypothesis import strategies as st
 
 from cgsim.config import ManagerConfig
@@ -11,9 +13,10 @@ from cgsim.descriptors import Batch
 from cgsim.modes import AttentionSupport, CUDAGraphMode
 from cgsim.scenario import Scenario, Step
 from cgsim.spec import scheduler
+from cgsim.spec.engine_configs import vllm_lora_cases
 from cgsim.spec.rulesets import RULESETS
 
-__all__ = ["capture_sizes", "configs", "batches", "scenarios", "RULESET_NAMES"]
+__all__ = ["capture_sizes", "configs", "engine_configs", "batches", "scenarios", "RULESET_NAMES"]
 
 RULESET_NAMES = tuple(RULESETS)
 MODES = tuple(CUDAGraphMode)
@@ -44,8 +47,60 @@ def spec_schedules(draw, max_spec_tokens: int, max_num_reqs: int):
     return tuple(entries) if entries else ((1, max(1, max_num_reqs), max_spec_tokens),)
 
 
+# Modes as engines are configured, their default (FULL_AND_PIECEWISE) first.
+ENGINE_MODES = (CUDAGraphMode.FULL_AND_PIECEWISE, CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL,
+                CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE)
+EngineSizes = Callable[[int, int, "tuple | None"], tuple]
+
+
 @st.composite
-def configs(draw, max_size: int = 512) -> ManagerConfig:
+def dynamic_schedules(draw, max_spec_tokens: int, max_num_seqs: int):
+    """2-4 tiers as speculative-decoding users set them: fewer speculative
+    tokens for larger batches."""
+    tiers = min(draw(st.integers(2, 4)), max_num_seqs)
+    if tiers < 2:
+        return None
+    ends = sorted(draw(st.lists(st.integers(1, max_num_seqs - 1), min_size=tiers - 1, max_size=tiers - 1, unique=True)))
+    ends.append(max_num_seqs)
+    ks = sorted(draw(st.lists(st.integers(0, max_spec_tokens), min_size=tiers, max_size=tiers)), reverse=True)
+    entries, start = [], 1
+    for end, k in zip(ends, ks):
+        entries.append((start, end, k))
+        start = end + 1
+    return tuple(entries)
+
+
+@st.composite
+def engine_configs(draw, engine_sizes: EngineSizes) -> ManagerConfig:
+    """Configs as engines run them: the engine's own capture sizes for
+    max_num_seqs up to 1024, 1-7 speculative tokens with dynamic schedules of
+    2-4 tiers, up to 8 LoRA adapters (the engine's LoRA capture cases), DBO
+    thresholds.  Every parameter shrinks towards the smallest engine."""
+    mode = draw(st.sampled_from(ENGINE_MODES))
+    supports = [s for s in AttentionSupport if not (mode == CUDAGraphMode.FULL and s == AttentionSupport.NEVER)]
+    support = draw(st.sampled_from(supports[::-1]))  # ALWAYS first
+    max_num_seqs = draw(st.one_of(st.integers(1, 1024), st.sampled_from((8, 16, 32, 64, 128, 256, 512, 1024))))
+    k = draw(st.integers(0, 7))
+    schedule = draw(dynamic_schedules(k, max_num_seqs)) if k >= 1 and draw(st.booleans()) else None
+    varlen = k >= 1 and schedule is None and support == AttentionSupport.ALWAYS and draw(st.integers(0, 4)) == 4
+    max_loras = draw(st.integers(0, 8))
+    lora_cases = vllm_lora_cases(max_loras, draw(st.booleans())) if max_loras else (0,)
+    sizes = tuple(engine_sizes(max_num_seqs, k + 1, schedule))
+    return ManagerConfig(
+        mode=mode, capture_sizes=sizes, max_num_reqs=max_num_seqs, max_capture_size=max(sizes),
+        decode_query_len=k + 1, spec_schedule=schedule, lora_cases=lora_cases, breakable=draw(st.booleans()),
+        varlen_decode=varlen, num_ubatches=draw(st.sampled_from((1, 2))),
+        ubatch_threshold=draw(st.sampled_from((32, 64, 128, 256))), attention_support=support,
+        attention_split=draw(st.integers(0, 4)) > 0, compiled_piecewise=draw(st.integers(0, 4)) > 0,
+    )
+
+
+@st.composite
+def configs(draw, max_size: int = 512, engine_sizes: EngineSizes | None = None) -> ManagerConfig:
+    """Tiny configs that shrink well; with ``engine_sizes`` (a target's
+    ``engine_capture_sizes``) one in eight is a config as engines run them."""
+    if engine_sizes is not None and draw(st.integers(0, 7)) == 7:
+        return draw(engine_configs(engine_sizes))
     mode = draw(st.sampled_from(MODES))
     supports = [s for s in AttentionSupport if not (mode == CUDAGraphMode.FULL and s == AttentionSupport.NEVER)]
     support = draw(st.sampled_from(supports))
@@ -91,9 +146,10 @@ def batches(draw, config: ManagerConfig) -> Batch:
         lens = (draw(st.integers(1, max_tokens)),)
     elif kind == "varlen":
         r = draw(st.integers(1, max_reqs))
-        lens = tuple(draw(st.lists(st.integers(1, config.decode_query_len), min_size=1, max_size=r)))
+        lens = tuple(draw(st.lists(st.integers(1, config.decode_query_len), min_size=1, max_size=min(r, 32))))
     else:
-        lens = tuple(draw(st.lists(st.integers(1, 16), min_size=1, max_size=max_reqs)))
+        # Long request lists cost generation time; the dispatch sweep covers every request count.
+        lens = tuple(draw(st.lists(st.integers(1, 16), min_size=1, max_size=min(max_reqs, 32))))
     while sum(lens) > max_tokens and len(lens) > 1:
         lens = lens[:-1]
     if sum(lens) > max_tokens:
@@ -103,8 +159,9 @@ def batches(draw, config: ManagerConfig) -> Batch:
 
 
 @st.composite
-def scenarios(draw, ruleset: str | None = None, max_size: int = 128, config: ManagerConfig | None = None) -> Scenario:
-    cfg = config if config is not None else draw(configs(max_size))
+def scenarios(draw, ruleset: str | None = None, max_size: int = 128, config: ManagerConfig | None = None,
+              engine_sizes: EngineSizes | None = None) -> Scenario:
+    cfg = config if config is not None else draw(configs(max_size, engine_sizes))
     rs = ruleset if ruleset is not None else draw(st.sampled_from(RULESET_NAMES))
     steps: list[Step] = []
     # Optional parts are drawn so that shrinking (towards 0) removes them.

@@ -26,7 +26,7 @@ from cgsim.report.findings import load_finding, scan_findings
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def fake_strategy(ruleset):
+def fake_strategy(ruleset, target=None):
     """Tiny scenarios: capture, then up to four batches of up to 16 tokens."""
     from hypothesis import strategies as st
 

@@ -130,4 +130,9 @@ class Target(Protocol):
     def environment(self) -> dict[str, Any]:
         """What findings and summaries should record about the code under test (versions, source)."""
 
+    def engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
+                             spec_schedule: tuple | None) -> tuple[int, ...]:
+        """The capture sizes the engine picks by default for such a config (the
+        strategies draw configs as engines run them from this)."""
+
     def build(self, config: ManagerConfig, ruleset: Ruleset, backend, workload) -> ManagerUnderTest: ...

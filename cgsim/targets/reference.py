@@ -19,6 +19,7 @@ from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, compatible, lora_case
 from cgsim.modes import CUDAGraphMode, resolve_mode
 from cgsim.spec.candidates import drop_unscheduled_decode
+from cgsim.spec.engine_configs import vllm_capture_sizes
 from cgsim.spec.rulesets import Ruleset
 from cgsim.targets.base import CandidateSnapshot, Execution
 from cgsim.targets.registry import TargetFamily
@@ -375,6 +376,11 @@ class ReferenceTarget:
 
     def environment(self) -> dict:
         return {}
+
+    def engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
+                             spec_schedule: tuple | None) -> tuple[int, ...]:
+        """The sizes engines capture by default: vLLM 0.32's ladder, written out."""
+        return vllm_capture_sizes(max_num_seqs, decode_query_len, spec_schedule)
 
     def build(self, config: ManagerConfig, ruleset: Ruleset, backend, workload) -> ManagerHandle:
         return ManagerHandle(self.manager_class(config, ruleset, backend, workload))

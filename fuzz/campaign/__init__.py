@@ -78,13 +78,13 @@ def _make_run_dir(report_dir: str) -> tuple[str, str]:
 
 
 def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
-                 strategy: Callable[[str | None], Any] = default_strategy,
+                 strategy: Callable[[str | None, str | None], Any] = default_strategy,
                  out: TextIO | None = None, err: TextIO | None = None) -> CampaignResult:
     out = out or sys.stdout
     err = err or sys.stderr
     o = validate(options)
     try:
-        strategy(o.ruleset)
+        strategy(o.ruleset, o.target)
     except Exception as exc:
         raise UsageError(f"cannot build the scenario strategy: {type(exc).__name__}: {exc}") from None
     run_id, run_dir = _make_run_dir(o.report_dir)

@@ -67,7 +67,7 @@ class Slot:
 
 class Supervisor:
     def __init__(self, options: CampaignOptions, run_id: str, run_dir: str, deadline: float,
-                 pipeline: Pipeline, strategy: Callable[[str | None], Any] = default_strategy,
+                 pipeline: Pipeline, strategy: Callable[[str | None, str | None], Any] = default_strategy,
                  on_finding: Callable[[], None] | None = None):
         self.o = options
         self.run_id = run_id
@@ -84,7 +84,8 @@ class Supervisor:
         self.ctx = multiprocessing.get_context(options.method)
         self.queue = self.ctx.Queue()
         self.stop_event = self.ctx.Event()
-        self.heartbeat = self.ctx.Array("d", options.workers, lock=False)
+        # Per worker: when its scenario started, and how long it may run (worker.py).
+        self.heartbeat = self.ctx.Array("d", 2 * options.workers, lock=False)
         shares = _split(options.max_examples, options.workers)
         gpus = options.gpu_list
         self.slots = [Slot(i, gpus[i % len(gpus)] if gpus else None, shares[i]) for i in range(options.workers)]
@@ -160,7 +161,8 @@ class Supervisor:
                 continue
             if p.exitcode is None:
                 started = self.heartbeat[slot.index]
-                limit = (self.o.timeout_s or 0) * 1.5 + 2.0  # past the in-process backstop timer too
+                # Past the in-process backstop timer too (scaled with the scenario's work).
+                limit = self.heartbeat[self.o.workers + slot.index] or (self.o.timeout_s or 0) * 1.5 + 2.0
                 if self.o.timeout_s and started and now - started > limit and not slot.killed_by_watchdog:
                     # The in-process timer did not fire (a hang in C code, a
                     # blocked syscall): kill the worker, keep its scenario.
@@ -194,9 +196,10 @@ class Supervisor:
             signame = _signame(-code)
             scenario = self._inflight(slot)
             if slot.killed_by_watchdog:
+                limit = self.heartbeat[self.o.workers + slot.index] or self.o.timeout_s
                 self._death_finding(slot, scenario, NO_HANG,
-                                    f"the scenario ran past the per-scenario timeout ({self.o.timeout_s:g}s) without "
-                                    f"returning to Python; the watchdog killed worker {slot.index}")
+                                    f"the scenario ran past its time limit ({limit:g}s, the per-scenario timeout scaled "
+                                    f"with its work) without returning to Python; the watchdog killed worker {slot.index}")
                 slot.end = "killed by watchdog (hang)"
             elif -code == signal.SIGKILL:
                 self.notes.append(f"worker {slot.index} was killed with SIGKILL from outside (OOM killer or a user); "

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from cgsim.finding import Finding
-from cgsim.observe import RUNNER, Outcome, Pipeline, observe
+from cgsim.observe import RUNNER, Outcome, Pipeline, backstop_timeout, observe, scenario_timeout
 from cgsim.profiles import get_profile
 from cgsim.report.findings import write_finding
 from cgsim.report.repro import write_repro
@@ -76,10 +76,17 @@ def capture_size_range(largest: int) -> str:
     return ">2048"
 
 
-def default_strategy(ruleset: str | None) -> Any:
+def default_strategy(ruleset: str | None, target: str | None = None) -> Any:
+    """Scenarios for a campaign against ``target``: tiny configs, and configs
+    as the target's engine runs them (its own default capture sizes)."""
     from fuzz.strategies import scenarios
 
-    return scenarios(ruleset=ruleset)
+    engine_sizes = None
+    if target is not None:
+        from cgsim.targets import get_target
+
+        engine_sizes = getattr(get_target(target), "engine_capture_sizes", None)
+    return scenarios(ruleset=ruleset, engine_sizes=engine_sizes)
 
 
 @dataclass(frozen=True)
@@ -95,7 +102,7 @@ class WorkerSpec:
     gpu: str | None = None
     skip_properties: tuple[str, ...] = ()  # finalised by earlier incarnations of this worker
     pipeline: Pipeline = RUNNER
-    strategy: Callable[[str | None], Any] = default_strategy
+    strategy: Callable[[str | None, str | None], Any] = default_strategy
     stats_interval_s: float = 0.5
 
 
@@ -120,7 +127,7 @@ class Worker:
         self.o = spec.options
         self.queue = queue
         self.stop_event = stop_event
-        self.heartbeat = heartbeat  # shared array: start time of the running scenario, 0 when idle
+        self.heartbeat = heartbeat  # shared: start time of the running scenario (0 when idle), then its limits
         self.findings_dir = os.path.join(spec.run_dir, "findings")
         self.work_dir = os.path.join(spec.run_dir, ".work")
         self.found: set[str] = set(spec.skip_properties)  # properties finalised by this worker
@@ -131,6 +138,8 @@ class Worker:
         self.coverage: dict[str, Counter] = {}
         self.last_stats = 0.0
         self.started = time.time()
+        self._fuzz_started = (time.time(), time.process_time())  # reset once the target is warm
+        self.first_seen: dict[str, dict] = {}
         self._inflight = None
         self._chunk_seed = 0
 
@@ -204,9 +213,20 @@ class Worker:
         self._send("finding", spec.index, finding.id, finding.property, status)
         return finding
 
+    def _first_seen(self, prop: str) -> dict:
+        """How long this worker fuzzed (after the target's one-time set-up) before
+        it first saw the property fail: wall and CPU seconds, scenarios run."""
+        if prop not in self.first_seen:
+            wall, cpu = self._fuzz_started
+            self.first_seen[prop] = {"first_seen_s": round(time.time() - wall, 3),
+                                     "first_seen_cpu_s": round(time.process_time() - cpu, 3),
+                                     "first_seen_scenarios": self.scenarios}
+        return self.first_seen[prop]
+
     def _finalise(self, prop: str, best: tuple, first: Finding, status: str, flaky: str | None = None) -> None:
         _, found = best
-        extra = {"first_id": first.id, "original_scenario": first.scenario}
+        extra = {"first_id": first.id, "original_scenario": first.scenario,
+                 **{k: v for k, v in first.extra.items() if k.startswith("first_seen")}}
         if flaky:
             extra["flaky"] = flaky
         final = self._record(found, status, extra=extra)
@@ -247,7 +267,8 @@ class Worker:
         # One-time costs (an engine's cold import: ~20 s for vLLM) before the
         # first scenario, whose deadline must not pay them.
         get_target(self.o.target).check_environment()
-        strategy = self.spec.strategy(self.o.ruleset)
+        self._fuzz_started = (time.time(), time.process_time())
+        strategy = self.spec.strategy(self.o.ruleset, self.o.target)
         base = get_profile(self.o.profile).campaign_settings(self.o.chunk_examples)
         chunk = 0
         restart = False
@@ -281,7 +302,11 @@ class Worker:
                 raise _Abort()
             self._write_inflight(scenario)
             if self.heartbeat is not None:
+                # [index]: since when it runs; [workers + index]: after how long
+                # the parent's watchdog may call it hung (past the backstop).
                 self.heartbeat[spec.index] = time.time()
+                limit = backstop_timeout(scenario_timeout(scenario, self.o.timeout_s))
+                self.heartbeat[self.o.workers + spec.index] = limit + 1.0 if limit else 0.0
             try:
                 outcome: Outcome = observe(scenario, self.o.target, self.o.backend, self.o.timeout_s, spec.pipeline)
             finally:
@@ -306,14 +331,14 @@ class Worker:
                     continue
                 seen = outcome.first(p)
                 if not seen.shrinkable:
-                    self._record(seen, "unshrunk", extra={"note": f"{p} findings are not shrunk"})
+                    self._record(seen, "unshrunk", extra={"note": f"{p} findings are not shrunk", **self._first_seen(p)})
                     self.found.add(p)
                 elif pinned is None:
                     st["pinned"] = pinned = p
                     st["best"] = (scenario, seen)
-                    st["first"] = self._record(seen, "shrinking")
+                    st["first"] = self._record(seen, "shrinking", extra=self._first_seen(p))
                 elif p not in self.provisional:
-                    self.provisional[p] = self._record(seen, "pending").id
+                    self.provisional[p] = self._record(seen, "pending", extra=self._first_seen(p)).id
             if outcome.needs_restart:
                 st["restart"] = True
                 raise _Restart()

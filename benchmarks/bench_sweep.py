@@ -1,0 +1,157 @@
+"""What the dispatch sweep costs: per scenario, the time spent sweeping
+against the time spent capturing, batches swept per second, and how much the
+sweep adds to a scenario (run + check), for the reference target and, where
+vLLM imports, the vLLM target.
+
+    python benchmarks/bench_sweep.py [--examples 200] [--max-size 64] [--targets reference,vllm]
+
+CPU time of this process (time.process_time), so a busy shared machine
+inflates nothing; each scenario runs with and without the sweep,
+interleaved.  Scenarios: ``fuzz.strategies.scenarios`` with the target's
+engine configs mixed in, as a campaign draws them (derandomized).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+
+
+def _scenarios(target: str, n: int, max_size: int) -> list:
+    from hypothesis import HealthCheck, Phase, given, settings
+
+    from cgsim.targets import get_target
+    from fuzz.strategies import scenarios
+
+    sizes = get_target(target).engine_capture_sizes
+    out: list = []
+
+    @settings(max_examples=n, database=None, deadline=None, suppress_health_check=list(HealthCheck),
+              phases=(Phase.generate,), derandomize=True)
+    @given(scenarios(max_size=max_size, engine_sizes=sizes))
+    def collect(sc):
+        out.append(sc)
+
+    collect()
+    return out
+
+
+class _Timer:
+    """Wraps the runner's sweep and each handle's capture to add up their CPU time."""
+
+    def __init__(self):
+        import cgsim.runner as runner
+
+        self.runner = runner
+        self.sweep_s = self.capture_s = 0.0
+        self.swept = 0
+        self._sweep, self._get_target = runner._sweep, runner.get_target
+
+    def __enter__(self):
+        timer = self
+
+        def sweep(handle, scenario, trace, step, known, light):
+            t0 = time.process_time()
+            try:
+                return timer._sweep(handle, scenario, trace, step, known, light)
+            finally:
+                timer.sweep_s += time.process_time() - t0
+                timer.swept += len(trace.events[-1].batches) if trace.events and trace.events[-1].kind == "sweep" else 0
+
+        def get_target(name):
+            target = timer._get_target(name)
+            build = target.build
+
+            def timed_build(*args, **kwargs):
+                handle = build(*args, **kwargs)
+                capture = handle.capture
+
+                def timed_capture():
+                    t0 = time.process_time()
+                    try:
+                        return capture()
+                    finally:
+                        timer.capture_s += time.process_time() - t0
+
+                handle.capture = timed_capture
+                return handle
+
+            target.build = timed_build
+            return target
+
+        self.runner._sweep, self.runner.get_target = sweep, get_target
+        return self
+
+    def __exit__(self, *exc):
+        self.runner._sweep, self.runner.get_target = self._sweep, self._get_target
+
+
+def bench(target: str, n: int, max_size: int) -> dict | None:
+    import torch
+
+    from cgsim.properties import check_scenario
+    from cgsim.runner import run_scenario
+    from cgsim.targets import TargetEnvironmentError, get_target
+
+    try:
+        get_target(target).check_environment()
+    except TargetEnvironmentError as exc:
+        print(f"{target}: skipped ({exc})")
+        return None
+    torch.set_num_threads(1)
+    scs = _scenarios(target, n, max_size)
+    for sc in scs[:10]:
+        check_scenario(sc, run_scenario(sc, target=target, timeout=600))  # warm
+    plain, swept, sweep_s, capture_s, shapes = [], [], [], [], 0
+    for sc in scs:
+        t0 = time.process_time()
+        check_scenario(sc, run_scenario(sc, target=target, timeout=600, sweep=False))
+        plain.append(time.process_time() - t0)
+        with _Timer() as timer:
+            t0 = time.process_time()
+            check_scenario(sc, run_scenario(sc, target=target, timeout=600, sweep=True))
+            swept.append(time.process_time() - t0)
+        sweep_s.append(timer.sweep_s)
+        capture_s.append(timer.capture_s)
+        shapes += timer.swept
+    med = statistics.median
+    return {
+        "target": target, "scenarios": len(scs),
+        "median_ms_without": 1000 * med(plain), "median_ms_with": 1000 * med(swept),
+        "added_pct": 100 * (med(swept) / med(plain) - 1),
+        "total_added_pct": 100 * (sum(swept) / sum(plain) - 1),
+        "median_sweep_ms": 1000 * med(sweep_s), "median_capture_ms": 1000 * med(capture_s),
+        "sweep_over_capture": sum(sweep_s) / max(1e-9, sum(capture_s)),
+        "shapes_per_s": shapes / max(1e-9, sum(sweep_s)), "shapes": shapes,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--examples", type=int, default=200)
+    ap.add_argument("--max-size", type=int, default=64)
+    ap.add_argument("--targets", default="reference,vllm")
+    args = ap.parse_args(argv)
+    print(f"{'target':10} {'n':>4} {'med w/o':>8} {'med with':>9} {'+med':>6} {'+total':>7} {'sweep':>7} "
+          f"{'capture':>8} {'sweep/capt':>10} {'shapes/s':>9}")
+    for target in args.targets.split(","):
+        r = bench(target.strip(), args.examples, args.max_size)
+        if r is None:
+            continue
+        print(f"{r['target']:10} {r['scenarios']:>4} {r['median_ms_without']:>7.1f}ms {r['median_ms_with']:>8.1f}ms "
+              f"{r['added_pct']:>5.1f}% {r['total_added_pct']:>6.1f}% {r['median_sweep_ms']:>6.2f}ms "
+              f"{r['median_capture_ms']:>7.2f}ms {r['sweep_over_capture']:>10.3f} {r['shapes_per_s']:>9.0f}")
+    print("(median per scenario, CPU ms of one process; +med: the sweep's share of the median scenario, "
+          "+total: of all scenarios; sweep/capt: total sweep CPU over total capture CPU)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

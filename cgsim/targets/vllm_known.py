@@ -1,0 +1,158 @@
+"""The real defects cgsim found in vLLM's CUDA-graph manager (docs/findings.md),
+each with the releases it is in and a rule that recognises its findings.
+
+A finding on vLLM is a claim about someone else's code: a campaign labels
+each finding with the documented defect it is an instance of, or leaves it
+unlabelled (a new defect to document with its cause, or a cgsim bug to fix).
+``docs/findings.md`` has each defect's cause in vLLM's code and its replay
+commands; the rows here are numbered as there.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from cgsim.config import ManagerConfig
+from cgsim.finding import Finding
+
+__all__ = ["KnownDefect", "KNOWN_DEFECTS", "classify", "present_in"]
+
+
+def _v(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version)[:3])
+
+
+@dataclass(frozen=True)
+class KnownDefect:
+    row: int  # docs/findings.md section
+    name: str
+    title: str
+    first: str  # first release it is in
+    fixed: str | None  # first release without it; None: not fixed
+    properties: frozenset[str]  # the properties its findings violate
+    matches: Callable[[Finding, ManagerConfig], bool]
+
+    def present_in(self, version: str) -> bool:
+        v = _v(version)
+        return v >= _v(self.first) and (self.fixed is None or v < _v(self.fixed))
+
+
+def _decode_lengths(cfg: ManagerConfig) -> int:
+    return len(cfg.scheduler_decode_query_lens())
+
+
+def _batch_text(f: Finding) -> str:
+    """The batch a dispatch finding names (its message starts with it)."""
+    for marker in (" dispatched", " ran eagerly", " has exactly"):
+        if marker in f.message:
+            return f.message.split(marker, 1)[0]
+    return ""
+
+
+def _decode_batch(f: Finding) -> bool:
+    """A dispatch finding about a pure decode batch (the sweep's shapes say
+    uniform=, a scenario step's batch is looked at)."""
+    if " uniform=" in _batch_text(f):
+        return True
+    steps = f.scenario.get("steps", [])
+    if f.step is not None and 0 <= f.step < len(steps) and steps[f.step].get("batch"):
+        b = steps[f.step]["batch"]
+        return not b.get("has_prefill") and len(set(b["query_lens"])) == 1
+    return False
+
+
+def _fitting_full(f: Finding) -> bool:
+    return "FULL" in f.message.split("although", 1)[-1]
+
+
+def _nearest_group(f: Finding, c: ManagerConfig) -> bool:
+    """#1: a decode batch of one of several scheduled lengths misses a larger FULL graph of its length."""
+    return c.spec_schedule is not None and _decode_lengths(c) > 1 and _decode_batch(f) and _fitting_full(f)
+
+
+def _uniforms(f: Finding) -> set[int]:
+    return {int(u) for u in re.findall(r"uniform=(\d+)", f.message.split(" is never")[0])}
+
+
+def _dead_decode_graph(f: Finding, c: ManagerConfig) -> bool:
+    """#6: a FULL graph for a scheduled decode length at a request count the
+    schedule never gives that length (micro-batched twins of one included)."""
+    lens = set(c.scheduler_decode_query_lens())
+    return c.spec_schedule is not None and bool(_uniforms(f)) and _uniforms(f) <= lens
+
+
+def _twin_of_mixed(f: Finding, c: ManagerConfig) -> bool:
+    """#8: the micro-batched twin of a mixed FULL graph: its uniform count is
+    num_tokens / num_reqs, which is no decode length at all."""
+    lens = set(c.scheduler_decode_query_lens())
+    return c.num_ubatches > 1 and "ubatches=" in f.message and bool(_uniforms(f) - lens)
+
+
+def _after_release(f: Finding) -> bool:
+    steps = f.scenario.get("steps", [])
+    return any(s.get("kind") == "release" for s in steps[: (f.step or 0) + 1]) or "after a release" in f.message
+
+
+KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
+    KnownDefect(
+        1, "dynsd-nearest-group", "dynamic speculative decoding: the nearest FULL group lacks the batch's decode length",
+        "0.28.0", None, frozenset({"DISPATCH-PRIORITY", "DISPATCH-COMPLETE"}), _nearest_group,
+    ),
+    KnownDefect(
+        2, "cross-mode-candidates", "candidate lists keyed by the nearest token count over all modes",
+        "0.28.0", "0.29.0", frozenset({"DISPATCH-PRIORITY", "DISPATCH-COMPLETE", "DISPATCH-ROUNDTRIP"}),
+        lambda f, c: c.mode.value == "FULL_AND_PIECEWISE" or "PIECEWISE" in f.message,
+    ),
+    KnownDefect(
+        3, "draft-decode-zero-division", "the draft decode manager divides by zero for a scheduled k = K - 1",
+        "0.28.0", "0.32.0", frozenset({"INIT-TOTAL"}),
+        lambda f, c: "ZeroDivisionError" in f.message and "draft" in f.message,
+    ),
+    KnownDefect(
+        4, "mixed-full-max-query-len", "mixed FULL graphs captured with the dummy batch's max_query_len",
+        "0.28.0", "0.31.0", frozenset({"PAD-CONSISTENT"}),
+        lambda f, c: "max_query_len" in f.message,
+    ),
+    KnownDefect(
+        5, "raw-schedule-lengths", "decode lengths from the raw schedule entries",
+        "0.28.0", "0.29.0", frozenset({"DECODE-LENGTHS", "CAND-ORDER", "CAPTURE-USEFUL"}),
+        lambda f, c: c.spec_schedule is not None,
+    ),
+    KnownDefect(
+        6, "dynsd-every-length", "dynamic speculative decoding captures every length at every size",
+        "0.28.0", None, frozenset({"CAPTURE-USEFUL", "CAND-ORDER"}), _dead_decode_graph,
+    ),
+    KnownDefect(
+        7, "release-keeps-graphs", "release never reaches the MRV2 manager; the recapture asserts",
+        "0.28.0", "0.32.0",
+        frozenset({"RELEASE-RECAPTURE", "NO-CRASH", "BEFORE-CAPTURE", "CAPTURE-ONCE", "WARMUP-FIRST"}),
+        lambda f, c: f.property == "RELEASE-RECAPTURE" or "already captured" in f.message or _after_release(f),
+    ),
+    KnownDefect(
+        8, "dbo-twin-of-mixed-full", "micro-batched twins of mixed FULL descriptors",
+        "0.30.0", None, frozenset({"CAPTURE-USEFUL", "INIT-TOTAL", "CAND-ORDER"}), _twin_of_mixed,
+    ),
+    KnownDefect(
+        9, "piecewise-without-runner", "PIECEWISE kept with nothing to run it",
+        "0.28.0", "0.30.0", frozenset({"MODE-RESOLUTION", "DISPATCH-SOUND", "CAND-ORDER"}),
+        lambda f, c: not c.piecewise_available and "PIECEWISE" in f.message,
+    ),
+)
+
+
+def present_in(version: str) -> list[KnownDefect]:
+    return [d for d in KNOWN_DEFECTS if d.present_in(version)]
+
+
+def classify(finding: Finding, version: str) -> KnownDefect | None:
+    """The documented defect of ``version`` this finding is an instance of, if any."""
+    try:
+        config = ManagerConfig.from_json(finding.scenario["config"])
+    except Exception:  # noqa: BLE001 - an unreadable scenario matches nothing
+        return None
+    for d in present_in(version):
+        if finding.property in d.properties and d.matches(finding, config):
+            return d
+    return None
