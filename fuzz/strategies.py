@@ -37,37 +37,26 @@ def capture_sizes(draw, max_size: int = 512) -> tuple[int, ...]:
 
 @st.composite
 def spec_schedules(draw, max_spec_tokens: int, max_num_reqs: int):
-    bounds = sorted(draw(st.lists(st.integers(1, max(1, max_num_reqs)), min_size=1, max_size=3, unique=True)))
+    """Dynamic speculative decoding as users set it: 2-4 tiers of batch sizes,
+    fewer speculative tokens for larger batches, each tier its own decode
+    length (a schedule with one length is plain speculative decoding)."""
+    tiers = min(draw(st.integers(2, 4)), max_num_reqs, max_spec_tokens + 1)
+    if tiers < 2:
+        return ((1, max(1, max_num_reqs), max_spec_tokens),)
+    ends = sorted(draw(st.lists(st.integers(1, max_num_reqs - 1), min_size=tiers - 1, max_size=tiers - 1, unique=True)))
+    ends.append(max_num_reqs)
+    ks = sorted(draw(st.lists(st.integers(0, max_spec_tokens), min_size=tiers, max_size=tiers, unique=True)), reverse=True)
     entries, start = [], 1
-    for end in bounds:
-        if end < start:
-            continue
-        entries.append((start, end, draw(st.integers(0, max_spec_tokens))))
+    for end, k in zip(ends, ks):
+        entries.append((start, end, k))
         start = end + 1
-    return tuple(entries) if entries else ((1, max(1, max_num_reqs), max_spec_tokens),)
+    return tuple(entries)
 
 
 # Modes as engines are configured, their default (FULL_AND_PIECEWISE) first.
 ENGINE_MODES = (CUDAGraphMode.FULL_AND_PIECEWISE, CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL,
                 CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE)
 EngineSizes = Callable[[int, int, "tuple | None"], tuple]
-
-
-@st.composite
-def dynamic_schedules(draw, max_spec_tokens: int, max_num_seqs: int):
-    """2-4 tiers as speculative-decoding users set them: fewer speculative
-    tokens for larger batches."""
-    tiers = min(draw(st.integers(2, 4)), max_num_seqs)
-    if tiers < 2:
-        return None
-    ends = sorted(draw(st.lists(st.integers(1, max_num_seqs - 1), min_size=tiers - 1, max_size=tiers - 1, unique=True)))
-    ends.append(max_num_seqs)
-    ks = sorted(draw(st.lists(st.integers(0, max_spec_tokens), min_size=tiers, max_size=tiers)), reverse=True)
-    entries, start = [], 1
-    for end, k in zip(ends, ks):
-        entries.append((start, end, k))
-        start = end + 1
-    return tuple(entries)
 
 
 @st.composite
@@ -81,7 +70,7 @@ def engine_configs(draw, engine_sizes: EngineSizes) -> ManagerConfig:
     support = draw(st.sampled_from(supports[::-1]))  # ALWAYS first
     max_num_seqs = draw(st.one_of(st.integers(1, 1024), st.sampled_from((8, 16, 32, 64, 128, 256, 512, 1024))))
     k = draw(st.integers(0, 7))
-    schedule = draw(dynamic_schedules(k, max_num_seqs)) if k >= 1 and draw(st.booleans()) else None
+    schedule = draw(spec_schedules(k, max_num_seqs)) if k >= 1 and draw(st.booleans()) else None
     varlen = k >= 1 and schedule is None and support == AttentionSupport.ALWAYS and draw(st.integers(0, 4)) == 4
     max_loras = draw(st.integers(0, 8))
     lora_cases = vllm_lora_cases(max_loras, draw(st.booleans())) if max_loras else (0,)
@@ -98,8 +87,8 @@ def engine_configs(draw, engine_sizes: EngineSizes) -> ManagerConfig:
 @st.composite
 def configs(draw, max_size: int = 512, engine_sizes: EngineSizes | None = None) -> ManagerConfig:
     """Tiny configs that shrink well; with ``engine_sizes`` (a target's
-    ``engine_capture_sizes``) one in eight is a config as engines run them."""
-    if engine_sizes is not None and draw(st.integers(0, 7)) == 7:
+    ``engine_capture_sizes``) one in four is a config as engines run them."""
+    if engine_sizes is not None and draw(st.integers(0, 3)) == 3:
         return draw(engine_configs(engine_sizes))
     mode = draw(st.sampled_from(MODES))
     supports = [s for s in AttentionSupport if not (mode == CUDAGraphMode.FULL and s == AttentionSupport.NEVER)]
@@ -110,7 +99,7 @@ def configs(draw, max_size: int = 512, engine_sizes: EngineSizes | None = None) 
     breakable = draw(st.booleans())
     varlen = q > 1 and support == AttentionSupport.ALWAYS and draw(st.integers(0, 4)) == 0
     schedule = None
-    if q > 1 and not varlen and draw(st.integers(0, 3)) == 0:
+    if q > 1 and not varlen and draw(st.integers(0, 2)) == 0:
         schedule = draw(spec_schedules(q - 1, max_num_reqs))
     lora_cases = draw(st.sampled_from([(0,), (0,), (0,), (0, 1), (0, 1, 2), (0, 2, 4)]))
     num_ubatches = draw(st.sampled_from((1, 1, 1, 2)))

@@ -314,6 +314,8 @@ class Worker:
                     self.heartbeat[spec.index] = 0.0
             self.scenarios += 1
             self._cover(scenario)
+            for dim, key in outcome.coverage:
+                self.coverage.setdefault(dim, Counter())[key] += 1
             for p in outcome.checked:
                 self.checks[p] += 1
             props = outcome.properties
