@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from cgsim.backends import get_backend
 from cgsim.finding import Finding, FindingError
 from cgsim.observe import RUNNER, Outcome, Pipeline, observe
+from cgsim.properties.harness import NO_CRASH, NO_HANG
 from cgsim.scenario import Scenario
 from cgsim.targets import get_target
 
@@ -117,7 +118,7 @@ def script_verdict(finding: Finding, code: int | None, limit: float, path: str =
     if code == 0:
         return ScriptVerdict(False)
     if code is None:
-        if finding.kind == "hang":
+        if finding.kind == "hang" or prop == NO_HANG:
             return ScriptVerdict(True, f"REPRODUCED {prop}: {path} did not finish within {limit:g}s")
         return ScriptVerdict(None, f"{path} did not finish within {limit:g}s; could not tell whether {prop} "
                                    "reproduces (only a hang finding is reproduced by a script that never ends)")
@@ -126,11 +127,11 @@ def script_verdict(finding: Finding, code: int | None, limit: float, path: str =
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        if finding.kind == "crash" and -code in CRASH_SIGNALS:
+        if (finding.kind == "crash" or prop == NO_CRASH) and -code in CRASH_SIGNALS:
             return ScriptVerdict(True, f"REPRODUCED {prop}: {path} died with {name}")
         return ScriptVerdict(None, f"{path} died with {name}; could not tell whether {prop} reproduces "
                                    "(only a crash finding is reproduced by a script that dies of a crash signal)")
-    if finding.kind == "crash":
+    if finding.kind == "crash" or prop == NO_CRASH:
         return ScriptVerdict(True, f"REPRODUCED {prop}: {path} exited with status {code}")
     return ScriptVerdict(None, f"{path} exited with status {code}; could not tell whether {prop} reproduces "
                                "(a repro script exits 1 reproduced, 0 not, 2 cannot run here)")

@@ -271,7 +271,7 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         quiet=args.quiet,
         command="python -m fuzz " + " ".join(shlex.quote(a) for a in argv),
     )
-    return run_campaign(options).exit_code
+    return run_campaign(options, ignore_late_signals=True).exit_code
 
 
 # -- replay ---------------------------------------------------------------------------

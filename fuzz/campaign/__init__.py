@@ -20,7 +20,9 @@ import datetime as _dt
 import os
 import platform
 import secrets
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, TextIO
@@ -32,7 +34,7 @@ from cgsim.report.summary import build_summary, update_latest, write_report
 from cgsim.text import first_line
 from fuzz.campaign.console import Progress, print_summary
 from fuzz.campaign.options import CampaignOptions, UsageError, options_for_profile, parse_budget, resolve_gpus, validate
-from fuzz.campaign.supervisor import Supervisor
+from fuzz.campaign.supervisor import STOP_SIGNALS, Supervisor
 from fuzz.campaign.worker import default_strategy
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
 
 REPORT_EVERY_S = 5.0
 RUN_LOCK = "campaign.lock"
+UNWRITABLE = "report directory unwritable"  # summary "interrupted" when the disk stopped the campaign
 
 # Exit status (the table is in reports/README.md).
 EXIT_CLEAN = 0  # nothing found
@@ -116,7 +119,17 @@ def exit_code(summary: dict, stop_reason: str | None, report_failed: bool) -> in
 
 def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
                  strategy: Callable[[str | None], Any] = default_strategy,
-                 out: TextIO | None = None, err: TextIO | None = None) -> CampaignResult:
+                 out: TextIO | None = None, err: TextIO | None = None,
+                 ignore_late_signals: bool = False) -> CampaignResult:
+    """Run one campaign; UsageError before anything starts.
+
+    ``ignore_late_signals``: once the final report is written, block
+    SIGINT/SIGTERM/SIGHUP for good, for a process that exits right after (the
+    CLI): a second Ctrl-C that lands after the report, even while the
+    interpreter shuts down (which puts the default handlers back), must not
+    kill the process and change its exit status.  Blocked signals stay
+    pending and die with the process.
+    """
     out = out or sys.stdout
     err = err or sys.stderr
     o = validate(options)
@@ -131,7 +144,7 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
     sup = Supervisor(o, run_id, run_dir, started_wall + o.budget_s, pipeline, strategy)
     progress = Progress(err, o.quiet)
     findings_dir = os.path.join(run_dir, "findings")
-    report_errors: list[str] = []
+    report_errors: list[str] = []  # every failed report write, in order (never cleared)
 
     def report(complete: bool, final: bool = False) -> dict:
         notes = list(sup.notes) + [f"not on disk: {f.property} {f.id}: {first_line(f.message, 200)}; "
@@ -140,17 +153,17 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
         summary = build_summary(
             run_id=run_id, settings=settings_of(o, [s.gpu for s in sup.slots] if o.gpu_list else None),
             findings=scan_findings(findings_dir), stats=sup.stats(), workers=sup.workers(), complete=complete,
-            interrupted=sup.stop_reason or ("report directory unwritable" if sup.store_errors else None),
+            interrupted=sup.stop_reason or (UNWRITABLE if sup.store_errors or report_errors else None),
             started_at=started_at,
             finished_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds") if final else None,
             elapsed_s=time.time() - started_wall, notes=notes, inflight=[] if final else sup.inflight(),
         )
         try:
             write_report(run_dir, summary)
-            if final:
-                report_errors.clear()  # the report on disk is whole
         except OSError as exc:
             report_errors.append(f"cannot write the report in {run_dir}: {exc}")
+            if not final:  # the findings cannot be far behind (one disk): stop while they are whole
+                sup.stop_event.set()
         return summary
 
     # Our handler from here until the final report is on disk: a Ctrl-C
@@ -163,7 +176,7 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
             if not sup.stopped:
                 sup.start()
             last_report = last_progress = time.monotonic()
-            while sup.poll(timeout=0.1):
+            while not report_errors and sup.poll(timeout=0.1):
                 mono = time.monotonic()
                 if mono - last_progress >= progress.every:
                     progress.show(target=o.target, scenarios=sum(s.get("scenarios", 0) for s in sup.stats()),
@@ -178,7 +191,7 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
             sup.shutdown()
         # Space may have come back since a write failed: one more try.
         sup.unwritten = [f for f in sup.unwritten if not _try(FindingStore(findings_dir, repro=write_repro).put, f)]
-        complete = not sup.stopped and not sup.cut_short
+        complete = not sup.stopped and not sup.cut_short and not report_errors
         summary = report(complete=complete, final=True)
         _try(update_latest, o.report_dir, run_id)
         progress.clear()
@@ -193,6 +206,8 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
                       f"written; free space, then run: python -m fuzz report {run_dir}\n")
             err.flush()
     finally:
+        if ignore_late_signals and threading.current_thread() is threading.main_thread():
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         sup.restore_signals(previous)
         os.close(lock_fd)
     return CampaignResult(exit_code(summary, sup.stop_reason, failed), run_dir, summary)
