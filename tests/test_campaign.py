@@ -200,6 +200,14 @@ def test_no_findings_exits_zero(tmp_path):
     assert result.summary["scenarios"] == 40
 
 
+def test_a_campaign_that_ran_no_scenario_is_not_a_clean_pass(tmp_path, capsys):
+    result = run(tmp_path, bug="big", budget_s=0.01)  # over before the worker's first scenario
+    assert result.summary["scenarios"] == 0
+    assert result.exit_code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no scenario ran" in err and "--budget" in err
+
+
 def test_same_seed_same_findings(tmp_path):
     # --max-examples bounds the run, not the clock: exactly repeatable
     a = run(tmp_path / "a", bug="two", max_examples=120, seed=7, budget_s=60.0)

@@ -414,3 +414,31 @@ def test_report_rebuilds_a_run_without_a_summary(tmp_path, capsys):
     assert [f["property"] for f in summary["findings"]] == ["CAPTURE-ORDER"]
     assert (run_dir / "findings" / f"repro_{summary['findings'][0]['id']}.py").exists()  # written again
     assert main(["report", "--quiet", str(tmp_path / "run")]) == 1 and capsys.readouterr().out == ""
+
+
+def test_report_of_an_uploaded_run_keeps_the_last_summary_and_what_was_in_flight(tmp_path, capsys):
+    # No .work/ (scratch is not uploaded): the last summary says what ran.
+    from cgsim.report.summary import build_summary, write_report
+
+    run_dir = tmp_path / "run"
+    (run_dir / "findings").mkdir(parents=True)
+    _finding(run_dir / "findings", "mutant:full-before-piecewise")
+    scen = Scenario(ManagerConfig(), (Step.capture(),))
+    settings = {"target": "mutant:full-before-piecewise", "backend": "mock", "ruleset": "any", "seed": 4,
+                "budget_s": 60, "workers": 2}
+    last = build_summary(run_id="run-x", settings=settings, findings=[], stats=[{"scenarios": 17, "checks": {"CAPTURE-ORDER": 17}}],
+                         started_at="2026-01-01T00:00:00+00:00", elapsed_s=5.0,
+                         inflight=[{"worker": 1, "started_at": "2026-01-01T00:00:04+00:00",
+                                    "scenario_short": scen.short(), "scenario": scen.to_json()}])
+    write_report(str(run_dir), last)
+    assert main(["report", "--quiet", str(run_dir)]) == 1
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["run_id"] == "run-x" and summary["settings"] == settings and summary["scenarios"] == 17
+    assert summary["properties"]["CAPTURE-ORDER"]["checks"] == 17
+    assert [e["worker"] for e in summary["inflight"]] == [1] and summary["interrupted"] == "campaign died"
+    # Rebuilding again changes nothing but the note's time.
+    assert main(["report", "--quiet", str(run_dir)]) == 1
+    again = json.loads((run_dir / "summary.json").read_text())
+    assert again["findings"] == summary["findings"] and again["scenarios"] == 17
+    assert again["last_activity"] == summary["last_activity"]  # the rebuild's own writes are no sign of life
+    assert len(again["notes"]) == len(summary["notes"])

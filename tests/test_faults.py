@@ -180,8 +180,12 @@ def assert_rebuilds(run_dir, *, complete=None, interrupted=None):
     from fuzz.campaign.rebuild import rebuild_report
 
     on_disk = snapshot(run_dir)
+    last = json.loads((run_dir / "summary.json").read_text())
     result = rebuild_report(str(run_dir), quiet=True)
     summary = json.loads((run_dir / "summary.json").read_text())
+    # What the last summary knew (settings, counts) is kept.
+    assert summary["settings"] == last["settings"] and summary["run_id"] == last["run_id"]
+    assert summary["scenarios"] == last["scenarios"] and summary["coverage"] == last["coverage"]
     listed = {f["id"] for f in summary["findings"]} | {d for f in summary["findings"] for d in f["duplicates"]}
     assert listed == set(on_disk)
     assert result.exit_code == (1 if on_disk else 0)

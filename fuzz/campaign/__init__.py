@@ -50,7 +50,7 @@ UNWRITABLE = "report directory unwritable"  # summary "interrupted" when the dis
 # Exit status (the table is in reports/README.md).
 EXIT_CLEAN = 0  # nothing found
 EXIT_FINDINGS = 1  # findings (also in a partial run)
-EXIT_USAGE = 2  # bad input or a broken environment: one line, nothing started
+EXIT_USAGE = 2  # bad input or a broken environment: one line, nothing started (or no scenario ran)
 EXIT_REPORT_FAILED = 3  # the report or a finding could not be written (a full disk)
 _SIGNAL_EXITS = {"SIGHUP": 129, "SIGINT": 130, "SIGTERM": 143}  # stopped, nothing found
 
@@ -173,7 +173,7 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
         report(complete=False)
         _try(update_latest, o.report_dir, run_id)
         try:
-            if not sup.stopped:
+            if not sup.stopped and not report_errors:
                 sup.start()
             last_report = last_progress = time.monotonic()
             while not report_errors and sup.poll(timeout=0.1):
@@ -199,6 +199,13 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
         failed = bool(report_errors or sup.store_errors)
         if not o.quiet:
             _print_quietly(print_summary, out, summary, run_dir)
+        # A campaign that checked nothing has not found "nothing".
+        idle = not summary["scenarios"] and not summary["findings"] and sup.stop_reason is None and not failed
+        if idle:
+            why = sup.notes[0] if sup.notes else ("the workers were still starting when the budget ended; "
+                                                  "give a longer --budget")
+            err.write(f"error: no scenario ran in the {o.budget_s:g}s budget ({why}); see {run_dir}/index.md\n")
+            err.flush()
         if failed:
             why = (sup.store_errors + report_errors)[0]
             kept = len(scan_findings(findings_dir))
@@ -210,7 +217,7 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
             signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         sup.restore_signals(previous)
         os.close(lock_fd)
-    return CampaignResult(exit_code(summary, sup.stop_reason, failed), run_dir, summary)
+    return CampaignResult(EXIT_USAGE if idle else exit_code(summary, sup.stop_reason, failed), run_dir, summary)
 
 
 def _try(fn: Callable[..., Any], *args: Any) -> bool:

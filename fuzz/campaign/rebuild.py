@@ -38,6 +38,10 @@ from fuzz.campaign.supervisor import describe_inflight, read_inflight
 __all__ = ["rebuild_report", "DIED"]
 
 DIED = "campaign died"
+# Notes this module writes; a report rebuilt again gets fresh ones instead.
+_OWN_NOTES = ("the campaign died before its final report", "re-rendered from the findings on disk",
+              "there was no summary.json", "finding file(s) could not be read", "could not write the missing")
+_INFLIGHT_NOTE = re.compile(r"^worker \d+ was running a scenario when the campaign died")
 
 
 def rebuild_report(run_dir: str, out: TextIO | None = None, err: TextIO | None = None, quiet: bool = False):
@@ -113,9 +117,12 @@ def _previous_summary(path: str) -> dict | None:
 
 def _rebuild(run_dir: str, findings_dir: str, previous: dict | None) -> dict:
     prev = previous or {}
-    last_life = _last_sign_of_life(run_dir)  # before this rebuild writes anything
+    # The campaign's last sign of life: before this rebuild writes anything,
+    # and as an earlier rebuild found it (its own writes are no sign of life).
+    last_life = _parse_time(prev.get("last_activity")) if prev.get("rebuilt_at") else None
+    last_life = last_life or _last_sign_of_life(run_dir)
     findings = scan_findings(findings_dir)
-    notes = list(prev.get("notes", []))
+    notes = [n for n in prev.get("notes", []) if not any(m in n for m in _OWN_NOTES) and not _INFLIGHT_NOTE.match(n)]
     now = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     unreadable = []
     for path in sorted(glob.glob(os.path.join(findings_dir, "*.json"))):
@@ -160,6 +167,9 @@ def _rebuild(run_dir: str, findings_dir: str, previous: dict | None) -> dict:
         started_at=prev.get("started_at"), finished_at=prev.get("finished_at") if final else None,
         elapsed_s=float(elapsed or 0.0), notes=notes, inflight=inflight,
     )
+    summary["rebuilt_at"] = now
+    summary["last_activity"] = (_dt.datetime.fromtimestamp(last_life).astimezone().isoformat(timespec="seconds")
+                                if last_life else None)
     return summary
 
 
