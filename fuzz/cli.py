@@ -190,20 +190,24 @@ class _PipeSafe:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The CLI.  Without ``argv`` it is the process entry (``python -m fuzz``,
+    ``cgsim-fuzz``): it reads sys.argv and the process exits when it returns,
+    so a campaign may leave its stop signals blocked on the way out."""
     import warnings
 
     # torch built without NumPy warns at import; it says nothing about cgsim.
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    exiting = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     stdout = sys.stdout
     sys.stdout = _PipeSafe(stdout)
     try:
-        return _main(argv)
+        return _main(argv, exiting)
     finally:
         sys.stdout = stdout
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], exiting: bool = False) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(_join_option_values(parser, argv))
@@ -215,6 +219,7 @@ def _main(argv: list[str]) -> int:
         return 2
     commands = {"run": _cmd_run, "replay": _cmd_replay, "report": _cmd_report, "explain": _cmd_explain,
                 "list": _cmd_list}
+    args.exiting = exiting
     try:
         return commands[args.command](args, argv)
     except _Exit as exc:
@@ -271,7 +276,7 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         quiet=args.quiet,
         command="python -m fuzz " + " ".join(shlex.quote(a) for a in argv),
     )
-    return run_campaign(options, ignore_late_signals=True).exit_code
+    return run_campaign(options, ignore_late_signals=args.exiting).exit_code
 
 
 # -- replay ---------------------------------------------------------------------------

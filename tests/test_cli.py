@@ -170,8 +170,12 @@ def test_no_command_is_usage_error(capsys):
 # -- a real campaign end to end -----------------------------------------------------------------
 @slow
 def test_default_run_on_a_mutant_writes_a_report(tmp_path, capsys):
+    import signal
+
     code = main(["run", "--target", "mutant:missing-warmup", "--budget", "10s", "--report-dir", str(tmp_path)])
     assert code == 1
+    # Called in-process, the CLI leaves this process's signals as it found them.
+    assert not {signal.SIGINT, signal.SIGTERM, signal.SIGHUP} & signal.pthread_sigmask(signal.SIG_BLOCK, [])
     out = capsys.readouterr().out
     assert "WARMUP-FIRST" in out and "repro:" in out
     latest = (tmp_path / "LATEST").read_text().strip()

@@ -20,9 +20,7 @@ import datetime as _dt
 import os
 import platform
 import secrets
-import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, TextIO
@@ -34,7 +32,7 @@ from cgsim.report.summary import build_summary, update_latest, write_report
 from cgsim.text import first_line
 from fuzz.campaign.console import Progress, print_summary
 from fuzz.campaign.options import CampaignOptions, UsageError, options_for_profile, parse_budget, resolve_gpus, validate
-from fuzz.campaign.supervisor import STOP_SIGNALS, Supervisor
+from fuzz.campaign.supervisor import Supervisor
 from fuzz.campaign.worker import default_strategy
 
 __all__ = [
@@ -125,10 +123,11 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
 
     ``ignore_late_signals``: once the final report is written, block
     SIGINT/SIGTERM/SIGHUP for good, for a process that exits right after (the
-    CLI): a second Ctrl-C that lands after the report, even while the
-    interpreter shuts down (which puts the default handlers back), must not
-    kill the process and change its exit status.  Blocked signals stay
-    pending and die with the process.
+    CLI's process entry): a second Ctrl-C that lands after the report, even
+    while the interpreter shuts down (which puts the default handlers back),
+    must not kill the process and change its exit status.  Blocked signals
+    stay pending and die with the process.  Never for a caller that lives on
+    (its children would inherit the blocked signals).
     """
     out = out or sys.stdout
     err = err or sys.stderr
@@ -213,9 +212,7 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
                       f"written; free space, then run: python -m fuzz report {run_dir}\n")
             err.flush()
     finally:
-        if ignore_late_signals and threading.current_thread() is threading.main_thread():
-            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        sup.restore_signals(previous)
+        sup.restore_signals(previous, keep_blocked=ignore_late_signals)
         os.close(lock_fd)
     return CampaignResult(EXIT_USAGE if idle else exit_code(summary, sup.stop_reason, failed), run_dir, summary)
 

@@ -301,9 +301,12 @@ class Supervisor:
                 self.stop_event.set()
 
     # -- stopping -------------------------------------------------------------------
-    def install_signals(self) -> dict:
+    def install_signals(self) -> tuple:
+        """Our SIGINT/SIGTERM/SIGHUP handlers, the signals unblocked (a
+        process may inherit them blocked, e.g. from a test runner); returns
+        what ``restore_signals`` puts back."""
         if threading.current_thread() is not threading.main_thread():
-            return {}
+            return ({}, None)
         previous = {}
 
         def handler(signum: int, frame: Any) -> None:
@@ -316,12 +319,22 @@ class Supervisor:
 
         for sig in STOP_SIGNALS:
             previous[sig] = signal.signal(sig, handler)
-        return previous
+        mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        return (previous, mask)
 
     @staticmethod
-    def restore_signals(previous: dict) -> None:
-        for sig, h in previous.items():
+    def restore_signals(previous: tuple, keep_blocked: bool = False) -> None:
+        """Put back the handlers and the signal mask.  ``keep_blocked``: block
+        the stop signals for good first (a process about to exit)."""
+        handlers, mask = previous
+        if mask is None:
+            return
+        if keep_blocked:
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        for sig, h in handlers.items():
             signal.signal(sig, h)
+        if not keep_blocked:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
     def kill_workers(self) -> None:
         for s in self.slots:
