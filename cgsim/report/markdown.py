@@ -1,4 +1,8 @@
-"""index.md: a campaign report a person reads with no tools."""
+"""index.md: a campaign report a person reads with no tools.
+
+Every path in it is relative to the run directory (the one holding
+index.md), and it says so: a report that is moved, archived or uploaded
+keeps working commands."""
 
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ def render_markdown(summary: dict) -> str:
     s = summary.get("settings", {})
     findings = summary.get("findings", [])
     state = "complete" if summary.get("complete") else f"PARTIAL ({summary.get('interrupted') or 'stopped early'})"
+    inflight = [] if summary.get("complete") else summary.get("inflight", [])
     verdict = f"**{len(findings)} finding(s)**" if findings else "**no findings**"
     lines = [
         f"# cgsim fuzz campaign `{summary.get('run_id')}`",
@@ -49,6 +54,9 @@ def render_markdown(summary: dict) -> str:
     lines += ["", "## Findings", ""]
     if not findings:
         lines.append("None: every property held on every scenario run.")
+    else:
+        lines += ["Paths and commands below are relative to this run's directory (the one holding this "
+                  "`index.md`): `cd` there first.", ""]
     for f in findings:
         lines += [
             f"### `{f['id']}`: {f['property']}",
@@ -81,6 +89,13 @@ def render_markdown(summary: dict) -> str:
             "</details>",
             "",
         ]
+    if inflight:
+        lines += ["", "## In flight", "",
+                  "Scenarios the workers were running when this report was written (after a campaign died: the "
+                  "scenario each worker was on; none of them is a finding).", ""]
+        lines += _table(["worker", "started", "scenario"],
+                        [[e.get("worker"), e.get("started_at") or "?", f"`{e.get('scenario_short') or '?'}`"]
+                         for e in inflight])
     lines += ["", "## Properties", ""]
     props = summary.get("properties", {})
     lines += _table(
@@ -103,5 +118,5 @@ def render_markdown(summary: dict) -> str:
     notes = summary.get("notes", [])
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
-    lines += ["", "How to read this report: see `reports/README.md`.", ""]
+    lines += ["", "How to read this report: `reports/README.md` in the cgsim repository.", ""]
     return "\n".join(lines)

@@ -7,13 +7,20 @@ death the target caused into a finding (the in-flight scenario is on disk).
 A target that left its process unusable (a poisoned CUDA context, a hang
 interrupted mid-step) makes the worker exit for a restart.
 
-Signals: the first SIGINT/SIGTERM asks the workers to stop (they finish the
-finding at hand); a second one kills them.  Either way the campaign writes
-its final report.
+Signals: the first SIGINT/SIGTERM/SIGHUP asks the workers to stop (they
+finish the finding at hand); a second one kills them.  Either way the
+campaign writes its final report.  A worker that dies of one of these
+signals was stopped from outside: a note, never a finding.
+
+A finding that cannot be written (a full disk: a worker exits with
+``EXIT_STORE``, or the parent's own write fails) stops the campaign:
+``store_errors`` says why, and the findings that did not reach the disk are
+kept in memory for the report's notes.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import multiprocessing
 import os
@@ -28,16 +35,18 @@ from cgsim.finding import Finding
 from cgsim.observe import Pipeline
 from cgsim.properties.harness import NO_CRASH, NO_HANG
 from cgsim.properties.registry import Violation
-from cgsim.report.findings import write_finding
+from cgsim.report.findings import FindingStore
 from cgsim.report.repro import write_repro
 from cgsim.scenario import Scenario, ScenarioError
 from fuzz.campaign.options import CampaignOptions
-from fuzz.campaign.worker import EXIT_DONE, EXIT_ERROR, EXIT_RESTART, WorkerSpec, default_strategy, worker_main
+from fuzz.campaign.worker import (EXIT_DONE, EXIT_ERROR, EXIT_RESTART, EXIT_STORE, WorkerSpec, default_strategy,
+                                  inflight_path, worker_main)
 
-__all__ = ["Slot", "Supervisor", "MAX_RESTARTS"]
+__all__ = ["Slot", "Supervisor", "MAX_RESTARTS", "STOP_SIGNALS", "read_inflight", "describe_inflight"]
 
 MAX_RESTARTS = 20  # per worker slot; a target that kills every worker should not spin forever
 EXIT_ERROR_RESTARTS = 2
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass
@@ -79,6 +88,8 @@ class Supervisor:
         self.on_finding = on_finding
         self.notes: list[str] = []
         self.stop_reason: str | None = None
+        self.store_errors: list[str] = []  # why findings could not be written (a full disk)
+        self.unwritten: list[Finding] = []  # findings that never reached the disk
         self.cut_short = False
         self.started = time.time()
         self.ctx = multiprocessing.get_context(options.method)
@@ -104,11 +115,15 @@ class Supervisor:
         """The scenario each live worker is running now (for a report rebuilt after a death)."""
         out = []
         for slot in self.slots:
-            started = self.heartbeat[slot.index]
-            if slot.process is not None and started:
-                out.append({"worker": slot.index, "since_s": round(time.time() - started, 1),
-                            "scenario": self._inflight(slot)})
+            if slot.process is not None and self.heartbeat[slot.index]:
+                data = read_inflight(self.run_dir, slot.index)
+                if data is not None:
+                    out.append(describe_inflight(data))
         return out
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop_reason is not None or bool(self.store_errors)
 
     # -- running ------------------------------------------------------------------
     def start(self) -> None:
@@ -118,7 +133,7 @@ class Supervisor:
     def poll(self, timeout: float = 0.1) -> bool:
         """Drain messages, watch processes; False once every worker has ended."""
         self._drain(timeout=timeout)
-        if self.stop_reason is not None:
+        if self.stopped:
             return False
         self._watch()
         if all(s.process is None for s in self.slots):
@@ -181,6 +196,11 @@ class Supervisor:
         work = os.path.join(self.run_dir, ".work")
         if code == EXIT_DONE:
             slot.end = "done"
+        elif code == EXIT_STORE:
+            slot.end = "stopped: could not write a finding"
+            if not self.store_errors:
+                self.store_errors.append(f"worker {slot.index} could not write a finding")
+            self.stop_event.set()
         elif code == EXIT_RESTART:
             slot.end = "restarted (target left the process unusable)"
             restart = True
@@ -205,6 +225,12 @@ class Supervisor:
                 self.notes.append(f"worker {slot.index} was killed with SIGKILL from outside (OOM killer or a user); "
                                   "at most the scenario it was running is lost")
                 slot.end = "killed (SIGKILL)"
+            elif -code in STOP_SIGNALS:
+                # Sent from outside (the target cannot be told from a user here,
+                # and a stop request is never evidence of a bug).
+                self.notes.append(f"worker {slot.index} was stopped by {signame} from outside; "
+                                  "at most the scenario it was running is lost")
+                slot.end = f"stopped ({signame})"
             else:
                 stack = _fault_frames(_read(os.path.join(work, f"worker-{slot.index}.fault")))
                 where = f"; innermost frames: {stack}" if stack else ""
@@ -217,18 +243,14 @@ class Supervisor:
             self.notes.append(f"worker {slot.index} exited with unexpected status {code}")
             restart = slot.error_restarts < EXIT_ERROR_RESTARTS
             slot.error_restarts += 1
-        if restart and self.stop_reason is None and time.time() < self.deadline and slot.restarts < MAX_RESTARTS:
+        if restart and not self.stopped and time.time() < self.deadline and slot.restarts < MAX_RESTARTS:
             slot.restarts += 1
             slot.incarnation += 1
             self._start(slot)
 
     def _inflight(self, slot: Slot) -> dict | None:
-        text = _read(os.path.join(self.run_dir, ".work", f"inflight-w{slot.index}.json"))
-        try:
-            data = json.loads(text)
-            return data if isinstance(data, dict) else None
-        except ValueError:
-            return None
+        entry = read_inflight(self.run_dir, slot.index)
+        return entry["scenario"] if entry else None
 
     def _death_finding(self, slot: Slot, scenario: dict | None, prop: str, message: str) -> None:
         if scenario is None:
@@ -243,9 +265,12 @@ class Supervisor:
             extra={"timeout_s": self.o.timeout_s, "incarnation": slot.incarnation, **dict(self.o.environment),
                    "note": "recorded by the parent after the worker process died"},
         )
-        fdir = os.path.join(self.run_dir, "findings")
-        write_finding(fdir, f)
-        write_repro(fdir, f)
+        try:
+            FindingStore(os.path.join(self.run_dir, "findings"), repro=write_repro).put(f)
+        except OSError as exc:
+            self.store_errors.append(f"cannot write finding {f.id}: {exc}")
+            self.unwritten.append(f)
+            self.stop_event.set()
         slot.found.add(prop)
         if self.on_finding is not None:
             self.on_finding()
@@ -269,28 +294,50 @@ class Supervisor:
                     self.on_finding()
             elif kind == "note":
                 self.notes.append(f"worker {msg[1]}: {msg[2]}")
+            elif kind == "store-error":
+                _, index, text, data = msg
+                self.store_errors.append(f"worker {index}: {text}")
+                try:
+                    self.unwritten.append(Finding.from_json(data))
+                except ValueError:
+                    pass
+                self.stop_event.set()
 
     # -- stopping -------------------------------------------------------------------
-    def install_signals(self) -> dict:
+    def install_signals(self) -> tuple:
+        """Our SIGINT/SIGTERM/SIGHUP handlers, the signals unblocked (a
+        process may inherit them blocked, e.g. from a test runner); returns
+        what ``restore_signals`` puts back."""
         if threading.current_thread() is not threading.main_thread():
-            return {}
+            return ({}, None)
         previous = {}
 
         def handler(signum: int, frame: Any) -> None:
             first = self.stop_reason is None
-            self.stop_reason = _signame(signum)
+            if first:
+                self.stop_reason = _signame(signum)
             self.stop_event.set()
             if not first:  # a second Ctrl-C: stop waiting for workers
                 self.kill_workers()
 
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             previous[sig] = signal.signal(sig, handler)
-        return previous
+        mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        return (previous, mask)
 
     @staticmethod
-    def restore_signals(previous: dict) -> None:
-        for sig, h in previous.items():
+    def restore_signals(previous: tuple, keep_blocked: bool = False) -> None:
+        """Put back the handlers and the signal mask.  ``keep_blocked``: block
+        the stop signals for good first (a process about to exit)."""
+        handlers, mask = previous
+        if mask is None:
+            return
+        if keep_blocked:
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        for sig, h in handlers.items():
             signal.signal(sig, h)
+        if not keep_blocked:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
     def kill_workers(self) -> None:
         for s in self.slots:
@@ -316,7 +363,9 @@ class Supervisor:
                 p.join(1.0)
             self._drain()
             if slot.end == "running":
-                slot.end = "stopped" if p.exitcode in (EXIT_DONE, EXIT_RESTART) else f"terminated ({p.exitcode})"
+                slot.end = ("stopped" if p.exitcode in (EXIT_DONE, EXIT_RESTART) else
+                            "stopped: could not write a finding" if p.exitcode == EXIT_STORE else
+                            f"terminated ({p.exitcode})")
             slot.process = None
         self._drain()
 
@@ -326,6 +375,34 @@ def _split(total: int | None, n: int) -> list[int | None]:
         return [None] * n
     base, rem = divmod(total, n)
     return [base + (1 if i < rem else 0) for i in range(n)]
+
+
+def read_inflight(run_dir: str, index: int) -> dict | None:
+    """What worker ``index`` was running: {"worker", "incarnation", "pid",
+    "started", "scenario"}, or None (idle, never started, unreadable)."""
+    text = _read(inflight_path(run_dir, index))
+    try:
+        data = json.loads(text) if text.strip() else None
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("scenario"), dict):
+        return None
+    return data
+
+
+def describe_inflight(data: dict) -> dict:
+    """A summary's "inflight" entry for what ``read_inflight`` returned."""
+    started = data.get("started")
+    try:
+        short = Scenario.from_json(data["scenario"]).short()
+    except (ScenarioError, TypeError, ValueError, KeyError):
+        short = ""
+    when = None
+    if isinstance(started, (int, float)):
+        when = _dt.datetime.fromtimestamp(started).astimezone().isoformat(timespec="seconds")
+    return {"worker": data.get("worker"), "incarnation": data.get("incarnation"), "pid": data.get("pid"),
+            "started_at": when, "since_s": round(time.time() - started, 1) if isinstance(started, (int, float)) else None,
+            "scenario_short": short, "scenario": data["scenario"]}
 
 
 def _read(path: str) -> str:

@@ -15,13 +15,23 @@ Life of a finding inside a worker:
 2. other new properties seen meanwhile are written at once too (status
    "pending"); a later chunk pins and shrinks them if they recur;
 3. when Hypothesis finishes (or the deadline/a stop interrupts shrinking), the
-   finding is rewritten with the smallest failing Scenario (status "shrunk" or
-   "shrink-interrupted"), and ``repro_<id>.py`` is written beside it.
+   smallest failing Scenario is written (status "shrunk" or
+   "shrink-interrupted"), and only then is the first sighting removed (or, when
+   shrinking found nothing smaller, replaced by its own shrunk version).
+
+Every finding file has its ``repro_<id>.py`` beside it, written first.
 
 A worker ends with its campaign: the kernel kills it when the parent dies
-(``PR_SET_PDEATHSIG``), and it checks its parent before every scenario and
-before it touches a finding file, so an orphan never rewrites or removes
-what the last report lists.
+(``PR_SET_PDEATHSIG``), and it checks its parent before every scenario and,
+under the findings lock, before it touches a finding file
+(``cgsim.report.findings.FindingStore``), so an orphan never rewrites or
+removes what the last report lists.  SIGINT is ignored and SIGTERM/SIGHUP
+only ask the worker to stop: the campaign decides when its workers stop, and
+a signal sent to the whole process group is never a crash of the target.
+
+A finding that cannot be written (a full disk) is sent to the parent with
+the error, and the worker stops with ``EXIT_STORE``: nothing more can be
+recorded, and the findings already on disk stay as they are.
 
 Properties that are not worth shrinking (a hang costs a timeout per attempt)
 are written unshrunk; a target that left the process unusable makes the
@@ -49,17 +59,24 @@ from typing import Any, Callable
 from cgsim.finding import Finding
 from cgsim.observe import RUNNER, Outcome, Pipeline, backstop_timeout, observe, scenario_timeout
 from cgsim.profiles import get_profile
-from cgsim.report.findings import write_finding
+from cgsim.report.findings import FindingStore
 from cgsim.report.repro import write_repro
 from cgsim.text import first_line
 from fuzz.campaign.options import CampaignOptions
 
-__all__ = ["WorkerSpec", "worker_main", "derive_seed", "EXIT_DONE", "EXIT_RESTART", "EXIT_ERROR", "capture_size_range",
-           "default_strategy"]
+__all__ = ["WorkerSpec", "worker_main", "derive_seed", "EXIT_DONE", "EXIT_RESTART", "EXIT_ERROR", "EXIT_STORE",
+           "capture_size_range", "default_strategy", "inflight_path"]
 
 EXIT_DONE = 0
 EXIT_RESTART = 75  # "restart me": the target may have poisoned this process
 EXIT_ERROR = 70  # the worker itself failed (traceback in .work/worker-<n>.err)
+EXIT_STORE = 74  # a finding could not be written (EX_IOERR): the campaign stops
+
+_stop_requested = False  # set by SIGTERM/SIGHUP: finish the finding at hand, then exit
+
+
+def inflight_path(run_dir: str, index: int) -> str:
+    return os.path.join(run_dir, ".work", f"inflight-w{index}.json")
 
 PR_SET_PDEATHSIG = 1
 
@@ -115,6 +132,10 @@ class _Restart(BaseException):
     """The target left this process unusable; finish up and exit for a restart."""
 
 
+class _StoreFailed(BaseException):
+    """A finding could not be written: stop this worker (the parent was told)."""
+
+
 class _PropertyFailed(AssertionError):
     def __init__(self, prop: str, message: str):
         super().__init__(f"{prop}: {message}")
@@ -142,6 +163,9 @@ class Worker:
         self.first_seen: dict[str, dict] = {}
         self._inflight = None
         self._chunk_seed = 0
+        self.parent = os.getppid()  # the campaign, or (forkserver) the server that forked us
+        self.owner = (spec.run_id, spec.index, spec.incarnation)
+        self.store = FindingStore(self.findings_dir, allowed=lambda: not self.orphaned(), repro=write_repro)
 
     # -- messaging -----------------------------------------------------------
     def _send(self, *msg: Any) -> None:
@@ -166,7 +190,16 @@ class Worker:
 
     def orphaned(self) -> bool:
         """The campaign that started this worker is gone."""
-        return os.getppid() != self.spec.parent_pid
+        if os.getppid() != self.parent:
+            return True
+        if self.parent != self.spec.parent_pid:  # forked by a forkserver: ask after the campaign itself
+            try:
+                os.kill(self.spec.parent_pid, 0)
+            except ProcessLookupError:
+                return True
+            except OSError:
+                pass
+        return False
 
     # -- bookkeeping -----------------------------------------------------------
     def _cover(self, scenario: Any) -> None:
@@ -189,27 +222,50 @@ class Worker:
             add("step_kinds", step.kind)
 
     def _write_inflight(self, scenario: Any) -> None:
-        # Cheap (one rewrite, no fsync): only read by the parent after this
-        # process died, to name the scenario that killed it.
-        text = scenario.dumps(indent=None)
-        if self._inflight is None:
-            self._inflight = open(os.path.join(self.work_dir, f"inflight-w{self.spec.index}.json"), "w", encoding="utf-8")
-        f = self._inflight
-        f.seek(0)
-        f.write(text)
-        f.truncate()
-        f.flush()
+        # Cheap (one rewrite, no fsync): read by the parent after this process
+        # died, to name the scenario that killed it, and by ``fuzz report``
+        # after the campaign died.  Emptied when the scenario returns, so a
+        # non-empty file is a scenario that was running.  Best effort: a full
+        # disk must not look like a failure of the scenario.
+        spec = self.spec
+        text = json.dumps({"worker": spec.index, "incarnation": spec.incarnation, "pid": os.getpid(),
+                           "started": round(time.time(), 3), "scenario": scenario.to_json()})
+        try:
+            if self._inflight is None:
+                self._inflight = open(inflight_path(spec.run_dir, spec.index), "w", encoding="utf-8")
+            f = self._inflight
+            f.seek(0)
+            f.write(text)
+            f.truncate()
+            f.flush()
+        except (OSError, ValueError):
+            pass
+
+    def _clear_inflight(self) -> None:
+        try:
+            if self._inflight is not None:
+                self._inflight.seek(0)
+                self._inflight.truncate()
+                self._inflight.flush()
+        except (OSError, ValueError):
+            pass
 
     def _record(self, finding: Finding, status: str, extra: dict | None = None) -> Finding:
-        if self.orphaned():
-            raise _Abort()  # the report is final: an orphan must not add to it
         spec, o = self.spec, self.o
         finding = finding.with_(
             status=status, run_id=spec.run_id, worker=spec.index, seed=self._chunk_seed,
             elapsed_s=time.time() - self.started,
             extra={"timeout_s": o.timeout_s, "incarnation": spec.incarnation, **dict(o.environment), **(extra or {})},
         )
-        write_finding(self.findings_dir, finding)
+        try:
+            done = self.store.put(finding)
+        except OSError as exc:
+            # Nothing more can be recorded here; the parent keeps the finding
+            # in its report's notes and stops the campaign.
+            self._send("store-error", spec.index, f"cannot write finding {finding.id}: {exc}", finding.to_json())
+            raise _StoreFailed() from None
+        if done is None:
+            raise _Abort()  # the campaign is gone: an orphan must not add to its report
         self._send("finding", spec.index, finding.id, finding.property, status)
         return finding
 
@@ -230,31 +286,21 @@ class Worker:
         if flaky:
             extra["flaky"] = flaky
         final = self._record(found, status, extra=extra)
-        write_repro(self.findings_dir, final)
+        # Only once the shrunk version is on disk does its first sighting go.
         if first.id != final.id:
-            self._remove_if_ours(first.id)
+            self._remove_own(first.id)
         self.found.add(prop)
         old = self.provisional.pop(prop, None)
         if old and old not in (final.id, first.id):
-            self._remove_if_ours(old)
+            self._remove_own(old)
 
-    def _remove_if_ours(self, fid: str) -> None:
+    def _remove_own(self, fid: str) -> None:
         """Remove a superseded provisional finding of this worker's, unless
         another worker's (or a final) finding now lives under that name."""
-        if self.orphaned():
-            return
-        path = os.path.join(self.findings_dir, fid + ".json")
         try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-            if (data.get("run_id") == self.spec.run_id and data.get("worker") == self.spec.index
-                    and data.get("status") in ("shrinking", "pending")):
-                os.unlink(path)
-                repro = os.path.join(self.findings_dir, f"repro_{fid}.py")
-                if os.path.exists(repro):
-                    os.unlink(repro)
-        except (OSError, ValueError):
-            pass
+            self.store.remove_own(fid, self.owner)
+        except OSError:
+            pass  # a stale provisional file is a duplicate in the report, never a loss
 
     # -- the campaign loop -------------------------------------------------------
     def run(self) -> int:
@@ -284,7 +330,7 @@ class Worker:
         return EXIT_RESTART if restart else EXIT_DONE
 
     def _over(self, pinned: bool) -> bool:
-        if self.stop_event is not None and self.stop_event.is_set():
+        if _stop_requested or (self.stop_event is not None and self.stop_event.is_set()):
             return True
         if self.orphaned():
             return True
@@ -312,6 +358,7 @@ class Worker:
             finally:
                 if self.heartbeat is not None:
                     self.heartbeat[spec.index] = 0.0
+                self._clear_inflight()
             self.scenarios += 1
             self._cover(scenario)
             for dim, key in outcome.coverage:
@@ -364,7 +411,10 @@ class Worker:
             if st["pinned"] is None:
                 self._send("note", spec.index, f"chunk seed {self._chunk_seed}: {type(exc).__name__}: {first_line(exc, 300)}")
         if st["pinned"] is not None and not self.orphaned():
-            self._finalise(st["pinned"], st["best"], st["first"], status, st.get("flaky"))
+            try:
+                self._finalise(st["pinned"], st["best"], st["first"], status, st.get("flaky"))
+            except _Abort:
+                pass
         return bool(st["restart"])
 
 
@@ -378,15 +428,24 @@ def _die_with_parent() -> None:
         pass
 
 
+def _request_stop(signum: int, frame: Any) -> None:
+    global _stop_requested
+    _stop_requested = True
+
+
 def worker_main(spec: WorkerSpec, queue: Any, stop_event: Any, heartbeat: Any) -> None:
-    """Process entry point.  Exit status: EXIT_DONE, EXIT_RESTART or EXIT_ERROR."""
+    """Process entry point.  Exit status: EXIT_DONE, EXIT_RESTART, EXIT_ERROR
+    or EXIT_STORE."""
     _die_with_parent()
-    if os.getppid() != spec.parent_pid:  # the parent died before the death signal was armed
-        os._exit(EXIT_DONE)
-    # Ctrl-C goes to the whole process group; the parent decides when workers
-    # stop (via stop_event) so that they can finish the finding at hand.
+    if spec.options.method != "forkserver" and os.getppid() != spec.parent_pid:
+        os._exit(EXIT_DONE)  # the parent died before the death signal was armed
+    # Ctrl-C, a terminal hang-up and a group SIGTERM reach every process of
+    # the group; the parent decides when workers stop (via stop_event) so
+    # that they can finish the finding at hand, and a worker that dies of
+    # them must not look like a target crash.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, _request_stop)
+    signal.signal(signal.SIGHUP, _request_stop)
     if spec.gpu is not None:
         # Before anything imports torch.cuda in this process (spawned workers).
         os.environ["CUDA_VISIBLE_DEVICES"] = spec.gpu
@@ -410,6 +469,8 @@ def worker_main(spec: WorkerSpec, queue: Any, stop_event: Any, heartbeat: Any) -
     code = EXIT_ERROR
     try:
         code = Worker(spec, queue, stop_event, heartbeat).run()
+    except _StoreFailed:
+        code = EXIT_STORE
     except BaseException:
         try:
             os.makedirs(work, exist_ok=True)
