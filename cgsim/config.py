@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 from typing import Any
 
 from cgsim.modes import AttentionSupport, CUDAGraphMode
@@ -142,19 +143,23 @@ class ManagerConfig:
     def piecewise_available(self) -> bool:
         return self.compiled_piecewise or self.breakable
 
+    @cached_property
+    def _dense_schedule(self) -> tuple[int, ...]:
+        # Computed once: every request count asks it (up to max_num_reqs of them).
+        return tuple(dense_spec_schedule(self.spec_schedule, self.max_num_reqs, self.num_speculative_tokens))
+
     def scheduler_decode_query_len(self, num_reqs: int) -> int:
         """The query length the scheduler gives each request of a pure-decode
         batch of ``num_reqs`` requests (dynamic speculative decoding aware)."""
         if self.spec_schedule is None:
             return self.decode_query_len
-        return 1 + dense_spec_schedule(self.spec_schedule, self.max_num_reqs, self.num_speculative_tokens)[min(num_reqs, self.max_num_reqs)]
+        return 1 + self._dense_schedule[min(num_reqs, self.max_num_reqs)]
 
     def scheduler_decode_query_lens(self) -> tuple[int, ...]:
         """Every decode query length the scheduler can produce, sorted."""
         if self.spec_schedule is None:
             return (self.decode_query_len,)
-        dense = dense_spec_schedule(self.spec_schedule, self.max_num_reqs, self.num_speculative_tokens)
-        return tuple(sorted({1 + k for k in dense[1:]}))
+        return tuple(sorted({1 + k for k in self._dense_schedule[1:]}))
 
     def with_(self, **changes: Any) -> "ManagerConfig":
         return replace(self, **changes)

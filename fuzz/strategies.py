@@ -87,8 +87,8 @@ def engine_configs(draw, engine_sizes: EngineSizes) -> ManagerConfig:
 @st.composite
 def configs(draw, max_size: int = 512, engine_sizes: EngineSizes | None = None) -> ManagerConfig:
     """Tiny configs that shrink well; with ``engine_sizes`` (a target's
-    ``engine_capture_sizes``) one in four is a config as engines run them."""
-    if engine_sizes is not None and draw(st.integers(0, 3)) == 3:
+    ``engine_capture_sizes``) one in eight is a config as engines run them."""
+    if engine_sizes is not None and draw(st.integers(0, 7)) == 7:
         return draw(engine_configs(engine_sizes))
     mode = draw(st.sampled_from(MODES))
     supports = [s for s in AttentionSupport if not (mode == CUDAGraphMode.FULL and s == AttentionSupport.NEVER)]
