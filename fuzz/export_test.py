@@ -320,6 +320,7 @@ class _VllmWriter:
     # -- the module ---------------------------------------------------------------
     def write(self) -> str:
         parts = getattr(self, "_" + self.f.property.lower().replace("-", "_"))()
+        self._constant_texts = parts.constants
         steps = self._steps_before(parts.runs_checked_step)
         text_so_far = parts.body + "".join(self._step_line(i, s) for i, s in enumerate(steps))
         uses_capture = "capture(manager" in text_so_far or "recorder." in text_so_far
@@ -443,7 +444,6 @@ class _VllmWriter:
             f"MAX_NUM_BATCHED_TOKENS = {max(2048, max_size, c.max_num_reqs * c.decode_query_len)}"
             "  # scheduler budget (input buffers)",
         ]
-        self._constant_texts = parts.constants
         for extra in parts.constants:
             lines += ["", extra.strip("\n")]
         return "\n".join(lines)
@@ -868,21 +868,13 @@ def _speculators_literal() -> str:
 
 
 def _count_partitions(total: int, parts: int) -> int:
-    """How many multisets of at most ``parts`` positive lengths sum to at most ``total``."""
-    # p[k][n]: partitions of n into parts of size <= k ... counted by number of parts instead.
-    memo: dict[tuple[int, int, int], int] = {}
-
-    def count(n: int, k: int, largest: int) -> int:
-        if n == 0:
-            return 1
-        if k == 0:
-            return 0
-        key = (n, k, largest)
-        if key not in memo:
-            memo[key] = sum(count(n - x, k - 1, x) for x in range(1, min(n, largest) + 1))
-        return memo[key]
-
-    return sum(count(t, parts, t) for t in range(1, total + 1))
+    """How many multisets of at most ``parts`` positive lengths sum to at most
+    ``total`` (partitions into at most k parts = partitions into parts <= k)."""
+    ways = [1] + [0] * total
+    for size in range(1, min(parts, total) + 1):
+        for t in range(size, total + 1):
+            ways[t] += ways[t - size]
+    return sum(ways[1:])
 
 
 def _scheduler_words(c: ManagerConfig) -> str:
