@@ -24,12 +24,12 @@ import os
 import re
 import textwrap
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable
 
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor
 from cgsim.finding import Finding
-from cgsim.modes import AttentionSupport, CUDAGraphMode, ModeResolutionError
+from cgsim.modes import CUDAGraphMode, ModeResolutionError
 from cgsim.scenario import Scenario, Step
 
 __all__ = [
@@ -174,6 +174,7 @@ def export_test(finding: Finding, source: str | None = None, doc_path: str = FIN
 # ---------------------------------------------------------------------------
 
 VLLM_PROPERTIES = (
+    "BEFORE-CAPTURE",
     "CAND-ORDER",
     "CAPTURE-USEFUL",
     "DECODE-LENGTHS",
@@ -209,18 +210,6 @@ def _fill(template: str, **values: str) -> str:
     return out
 
 
-def _short(d: BatchDescriptor) -> str:
-    """The generated test's short() format."""
-    parts = [f"tokens={d.num_tokens}"]
-    if d.num_reqs is not None:
-        parts.append(f"reqs={d.num_reqs}")
-    for label, value, default in (("uniform", d.uniform_token_count, None), ("max_q", d.max_query_len, None),
-                                  ("loras", d.num_active_loras, 0), ("ubatches", d.num_ubatches, 1)):
-        if value != default:
-            parts.append(f"{label}={value}")
-    return f"{d.cg_mode.value}({', '.join(parts)})"
-
-
 def _desc_literal(d: BatchDescriptor) -> str:
     args = [f"CUDAGraphMode.{d.cg_mode.value}", f"num_tokens={d.num_tokens}", f"num_reqs={d.num_reqs}"]
     for name, default in (("uniform_token_count", None), ("max_query_len", None), ("num_active_loras", 0),
@@ -229,6 +218,15 @@ def _desc_literal(d: BatchDescriptor) -> str:
         if value != default:
             args.append(f"{name}={value}")
     return "BatchExecutionDescriptor(" + ", ".join(args) + ")"
+
+
+def _desc_item(d: BatchDescriptor, width: int = 88) -> str:
+    """One list item: the descriptor on one line, or one field per line."""
+    one = f"    {_desc_literal(d)},\n"
+    if len(one) <= width + 1:
+        return one
+    inner = _desc_literal(d)[len("BatchExecutionDescriptor("):-1].split(", ")
+    return "    BatchExecutionDescriptor(\n" + "".join(f"        {a},\n" for a in inner) + "    ),\n"
 
 
 def _batch_literal(b: Batch) -> str:
@@ -240,6 +238,15 @@ def _batch_literal(b: Batch) -> str:
     if b.num_ubatches != 1:
         args.append(f"num_ubatches={b.num_ubatches}")
     return "Batch(" + ", ".join(args) + ")"
+
+
+def _commented(code: str, comment: str, width: int = 88) -> str:
+    """``code  # comment``, or the comment on the line above when that is too long."""
+    line = f"{code}  # {comment}"
+    if len(line) <= width:
+        return line
+    indent = code[: len(code) - len(code.lstrip())]
+    return f"{indent}# {comment}\n{code}"
 
 
 def _batch_words(b: Batch) -> str:
@@ -288,6 +295,7 @@ class _VllmWriter:
         self.f = finding
         self.source = source
         self.doc = doc
+        self._constant_texts: tuple[str, ...] = ()
         if finding.property not in VLLM_PROPERTIES:
             raise ExportError(
                 f"finding {finding.id} violates {finding.property}, which export-test cannot write as a vLLM test yet; "
@@ -384,7 +392,7 @@ class _VllmWriter:
             "ModelCudaGraphManager and asserts the property in plain code.  Only the GPU-facing parts are "
             "doubles (CUDA graphs and their capture context, the graph pool, the pipeline-parallel group, the "
             "model and its model state); it imports only vllm, torch, pytest and the standard library."), ""]
-        lines += [f"Written by cgsim: python -m fuzz export-test {self.source or f.id + '.json'}", '"""']
+        lines += ["Written by cgsim:", f"    python -m fuzz export-test {self.source or f.id + '.json'}", '"""']
         return "# SPDX-License-Identifier: Apache-2.0\n" + "\n".join(lines)
 
     # -- imports and constants -------------------------------------------------------
@@ -410,8 +418,6 @@ class _VllmWriter:
         if uses_capture:
             vllm.append("from vllm.v1.worker.gpu.input_batch import InputBuffers")
         return "\n".join(std) + "\n\nimport pytest\nimport torch\n\n" + "\n".join(vllm)
-
-    _constant_texts: tuple[str, ...] = ()
 
     def _config_constants(self, parts: _Parts) -> str:
         c = self.cfg
@@ -522,7 +528,10 @@ class _VllmWriter:
         if s.kind == "release":
             return f"    release(manager, vllm_config)  # step {i}: release"
         assert s.batch is not None
-        return f"    dispatch(manager, {_batch_literal(s.batch)})  # step {i}: {_batch_words(s.batch)}"
+        return _commented(f"    dispatch(manager, {_batch_literal(s.batch)})", f"step {i}: {_batch_words(s.batch)}")
+
+    def _batch_line(self, b: Batch) -> str:
+        return _commented(f"    batch = {_batch_literal(b)}", f"step {self.step}: {_batch_words(b)}")
 
     def _checked_batch(self) -> Batch:
         if self.step is None or self.scenario.steps[self.step].batch is None:
@@ -533,15 +542,15 @@ class _VllmWriter:
         return _literal_lines("cgsim saw: " + self.f.message, 8)
 
     # -- templates, one per property -------------------------------------------------
-    def _dispatch_check(self, template: str) -> _Parts:
+    def _dispatch_check(self, template: str, best: bool = True) -> _Parts:
         b = self._checked_batch()
-        body = _fill(template, batch=_batch_literal(b), step=str(self.step), words=_batch_words(b),
+        body = _fill(template, batchline=self._batch_line(b),
                      seen=self._seen())
-        return _Parts(body, helpers=(_HELPER_BATCH, _HELPER_FITS))
+        return _Parts(body, helpers=(_HELPER_BATCH, _HELPER_FITS) + ((_HELPER_BEST,) if best else ()))
 
     def _dispatch_priority(self) -> _Parts:
         return self._dispatch_check('''
-    batch = <<batch>>  # step <<step>>: <<words>>
+<<batchline>>
     desc = dispatch(manager, batch)
     full = [
         d
@@ -558,7 +567,7 @@ class _VllmWriter:
 
     def _dispatch_complete(self) -> _Parts:
         return self._dispatch_check('''
-    batch = <<batch>>  # step <<step>>: <<words>>
+<<batchline>>
     desc = dispatch(manager, batch)
     fitting = [d for d in recorder.captured(manager) if fits(d, batch)]
     assert desc.cg_mode != CUDAGraphMode.NONE or not fitting, (
@@ -570,7 +579,7 @@ class _VllmWriter:
 
     def _dispatch_sound(self) -> _Parts:
         return self._dispatch_check('''
-    batch = <<batch>>  # step <<step>>: <<words>>
+<<batchline>>
     desc = dispatch(manager, batch)
     if desc.cg_mode == CUDAGraphMode.NONE:
         assert desc.num_tokens >= batch.num_tokens, (
@@ -594,14 +603,15 @@ class _VllmWriter:
         <<seen>>
     )
     assert desc in recorder.captured(manager), (
-        f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, which was not captured"
+        f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, "
+        "which was not captured"
     )
-''')
+''', best=False)
 
     def _pad_consistent(self) -> _Parts:
         b = self._checked_batch()
         body = _fill('''
-    batch = <<batch>>  # step <<step>>: <<words>>
+<<batchline>>
     desc = dispatch(manager, batch)
     if desc.cg_mode == CUDAGraphMode.FULL:
         # A FULL graph replays the attention metadata it was captured with: its
@@ -609,13 +619,14 @@ class _VllmWriter:
         captured_max_query_len = recorder.max_query_len[desc]
         assert captured_max_query_len >= max(batch.query_lens), (
             f"PAD-CONSISTENT: {batch} replays the FULL graph {short(desc)}, whose "
-            f"attention metadata was captured for max_query_len={captured_max_query_len}"
-            f" < the batch's {max(batch.query_lens)}. "
+            "attention metadata was captured for "
+            f"max_query_len={captured_max_query_len} < the batch's "
+            f"{max(batch.query_lens)}. "
             <<seen>>
         )
-''', batch=_batch_literal(b), step=str(self.step), words=_batch_words(b),
+''', batchline=self._batch_line(b),
                      seen=_literal_lines("cgsim saw: " + self.f.message, 12))
-        return _Parts(body, helpers=(_HELPER_BATCH, _HELPER_FITS))
+        return _Parts(body, helpers=(_HELPER_BATCH, _HELPER_SHORT))
 
     def _capture_useful(self) -> _Parts:
         c = self.cfg
@@ -642,7 +653,8 @@ class _VllmWriter:
         <<seen>>
     )
 ''', captured=captured, scheduler=_literal_lines(_scheduler_words(c) + ". ", 8), seen=self._seen())
-        return _Parts(body, helpers=(_HELPER_BATCH, _HELPER_FITS, _HELPER_SCHEDULER, _HELPER_CAPTURE_DESCS),
+        return _Parts(body, helpers=(_HELPER_BATCH, _HELPER_FITS, _HELPER_BEST, _HELPER_SCHEDULER,
+                                     _HELPER_CAPTURE_DESCS),
                       constants=(_scheduler_constants(c),), runs_checked_step=True)
 
     def _decode_lengths(self) -> _Parts:
@@ -736,12 +748,12 @@ class _VllmWriter:
         if max_query_len is not None and max_query_len < 1:
             problems.append(f"{short(desc)}: max_query_len < 1")
         if getattr(desc, "num_active_loras", 0) not in LORA_CASES:
-            problems.append(f"{short(desc)}: its LoRA count is not a case of {LORA_CASES}")
+            problems.append(f"{short(desc)}: its LoRA count is no case of {LORA_CASES}")
         if getattr(desc, "num_ubatches", 1) not in (1, NUM_UBATCHES):
-            problems.append(f"{short(desc)}: num_ubatches is neither 1 nor {NUM_UBATCHES}")
+            problems.append(f"{short(desc)}: num_ubatches is not 1 or {NUM_UBATCHES}")
         if desc.cg_mode == CUDAGraphMode.NONE:
             problems.append(f"{short(desc)}: a NONE descriptor in the capture list")
-    assert not problems, "INIT-TOTAL: insane capture descriptor(s): " + "; ".join(problems)
+    assert not problems, "INIT-TOTAL: insane descriptors: " + "; ".join(problems)
 ''', drafts=("        build_draft_managers(vllm_config, mode)\n" if drafts else ""),
                      context=_literal_lines(context, 8))
         helpers = [_HELPER_SHORT, _HELPER_CAPTURE_DESCS]
@@ -788,7 +800,7 @@ class _VllmWriter:
         except (ModeResolutionError, ValueError) as exc:
             raise ExportError(f"finding {self.f.id}: the spec rejects its config ({exc})") from None
         want = [d for mode in (P, F) for d in spec.get(mode, ())]
-        literal = "[\n" + "".join(f"    {_desc_literal(d)},\n" for d in want) + "]"
+        literal = "[\n" + "".join(_desc_item(d) for d in want) + "]"
         body = _fill('''
     built = capture_descs(manager)
     # Candidate init run again on the finished manager must give the same lists.
@@ -806,8 +818,8 @@ class _VllmWriter:
     unexpected = sorted(short(d) for d in set(built) - set(SPEC_CAPTURE_DESCS))
     missing = sorted(short(d) for d in set(SPEC_CAPTURE_DESCS) - set(built))
     assert not unexpected and not missing, (
-        f"CAND-ORDER: capture descriptors differ from cgsim's spec (ruleset <<ruleset>>): "
-        f"unexpected {unexpected}, missing {missing}. "
+        "CAND-ORDER: capture descriptors differ from cgsim's spec "
+        f"(ruleset <<ruleset>>): unexpected {unexpected}, missing {missing}. "
         <<seen>>
     )
 ''', ruleset=self.scenario.ruleset, seen=self._seen())
@@ -834,6 +846,49 @@ class _VllmWriter:
     )
 ''', step=str(self.step), seen=self._seen())
         return _Parts(body, helpers=(_HELPER_SHORT,))
+
+    def _before_capture(self) -> _Parts:
+        if self.step is None:
+            raise ExportError(f"finding {self.f.id}: BEFORE-CAPTURE names no step")
+        s = self.scenario.steps[self.step]
+        if s.kind == "dispatch":
+            earlier = self.scenario.steps[: self.step]
+            last_capture = max((i for i, e in enumerate(earlier) if e.kind == "capture"), default=None)
+            last_release = max((i for i, e in enumerate(earlier) if e.kind == "release"), default=None)
+            if last_capture is not None and (last_release is None or last_release < last_capture):
+                raise ExportError(f"finding {self.f.id}: its BEFORE-CAPTURE dispatch follows a capture; only one "
+                                  "before any capture or after a release is exported")
+            when = "after a release with no capture since" if last_release is not None else "before any capture"
+            b = s.batch
+            assert b is not None
+            body = _fill('''
+<<batchline>>
+    desc = dispatch(manager, batch)
+    assert desc.cg_mode == CUDAGraphMode.NONE, (
+        f"BEFORE-CAPTURE: {batch} dispatched <<when>> "
+        f"returned {short(desc)}; with no graphs captured it must run eagerly "
+        "(NONE). "
+        <<seen>>
+    )
+''', batchline=self._batch_line(b), when=when, seen=self._seen())
+            return _Parts(body, helpers=(_HELPER_BATCH, _HELPER_SHORT))
+        if s.kind != "capture":
+            raise ExportError(f"finding {self.f.id}: BEFORE-CAPTURE at a {s.kind} step is not exported")
+        body = _fill('''
+    error = None
+    try:
+        capture(manager, recorder)  # step <<step>>: capture
+    except Exception as exc:  # vLLM's own capture failing, whatever its type
+        error = f"{type(exc).__name__}: {exc}"
+    outcome = "finished" if error is None else f"failed ({error})"
+    assert (error is None) == bool(manager._graphs_captured), (
+        f"BEFORE-CAPTURE: capture {outcome} but the manager says "
+        f"captured={manager._graphs_captured}: dispatch trusts that flag to hand "
+        "out graphs. "
+        <<seen>>
+    )
+''', step=str(self.step), seen=self._seen())
+        return _Parts(body)
 
     def _no_crash(self) -> _Parts:
         if self.step is None:
@@ -864,7 +919,7 @@ def _literal_lines(text: str, indent: int, width: int = 84) -> str:
 
 
 def _speculators_literal() -> str:
-    return "(\n" + "".join(f"    ({m!r}, {c!r}),\n" for m, c in _SPECULATORS) + ")"
+    return "(\n" + "".join(f"    (\n        {m!r},\n        {c!r},\n    ),\n" for m, c in _SPECULATORS) + ")"
 
 
 def _count_partitions(total: int, parts: int) -> int:
@@ -986,7 +1041,9 @@ def cpu_graphs(monkeypatch):
     monkeypatch.setattr(
         cudagraph_utils, "get_offloader", lambda: MagicMock(), raising=False
     )
-    monkeypatch.setattr(cudagraph_utils, "set_graph_pool_id", MagicMock(), raising=False)
+    monkeypatch.setattr(
+        cudagraph_utils, "set_graph_pool_id", MagicMock(), raising=False
+    )
     # The toy model stands for a torch-compiled one when COMPILED_MODEL is set
     # (vLLM checks for a compiled submodule before piecewise capture, from 0.30).
     monkeypatch.setattr(
@@ -1331,8 +1388,9 @@ def fits(desc, batch):
         and getattr(desc, "num_ubatches", 1) == batch.num_ubatches
     )
 
+'''
 
-def padding(desc, batch):
+_HELPER_BEST = '''def padding(desc, batch):
     """(padded tokens, padded requests) when ``batch`` runs on ``desc``."""
     reqs = 0 if desc.num_reqs is None else desc.num_reqs - batch.num_reqs
     return desc.num_tokens - batch.num_tokens, reqs
@@ -1358,7 +1416,8 @@ _HELPER_SCHEDULER = '''def best_choices(batch, captured):
 
 
 def _partitions(total, max_parts, largest=None):
-    """Query lengths (longest first) of at most ``max_parts`` requests summing to ``total``."""
+    """Query lengths (longest first) of at most ``max_parts`` requests, summing
+    to ``total``."""
     largest = total if largest is None else largest
     if total == 0:
         yield ()

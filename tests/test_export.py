@@ -124,7 +124,7 @@ def _variant(tmp_path, name, **changes):
     ("mutant", {"target": "mutant:range-off-by-one"}, "cgsim's own 'mutant:range-off-by-one' manager"),
     ("reference", {"target": "reference"}, "export-test writes tests for engine targets (vllm)"),
     ("sglang", {"target": "sglang"}, "no test writer yet (export-test writes tests for: vllm)"),
-    ("skip-attn", {"property": "SKIP-ATTN"}, "it writes: CAND-ORDER, CAPTURE-USEFUL"),
+    ("skip-attn", {"property": "SKIP-ATTN"}, "it writes: BEFORE-CAPTURE, CAND-ORDER, CAPTURE-USEFUL"),
     ("breakable", {"config": {"breakable": True}}, "breakable CUDA graphs"),
     ("hang", {"kind": "hang", "property": "NO-CRASH"}, "is a hang"),
     ("huge", {"property": "CAPTURE-USEFUL", "step": 0,
@@ -191,3 +191,44 @@ def test_exported_tests_fail_exactly_where_docs_say_the_finding_reproduces(tmp_p
     assert not wrong, f"vLLM {version}: exported tests disagree with docs/findings.md: {wrong}"
     if release in ("0.28", "0.29", "0.30", "0.31", "0.32"):
         assert all(r[1] is not None for r in report.values()), report  # every cell had an expectation
+
+
+# -- docs/ci.md --------------------------------------------------------------------
+
+
+def _ci_script() -> str:
+    import re
+
+    text = open(os.path.join(ROOT, "docs", "ci.md"), encoding="utf-8").read()
+    section = text[text.index("## The script"):]
+    return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_ci_script_in_docs_is_valid_bash(tmp_path):
+    script = tmp_path / "cgsim-pr.sh"
+    script.write_text(_ci_script())
+    res = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
+def test_every_fuzz_command_in_the_ci_script_parses():
+    """The script's cgsim commands use only subcommands and flags this cgsim has."""
+    import shlex
+
+    from fuzz.cli import build_parser
+
+    values = {"$RULESET": "vllm-0.32", "$BUDGET": "10m", "$SEED": "7", "$OUT": "out", "$run": "out/run",
+              "$f": "f.json", "$id": "x", "${id//-/_}": "x"}
+    joined = _ci_script().replace("\\\n", " ")
+    commands = []
+    for line in joined.splitlines():
+        if '_PY" -m fuzz ' not in line or "--help" in line:
+            continue  # not a command (an echo that names one) or the --vllm-source probe
+        words = shlex.split(line.split('_PY" -m fuzz ', 1)[1].split(">")[0].split("||")[0])
+        for k, v in sorted(values.items(), key=lambda kv: -len(kv[0])):
+            words = [w.replace(k, v) for w in words]
+        commands.append(words)
+    assert {c[0] for c in commands} == {"run", "replay", "export-test"}, commands
+    parser = build_parser()
+    for words in commands:
+        parser.parse_args(words)  # exit 2 (SystemExit) on an unknown flag
