@@ -1,4 +1,4 @@
-"""``python -m fuzz``: run, replay, report, explain, list.
+"""``python -m fuzz``: run, replay, report, explain, list, export-test.
 
 Exit status: 0 nothing found / not reproduced, 1 findings / reproduced,
 2 bad usage, a broken environment or (replay) could not tell (one line on
@@ -140,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
             ex.add_argument(flag, dest=f"cfg_{f.name}", default=None, help=_CFG_HELP.get(f.name))
 
     sub.add_parser("list", help="targets, mutants, rulesets and properties")
+
+    et = sub.add_parser("export-test", help="write a finding as a standalone pytest module in the engine's test style")
+    et.add_argument("path", help="a finding JSON")
+    et.add_argument("-o", "--output", default=None, help="write the test here (default: print it)")
     return p
 
 
@@ -214,11 +218,11 @@ def _main(argv: list[str], exiting: bool = False) -> int:
     except SystemExit as exc:  # --help (0) or a usage error (2, one line already printed)
         return exc.code if isinstance(exc.code, int) else 2
     if args.command is None:
-        print(f"{parser.prog}: error: give a command: run, replay, report, explain or list "
+        print(f"{parser.prog}: error: give a command: run, replay, report, explain, list or export-test "
               f"(see {parser.prog} --help)", file=sys.stderr)
         return 2
     commands = {"run": _cmd_run, "replay": _cmd_replay, "report": _cmd_report, "explain": _cmd_explain,
-                "list": _cmd_list}
+                "list": _cmd_list, "export-test": _cmd_export_test}
     args.exiting = exiting
     try:
         return commands[args.command](args, argv)
@@ -341,6 +345,25 @@ def _cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
     from fuzz.campaign.rebuild import rebuild_report
 
     return rebuild_report(args.run_dir, quiet=args.quiet).exit_code
+
+
+# -- export-test ---------------------------------------------------------------------------
+def _cmd_export_test(args: argparse.Namespace, argv: list[str]) -> int:
+    from cgsim.report.atomic import atomic_write_text
+    from cgsim.report.findings import load_finding
+    from fuzz.export_test import ExportError, export_test
+
+    finding = load_finding(args.path)
+    try:
+        text = export_test(finding, source=args.path)
+    except ExportError as exc:
+        raise _Exit(2, str(exc)) from None
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    atomic_write_text(args.output, text)
+    print(f"wrote {args.output} (pytest {args.output}; it imports only the engine, torch and pytest)")
+    return 0
 
 
 # -- list -------------------------------------------------------------------------------
