@@ -136,7 +136,11 @@ def observe(scenario: Scenario, target: str, backend: str, timeout: float | None
         return outcome([finding(CHECK_CRASH, f"a property check raised {type(exc).__name__}: {exc}")])
     findings = [Finding.from_violation(v, scenario_json, target, backend, short) for v in verdict.violations]
     errors = trace.errors
-    restart = any(e.error == "timeout" for e in errors) or (
+    # A target that failed mid-capture may keep process-wide capture state
+    # (vLLM's BreakableCUDAGraphCapture marks itself active before it begins
+    # the first segment and never unmarks if that raises): every later capture
+    # in this process would fail for no reason of its own.  A fresh process.
+    restart = any(e.error == "timeout" or (e.phase == "capture" and e.error != "corrupt") for e in errors) or (
         backend == "cuda" and any(any(p in f"{e.exc_type} {e.message}" for p in CUDA_POISON) for e in errors))
     covered = tuple(("dispatch_sweeps", e.coverage) for e in trace.of(Sweep) if e.captured_flag)
     return Outcome(tuple(findings), verdict.checked, time.perf_counter() - start, restart, covered)

@@ -88,8 +88,18 @@ def deadline(seconds: float | None, message: str) -> Iterator[Deadline | None]:
     try:
         yield d
     finally:
-        with _alarm_blocked():
-            _pop(d)
+        # An outer deadline may fire in the instant before SIGALRM is blocked
+        # (or as it is unblocked): finish the bookkeeping, then let it through.
+        late: ScenarioTimeout | None = None
+        while d in _pending:
+            try:
+                with _alarm_blocked():
+                    if d in _pending:
+                        _pop(d)
+            except ScenarioTimeout as exc:
+                late = exc
+        if late is not None:
+            raise late
 
 
 @contextmanager

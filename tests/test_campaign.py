@@ -297,7 +297,7 @@ def test_two_campaigns_share_a_report_dir(tmp_path):
 
 
 def test_concurrent_campaigns_in_one_report_dir(tmp_path):
-    procs = [_spawn_campaign(tmp_path, bug="big", budget=2.0, seed=s) for s in (1, 2)]
+    procs = [_spawn_campaign(tmp_path, bug="big", budget=6.0, seed=s) for s in (1, 2)]
     for p in procs:
         assert p.wait(timeout=60) == 1, p.stderr.read()
     runs = [d for d in os.listdir(tmp_path / "reports") if not d.startswith(".") and d not in ("latest", "LATEST")]
