@@ -23,7 +23,7 @@ from cgsim.runner import run_scenario
 from cgsim.spec import dispatch_choices, expected_capture_order, expected_dispatch
 from cgsim.spec import scheduler
 from cgsim.targets.mutants import MUTANT_INFO
-from cgsim.trace import Dispatch
+from cgsim.trace import Dispatch, Sweep
 from fuzz.cli import main
 
 FINDINGS = Path(__file__).resolve().parent.parent / "docs" / "findings"
@@ -107,33 +107,56 @@ DISPATCH_MUTANTS = sorted(n for n, m in MUTANT_INFO.items() if ALL_PROPERTIES[m.
 
 @pytest.mark.parametrize("name", DISPATCH_MUTANTS)
 def test_a_dispatch_findings_mark_names_what_the_target_returned(name):
-    """The mark's descriptor is the one the run dispatched at the finding's
-    step: read back from the property's message, checked against the Trace."""
+    """The mark is the batch the violation names and the descriptor the run
+    dispatched it to (a dispatch step's, or the dispatch sweep's after the
+    capture): read back from the property's message, checked against the Trace."""
     info = MUTANT_INFO[name]
     scenario = info.example()
     trace = run_scenario(scenario, target=f"mutant:{name}", backend="mock")
     violations = [v for v in check_scenario(scenario, trace).violations if v.property == info.caught_by]
     assert violations
-    dispatched = {e.step: e.desc for e in trace.events if isinstance(e, Dispatch)}
-    marked = 0
+    dispatched = {e.step: (e.batch, e.desc) for e in trace.events if isinstance(e, Dispatch)}
+    swept = {e.step: dict(zip(e.batches, e.descs)) for e in trace.events if isinstance(e, Sweep)}
+    kinds = set()
     for v in violations:
         finding = Finding.from_violation(v, scenario.to_json(), f"mutant:{name}", "mock", scenario.short())
         mark = plots.finding_mark(finding)
-        if v.step not in dispatched:
+        if "dispatch sweep" in v.message:
+            assert mark is not None, v.message
+            assert mark.batch in swept[v.step] and mark.chosen == swept[v.step][mark.batch], v.message
+            kinds.add("sweep")
+        elif v.step in dispatched:
+            assert mark is not None
+            assert (mark.batch, mark.chosen) == dispatched[v.step], v.message
+            kinds.add("step")
+        else:
             assert mark is None  # e.g. CAPTURE-USEFUL on the capture step
             continue
         assert plots.is_dispatch_picture_finding(finding)
-        assert mark is not None and mark.batch == scenario.steps[v.step].batch
-        assert mark.chosen == dispatched[v.step], v.message
         cfg = scenario.config
         assert set(mark.expected) == set(dispatch_choices(mark.batch, expected_capture_order(cfg, scenario.ruleset), cfg.lora_cases))
         assert mark.chosen not in mark.expected or not mark.expected
         rows = plots.finding_rows(finding)
         mine = [r for r in rows if r.batch == mark.batch]
         assert len(mine) == 1 and mine[0].chosen == mark.chosen
-        marked += 1
+        assert mine[0].agrees is False
     if info.caught_by != "CAPTURE-USEFUL":
-        assert marked
+        assert kinds == {"sweep", "step"}
+
+
+def test_sweep_rows_judge_a_sweeps_decisions():
+    config = ManagerConfig(capture_sizes=(1, 2, 4), max_num_reqs=4)
+    captured = expected_capture_order(config, "pr48822")
+    plan = scheduler.sweep_plan(config, captured)
+    right = [expected_dispatch(b, captured, config.lora_cases) for b in plan.shapes]
+    rows = plots.sweep_rows(plan.shapes, right, captured, config.lora_cases)
+    assert all(r.agrees for r in rows)
+    wrong = [plots.eager_descriptor(b, (0,)) if d.cg_mode == F else d for b, d in zip(plan.shapes, right)]
+    rows = plots.sweep_rows(plan.shapes, wrong, captured, config.lora_cases)
+    assert {r.batch for r in rows if r.agrees is False} == {b for b, d in zip(plan.shapes, right) if d.cg_mode == F}
+    need_matplotlib()
+    svg = plots.render_dispatch_map(rows, fmt="svg", lora_cases=config.lora_cases).decode()
+    assert "graph disagrees with the spec" in svg and "decode, query length 1" in svg
 
 
 def _finding(name: str) -> dict:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor, lora_case, padding_waste
+from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, lora_case, padding_waste
 from cgsim.modes import CUDAGraphMode
 from cgsim.spec import desc_sort_key, dispatch_choices, eager_descriptor, expected_capture_order, resolved_mode
 from cgsim.spec import scheduler
@@ -47,6 +47,7 @@ __all__ = [
     "spec_rows",
     "finding_rows",
     "finding_mark",
+    "sweep_rows",
     "is_dispatch_picture_finding",
     "render_dispatch_map",
     "save_dispatch_map",
@@ -83,7 +84,7 @@ class DispatchRow:
     run, so a NONE ``chosen`` agrees with it.
     """
 
-    batch: Batch
+    batch: Batch | BatchShape
     chosen: BatchDescriptor | None
     expected: tuple[BatchDescriptor, ...] = ()
 
@@ -101,7 +102,7 @@ class DispatchRow:
 class Mark:
     """The batch a finding is about: boxed, with its expected graph outlined."""
 
-    batch: Batch
+    batch: Batch | BatchShape
     chosen: BatchDescriptor | None
     expected: tuple[BatchDescriptor, ...]
     caption: str = ""
@@ -132,7 +133,8 @@ def _even_lens(tokens: int, reqs: int) -> tuple[int, ...]:
 def token_limit(config: ManagerConfig, max_tokens: int | None = None) -> int:
     """The x extent: a little past the largest graph, so the eager cliff shows."""
     largest = config.max_capture_size or max(config.capture_sizes)
-    limit = largest + max(2, largest // 4)
+    # At least as far as the dispatch sweep goes, so every swept batch has its cell.
+    limit = max(largest + max(2, largest // 4), scheduler.sweep_token_limit(config))
     return min(limit, max_tokens) if max_tokens else limit
 
 
@@ -232,10 +234,25 @@ def _finding_json(finding: Any) -> Mapping[str, Any]:
     return finding.to_json() if hasattr(finding, "to_json") else finding
 
 
-def _dispatch_step(data: Mapping[str, Any]) -> tuple[Any, Batch] | None:
-    """(Scenario, batch) of a finding whose step dispatches a batch while
-    graphs are captured; None otherwise (before capture, after a release, a
-    capture step, a harness finding without a step)."""
+# BatchShape.short(), the batch a sweep violation names first.
+_SWEPT = re.compile(r"Batch\(reqs=(\d+) tokens=(\d+) (?:uniform=(\d+)|max_q=(\d+))(?: loras=(\d+))?(?: ubatches=(\d+))?( prefill)?\)")
+
+
+def _swept_shape(message: str) -> BatchShape | None:
+    m = _SWEPT.match(message)
+    if not m:
+        return None
+    reqs, tokens, uniform, max_q, loras, ubatches, prefill = m.groups()
+    u = int(uniform) if uniform is not None else None
+    return BatchShape(int(reqs), int(tokens), u if u is not None else int(max_q), u, bool(prefill),
+                      int(loras or 0), int(ubatches or 1))
+
+
+def _dispatch_step(data: Mapping[str, Any]) -> tuple[Any, Batch | BatchShape] | None:
+    """(Scenario, batch) of a finding about a batch dispatched while graphs
+    are captured: a dispatch step's batch, or the smallest failing batch of
+    a dispatch sweep after a capture (the step is then that capture).  None
+    otherwise: before capture, after a release, no batch, no step."""
     from cgsim.scenario import Scenario, ScenarioError
 
     step = data.get("step")
@@ -245,7 +262,15 @@ def _dispatch_step(data: Mapping[str, Any]) -> tuple[Any, Batch] | None:
         scenario = Scenario.from_json(data.get("scenario"))
     except ScenarioError:
         return None
-    if not 0 <= step < len(scenario.steps) or scenario.steps[step].batch is None:
+    if not 0 <= step < len(scenario.steps):
+        return None
+    message = str(data.get("message", ""))
+    if "in the dispatch sweep" in message:
+        shape = _swept_shape(message)
+        if shape is None or scenario.steps[step].kind != "capture" or "sweep after the capture" not in message:
+            return None
+        return scenario, shape
+    if scenario.steps[step].batch is None:
         return None
     captured = False
     for s in scenario.steps[:step]:
@@ -254,6 +279,18 @@ def _dispatch_step(data: Mapping[str, Any]) -> tuple[Any, Batch] | None:
         elif s.kind == "release":
             captured = False
     return (scenario, scenario.steps[step].batch) if captured else None
+
+
+def sweep_rows(batches: Sequence[Batch | BatchShape], decisions: Sequence[BatchDescriptor],
+               captured: Iterable[BatchDescriptor], lora_cases: Sequence[int]) -> list[DispatchRow]:
+    """Rows from a dispatch sweep (a Trace ``Sweep``'s ``batches`` and
+    ``descs``), each judged against ``captured`` (the spec's capture list, or
+    what the target stored)."""
+    captured = tuple(captured)
+    rows = []
+    for b, d in zip(batches, decisions, strict=True):
+        rows.append(DispatchRow(b, d, tuple(sorted(dispatch_choices(b, captured, lora_cases), key=desc_sort_key))))
+    return rows
 
 
 def is_dispatch_picture_finding(finding: Any) -> bool:
@@ -548,13 +585,17 @@ def _ticks(ax: Any, capture_sizes: Sequence[int], t_extent: float, px_per_token:
     sizes = sorted(s for s in set(capture_sizes) if s <= t_extent)
     if len(sizes) > 12:
         sizes = []
-    rounded = [int(v) for v in MaxNLocator(nbins=8, integer=True).tick_values(1, t_extent) if 1 <= v <= t_extent]
+    # Round numbers only where the capture sizes leave the axis bare.
+    rounded = [int(v) for v in MaxNLocator(nbins=8 if len(sizes) < 3 else 3, integer=True).tick_values(1, t_extent)
+               if 1 <= v <= t_extent]
     kept: list[int] = []
     for v in sorted(sizes, reverse=True) + sorted(set(rounded) - set(sizes), reverse=True):
         if all(abs(v - k) * px_per_token >= 18 for k in kept):
             kept.append(v)
     ax.set_xticks(sorted(kept))
-    ax.yaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
+    r_extent = ax.get_ylim()[1]
+    ax.set_yticks([int(v) for v in MaxNLocator(nbins=6, integer=True).tick_values(1, max(1.0, r_extent - 0.5))
+                   if 1 <= v <= r_extent])
     ax.tick_params(labelsize=8)
 
 
@@ -646,9 +687,9 @@ def render_dispatch_map(rows: Sequence[DispatchRow], *, fmt: str = "png", title:
             ax_map.set_title(f"{kind_title}{lora_title}: the graph each batch lands on", fontsize=9)
             ax_waste.set_title(f"{kind_title}{lora_title}: padding waste", fontsize=9)
             for ax in (ax_map, ax_waste):
-                _ticks(ax, capture_sizes, extent[1], px[0] / grid.ts)
                 ax.set_xlim(extent[0], extent[1])
                 ax.set_ylim(extent[2], extent[3])
+                _ticks(ax, capture_sizes, extent[1], px[0] / grid.ts)
                 for spine in ax.spines.values():
                     spine.set_color("#999999")
             if ki == 0:
@@ -663,7 +704,7 @@ def render_dispatch_map(rows: Sequence[DispatchRow], *, fmt: str = "png", title:
         (P, Patch(facecolor=plt.get_cmap("Oranges")(0.6), label="PIECEWISE graph")),
         (N, Patch(facecolor=_NONE_RGB, label="NONE: eager, no graph")),
     ) if m in modes]
-    handles.append(Patch(facecolor="white", edgecolor="#999999", label="no such batch"))
+    handles.append(Patch(facecolor="white", edgecolor="#999999", label="no batch in this cell"))
     if any(r.chosen is None for r in rows):
         handles.append(Patch(facecolor=_UNKNOWN_RGB, label="graph not known"))
     if wrong_any:
