@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor, lora_case
+from cgsim.descriptors import Batch, BatchDescriptor
 from cgsim.finding import Finding
 from cgsim.modes import CUDAGraphMode
 from cgsim.properties import ALL_PROPERTIES, check_scenario

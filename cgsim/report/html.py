@@ -96,8 +96,8 @@ def _finding(f: Mapping, images: Mapping[str, bytes]) -> str:
     ]
     if f.get("duplicates"):
         rows.append(("also found as", ", ".join(f"<code>{_e(d)}</code>" for d in f["duplicates"])))
-    if f.get("extra", {}).get("flaky") or f.get("flaky"):
-        rows.append(("flaky", _e(f.get("flaky") or f["extra"]["flaky"])))
+    if f.get("flaky"):
+        rows.append(("flaky", _e(f["flaky"])))
     out = [f'<section class="finding" id="finding-{_e(fid)}" data-property="{_e(f.get("property"))}">',
            f"<h3>{_e(f.get('property'))} <span class=\"muted\"><code>{_e(fid)}</code></span></h3>",
            "<dl>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>"]

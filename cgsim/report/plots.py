@@ -109,15 +109,16 @@ class Mark:
 
 
 def require_matplotlib() -> Any:
-    """``matplotlib.pyplot`` on the Agg backend, or MissingMatplotlib."""
+    """The ``matplotlib`` module, or MissingMatplotlib.  Pictures are drawn on
+    bare ``Figure`` objects, never through pyplot: no global backend or figure
+    state is touched (a notebook's or a test suite's own plots are unaffected,
+    and reports can be drawn from any thread)."""
     try:
         import matplotlib
+        from matplotlib.figure import Figure  # noqa: F401
     except ImportError:
         raise MissingMatplotlib() from None
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+    return matplotlib
 
 
 # -- the data: which batches, where the spec sends them ---------------------------------------
@@ -372,7 +373,7 @@ def _graph_order(d: BatchDescriptor) -> tuple:
     return (d.num_tokens, d.num_reqs or 0, d.uniform_token_count or 0, d.max_query_len or 0, d.num_ubatches)
 
 
-def _palette(plt: Any, descs: Iterable[BatchDescriptor]) -> dict[BatchDescriptor, tuple]:
+def _palette(mpl: Any, descs: Iterable[BatchDescriptor]) -> dict[BatchDescriptor, tuple]:
     """Blues for FULL, Oranges for PIECEWISE, shade by rank in size (so the
     colours of neighbouring graphs differ as much as the count allows)."""
     out: dict[BatchDescriptor, tuple] = {}
@@ -380,7 +381,7 @@ def _palette(plt: Any, descs: Iterable[BatchDescriptor]) -> dict[BatchDescriptor
     for mode, cmap_name in ((F, "Blues"), (P, "Oranges")):
         # By shape alone: one size has one shade in every LoRA case's panel.
         ranked = sorted({_graph_order(d) for d in descs if d.cg_mode == mode})
-        cmap = plt.get_cmap(cmap_name)
+        cmap = mpl.colormaps[cmap_name]
         for d in descs:
             if d.cg_mode == mode:
                 i = ranked.index(_graph_order(d))
@@ -607,7 +608,7 @@ def render_dispatch_map(rows: Sequence[DispatchRow], *, fmt: str = "png", title:
         raise ValueError(f"picture format {fmt!r}: use one of {', '.join(PICTURE_FORMATS)}")
     if not rows:
         raise ValueError("a dispatch map needs at least one batch")
-    plt = require_matplotlib()
+    mpl = require_matplotlib()
     import textwrap
 
     import numpy as np
@@ -623,7 +624,7 @@ def render_dispatch_map(rows: Sequence[DispatchRow], *, fmt: str = "png", title:
     loras = sorted({k[0] for k in by_panel})
     kinds = sorted({(k[1], k[2]) for k in by_panel})
     graphs = {r.chosen for r in rows if r.chosen is not None and r.chosen.cg_mode != N}
-    colors = _palette(plt, graphs | ({d for d in mark.expected if d.cg_mode != N} if mark else set()))
+    colors = _palette(mpl, graphs | ({d for d in mark.expected if d.cg_mode != N} if mark else set()))
     gid = {d: i for i, d in enumerate(sorted(colors, key=lambda d: (d.cg_mode.value, _graph_order(d))))}
     wrong_any = any(r.agrees is False and not _is_marked(r, mark) for r in rows)
 
@@ -635,10 +636,19 @@ def render_dispatch_map(rows: Sequence[DispatchRow], *, fmt: str = "png", title:
     if mark is not None and mark.caption:
         head += "\n" + "\n".join(textwrap.wrap(mark.caption, width_chars))
     head_in = 0.42 + 0.19 * (head.count("\n") + 1)
-    fig_h = panel_h * n_rows + head_in + 1.25
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(fig_w, fig_h), squeeze=False, sharex=True, sharey=True)
+    # The legend below the panels: as many entries a row as fit the width.
+    modes = {r.chosen.cg_mode for r in rows if r.chosen is not None} | {d.cg_mode for d in colors}
+    n_handles = len(modes) + 1 + any(r.chosen is None for r in rows) + wrong_any + (2 if mark is not None else 0)
+    legend_cols = max(2, min(n_handles, int((fig_w - 0.4) / 2.5)))
+    legend_rows = math.ceil(n_handles / legend_cols)
+    foot_in = 0.62 + 0.2 + 0.2 * legend_rows  # tick labels and axis title, the note, the legend
+    fig_h = panel_h * n_rows + head_in + foot_in
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(fig_w, fig_h))
+    axes = fig.subplots(n_rows, n_cols, squeeze=False, sharex=True, sharey=True)
     left, right = 0.75 / fig_w, 1 - 1.0 / fig_w
-    bottom, top = 1.2 / fig_h, 1 - head_in / fig_h
+    bottom, top = foot_in / fig_h, 1 - head_in / fig_h
     fig.subplots_adjust(left=left, right=right, bottom=bottom, top=top, hspace=0.34, wspace=0.07)
     # Pixels per cell, for fitting labels (axes fraction of the figure, times dpi).
     ax_w_px = (right - left) * fig_w * dpi / (n_cols + 0.07 * (n_cols - 1))
@@ -698,10 +708,9 @@ def render_dispatch_map(rows: Sequence[DispatchRow], *, fmt: str = "png", title:
             if li == len(loras) - 1:
                 ax_waste.set_xlabel("batch tokens", fontsize=9)
                 ax_waste.tick_params(labelbottom=True)
-    modes = {r.chosen.cg_mode for r in rows if r.chosen is not None} | {d.cg_mode for d in colors}
     handles = [h for m, h in (
-        (F, Patch(facecolor=plt.get_cmap("Blues")(0.75), label="FULL graph")),
-        (P, Patch(facecolor=plt.get_cmap("Oranges")(0.6), label="PIECEWISE graph")),
+        (F, Patch(facecolor=mpl.colormaps["Blues"](0.75), label="FULL graph")),
+        (P, Patch(facecolor=mpl.colormaps["Oranges"](0.6), label="PIECEWISE graph")),
         (N, Patch(facecolor=_NONE_RGB, label="NONE: eager, no graph")),
     ) if m in modes]
     handles.append(Patch(facecolor="white", edgecolor="#999999", label="no batch in this cell"))
@@ -715,12 +724,12 @@ def render_dispatch_map(rows: Sequence[DispatchRow], *, fmt: str = "png", title:
         if outlined:
             handles.append(Patch(facecolor="none", edgecolor=_MARK, linestyle="--", linewidth=1.4,
                                  label="batches on the graph that should serve it"))
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4 if n_cols == 1 else 8), fontsize=8,
-               frameon=False, bbox_to_anchor=(0.5, 0.0))
+    fig.legend(handles=handles, loc="lower center", ncol=legend_cols, fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
     note = "shade: graph size (darker = larger) · label: mode letter + graph tokens (·r requests, ·u micro-batches)"
     if grid.ts > 1 or grid.rs > 1:
         note += f" · one cell per {grid.ts} tokens x {grid.rs} requests (sampled)"
-    fig.text(0.5, 0.42 / fig_h, note, ha="center", fontsize=7.5, color="#444444")
+    fig.text(0.5, (0.12 + 0.2 * legend_rows) / fig_h, note, ha="center", va="bottom", fontsize=7.5, color="#444444")
     fig.text(left, 1 - 0.12 / fig_h, head, ha="left", va="top", fontsize=9.5)
     if waste_image is not None:
         cax = fig.add_axes((right + 0.25 / fig_w, bottom, 0.12 / fig_w, top - bottom))
@@ -729,9 +738,8 @@ def render_dispatch_map(rows: Sequence[DispatchRow], *, fmt: str = "png", title:
         cbar.ax.tick_params(labelsize=7)
     buf = io.BytesIO()
     # SVG text stays text (searchable, selectable, small), not glyph paths.
-    with plt.rc_context({"svg.fonttype": "none"}):
+    with mpl.rc_context({"svg.fonttype": "none"}):
         fig.savefig(buf, format=fmt, dpi=dpi, metadata={"Software": None} if fmt == "png" else {"Date": None})
-    plt.close(fig)
     return buf.getvalue()
 
 
