@@ -130,6 +130,7 @@ def build_summary(*, run_id: str, settings: dict, findings: Iterable[Finding], s
         "coverage": {k: dict(sorted(v.items())) for k, v in sorted(coverage.items())},
         "findings": finding_entries(findings, backend),
         "workers": workers,
+        "started_unix": started_unix,
         "timeline": timeline(findings, workers, started_unix, elapsed_s),
         "inflight": list(inflight),
         "notes": list(notes),
