@@ -124,8 +124,6 @@ def test_explain_json_and_config_file(tmp_path, capsys):
     assert all(d["cg_mode"] == "FULL" for d in report["capture_list"])
 
 
-
-
 def test_explain_unreadable_config(tmp_path, capsys):
     p = tmp_path / "c.json"
     p.write_text("{nope")
