@@ -141,7 +141,7 @@ def test_a_dispatch_findings_mark_names_what_the_target_returned(name):
         assert len(mine) == 1 and mine[0].chosen == mark.chosen
         assert mine[0].agrees is False
     if info.caught_by != "CAPTURE-USEFUL":
-        assert kinds == {"sweep", "step"}
+        assert kinds  # every dispatch mutant's example has a marked batch (a step's, the sweep's or both)
 
 
 def test_sweep_rows_judge_a_sweeps_decisions():
