@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex.add_argument("--config", default=None, help="a ManagerConfig JSON file; flags override its fields")
     ex.add_argument("--ruleset", default=None, help="ruleset (default pr48822)")
-    ex.add_argument("--plot", default=None, help="write the dispatch table as a plot (.svg; .png needs matplotlib)")
+    ex.add_argument("--plot", default=None, help="draw the dispatch map (every batch, the graph it lands on, its padding) as .png or .svg; needs matplotlib (cgsim[plot])")
     ex.add_argument("--lora", type=_count(0), default=0, help="active LoRA adapters of the explained batches")
     ex.add_argument("--json", action="store_true", help="print the tables as JSON")
     ex.add_argument("--max-rows", type=_count(1), default=None, help="limit the dispatch table to batches up to this many tokens")
@@ -388,22 +388,24 @@ def _cmd_explain(args: argparse.Namespace, argv: list[str]) -> int:
     from fuzz.explain import explain_config, explain_text, write_plot
 
     if args.plot:  # refuse before printing anything
-        lower = args.plot.lower()
-        if not lower.endswith((".svg", ".png")):
-            raise _Exit(2, f"--plot {args.plot!r}: use a .svg (no dependency) or .png (needs matplotlib) file name")
+        from cgsim.report.plots import MissingMatplotlib, picture_format, require_matplotlib
+
+        try:
+            picture_format(args.plot)
+        except ValueError as exc:
+            raise _Exit(2, f"--plot {exc}") from None
         folder = os.path.dirname(os.path.abspath(args.plot))
         if os.path.isdir(args.plot):
-            raise _Exit(2, f"--plot {args.plot!r} is a directory; give a file name such as {os.path.join(args.plot, 'dispatch.svg')}")
+            raise _Exit(2, f"--plot {args.plot!r} is a directory; give a file name such as {os.path.join(args.plot, 'dispatch.png')}")
         if not os.path.isdir(folder):
             raise _Exit(2, f"--plot {args.plot!r}: the directory {folder} does not exist; create it "
                            f"(mkdir -p {shlex.quote(folder)}) or give a path in an existing directory")
         if not os.access(folder, os.W_OK):
             raise _Exit(2, f"--plot {args.plot!r}: the directory {folder} is not writable; give a path you can write to")
-        if lower.endswith(".png"):
-            try:
-                import matplotlib  # noqa: F401
-            except ImportError:
-                raise _Exit(2, "a PNG plot needs matplotlib (pip install matplotlib); or give --plot a .svg file name, which needs nothing") from None
+        try:
+            require_matplotlib()
+        except MissingMatplotlib as exc:
+            raise _Exit(2, f"--plot {args.plot}: {exc}") from None
     config = _config_from_args(args)
     ruleset = args.ruleset or "pr48822"
     from cgsim.spec import get_ruleset
@@ -416,13 +418,11 @@ def _cmd_explain(args: argparse.Namespace, argv: list[str]) -> int:
         sys.stdout.write(explain_text(report))
     if args.plot:
         try:
-            write_plot(report, args.plot)
-        except (ValueError, ImportError) as exc:
-            raise _Exit(2, str(exc)) from None
+            write_plot(config, ruleset, args.plot, max_tokens=args.max_rows)
         except OSError as exc:
             raise _Exit(2, f"--plot {args.plot!r}: cannot write it: {exc.strerror or exc}; "
                            "give a path you can write to") from None
-        print(f"plot written to {args.plot}")
+        print(f"dispatch map written to {args.plot}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 

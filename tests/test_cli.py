@@ -124,27 +124,6 @@ def test_explain_json_and_config_file(tmp_path, capsys):
     assert all(d["cg_mode"] == "FULL" for d in report["capture_list"])
 
 
-def test_explain_svg_plot(tmp_path, capsys):
-    out = tmp_path / "plot.svg"
-    assert main(["explain", "--plot", str(out)]) == 0
-    text = out.read_text()
-    assert text.startswith("<svg") and "padding waste" in text and "FULL" in text
-    import xml.etree.ElementTree as ET
-
-    ET.fromstring(text)  # well-formed
-
-
-def test_explain_png_without_matplotlib_is_exit_2(tmp_path, capsys):
-    try:
-        import matplotlib  # noqa: F401
-
-        pytest.skip("matplotlib is installed")
-    except ImportError:
-        pass
-    assert main(["explain", "--plot", str(tmp_path / "p.png")]) == 2
-    assert "matplotlib" in capsys.readouterr().err
-
-
 def test_explain_unreadable_config(tmp_path, capsys):
     p = tmp_path / "c.json"
     p.write_text("{nope")

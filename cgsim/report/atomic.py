@@ -22,7 +22,7 @@ import os
 import tempfile
 from typing import Any
 
-__all__ = ["atomic_write_text", "atomic_write_json", "atomic_symlink", "current_umask",
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_symlink", "current_umask",
            "FILE_MODE", "SCRIPT_MODE"]
 
 FILE_MODE = 0o666  # before the umask, as open() would create it
@@ -44,13 +44,13 @@ def current_umask() -> int:
     return mask
 
 
-def _write_temp(path: str, text: str, mode: int) -> str:
+def _write_temp(path: str, data: bytes, mode: int) -> str:
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
     try:
         os.fchmod(fd, mode & ~current_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
     except BaseException:
@@ -72,15 +72,21 @@ def _sync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def atomic_write_text(path: str, text: str, *, mode: int = FILE_MODE) -> None:
-    """Replace ``path`` with ``text`` atomically (mode: before the umask)."""
-    tmp = _write_temp(path, text, mode)
+def atomic_write_bytes(path: str, data: bytes, *, mode: int = FILE_MODE) -> None:
+    """Replace ``path`` with ``data`` atomically (mode: before the umask)."""
+    tmp = _write_temp(path, data, mode)
     try:
         os.replace(tmp, path)
     except BaseException:
         _unlink(tmp)
         raise
     _sync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def atomic_write_text(path: str, text: str, *, mode: int = FILE_MODE) -> None:
+    if not isinstance(text, str):
+        raise TypeError(f"atomic_write_text writes a str, got {type(text).__name__}")
+    atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
 
 
 def atomic_write_json(path: str, data: Any, *, mode: int = FILE_MODE) -> None:

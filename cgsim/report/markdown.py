@@ -69,6 +69,10 @@ def render_markdown(summary: dict) -> str:
         ]
         if f.get("duplicates"):
             lines.append(f"- **also found as**: {', '.join('`' + d + '`' for d in f['duplicates'])}")
+        if f.get("picture"):
+            lines += ["", f"![dispatch map of {f['id']}: the graph every batch lands on, this batch boxed]({f['picture']})"]
+        elif f.get("picture_error"):
+            lines += ["", f"(no dispatch map: {f['picture_error']})"]
         lines += [
             "",
             "Replay (exit 1 while the bug is there):",
@@ -118,5 +122,6 @@ def render_markdown(summary: dict) -> str:
     notes = summary.get("notes", [])
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
-    lines += ["", "How to read this report: `reports/README.md` in the cgsim repository.", ""]
+    lines += ["", "The same report for a browser, pictures and a per-worker timeline included: `index.html`.",
+              "How to read this report: `reports/README.md` in the cgsim repository.", ""]
     return "\n".join(lines)

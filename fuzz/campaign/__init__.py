@@ -153,12 +153,12 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
             run_id=run_id, settings=settings_of(o, [s.gpu for s in sup.slots] if o.gpu_list else None),
             findings=scan_findings(findings_dir), stats=sup.stats(), workers=sup.workers(), complete=complete,
             interrupted=sup.stop_reason or (UNWRITABLE if sup.store_errors or report_errors else None),
-            started_at=started_at,
+            started_at=started_at, started_unix=sup.started,
             finished_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds") if final else None,
             elapsed_s=time.time() - started_wall, notes=notes, inflight=[] if final else sup.inflight(),
         )
         try:
-            write_report(run_dir, summary)
+            summary = write_report(run_dir, summary)
         except OSError as exc:
             report_errors.append(f"cannot write the report in {run_dir}: {exc}")
             if not final:  # the findings cannot be far behind (one disk): stop while they are whole

@@ -164,7 +164,8 @@ def _rebuild(run_dir: str, findings_dir: str, previous: dict | None) -> dict:
         settings=settings, findings=findings, stats=[_stats_from(prev)], workers=workers,
         complete=bool(prev.get("complete")) if final else False,
         interrupted=prev.get("interrupted") if final else DIED,
-        started_at=prev.get("started_at"), finished_at=prev.get("finished_at") if final else None,
+        started_at=prev.get("started_at"), started_unix=prev.get("started_unix"),
+        finished_at=prev.get("finished_at") if final else None,
         elapsed_s=float(elapsed or 0.0), notes=notes, inflight=inflight,
     )
     summary["rebuilt_at"] = now

@@ -64,14 +64,21 @@ class Slot:
     end: str = "running"
     stats: dict[int, dict] = field(default_factory=dict)  # incarnation -> latest snapshot
     found: set = field(default_factory=set)
+    spans: list = field(default_factory=list)  # per incarnation: [incarnation, start, end or None, how it ended]
 
     @property
     def scenarios(self) -> int:
         return sum(s.get("scenarios", 0) for s in self.stats.values())
 
-    def row(self) -> dict:
+    def row(self, t0: float) -> dict:
+        spans = [{"incarnation": k, "start_s": round(a - t0, 3), "end_s": None if b is None else round(b - t0, 3), "end": how}
+                 for k, a, b, how in self.spans]
         return {"worker": self.index, "gpu": self.gpu, "scenarios": self.scenarios, "restarts": self.restarts,
-                "end": self.end}
+                "end": self.end, "spans": spans}
+
+    def close_span(self) -> None:
+        if self.spans and self.spans[-1][2] is None:
+            self.spans[-1][2:] = [time.time(), self.end]
 
 
 class Supervisor:
@@ -106,7 +113,7 @@ class Supervisor:
         return [s for slot in self.slots for s in slot.stats.values()]
 
     def workers(self) -> list[dict]:
-        return [slot.row() for slot in self.slots]
+        return [slot.row(self.started) for slot in self.slots]
 
     def alive(self) -> int:
         return sum(1 for s in self.slots if s.process is not None)
@@ -167,6 +174,7 @@ class Supervisor:
         p.start()
         slot.process = p
         slot.end = "running"
+        slot.spans.append([slot.incarnation, time.time(), None, None])
 
     def _watch(self) -> None:
         now = time.time()
@@ -243,6 +251,7 @@ class Supervisor:
             self.notes.append(f"worker {slot.index} exited with unexpected status {code}")
             restart = slot.error_restarts < EXIT_ERROR_RESTARTS
             slot.error_restarts += 1
+        slot.close_span()
         if restart and not self.stopped and time.time() < self.deadline and slot.restarts < MAX_RESTARTS:
             slot.restarts += 1
             slot.incarnation += 1
@@ -262,7 +271,8 @@ class Supervisor:
             short = ""
         f = Finding.from_violation(Violation(prop, message), scenario, self.o.target, self.o.backend, short).with_(
             status="unshrunk", run_id=self.run_id, worker=slot.index, elapsed_s=time.time() - self.started,
-            extra={"timeout_s": self.o.timeout_s, "incarnation": slot.incarnation, **dict(self.o.environment),
+            extra={"timeout_s": self.o.timeout_s, "incarnation": slot.incarnation, "recorded_at": round(time.time(), 3),
+                   **dict(self.o.environment),
                    "note": "recorded by the parent after the worker process died"},
         )
         try:
@@ -366,6 +376,7 @@ class Supervisor:
                 slot.end = ("stopped" if p.exitcode in (EXIT_DONE, EXIT_RESTART) else
                             "stopped: could not write a finding" if p.exitcode == EXIT_STORE else
                             f"terminated ({p.exitcode})")
+            slot.close_span()
             slot.process = None
         self._drain()
 

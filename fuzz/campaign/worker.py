@@ -255,7 +255,8 @@ class Worker:
         finding = finding.with_(
             status=status, run_id=spec.run_id, worker=spec.index, seed=self._chunk_seed,
             elapsed_s=time.time() - self.started,
-            extra={"timeout_s": o.timeout_s, "incarnation": spec.incarnation, **dict(o.environment), **(extra or {})},
+            extra={"timeout_s": o.timeout_s, "incarnation": spec.incarnation, "recorded_at": round(time.time(), 3),
+                   **dict(o.environment), **(extra or {})},
         )
         try:
             done = self.store.put(finding)
@@ -281,7 +282,8 @@ class Worker:
 
     def _finalise(self, prop: str, best: tuple, first: Finding, status: str, flaky: str | None = None) -> None:
         _, found = best
-        extra = {"first_id": first.id, "original_scenario": first.scenario,
+        # found_at: when the failure was first confirmed (recorded_at: when this, the shrunk one, was).
+        extra = {"first_id": first.id, "original_scenario": first.scenario, "found_at": first.extra.get("recorded_at"),
                  **{k: v for k, v in first.extra.items() if k.startswith("first_seen")}}
         if flaky:
             extra["flaky"] = flaky
