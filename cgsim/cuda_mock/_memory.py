@@ -35,6 +35,7 @@ __all__ = [
     "is_pinned_host",
     "host_count",
     "alias_of",
+    "extent_bytes",
     "live_pool_bytes",
 ]
 
@@ -179,14 +180,11 @@ class Pool:
         blk.in_use = True
         return blk
 
-    def alloc(self, size, stride, dtype: torch.dtype) -> torch.Tensor:
-        """A user tensor of this geometry on a block of this pool."""
-        itemsize = dtype.itemsize
-        if 0 in size:
-            extent = 0
-        else:
-            extent = 1 + sum((s - 1) * st for s, st in zip(size, stride))
-        nbytes = extent * itemsize
+    def alloc(self, size, stride, dtype: torch.dtype, nbytes: int | None = None) -> torch.Tensor:
+        """A user tensor of this geometry on a block of this pool (``nbytes``:
+        its extent_bytes, when the caller knows it)."""
+        if nbytes is None:
+            nbytes = extent_bytes(size, stride, dtype)
         if nbytes == 0:
             return torch.empty_strided(size, stride, dtype=dtype)
         blk = self._take(nbytes)
@@ -196,6 +194,13 @@ class Pool:
         weakref.finalize(ref, _release, weakref.ref(blk))
         storage = torch.frombuffer(ref, dtype=torch.uint8).untyped_storage()
         return torch.empty(0, dtype=dtype).set_(storage, 0, size, stride)
+
+
+def extent_bytes(size, stride, dtype: torch.dtype) -> int:
+    """Bytes a tensor of this geometry spans from its first element."""
+    if 0 in size:
+        return 0
+    return (1 + sum((s - 1) * st for s, st in zip(size, stride))) * dtype.itemsize
 
 
 def live_pool_bytes() -> tuple[int, int]:
