@@ -177,16 +177,25 @@ class SweepView:
             best: dict = {}
             if bucket is not None:
                 tokens, descs, modes = bucket
+                nmodes = len(modes)
+                # Descriptors come by increasing tokens, so a mode's best fit
+                # pads the tokens of the first fit of that mode; once every
+                # mode has one padding fewer tokens than this, nothing after
+                # it can win.
+                widest = -1
                 for j in range(bisect_left(tokens, b.num_tokens), len(descs)):
                     d = descs[j]
                     pad_tokens = d.num_tokens - b.num_tokens
-                    if all(m in best and best[m][0][0] < pad_tokens for m in modes):
+                    if len(best) == nmodes and widest < pad_tokens:
                         break  # every mode has a fit that pads fewer tokens
                     if not _fits(d, b):
                         continue
                     pad = (pad_tokens, 0 if d.num_reqs is None else d.num_reqs - b.num_reqs)
                     got = best.get(d.cg_mode)
-                    if got is None or pad < got[0]:
+                    if got is None:
+                        best[d.cg_mode] = (pad, (d,))
+                        widest = max(widest, pad_tokens)
+                    elif pad < got[0]:
                         best[d.cg_mode] = (pad, (d,))
                     elif pad == got[0]:
                         best[d.cg_mode] = (pad, got[1] + (d,))
@@ -406,11 +415,18 @@ class RunView:
                         out[(s.step, f.desc)] = rec
         return out
 
+    @cached_property
+    def _graph_metadata_by_desc(self) -> dict[BatchDescriptor, list[tuple[int, MetadataRecord]]]:
+        out: dict[BatchDescriptor, list[tuple[int, MetadataRecord]]] = {}
+        for (s, d), rec in self.graph_metadata.items():
+            out.setdefault(d, []).append((s, rec))
+        return out
+
     def captured_with(self, desc: BatchDescriptor, step: int) -> MetadataRecord | None:
         """The metadata the graph for ``desc`` that is live at ``step`` was captured with."""
         best = None
-        for (s, d), rec in self.graph_metadata.items():
-            if d == desc and s <= step and (best is None or s > best[0]):
+        for s, rec in self._graph_metadata_by_desc.get(desc, ()):
+            if s <= step and (best is None or s > best[0]):
                 best = (s, rec)
         return best[1] if best else None
 
