@@ -92,7 +92,7 @@ def _ref_type(nbytes: int) -> type:
 
 
 class _Block:
-    __slots__ = ("pool", "nbytes", "data", "ptr", "in_use", "__weakref__")
+    __slots__ = ("pool", "nbytes", "data", "ptr", "in_use", "_user", "__weakref__")
 
     def __init__(self, pool: "Pool", nbytes: int) -> None:
         self.pool = pool
@@ -101,7 +101,14 @@ class _Block:
         self.data = torch.empty(nbytes, dtype=torch.uint8)
         self.ptr = self.data.data_ptr()
         self.in_use = False
+        self._user: weakref.ref | None = None  # the user storage's bytes object, while in use
         _blocks_by_ptr[self.ptr] = self
+
+    def _freed(self, _ref: weakref.ref) -> None:
+        # The last user storage on this block is gone.  (A block that dies
+        # first takes this weak reference with it: no callback then.)
+        self._user = None
+        _release(self)
 
 
 # Pools whose graphs are all gone but whose blocks are still in use: the real
@@ -110,14 +117,12 @@ class _Block:
 _released: "dict[tuple[int, int], Pool]" = {}
 
 
-def _release(block_ref: "weakref.ref[_Block]") -> None:
-    block = block_ref()
-    if block is not None:
-        block.in_use = False
-        block.pool._free.append(block)
-        pool = block.pool
-        if pool.use_count == 0 and pool.allocated_bytes == 0:
-            _released.pop(pool.id, None)
+def _release(block: "_Block") -> None:
+    block.in_use = False
+    block.pool._free.append(block)
+    pool = block.pool
+    if pool.use_count == 0 and pool.allocated_bytes == 0:
+        _released.pop(pool.id, None)
 
 
 def get_pool_for_capture(pool_id: tuple[int, int]) -> "Pool":
@@ -191,7 +196,7 @@ class Pool:
         ref = _ref_type(blk.nbytes).from_address(blk.ptr)
         # The user storage keeps the bytes alive even if the pool goes first.
         ref._owner = blk.data
-        weakref.finalize(ref, _release, weakref.ref(blk))
+        blk._user = weakref.ref(ref, blk._freed)
         storage = torch.frombuffer(ref, dtype=torch.uint8).untyped_storage()
         return torch.empty(0, dtype=dtype).set_(storage, 0, size, stride)
 
