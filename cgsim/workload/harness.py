@@ -185,8 +185,7 @@ class PiecewiseRunner:
                 pieces.append(("eager", piece, None, None, None))
                 x = piece.fn(x, ctx)
                 continue
-            static_in = torch.zeros(T, HIDDEN, device=w.device)
-            static_in.copy_(x)
+            static_in = x.clone()
             graph = cuda.CUDAGraph()
             with cuda.graph(graph, pool=w.graph_pool):
                 out = static_in

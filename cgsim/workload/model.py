@@ -267,6 +267,7 @@ class ToyModel:
         self.layers = w["layers"]
         self._static_inputs = static_inputs
         self._no_input = torch.empty(0, device=device)  # what the first stage is given (it reads the static inputs)
+        self._pieces: list | None = None
         self.stages: list[Stage] = [Stage("embed", self._embed, breaks=False)]
         for i, layer in enumerate(self.layers):
             self.stages.append(Stage(f"attn{i}", self._attn(layer), breaks=True))
@@ -323,6 +324,11 @@ class ToyModel:
     def pieces(self) -> list[list[Stage] | Stage]:
         """Group stages for piecewise execution: runs of non-break stages become
         one piece (one graph); break stages stand alone and run eagerly."""
+        if self._pieces is None:
+            self._pieces = self._group()
+        return self._pieces
+
+    def _group(self) -> list[list[Stage] | Stage]:
         out: list = []
         for stage in self.stages:
             if stage.breaks:
