@@ -24,6 +24,8 @@ import weakref
 
 import torch
 
+from . import _errors
+
 __all__ = [
     "Pool",
     "get_pool",
@@ -127,8 +129,6 @@ def _release(block: "_Block") -> None:
 
 def get_pool_for_capture(pool_id: tuple[int, int]) -> "Pool":
     """The pool a capture allocates from, with the real use-count rules."""
-    from cgsim.cuda_mock import _errors
-
     pool = _released.get(pool_id)
     if pool is not None:
         raise RuntimeError(_errors.POOL_RELEASED)
