@@ -162,7 +162,7 @@ class Batch:
         return f"Batch(reqs={self.num_reqs} tokens={self.num_tokens} query_lens={shown}{extra})"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BatchShape:
     """What a dispatcher sees of a batch: its counts, not its requests.
 

@@ -315,6 +315,13 @@ class Worker:
         # One-time costs (an engine's cold import: ~20 s for vLLM) before the
         # first scenario, whose deadline must not pay them.
         get_target(self.o.target).check_environment()
+        # Everything imported so far (torch, Hypothesis, an engine) lives as
+        # long as the worker: out of the collector's sight, every collection
+        # walks only what scenarios allocate (a third less GC time per scenario).
+        import gc
+
+        gc.collect()
+        gc.freeze()
         self._fuzz_started = (time.time(), time.process_time())
         strategy = self.spec.strategy(self.o.ruleset, self.o.target)
         base = get_profile(self.o.profile).campaign_settings(self.o.chunk_examples)
