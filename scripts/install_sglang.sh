@@ -41,7 +41,10 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 PYV="$VENV/bin/python"
-pip_q() { "$PYV" -m pip --disable-pip-version-check -q "$@"; }
+# pip's resolver lists every sglang requirement left out on purpose, and local
+# index locations it cannot read: noise, filtered (pipefail keeps pip's status).
+PIP_NOISE="which is not installed|which is incompatible|dependency resolver does not|is ignored: it is neither"
+pip_q() { "$PYV" -m pip --disable-pip-version-check -q "$@" 2>&1 | { grep -v -E "$PIP_NOISE" || true; }; }
 torch_version() { "$PYV" -c "import torch; print(torch.__version__)" 2>/dev/null || true; }
 
 want_torch=${TORCH_SPEC#torch==}

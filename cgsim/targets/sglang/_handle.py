@@ -480,28 +480,35 @@ class SglangHandle:
         size = runner._pad_to_bucket(bs, runner.capture_bs)
         return self.desc("decode", ShapeKey(size=size, variant_label=runner._resolve_lora_variant(fb)))
 
-    def _dispatch(self, b: Batch | BatchShape) -> BatchDescriptor:
+    def _dispatch_many(self, items: Sequence[Batch | BatchShape]) -> list[BatchDescriptor]:
+        """Every rank decides for every batch (rank by rank: entering a rank's
+        parallel context costs more than a decision)."""
         if not self._captured:
-            return self._eager(b)
-        batch = b if isinstance(b, Batch) else b.example()
-        extend = self._is_extend(batch)
-        sizes = rules.dp_rank_sizes(batch.num_reqs, self.dp)
-        dp = self._dp_fields(sizes, extend)
-        decisions = []
-        for rank, n in zip(self.ranks, sizes):
+            return [self._eager(b) for b in items]
+        batches = [b if isinstance(b, Batch) else b.example() for b in items]
+        extend = [self._is_extend(b) for b in batches]
+        sizes = [rules.dp_rank_sizes(b.num_reqs, self.dp) for b in batches]
+        dp = [self._dp_fields(n, e) for n, e in zip(sizes, extend)]
+        decided: list[list[BatchDescriptor | None]] = []
+        for rank in self.ranks:
             with rank.context():
-                decisions.append((n, self._decide(rank, self._probe_batch(rank, batch, n, dp, extend), extend)))
-        if self.dp > 1:
-            self.workload.note_rank_dispatch(batch.shape, tuple(decisions))
-        return decisions[0][1] or self._eager(b)
+                decided.append([
+                    self._decide(rank, self._probe_batch(rank, b, n[rank.index], f, e), e)
+                    for b, n, f, e in zip(batches, sizes, dp, extend)])
+        out = []
+        for i, b in enumerate(batches):
+            if self.dp > 1:
+                self.workload.note_rank_dispatch(b.shape, tuple((sizes[i][r], decided[r][i]) for r in range(self.dp)))
+            out.append(decided[0][i] or self._eager(items[i]))
+        return out
 
     def dispatch(self, batch: Batch) -> BatchDescriptor:
         with self._sglang():
-            return self._dispatch(batch)
+            return self._dispatch_many([batch])[0]
 
     def dispatch_all(self, shapes: Sequence[BatchShape]) -> list[BatchDescriptor]:
         with self._sglang():  # one process context for the whole sweep
-            return [self._dispatch(s) for s in shapes]
+            return self._dispatch_many(shapes)
 
     # -- execute -----------------------------------------------------------------------
     def execute(self, batch: Batch, desc: BatchDescriptor) -> Execution:
