@@ -183,6 +183,24 @@ def test_breakable_prefill_graphs():
     assert trace.uses_breakable
 
 
+def test_lora_in_breakable_prefill_graphs_reads_every_request_adapter():
+    # Found by a campaign: the toy LoRA kernels once mapped tokens to requests
+    # through the capture-sized metadata view (one request), a cgsim bug.
+    c = cfg(mode="FULL_AND_PIECEWISE", capture_sizes=(2, 4), max_num_reqs=4, lora_cases=(0, 3),
+            sglang={"record_nolora_graph": False})
+    trace = clean(c, C, D(prefill(1, 1, num_active_loras=2)), D(prefill(2, 1, 1, num_active_loras=3)))
+    assert [r.path for r in replays(trace).values()] == ["piecewise", "piecewise"]
+
+
+def test_padding_disabled_with_two_batch_overlap_captures_a_graph_no_batch_uses():
+    """A real (minor) defect of sglang 0.5.23 (docs/sglang.md): the request
+    pool is rounded up to the alignment also when padding is disabled."""
+    c = cfg(capture_sizes=(2,), max_num_reqs=1, num_ubatches=2, ubatch_threshold=2, sglang={"disable_padding": True})
+    _, trace, verdict = run(c, C, D(decode(1)))
+    assert not trace.errors
+    assert [v.property for v in verdict.violations] == ["SGL-CAPTURE-USEFUL"]
+
+
 def test_full_prefill_graphs_have_request_slots():
     c = cfg(mode="FULL", capture_sizes=(8, 16), max_num_reqs=8, sglang={"full_prefill_max_req": 2})
     trace = clean(c, C, D(prefill(5, 2)), D(prefill(3, 3, 2)), D(prefill(9)))

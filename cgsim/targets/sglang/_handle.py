@@ -111,14 +111,7 @@ class _Rank:
         lora_case = 0
         if lora is not None:
             lora_case = self.h.lora_k if (not get_is_capture_mode() or capturing_lora_graph()) else 0
-            bs = max(int(fb.batch_size), 1)
-            tokens = torch.arange(n, device=input_ids.device)
-            mode = fb.forward_mode
-            if mode.is_extend() and not mode.is_target_verify():
-                req = torch.searchsorted(md.query_start_loc[1:], tokens, right=True).clamp(max=bs - 1)
-            else:
-                req = torch.div(tokens, max(n // bs, 1), rounding_mode="floor").clamp(max=bs - 1)
-            w.buffers.lora_ids[:n].copy_(lora.slots[req])
+            w.buffers.lora_ids[:n].copy_(lora.token_slots[:n])
         else:
             w.buffers.lora_ids[:n].zero_()
         if self.capturing_breakable and torch.cuda.is_current_stream_capturing():
@@ -185,7 +178,7 @@ class SglangHandle:
                     rank.mr = _world.FakeModelRunner(
                         rank=rank, pool_size=config.max_num_reqs, server_args=self.server_args,
                         speculative=self.width > 1,
-                        lora=(_world.AdapterSlots(config.max_num_reqs, "cpu", self.opts.record_nolora_graph)
+                        lora=(_world.AdapterSlots(self._max_tokens(), "cpu", self.opts.record_nolora_graph)
                               if self.lora_k else None),
                         attention=lambda mr, w=rank.workload: _world.ToyAttention(mr, w))
             with self.ranks[0].context():
@@ -202,6 +195,14 @@ class SglangHandle:
         self._zeros = torch.zeros(max(tokens, sweep_token_limit(config)) + 1, dtype=torch.int64)
         for rank in self.ranks:
             rank.workload.ensure_capacity(reqs, tokens)
+
+    def _max_tokens(self) -> int:
+        """The most tokens any graph or batch of the scenario holds (an upper
+        bound: the rounded pool times the width, the largest prefill bucket,
+        the largest swept batch)."""
+        c = self.config
+        return max(sweep_token_limit(c), (c.max_num_reqs + 2) * self.width, max(c.capture_sizes) + 2,
+                   self.workload.max_tokens) + 1
 
     # -- sglang's process around the runners -------------------------------------------
     @contextlib.contextmanager

@@ -101,14 +101,16 @@ class ToyAttention(AttentionBackend):
 
 
 class AdapterSlots:
-    """The LoRA manager surface the graph runners call.  Adapter ids live in a
-    static per-request buffer that ``prepare_lora_batch`` refreshes in place
-    (as the real decode batch info); adapter "aJ" is the workload's LoRA id J.
+    """The LoRA manager surface the graph runners call.  ``prepare_lora_batch``
+    (host side, before a capture or a replay) writes each token's adapter id
+    into a static buffer of the largest token count, which the LoRA kernels
+    captured in a graph read in place (as sglang's decode and prefill LoRA
+    batch info does); adapter "aJ" is the workload's LoRA id J.
     ``skip_inactive``: the LoRA backend skips inactive dense LoRA, which makes
     the decode runner record a base-only graph beside each LoRA graph."""
 
-    def __init__(self, max_reqs: int, device: str, skip_inactive: bool):
-        self.slots = torch.zeros(max_reqs + 1, dtype=torch.int64, device=device)
+    def __init__(self, max_tokens: int, device: str, skip_inactive: bool):
+        self.token_slots = torch.zeros(max_tokens, dtype=torch.int64, device=device)
         self.lora_backend = SimpleNamespace(skip_inactive_dense_lora=skip_inactive, skip_inactive_lora_batches=False)
         self.attn_dp_enabled = False
         self.supports_prefill_cuda_graph = True
@@ -130,9 +132,16 @@ class AdapterSlots:
 
     def prepare_lora_batch(self, forward_batch: Any) -> None:
         ids = [0 if u is None else int(str(u)[1:]) for u in (forward_batch.lora_ids or [])]
-        self.slots.zero_()
-        if ids:
-            self.slots[: len(ids)].copy_(torch.tensor(ids, dtype=torch.int64))
+        mode = forward_batch.forward_mode
+        if mode.is_extend() and not mode.is_target_verify():
+            lens = [int(n) for n in forward_batch.extend_seq_lens[: len(ids)].tolist()]
+        else:
+            width = int(forward_batch.input_ids.shape[0]) // max(len(ids), 1)
+            lens = [width] * len(ids)
+        per_token = [a for a, n in zip(ids, lens) for _ in range(n)]
+        self.token_slots.zero_()  # padding tokens: no adapter
+        if per_token:
+            self.token_slots[: len(per_token)].copy_(torch.tensor(per_token, dtype=torch.int64))
 
 
 class _Body(nn.Module):
