@@ -41,8 +41,8 @@ class SglangOptions:
     (only exactly captured sizes replay).  ``default_bs_list``: the decode bs
     list is SGLang's default ladder up to --cuda-graph-max-bs =
     max(capture_sizes) instead of capture_sizes itself.
-    ``record_nolora_graph``: with LoRA, a base-only graph beside each LoRA
-    graph.  ``full_prefill_max_req``: request slots of FULL prefill graphs
+    ``record_nolora_graph``: with LoRA, the LoRA backend skips inactive
+    dense LoRA, so a base-only graph is recorded beside each LoRA graph.  ``full_prefill_max_req``: request slots of FULL prefill graphs
     (None: max_num_reqs).
     """
 
