@@ -96,8 +96,21 @@ class ToyAttention(AttentionBackend):
         for row, s, q in zip(rows, seq_lens, query_lens):
             for pos in range(s - q, s):
                 slots.append(int(table[row, max(pos, 0)]) if 0 <= row < table.shape[0] else 0)
-        layout = SimpleNamespace(query_lens=query_lens, seq_lens=seq_lens, slots=slots)
+        layout = _ViewLayout(query_lens, seq_lens, slots)
         return self.workload.prepare_attn(layout, bs, num_tokens, max(query_lens + [1]), for_capture=for_capture)
+
+
+class _ViewLayout:
+    """The requests of a view sglang prepared metadata for, as
+    ``Workload.prepare_attn`` reads a request layout (made once per view)."""
+
+    __slots__ = ("query_lens", "seq_lens", "slots")
+
+    def __init__(self, query_lens: list[int], seq_lens: list[int], slots: list[int]):
+        self.query_lens, self.seq_lens, self.slots = query_lens, seq_lens, slots
+
+    def derived(self, key: tuple, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+        return make()
 
 
 class AdapterSlots:
