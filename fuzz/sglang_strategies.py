@@ -17,8 +17,10 @@ __all__ = ["sglang_configs", "SGLANG_MODES"]
 M = CUDAGraphMode
 # The decode runner alone first (what shrinking reaches), then with a
 # breakable or full prefill runner, prefill and decode both breakable, none.
+# Both breakable is rare: in 0.5.23 its decode runner cannot capture
+# (docs/sglang.md), and a worker restarts after every failed capture.
 SGLANG_MODES = (M.FULL_DECODE_ONLY, M.FULL_AND_PIECEWISE, M.FULL_DECODE_ONLY, M.FULL_AND_PIECEWISE, M.FULL,
-                M.PIECEWISE, M.NONE)
+                M.FULL_DECODE_ONLY, M.FULL_AND_PIECEWISE, M.FULL, M.NONE, M.PIECEWISE)
 
 
 @st.composite
