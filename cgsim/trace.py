@@ -17,6 +17,9 @@ Who records what (so a buggy target cannot hide it):
 - ``Sweep``: the runner, asking the manager to dispatch every batch the
   scheduler can produce (without running them) before the first capture and
   after every capture and release.
+- ``RankDispatch`` / ``GraphOutput``: the workload, from what an engine
+  target reports that the events above cannot carry: every data-parallel
+  rank's decision for a batch, and what a graph replay handed back.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ __all__ = [
     "Replay",
     "Release",
     "Sweep",
+    "RankDispatch",
+    "GraphOutput",
     "Error",
     "Trace",
     "EVENT_TYPES",
@@ -207,6 +212,40 @@ class Sweep(Event):
 
 
 @dataclass(frozen=True)
+class RankDispatch(Event):
+    """Data-parallel attention: each rank's decision for one step, rank 0
+    first (rank 0 runs the scenario's batch or swept shape, ``batch``).  Per
+    rank: (its request count, the graph it replays or None for eager).  The
+    ranks run collectives inside the graph, so they must agree."""
+
+    kind: ClassVar[str] = "rank_dispatch"
+    step: int
+    batch: BatchShape
+    ranks: tuple[tuple[int, BatchDescriptor | None], ...]
+
+
+@dataclass(frozen=True)
+class GraphOutput(Event):
+    """What a graph replay handed back: ``graph`` is the graph that replayed
+    (the engine's own key, translated), ``rows`` the output rows returned,
+    ``real_rows`` the batch's tokens, ``padded_rows`` the graph's; ``output``
+    the output kind ("logits", or "proxy" for tensors handed to a next
+    pipeline stage); the hidden-state modes the graph was captured with and
+    the batch asked for ("NULL" < "LAST" < "FULL"; None where the engine has
+    none)."""
+
+    kind: ClassVar[str] = "graph_output"
+    step: int
+    graph: BatchDescriptor
+    rows: int
+    real_rows: int
+    padded_rows: int
+    output: str
+    captured_hidden: str | None = None
+    runtime_hidden: str | None = None
+
+
+@dataclass(frozen=True)
 class Error(Event):
     """The target raised, did something illegal, hung or corrupted its state."""
 
@@ -222,7 +261,7 @@ EVENT_TYPES: dict[str, type] = {
     cls.kind: cls
     for cls in (
         CreateForwardFn, Forward, GraphStored, CaptureDone, Candidates, PiecewiseCapture,
-        PiecewiseLookup, Dispatch, Replay, Release, Sweep, Error,
+        PiecewiseLookup, Dispatch, Replay, Release, Sweep, RankDispatch, GraphOutput, Error,
     )
 }
 

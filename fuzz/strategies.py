@@ -14,11 +14,13 @@ from cgsim.modes import AttentionSupport, CUDAGraphMode
 from cgsim.scenario import Scenario, Step
 from cgsim.spec import scheduler
 from cgsim.spec.engine_configs import vllm_lora_cases
-from cgsim.spec.rulesets import RULESETS
+from cgsim.spec.rulesets import get_ruleset, rulesets_of
 
 __all__ = ["capture_sizes", "configs", "engine_configs", "batches", "scenarios", "RULESET_NAMES"]
 
-RULESET_NAMES = tuple(RULESETS)
+# The strategy picks among vLLM's designs; an engine's own ruleset is pinned
+# (--ruleset, or the target's default) and brings that engine's configs.
+RULESET_NAMES = rulesets_of("vllm")
 MODES = tuple(CUDAGraphMode)
 
 # Strategy objects are made once per argument tuple and reused: a fresh
@@ -184,6 +186,11 @@ def batches(draw, config: ManagerConfig) -> Batch:
 @st.composite
 def scenarios(draw, ruleset: str | None = None, max_size: int = 128, config: ManagerConfig | None = None,
               engine_sizes: EngineSizes | None = None) -> Scenario:
+    if config is None and ruleset is not None and get_ruleset(ruleset).engine == "sglang":
+        from fuzz.sglang_strategies import sglang_configs
+
+        size = min(max_size, 64)
+        config = draw(_once(("sglang-configs", size), lambda: sglang_configs(size)))
     cfg = config if config is not None else draw(_once(("configs", max_size, engine_sizes),
                                                        lambda: configs(max_size, engine_sizes)))
     rs = ruleset if ruleset is not None else draw(_sampled(RULESET_NAMES))

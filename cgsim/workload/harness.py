@@ -19,9 +19,18 @@ from typing import Any, Callable, Iterator
 import torch
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor
+from cgsim.descriptors import Batch, BatchDescriptor, BatchShape
 from cgsim.modes import CUDAGraphMode
-from cgsim.trace import CreateForwardFn, Forward, MetadataRecord, PiecewiseCapture, PiecewiseLookup, Trace
+from cgsim.trace import (
+    CreateForwardFn,
+    Forward,
+    GraphOutput,
+    MetadataRecord,
+    PiecewiseCapture,
+    PiecewiseLookup,
+    RankDispatch,
+    Trace,
+)
 from cgsim.workload.attention import AttentionMetadata, MetadataBuilder, backend_for
 from cgsim.workload.context import ForwardContext, get_forward_context, set_forward_context
 from cgsim.workload.model import HIDDEN, KV_ROWS, VOCAB, ToyModel
@@ -119,6 +128,9 @@ class _Buffers:
     """Static model inputs: graphs read these addresses at every replay."""
 
     def __init__(self, max_tokens: int, device: torch.device):
+        self.allocate(max_tokens, device)
+
+    def allocate(self, max_tokens: int, device: torch.device) -> None:
         # One allocation, three buffers: a batch is loaded with one copy.
         self._flat = torch.zeros(3, max_tokens, dtype=torch.int64, device=device)
         self.input_ids = self._flat[0]
@@ -268,6 +280,36 @@ class Workload:
     def note_piecewise_lookup(self, key: tuple, hit: bool) -> None:
         """The runtime looked a piecewise graph up under ``key`` (``hit``: one was there)."""
         self._trace.add(PiecewiseLookup(key=key, hit=hit, step=self.step))
+
+    def note_rank_dispatch(self, batch: BatchShape, ranks: tuple[tuple[int, BatchDescriptor | None], ...]) -> None:
+        """Data-parallel ranks decided for one batch: (requests, graph or None) per rank, rank 0 first."""
+        self._trace.add(RankDispatch(step=self.step, batch=batch, ranks=tuple(ranks)))
+
+    def note_graph_output(self, graph: BatchDescriptor, rows: int, real_rows: int, padded_rows: int, output: str,
+                          captured_hidden: str | None = None, runtime_hidden: str | None = None) -> None:
+        """A graph replay of ``graph`` handed back ``rows`` output rows (see ``cgsim.trace.GraphOutput``)."""
+        self._trace.add(GraphOutput(step=self.step, graph=graph, rows=rows, real_rows=real_rows,
+                                    padded_rows=padded_rows, output=output, captured_hidden=captured_hidden,
+                                    runtime_hidden=runtime_hidden))
+
+    def ensure_capacity(self, max_num_reqs: int, max_num_tokens: int) -> None:
+        """Grow the static inputs and the metadata buffers before the first
+        capture, for an engine that pads beyond the config's sizes (SGLang
+        rounds the request pool up to its alignment, and its decode graphs
+        hold bs x width tokens).  The buffers are replaced, so this must run
+        before any metadata or graph reads them."""
+        b = self.builder
+        if max_num_reqs <= b.max_num_reqs and max_num_tokens <= self.max_tokens:
+            return
+        if self._graphs or self._pieces or self._trace.metadata:
+            raise RuntimeError("ensure_capacity after metadata or graphs exist: call it before the first capture")
+        self.max_tokens = max(self.max_tokens, max_num_tokens)
+        b.max_num_reqs = max(b.max_num_reqs, max_num_reqs)
+        b.max_num_tokens = self.max_tokens
+        b.allocate_buffers()
+        self.buffers.allocate(self.max_tokens, self.device)  # the model reads them through this object
+        self.hidden_states = torch.zeros(self.max_tokens, HIDDEN, device=self.device)
+        self._reference = None
 
     def graph_record(self, desc: BatchDescriptor) -> GraphRecord | None:
         return self._graphs.get(desc)
