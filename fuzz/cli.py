@@ -109,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shrink-grace", default=None, help="extra time a shrink under way may take after the budget (e.g. 10s)")
     run.add_argument("--gpus", default=None, help="auto or 0,1,...: workers get one GPU each (round robin) through CUDA_VISIBLE_DEVICES; without --workers, one worker per GPU")
     run.add_argument("--start-method", default=None, help=argparse.SUPPRESS)
+    run.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS|auto|local",
+                     help="workers as Ray actors on every node of a cluster: one per GPU with --backend cuda, one per "
+                          "CPU otherwise (--workers caps it); auto (the default) joins this machine's cluster, local "
+                          "starts a one-machine Ray; needs pip install 'cgsim[ray]'")
+    run.add_argument("--example-db", default=None, metavar="PATH|redis://HOST:PORT",
+                     help="a database of the failures campaigns found (a directory, or Redis with pip install redis): "
+                          "saved failures are replayed first, new ones saved; without it a run depends on its seed alone")
     run.add_argument("--quiet", action="store_true", help="no progress line and no summary")
 
     rp = sub.add_parser("replay", help="re-run a finding (JSON) or a repro script; exit 1 while it reproduces")
@@ -277,6 +284,9 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         gpus=args.gpus,
         one_per_gpu=bool(args.gpus) and args.workers is None,
         start_method=args.start_method,
+        ray=args.ray,
+        workers_from_cluster=args.ray is not None and args.workers is None,
+        example_db=args.example_db,
         quiet=args.quiet,
         command="python -m fuzz " + " ".join(shlex.quote(a) for a in argv),
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-__all__ = ["render_markdown"]
+__all__ = ["render_markdown", "node_rows"]
 
 
 def _table(header: list[str], rows: list[list]) -> list[str]:
@@ -115,13 +115,36 @@ def render_markdown(summary: dict) -> str:
     workers = summary.get("workers", [])
     if workers:
         lines += ["", "## Workers", ""]
+        on_nodes = any("node" in w for w in workers)  # a campaign over Ray
         lines += _table(
-            ["worker", "scenarios", "restarts", "end"],
-            [[w.get("worker"), w.get("scenarios"), w.get("restarts"), w.get("end")] for w in workers],
+            ["worker", "scenarios", "restarts", "end"] + (["node"] if on_nodes else []),
+            [[w.get("worker"), w.get("scenarios"), w.get("restarts"), w.get("end")]
+             + ([w.get("node") or "?"] if on_nodes else []) for w in workers],
         )
+        if on_nodes:
+            lines += ["", "## Nodes", ""]
+            lines += _table(["node", "workers", "scenarios", "restarts"],
+                            [[r["node"], r["workers"], r["scenarios"], r["restarts"]] for r in node_rows(workers)])
     notes = summary.get("notes", [])
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     lines += ["", "The same report for a browser, pictures and a per-worker timeline included: `index.html`.",
               "How to read this report: `reports/README.md` in the cgsim repository.", ""]
     return "\n".join(lines)
+
+
+def node_rows(workers: list[dict]) -> list[dict]:
+    """One row per node of a campaign's workers (over Ray): {"node",
+    "workers", "scenarios", "restarts"}; [] when no worker names a node."""
+    rows: dict[str, dict] = {}
+    for w in workers:
+        if "node" not in w:
+            continue
+        node = w.get("node") or "?"
+        if w.get("node_ip"):
+            node = f"{node} ({w['node_ip']})"
+        r = rows.setdefault(node, {"node": node, "workers": 0, "scenarios": 0, "restarts": 0})
+        r["workers"] += 1
+        r["scenarios"] += w.get("scenarios") or 0
+        r["restarts"] += w.get("restarts") or 0
+    return list(rows.values())

@@ -3,12 +3,15 @@
 ``run_campaign`` validates everything up front (``options.validate``: a bad
 target, ruleset, backend, budget or report directory, or a broken
 environment, is a usage error before any worker starts), then runs the
-workers under the supervisor (``supervisor``: processes, restarts, deaths
-as findings), shows progress (``console``), and writes summary.json,
+workers under an executor (``executor``): the supervisor (``supervisor``:
+processes on this host, restarts, deaths as findings) or, with ``--ray``,
+Ray actors on every node of a cluster (``ray_executor``), shows progress
+(``console``), and writes summary.json,
 junit.xml and index.md (``cgsim.report``) at the start, every few seconds
 while running, and at the end, also when stopped by SIGINT/SIGTERM/SIGHUP
 (then with ``"complete": false``).  Workers write their findings to disk
-themselves (``worker``), so nothing confirmed is lost if the campaign dies;
+themselves (``worker``; over Ray, through the driver's node), so nothing
+confirmed is lost if the campaign dies;
 ``fuzz.campaign.rebuild`` (``python -m fuzz report RUN_DIR``) rebuilds the
 report from them.  A full disk stops the campaign with ``EXIT_REPORT_FAILED``
 and one line naming what could not be written.
@@ -31,6 +34,7 @@ from cgsim.report.repro import write_repro
 from cgsim.report.summary import build_summary, update_latest, write_report
 from cgsim.text import first_line
 from fuzz.campaign.console import Progress, print_summary
+from fuzz.campaign.executor import Executor
 from fuzz.campaign.options import CampaignOptions, UsageError, options_for_profile, parse_budget, resolve_gpus, validate
 from fuzz.campaign.supervisor import Supervisor
 from fuzz.campaign.worker import default_strategy
@@ -71,6 +75,9 @@ def settings_of(o: CampaignOptions, gpus: list | None = None) -> dict:
         "max_examples": o.max_examples, "chunk_examples": o.chunk_examples, "gpus": gpus, "command": o.command,
         "environment": dict(o.environment), "cgsim_version": cgsim.__version__,
         "hypothesis_version": hypothesis.__version__, "python": platform.python_version(), "host": platform.node(),
+        # Only where used, so that a local campaign's settings stay as they were.
+        **({"ray": o.cluster.settings()} if o.cluster is not None else {}),
+        **({"example_db": o.example_db} if o.example_db else {}),
     }
 
 
@@ -136,22 +143,38 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
         strategy(o.ruleset, o.target)
     except Exception as exc:
         raise UsageError(f"cannot build the scenario strategy: {type(exc).__name__}: {exc}") from None
+    saved = None
+    if o.example_db:
+        from fuzz.campaign.example_db import open_example_db
+
+        saved = open_example_db(o.example_db, o.target, o.backend)
+    replay = saved.entries() if saved is not None else ()
     run_id, run_dir = _make_run_dir(o.report_dir)
     lock_fd = hold_run_lock(run_dir)
     started_wall = time.time()
     started_at = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
-    sup = Supervisor(o, run_id, run_dir, started_wall + o.budget_s, pipeline, strategy)
+    sup = _executor(o)(o, run_id, run_dir, started_wall + o.budget_s, pipeline, strategy, replay=replay)
     progress = Progress(err, o.quiet)
     findings_dir = os.path.join(run_dir, "findings")
     report_errors: list[str] = []  # every failed report write, in order (never cleared)
 
     def report(complete: bool, final: bool = False) -> dict:
+        findings = scan_findings(findings_dir)
+        if saved is not None:
+            saved.save(findings, final=final)
+            if final:
+                forgotten = saved.forget(sup.stats())
+                if forgotten:
+                    sup.notes.append(f"example database: {forgotten} saved failure(s) passed wherever they were "
+                                     "replayed and were forgotten (fixed)")
         notes = list(sup.notes) + [f"not on disk: {f.property} {f.id}: {first_line(f.message, 200)}; "
                                    f"scenario {f.scenario_short}" for f in sup.unwritten]
-        notes += list(dict.fromkeys(sup.store_errors + report_errors))
+        notes += list(dict.fromkeys(sup.store_errors + report_errors + (saved.errors if saved is not None else [])))
+        if replay:
+            notes.append(f"example database: {len(replay)} saved failure(s) replayed first")
         summary = build_summary(
             run_id=run_id, settings=settings_of(o, [s.gpu for s in sup.slots] if o.gpu_list else None),
-            findings=scan_findings(findings_dir), stats=sup.stats(), workers=sup.workers(), complete=complete,
+            findings=findings, stats=sup.stats(), workers=sup.workers(), complete=complete,
             interrupted=sup.stop_reason or (UNWRITABLE if sup.store_errors or report_errors else None),
             started_at=started_at, started_unix=sup.started,
             finished_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds") if final else None,
@@ -162,7 +185,7 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
         except OSError as exc:
             report_errors.append(f"cannot write the report in {run_dir}: {exc}")
             if not final:  # the findings cannot be far behind (one disk): stop while they are whole
-                sup.stop_event.set()
+                sup.request_stop()
         return summary
 
     # Our handler from here until the final report is on disk: a Ctrl-C
@@ -215,6 +238,14 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
         sup.restore_signals(previous, keep_blocked=ignore_late_signals)
         os.close(lock_fd)
     return CampaignResult(EXIT_USAGE if idle else exit_code(summary, sup.stop_reason, failed), run_dir, summary)
+
+
+def _executor(o: CampaignOptions) -> Callable[..., Executor]:
+    if o.ray is not None:
+        from fuzz.campaign.ray_executor import RayExecutor
+
+        return RayExecutor
+    return Supervisor
 
 
 def _try(fn: Callable[..., Any], *args: Any) -> bool:

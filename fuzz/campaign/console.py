@@ -8,6 +8,7 @@ import os
 import shutil
 from typing import TextIO
 
+from cgsim.report.markdown import node_rows
 from cgsim.text import first_line
 
 __all__ = ["Progress", "print_summary", "stopped_by"]
@@ -75,7 +76,13 @@ def print_summary(out: TextIO, summary: dict, run_dir: str) -> None:
     for e in summary.get("inflight", []) if not summary["complete"] else []:
         w(f"in flight: worker {e.get('worker')} (started {e.get('started_at') or '?'}): "
           f"{e.get('scenario_short') or '?'}\n")
+    nodes = node_rows(summary.get("workers", []))
+    if nodes:
+        w("nodes:\n")
+        for r in nodes:
+            w(f"  {r['node']}: {r['workers']} worker(s), {r['scenarios']} scenarios, {r['restarts']} restart(s)\n")
     for n in summary["notes"]:
         w(f"note: {n}\n")
     w(f"report: {os.path.join(run_dir, 'index.md')}\n")
     out.flush()
+

@@ -26,7 +26,6 @@ import multiprocessing
 import os
 import queue as queue_mod
 import signal
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -34,10 +33,9 @@ from typing import Any, Callable
 from cgsim.finding import Finding
 from cgsim.observe import Pipeline
 from cgsim.properties.harness import NO_CRASH, NO_HANG
-from cgsim.properties.registry import Violation
-from cgsim.report.findings import FindingStore
-from cgsim.report.repro import write_repro
 from cgsim.scenario import Scenario, ScenarioError
+from fuzz.campaign.executor import STOP_SIGNALS, ExecutorCommon
+from fuzz.campaign.executor import signame as _signame
 from fuzz.campaign.options import CampaignOptions
 from fuzz.campaign.worker import (EXIT_DONE, EXIT_ERROR, EXIT_RESTART, EXIT_STORE, WorkerSpec, default_strategy,
                                   inflight_path, worker_main)
@@ -46,7 +44,6 @@ __all__ = ["Slot", "Supervisor", "MAX_RESTARTS", "STOP_SIGNALS", "read_inflight"
 
 MAX_RESTARTS = 20  # per worker slot; a target that kills every worker should not spin forever
 EXIT_ERROR_RESTARTS = 2
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass
@@ -81,10 +78,10 @@ class Slot:
             self.spans[-1][2:] = [time.time(), self.end]
 
 
-class Supervisor:
+class Supervisor(ExecutorCommon):
     def __init__(self, options: CampaignOptions, run_id: str, run_dir: str, deadline: float,
                  pipeline: Pipeline, strategy: Callable[[str | None, str | None], Any] = default_strategy,
-                 on_finding: Callable[[], None] | None = None):
+                 on_finding: Callable[[], None] | None = None, replay: tuple = ()):
         self.o = options
         self.run_id = run_id
         self.run_dir = run_dir
@@ -93,6 +90,7 @@ class Supervisor:
         self.pipeline = pipeline
         self.strategy = strategy
         self.on_finding = on_finding
+        self.replay = replay  # failures saved by earlier campaigns, replayed first (example_db)
         self.notes: list[str] = []
         self.stop_reason: str | None = None
         self.store_errors: list[str] = []  # why findings could not be written (a full disk)
@@ -109,12 +107,6 @@ class Supervisor:
         self.slots = [Slot(i, gpus[i % len(gpus)] if gpus else None, shares[i]) for i in range(options.workers)]
 
     # -- what the report reads -----------------------------------------------------
-    def stats(self) -> list[dict]:
-        return [s for slot in self.slots for s in slot.stats.values()]
-
-    def workers(self) -> list[dict]:
-        return [slot.row(self.started) for slot in self.slots]
-
     def alive(self) -> int:
         return sum(1 for s in self.slots if s.process is not None)
 
@@ -127,10 +119,6 @@ class Supervisor:
                 if data is not None:
                     out.append(describe_inflight(data))
         return out
-
-    @property
-    def stopped(self) -> bool:
-        return self.stop_reason is not None or bool(self.store_errors)
 
     # -- running ------------------------------------------------------------------
     def start(self) -> None:
@@ -159,6 +147,7 @@ class Supervisor:
             options=self.o, index=slot.index, incarnation=slot.incarnation, run_id=self.run_id, run_dir=self.run_dir,
             parent_pid=os.getpid(), deadline=self.deadline, max_examples=share, gpu=slot.gpu,
             skip_properties=tuple(sorted(slot.found)), pipeline=self.pipeline, strategy=self.strategy,
+            replay=self.replay if slot.incarnation == 0 else (),
         )
 
     def _start(self, slot: Slot) -> None:
@@ -261,30 +250,6 @@ class Supervisor:
         entry = read_inflight(self.run_dir, slot.index)
         return entry["scenario"] if entry else None
 
-    def _death_finding(self, slot: Slot, scenario: dict | None, prop: str, message: str) -> None:
-        if scenario is None:
-            self.notes.append(f"{message}; the scenario it was running could not be read back")
-            return
-        try:
-            short = Scenario.from_json(scenario).short()
-        except ScenarioError:
-            short = ""
-        f = Finding.from_violation(Violation(prop, message), scenario, self.o.target, self.o.backend, short).with_(
-            status="unshrunk", run_id=self.run_id, worker=slot.index, elapsed_s=time.time() - self.started,
-            extra={"timeout_s": self.o.timeout_s, "incarnation": slot.incarnation, "recorded_at": round(time.time(), 3),
-                   **dict(self.o.environment),
-                   "note": "recorded by the parent after the worker process died"},
-        )
-        try:
-            FindingStore(os.path.join(self.run_dir, "findings"), repro=write_repro).put(f)
-        except OSError as exc:
-            self.store_errors.append(f"cannot write finding {f.id}: {exc}")
-            self.unwritten.append(f)
-            self.stop_event.set()
-        slot.found.add(prop)
-        if self.on_finding is not None:
-            self.on_finding()
-
     def _drain(self, timeout: float = 0.0) -> None:
         first = True
         while True:
@@ -293,62 +258,9 @@ class Supervisor:
             except (queue_mod.Empty, OSError, ValueError, EOFError):
                 return
             first = False
-            kind = msg[0]
-            if kind == "stats":
-                _, index, incarnation, stats = msg
-                slot = self.slots[index]
-                slot.stats[incarnation] = stats
-                slot.found.update(stats.get("found", ()))
-            elif kind == "finding":
-                if self.on_finding is not None:
-                    self.on_finding()
-            elif kind == "note":
-                self.notes.append(f"worker {msg[1]}: {msg[2]}")
-            elif kind == "store-error":
-                _, index, text, data = msg
-                self.store_errors.append(f"worker {index}: {text}")
-                try:
-                    self.unwritten.append(Finding.from_json(data))
-                except ValueError:
-                    pass
-                self.stop_event.set()
+            self._apply(msg)
 
     # -- stopping -------------------------------------------------------------------
-    def install_signals(self) -> tuple:
-        """Our SIGINT/SIGTERM/SIGHUP handlers, the signals unblocked (a
-        process may inherit them blocked, e.g. from a test runner); returns
-        what ``restore_signals`` puts back."""
-        if threading.current_thread() is not threading.main_thread():
-            return ({}, None)
-        previous = {}
-
-        def handler(signum: int, frame: Any) -> None:
-            first = self.stop_reason is None
-            if first:
-                self.stop_reason = _signame(signum)
-            self.stop_event.set()
-            if not first:  # a second Ctrl-C: stop waiting for workers
-                self.kill_workers()
-
-        for sig in STOP_SIGNALS:
-            previous[sig] = signal.signal(sig, handler)
-        mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        return (previous, mask)
-
-    @staticmethod
-    def restore_signals(previous: tuple, keep_blocked: bool = False) -> None:
-        """Put back the handlers and the signal mask.  ``keep_blocked``: block
-        the stop signals for good first (a process about to exit)."""
-        handlers, mask = previous
-        if mask is None:
-            return
-        if keep_blocked:
-            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        for sig, h in handlers.items():
-            signal.signal(sig, h)
-        if not keep_blocked:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-
     def kill_workers(self) -> None:
         for s in self.slots:
             if s.process is not None and s.process.exitcode is None:
@@ -428,10 +340,3 @@ def _fault_frames(text: str, n: int = 3) -> str:
     """The innermost frames of a faulthandler dump, as 'file:line in fn'."""
     frames = [line.strip()[len("File "):] for line in text.splitlines() if line.strip().startswith("File ")]
     return " <- ".join(f.replace('"', "") for f in frames[:n])
-
-
-def _signame(num: int) -> str:
-    try:
-        return signal.Signals(num).name
-    except ValueError:
-        return f"signal {num}"

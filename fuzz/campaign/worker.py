@@ -121,6 +121,7 @@ class WorkerSpec:
     pipeline: Pipeline = RUNNER
     strategy: Callable[[str | None, str | None], Any] = default_strategy
     stats_interval_s: float = 0.5
+    replay: tuple = ()  # SavedFailure entries (example_db) to run before fuzzing
 
 
 class _Abort(BaseException):
@@ -162,7 +163,8 @@ class Worker:
         self._fuzz_started = (time.time(), time.process_time())  # reset once the target is warm
         self.first_seen: dict[str, dict] = {}
         self._inflight = None
-        self._chunk_seed = 0
+        self._chunk_seed: int | None = 0
+        self.replayed: dict | None = None  # digests of the saved failures replayed: {"passed": [...], "failed": [...]}
         self.parent = os.getppid()  # the campaign, or (forkserver) the server that forked us
         self.owner = (spec.run_id, spec.index, spec.incarnation)
         self.store = FindingStore(self.findings_dir, allowed=lambda: not self.orphaned(), repro=write_repro)
@@ -185,6 +187,7 @@ class Worker:
                 "coverage": {k: dict(v) for k, v in self.coverage.items()},
                 "found": sorted(self.found),
                 "final": final,
+                **({"replayed": self.replayed} if self.replayed is not None else {}),
             },
         )
 
@@ -305,9 +308,13 @@ class Worker:
             pass  # a stale provisional file is a duplicate in the report, never a loss
 
     # -- the campaign loop -------------------------------------------------------
-    def run(self) -> int:
+    def _prepare(self) -> None:
+        """Before anything else in ``run``: where this worker's files go."""
         os.makedirs(self.findings_dir, exist_ok=True)
         os.makedirs(self.work_dir, exist_ok=True)
+
+    def run(self) -> int:
+        self._prepare()
         from hypothesis import given, seed
 
         from cgsim.targets import get_target
@@ -328,7 +335,8 @@ class Worker:
         chunk = 0
         restart = False
         try:
-            while not self._over(pinned=False):
+            restart = self._replay(self.spec.replay)
+            while not restart and not self._over(pinned=False):
                 self._chunk_seed = derive_seed(self.o.seed, self.spec.index, self.spec.incarnation, chunk)
                 restart = self._run_chunk(given, seed, base, strategy)
                 chunk += 1
@@ -348,6 +356,87 @@ class Worker:
         limit = self.spec.deadline + (self.o.shrink_grace if pinned else 0.0)
         return time.time() >= limit
 
+    def _run_one(self, scenario: Any) -> Outcome:
+        """Run and judge one scenario, announced in flight first; count it."""
+        spec = self.spec
+        self._write_inflight(scenario)
+        if self.heartbeat is not None:
+            # [index]: since when it runs; [workers + index]: after how long
+            # the parent's watchdog may call it hung (past the backstop).
+            self.heartbeat[spec.index] = time.time()
+            limit = backstop_timeout(scenario_timeout(scenario, self.o.timeout_s))
+            self.heartbeat[self.o.workers + spec.index] = limit + 1.0 if limit else 0.0
+        try:
+            outcome: Outcome = observe(scenario, self.o.target, self.o.backend, self.o.timeout_s, spec.pipeline)
+        finally:
+            if self.heartbeat is not None:
+                self.heartbeat[spec.index] = 0.0
+            self._clear_inflight()
+        self.scenarios += 1
+        self._cover(scenario)
+        for dim, key in outcome.coverage:
+            self.coverage.setdefault(dim, Counter())[key] += 1
+        for p in outcome.checked:
+            self.checks[p] += 1
+        for p in outcome.properties:
+            self.failures[p] += 1
+            if p not in outcome.checked:
+                self.checks[p] += 1
+        if time.monotonic() - self.last_stats > spec.stats_interval_s:
+            self._stats()
+        return outcome
+
+    def _replay(self, entries: tuple) -> bool:
+        """Run the failures that earlier campaigns saved (``example_db``),
+        each once, before any fuzzing; True when the target left the process
+        unusable.
+
+        A saved scenario that still fails is recorded as it was saved: a
+        shrunk one is final again (its property is not fuzzed for), an
+        unshrunk one is provisional ("pending": a later chunk shrinks it if
+        it recurs).  Which entries passed is counted for the campaign, which
+        forgets them (a fixed bug); one that fails anywhere stays.
+        """
+        if not entries:
+            return False
+        from cgsim.report.findings import FINAL
+        from cgsim.scenario import Scenario, ScenarioError
+
+        self._chunk_seed = None  # a replayed finding comes from no seed of this campaign
+        passed: list[str] = []
+        failed: list[str] = []
+        self.replayed = {"passed": passed, "failed": failed}
+        for entry in entries:
+            if self._over(pinned=False):
+                break
+            try:
+                scenario = Scenario.from_json(entry.scenario)
+            except ScenarioError as exc:
+                self._send("note", self.spec.index, f"saved failure {entry.digest} cannot be replayed: {first_line(exc)}")
+                continue
+            outcome = self._run_one(scenario)
+            (failed if outcome.properties else passed).append(entry.digest)
+            for p in outcome.properties:
+                if p in self.found or p in self.provisional:
+                    continue
+                seen = outcome.first(p)
+                if p == entry.property and entry.status in FINAL:
+                    status = entry.status
+                else:
+                    status = "unshrunk" if not seen.shrinkable else "pending"
+                # No first_seen: nothing was searched for (the time-to-find of a
+                # replayed failure would say nothing about the fuzzer).
+                extra = {"replayed": entry.digest,
+                         "note": f"saved by an earlier campaign ({entry.status}) and replayed from the example database"}
+                recorded = self._record(seen, status, extra=extra)
+                if status == "pending":
+                    self.provisional[p] = recorded.id
+                else:
+                    self.found.add(p)
+            if outcome.needs_restart:
+                return True
+        return False
+
     def _run_chunk(self, given: Any, seed_dec: Any, base: Any, strategy: Any) -> bool:
         spec = self.spec
         st: dict[str, Any] = {"pinned": None, "best": None, "first": None, "restart": False}
@@ -355,32 +444,8 @@ class Worker:
         def body(scenario: Any) -> None:
             if self._over(pinned=st["pinned"] is not None):
                 raise _Abort()
-            self._write_inflight(scenario)
-            if self.heartbeat is not None:
-                # [index]: since when it runs; [workers + index]: after how long
-                # the parent's watchdog may call it hung (past the backstop).
-                self.heartbeat[spec.index] = time.time()
-                limit = backstop_timeout(scenario_timeout(scenario, self.o.timeout_s))
-                self.heartbeat[self.o.workers + spec.index] = limit + 1.0 if limit else 0.0
-            try:
-                outcome: Outcome = observe(scenario, self.o.target, self.o.backend, self.o.timeout_s, spec.pipeline)
-            finally:
-                if self.heartbeat is not None:
-                    self.heartbeat[spec.index] = 0.0
-                self._clear_inflight()
-            self.scenarios += 1
-            self._cover(scenario)
-            for dim, key in outcome.coverage:
-                self.coverage.setdefault(dim, Counter())[key] += 1
-            for p in outcome.checked:
-                self.checks[p] += 1
+            outcome = self._run_one(scenario)
             props = outcome.properties
-            for p in props:
-                self.failures[p] += 1
-                if p not in outcome.checked:
-                    self.checks[p] += 1
-            if time.monotonic() - self.last_stats > spec.stats_interval_s:
-                self._stats()
             pinned = st["pinned"]
             if pinned is not None and pinned in props:
                 st["best"] = (scenario, outcome.first(pinned))
