@@ -10,6 +10,7 @@ judged under the ``sglang`` ruleset.
 
 from __future__ import annotations
 
+import glob
 import os
 from unittest import mock
 
@@ -264,3 +265,24 @@ def test_descriptors_are_the_spec_mapping():
     trace = clean(c, C)
     assert trace.of(Candidates)[0].capture_descs == rules.expected_capture_descs(c)
     assert BatchDescriptor(F, 8, 4, 2) in trace.of(Candidates)[0].capture_descs
+
+
+SGLANG_FINDINGS = sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                "docs", "sglang-findings", "*.json")))
+
+
+@pytest.mark.parametrize("path", SGLANG_FINDINGS, ids=[os.path.basename(p)[:-5] for p in SGLANG_FINDINGS])
+def test_every_documented_sglang_finding_reproduces(path):
+    # docs/sglang.md documents each with its cause in sglang's code; this is
+    # what `fuzz replay` does for them (exit 1 while the defect is there).
+    from cgsim.replay import reproduce
+    from cgsim.report.findings import load_finding
+
+    finding = load_finding(path)
+    assert finding.target == "sglang"
+    result = reproduce(finding, timeout=300)
+    assert result.reproduced, result.lines()
+
+
+def test_the_documented_sglang_findings_are_there():
+    assert len(SGLANG_FINDINGS) == 2
