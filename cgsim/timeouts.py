@@ -83,9 +83,12 @@ def deadline(seconds: float | None, message: str) -> Iterator[Deadline | None]:
         yield None
         return
     d = Deadline(time.monotonic() + seconds, message)
-    with _alarm_blocked():
-        _push(d)
     try:
+        # Inside the try: a deadline (this one or an outer one) may come due
+        # while SIGALRM is blocked and fire as it is unblocked, before the block
+        # below even starts; the bookkeeping must still be undone.
+        with _alarm_blocked():
+            _push(d)
         yield d
     finally:
         # An outer deadline may fire in the instant before SIGALRM is blocked

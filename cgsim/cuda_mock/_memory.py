@@ -113,18 +113,30 @@ class _Block:
         _release(self)
 
 
-# Pools whose graphs are all gone but whose blocks are still in use: the real
-# allocator keeps them with use_count 0 until the last block is freed, and a
-# capture into such a pool trips its use_count > 0 assertion.
+# Pools whose graphs are all gone.  The real allocator's releasePool only
+# marks such a pool freeable: it stays registered with use_count 0 until an
+# empty_cache (release_cached_blocks) finds every block of it free and erases
+# it, and a capture into a registered pool with use_count 0 trips the
+# use_count > 0 assertion.  torch.cuda.graph() empties the cache on entry, so
+# the assertion shows where a capture begins without one (CUDAGraph.
+# capture_begin directly, e.g. a breakable wrapper with gc disabled) or where a
+# tensor of the pool is still alive (measured on an H200, torch 2.11).
 _released: "dict[tuple[int, int], Pool]" = {}
 
 
 def _release(block: "_Block") -> None:
     block.in_use = False
     block.pool._free.append(block)
-    pool = block.pool
-    if pool.use_count == 0 and pool.allocated_bytes == 0:
-        _released.pop(pool.id, None)
+
+
+def erase_freeable_pools() -> None:
+    """empty_cache's part for graph pools: erase every released pool none of
+    whose blocks is in use (its id then names a fresh pool)."""
+    for pool_id, pool in list(_released.items()):
+        if pool.allocated_bytes == 0:
+            del _released[pool_id]
+            if _pools.get(pool_id) is pool:
+                del _pools[pool_id]
 
 
 def get_pool_for_capture(pool_id: tuple[int, int]) -> "Pool":
@@ -140,7 +152,7 @@ def get_pool_for_capture(pool_id: tuple[int, int]) -> "Pool":
 def release_pool(pool: "Pool") -> None:
     """A graph that captured into ``pool`` is reset or destroyed."""
     pool.use_count -= 1
-    if pool.use_count == 0 and pool.allocated_bytes > 0:
+    if pool.use_count == 0:
         _released[pool.id] = pool
 
 

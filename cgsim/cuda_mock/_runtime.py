@@ -206,9 +206,10 @@ def synchronize(device: Any = None) -> None:
 
 
 def empty_cache() -> None:
-    # Cached-but-free pool blocks stay with their pools: the real empty_cache does
-    # not release blocks of private pools that graphs still use either.
-    pass
+    # Cached-but-free blocks of pools that graphs still use stay with their
+    # pools (the real empty_cache does not release those either); pools no
+    # graph uses any more are erased once nothing of theirs is alive.
+    _memory.erase_freeable_pools()
 
 
 def is_available() -> bool:

@@ -433,6 +433,10 @@ class VllmManagerHandle:
         self._input_buffers = input_buffers
         block_tables = _BlockTables(self.config.max_num_reqs, self.workload.max_tokens, self.device)
         with self._patched(), _gc_disabled():
+            # GPUModelRunner.capture_model empties the cache before capturing: it
+            # erases the pools a release_graphs() left behind, which the capture
+            # loop (breakable wrappers included, with gc off) never does itself.
+            self.backend.cuda.empty_cache()
             self.manager.capture(
                 self.model, _ModelState(self), input_buffers, None, block_tables, [[]], _KVCacheConfig(),
                 has_lora=self.has_lora, lora_capture_hook=self._lora_hook,

@@ -199,7 +199,13 @@ class PiecewiseRunner:
                 continue
             static_in = x.clone()
             graph = cuda.CUDAGraph()
-            with cuda.graph(graph, pool=w.graph_pool):
+            # On the stream the engine captures on (vLLM's piecewise wrapper passes
+            # current_stream()), where its warm-up ran: a stream's first matmul
+            # allocates cuBLAS workspaces, and allocated during a capture they
+            # land in the graph pool and keep it alive for good (seen on an
+            # H200: 32 MiB + 1 MiB live in a pool after all its graphs were gone).
+            stream = cuda.current_stream()
+            with cuda.graph(graph, pool=w.graph_pool, stream=None if stream == cuda.default_stream() else stream):
                 out = static_in
                 for stage in piece:
                     out = stage.fn(out, ctx)

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import sys
+import time
 from typing import TextIO
 
 from cgsim.finding import FindingError
@@ -38,6 +39,7 @@ from fuzz.campaign.supervisor import describe_inflight, read_inflight
 __all__ = ["rebuild_report", "DIED"]
 
 DIED = "campaign died"
+LOCK_GRACE_S = 3.0
 # Notes this module writes; a report rebuilt again gets fresh ones instead.
 _OWN_NOTES = ("the campaign died before its final report", "re-rendered from the findings on disk",
               "there was no summary.json", "finding file(s) could not be read", "could not write the missing")
@@ -89,13 +91,21 @@ def _lock(path: str, run_dir: str) -> int | None:
         fd = os.open(path, os.O_RDWR)
     except OSError:
         return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    # A campaign that was just killed may still hold the lock for a moment:
+    # its processes drop it as the kernel tears them down, which can lag the
+    # kill on a loaded machine.
+    end = time.monotonic() + LOCK_GRACE_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() < end:
+                time.sleep(0.1)
+                continue
         os.close(fd)
         raise UsageError(f"the campaign of {run_dir} is still running (it holds .work/{os.path.basename(path)}); "
                          "wait for it to finish or stop it, then run this again") from None
-    return fd
 
 
 def _previous_summary(path: str) -> dict | None:
