@@ -1,7 +1,7 @@
-"""Scenarios per second per core on the CPU mock, against a baseline commit.
+"""Scenarios per second per core on the CPU mock (or on a GPU), against a baseline commit.
 
     python benchmarks/bench_throughput.py [--baseline f22a9c1 | --baseline-tree DIR] [--sizes 64,512]
-                                          [--examples 300] [--repeats 3] [--json FILE]
+                                          [--examples 300] [--repeats 3] [--backend mock|cuda] [--json FILE]
 
 One run measures both trees, each in its own child process (``PYTHONPATH``
 set to the tree, one torch thread), interleaved ``--repeats`` times (best of
@@ -41,6 +41,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TREE = os.path.dirname(HERE)
+# The children's backend.  On cuda the device's time counts too, so scenarios/s
+# is over wall time there (the GPU machine is not shared).
+BACKEND = os.environ.get("CGSIM_BENCH_BACKEND", "mock")
+TIME_KEY = "wall_s" if BACKEND == "cuda" else "cpu_s"
 
 # ----------------------------------------------------------------------------- child
 
@@ -79,7 +83,7 @@ def _child(mode: str, max_size: int, examples: int, path: str) -> dict:
             loaded = [Scenario.from_json(d) for d in json.load(fh)]
         c0, w0 = time.process_time(), time.perf_counter()
         for sc in loaded:
-            check_scenario(sc, run_scenario(sc, target="reference", backend="mock"))
+            check_scenario(sc, run_scenario(sc, target="reference", backend=BACKEND))
         return {"scenarios": len(loaded), "cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - w0}
     calls = [0]
 
@@ -88,7 +92,7 @@ def _child(mode: str, max_size: int, examples: int, path: str) -> dict:
     def test(scenario):
         calls[0] += 1
         if mode == "e2e":
-            check_scenario(scenario, run_scenario(scenario, target="reference", backend="mock"))
+            check_scenario(scenario, run_scenario(scenario, target="reference", backend=BACKEND))
 
     c0, w0 = time.process_time(), time.perf_counter()
     test()
@@ -105,7 +109,7 @@ def _warm(run_scenario, check_scenario) -> None:
         sc = Scenario(config=ManagerConfig(mode=mode, capture_sizes=(2, 4), breakable=mode == "PIECEWISE"),
                       steps=(Step.capture(), Step.dispatch(Batch((1, 1))), Step.dispatch(Batch((3,)))),
                       ruleset="pr48822")
-        check_scenario(sc, run_scenario(sc, target="reference", backend="mock"))
+        check_scenario(sc, run_scenario(sc, target="reference", backend=BACKEND))
 
 
 # ---------------------------------------------------------------------------- parent
@@ -139,7 +143,7 @@ def _archive(rev: str, dest: str) -> None:
 
 
 def _best(results: list[dict]) -> dict:
-    return min(results, key=lambda r: r["cpu_s"])
+    return min(results, key=lambda r: r[TIME_KEY])
 
 
 def main() -> int:
@@ -151,6 +155,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats per tree (best counts)")
     ap.add_argument("--skip", default="", help="comma-separated measurements to skip: gen, e2e")
     ap.add_argument("--json", default=None, help="also write the numbers to FILE")
+    ap.add_argument("--backend", default="mock", choices=("mock", "cuda"),
+                    help="cuda: the same scenarios on a GPU (wall time; both trees must run there)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--max-size", type=int, default=64, help=argparse.SUPPRESS)
     ap.add_argument("--path", default="", help=argparse.SUPPRESS)
@@ -159,6 +165,9 @@ def main() -> int:
         print(json.dumps(_child(args.child, args.max_size, args.examples, args.path)))
         return 0
 
+    global BACKEND, TIME_KEY
+    BACKEND = os.environ["CGSIM_BENCH_BACKEND"] = args.backend
+    TIME_KEY = "wall_s" if BACKEND == "cuda" else "cpu_s"
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     tmp = tempfile.TemporaryDirectory(prefix="cgsim-bench-")
@@ -174,7 +183,8 @@ def main() -> int:
     trees = {"baseline": base, "this tree": TREE}
     load0 = os.getloadavg()[0]
     print(f"host: {os.cpu_count()} CPUs, load {load0:.2f}, python {platform.python_version()}; "
-          f"{args.examples} scenarios per measurement, best of {args.repeats}, CPU time, 1 thread")
+          f"{args.examples} scenarios per measurement, best of {args.repeats}, "
+          f"{'wall time on cuda' if BACKEND == 'cuda' else 'CPU time on the mock'}, 1 thread")
     print(f"baseline:  {base_label}")
     print(f"this tree: {_describe(TREE)}", flush=True)
     out: dict = {"examples": args.examples, "repeats": args.repeats, "baseline": base_label, "sizes": {}}
@@ -203,21 +213,21 @@ def main() -> int:
 
 def _print_size(size: int, row: dict) -> None:
     def per_s(r: dict) -> float:
-        return r["scenarios"] / r["cpu_s"]
+        return r["scenarios"] / r[TIME_KEY]
 
     print(f"\nscenarios(max_size={size})")
     print("| measurement | baseline | this tree | ratio |")
     print("|---|---:|---:|---:|")
     b, t = row["run"]["baseline"], row["run"]["this tree"]
-    print(f"| run + check, same {b['scenarios']} scenarios (scenarios/s per core) | {per_s(b):.1f} | {per_s(t):.1f} | "
+    print(f"| run + check, same {b['scenarios']} scenarios (scenarios/s{' per core' if BACKEND == 'mock' else ''}) | {per_s(b):.1f} | {per_s(t):.1f} | "
           f"**{per_s(t) / per_s(b):.1f}x** |")
     if "gen" in row:
         b, t = row["gen"]["baseline"], row["gen"]["this tree"]
-        gb, gt = 1000 * b["cpu_s"] / b["scenarios"], 1000 * t["cpu_s"] / t["scenarios"]
+        gb, gt = 1000 * b[TIME_KEY] / b["scenarios"], 1000 * t[TIME_KEY] / t["scenarios"]
         print(f"| Hypothesis generation (CPU ms per scenario) | {gb:.2f} | {gt:.2f} | {gb / gt:.1f}x faster |")
     if "e2e" in row:
         b, t = row["e2e"]["baseline"], row["e2e"]["this tree"]
-        print(f"| end to end: generate + run + check (scenarios/s per core) | {per_s(b):.1f} | {per_s(t):.1f} | "
+        print(f"| end to end: generate + run + check (scenarios/s{' per core' if BACKEND == 'mock' else ''}) | {per_s(b):.1f} | {per_s(t):.1f} | "
               f"**{per_s(t) / per_s(b):.1f}x** |")
     walls = ", ".join(f"{k} {row['run'][k]['wall_s']:.1f} s" for k in ("baseline", "this tree"))
     print(f"(run + check wall time: {walls})", flush=True)
