@@ -9,17 +9,18 @@ show none of it; any finding that matches no documented defect is listed
 (it is a new defect to document, or a cgsim bug).
 
     python benchmarks/bench_vllm_detect.py --python /path/to/venv/bin/python [--python ...] \\
-        [--seeds 5] [--budget 60s] [--out DIR] [--markdown FILE]
+        [--seeds 5] [--budget 60s] [--jobs N] [--out DIR] [--markdown FILE]
 
 Each ``--python`` is an interpreter with a vLLM installed; ``--python
-PY::SOURCE`` runs it with ``--vllm-source SOURCE``.  Campaigns run one at a
-time (one core each); CPU seconds are the worker's own, so a busy machine
+PY::SOURCE`` runs it with ``--vllm-source SOURCE``.  Campaigns run ``--jobs``
+at a time (one core each); CPU seconds are the worker's own, so a busy machine
 does not inflate them.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import statistics
@@ -69,20 +70,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", default="60s")
     ap.add_argument("--out", default=None, help="keep the campaign reports here")
     ap.add_argument("--markdown", default=None, help="also write the table as Markdown")
+    ap.add_argument("--jobs", type=int, default=1, help="campaigns at a time (one core each)")
     args = ap.parse_args(argv)
     out_root = args.out or tempfile.mkdtemp(prefix="cgsim-detect-")
     table: list[tuple] = []
     unlabelled: list[tuple] = []
     from cgsim.targets.vllm_known import KNOWN_DEFECTS  # noqa: PLC0415
 
-    for spec in args.python:
-        python, _, source = spec.partition("::")
+    specs = [spec.partition("::")[::2] for spec in args.python]
+    tasks = [(i, seed) for i in range(len(specs)) for seed in range(1, args.seeds + 1)]
+
+    def run_one(task: tuple[int, int]) -> str:
+        i, seed = task
+        python, source = specs[i]
+        d = os.path.join(out_root, f"{i}-{os.path.basename(os.path.dirname(os.path.dirname(python)))}-seed{seed}")
+        os.makedirs(d, exist_ok=True)
+        return campaign(python, source or None, seed, args.budget, d)
+
+    # Campaigns in parallel (--jobs) each take one core; CPU seconds stay each worker's own.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        runs = dict(zip(tasks, pool.map(run_one, tasks)))
+    for i, (python, source) in enumerate(specs):
         per_seed: list[list[dict]] = []  # the classified findings of each seed's campaign
         version, present = "?", []
         for seed in range(1, args.seeds + 1):
-            d = os.path.join(out_root, f"{len(table)}-{os.path.basename(os.path.dirname(os.path.dirname(python)))}-seed{seed}")
-            os.makedirs(d, exist_ok=True)
-            run = campaign(python, source or None, seed, args.budget, d)
+            run = runs[(i, seed)]
             if not run:
                 per_seed.append([])
                 continue
