@@ -4,7 +4,8 @@
 #   bash benchmarks/gpu_session.sh full OUTDIR      # one H200: fidelity, agreement corpus,
 #                                                   # mutant finding + repro on both backends,
 #                                                   # nightly campaign, mock-vs-cuda throughput
-#   bash benchmarks/gpu_session.sh scaling OUTDIR   # two H200s: nightly campaign on 1 then 2 GPUs
+#   bash benchmarks/gpu_session.sh scaling OUTDIR   # two H200s: the same nightly scenarios on 1 then 2 GPUs,
+#                                                   # local workers and (where Ray imports) Ray actors
 # Everything it prints lands in OUTDIR/session.log; JUnit files beside it.
 set -u
 what=${1:-full}
@@ -47,12 +48,20 @@ if [ "$what" = full ]; then
   say "throughput: same scenarios on the mock (one core) and on cuda"
   timeout 150 python3 benchmarks/bench_backends.py --repeats 2 2>&1 | grep -v Warn | tee -a "$log"
 else
-  for gpus in 0 0,1; do
-    say "nightly campaign, --gpus $gpus"
-    timeout 150 python3 -m fuzz run --backend cuda --gpus $gpus --profile nightly --budget 90s --seed 7 \
-      --report-dir /tmp/scale-$gpus --quiet; echo "exit $?" | tee -a "$log"
-    summary /tmp/scale-$gpus
+  # The same scenarios on one GPU and on two (--max-examples with one seed:
+  # the reference target finds nothing, so no run spends time shrinking),
+  # with local workers, then over a local Ray instance where Ray imports.
+  executors="local"
+  python3 -c 'import ray' 2>/dev/null && executors="local ray" || say "ray is not installed here: the Ray runs are skipped"
+  for ex in $executors; do
+    for gpus in 0 0,1; do
+      say "nightly campaign, --gpus $gpus, $ex workers, 3000 scenarios"
+      extra=""; [ "$ex" = ray ] && extra="--ray local"
+      timeout 280 python3 -m fuzz run --backend cuda --gpus $gpus --profile nightly --max-examples 3000 --budget 240s \
+        --seed 7 $extra --report-dir /tmp/scale-$ex-$gpus --quiet; echo "exit $?" | tee -a "$log"
+      summary /tmp/scale-$ex-$gpus
+    done
   done
-  tar czf "$OUT/reports.tgz" -C /tmp scale-0 scale-0,1 2>/dev/null
+  tar czf "$OUT/reports.tgz" -C /tmp $(cd /tmp && ls -d scale-* 2>/dev/null) 2>/dev/null
 fi
 say done
