@@ -56,9 +56,10 @@ else
   for ex in $executors; do
     for gpus in 0 0,1; do
       say "nightly campaign, --gpus $gpus, $ex workers, 3000 scenarios"
-      extra=""; [ "$ex" = ray ] && extra="--ray local"
-      timeout 280 python3 -m fuzz run --backend cuda --gpus $gpus --profile nightly --max-examples 3000 --budget 240s \
-        --seed 7 $extra --report-dir /tmp/scale-$ex-$gpus --quiet; echo "exit $?" | tee -a "$log"
+      # Ray picks each actor's GPU itself (no --gpus): the local instance sees only these.
+      if [ "$ex" = ray ]; then where="--ray local --workers $(echo $gpus | tr ',' '\n' | wc -l)"; else where="--gpus $gpus"; fi
+      CUDA_VISIBLE_DEVICES=$gpus timeout 280 python3 -m fuzz run --backend cuda $where --profile nightly --max-examples 3000 \
+        --budget 240s --seed 7 --report-dir /tmp/scale-$ex-$gpus --quiet; echo "exit $?" | tee -a "$log"
       summary /tmp/scale-$ex-$gpus
     done
   done
