@@ -233,7 +233,12 @@ class RunView:
     def __init__(self, scenario: Scenario, trace: Trace):
         self.scenario = scenario
         self.trace = trace
-        self.config: ManagerConfig = scenario.config
+        # The config as the ruleset's design sees it (rounded capture sizes,
+        # the adaptive-verification route); as given when the design refuses it.
+        try:
+            self.config: ManagerConfig = get_ruleset(scenario.ruleset).effective_config(scenario.config)
+        except ValueError:
+            self.config = scenario.config
 
     @cached_property
     def ruleset(self) -> Ruleset:
