@@ -27,6 +27,12 @@ The recording contract (checked for every registered target by
    ``build`` (not judged); a broken environment raises
    ``TargetEnvironmentError`` from ``check_environment`` (exit 2, never a
    finding).
+
+Optional hooks (looked up with ``getattr``; a target without them works):
+``classify(finding) -> dict`` (what a campaign writes into a finding's extra:
+which documented defect of the code under test it is) and ``self_check()``
+(a fixed set of scenarios with known outcomes, run before a campaign and by
+``python -m fuzz doctor``; raises TargetEnvironmentError naming what drifted).
 """
 
 from __future__ import annotations

@@ -741,6 +741,35 @@ class VllmTarget:
         except VllmEnvironmentError:
             return {"vllm_version": None}
 
+    def classify(self, finding: Any) -> dict:
+        """Which documented defect of this vLLM the finding is (cgsim.targets.vllm_known)."""
+        from cgsim.targets.vllm_known import label  # noqa: PLC0415
+
+        try:
+            return label(finding, self.caps.version)
+        except VllmEnvironmentError:
+            return {}
+
+    def doctor(self, findings_dir: str | None = None, progress: Callable | None = None,
+               announce: Callable[[str], None] | None = None) -> tuple[str, list, str | None]:
+        """``python -m fuzz doctor``: (what was checked, every check, the one
+        failure line or None)."""
+        from cgsim.targets.vllm_doctor import doctor_line, run_doctor  # noqa: PLC0415
+
+        caps = self.caps
+        header = f"vLLM {caps.version} at {caps.location}, ruleset {caps.ruleset}"
+        if caps.source is not None:
+            header += f", source {caps.source.path} ({caps.source.commit})"
+        if announce is not None:
+            announce(header)
+        checks = run_doctor(findings_dir, progress)
+        return header, checks, doctor_line(caps, checks)
+
+    def self_check(self) -> None:
+        """The adapter's self-check on this vLLM (cgsim.targets.vllm_doctor);
+        raises VllmEnvironmentError naming what drifted.  Once per process."""
+        _self_check(self.caps.version, self.caps.location)
+
     def engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
                              spec_schedule: tuple | None) -> tuple[int, ...]:
         """The capture sizes this vLLM picks by default (VllmConfig._set_cudagraph_sizes)."""
@@ -748,6 +777,13 @@ class VllmTarget:
 
     def build(self, config: ManagerConfig, ruleset: Ruleset, backend: Any, workload: Any) -> VllmManagerHandle:
         return VllmManagerHandle(config, ruleset, backend, workload, self.caps)
+
+
+@functools.lru_cache(maxsize=4)
+def _self_check(version: str, location: str) -> None:
+    from cgsim.targets.vllm_doctor import self_check  # noqa: PLC0415
+
+    self_check()
 
 
 @functools.lru_cache(maxsize=256)

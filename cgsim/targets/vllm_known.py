@@ -17,7 +17,7 @@ from typing import Callable
 from cgsim.config import ManagerConfig
 from cgsim.finding import Finding
 
-__all__ = ["KnownDefect", "KNOWN_DEFECTS", "classify", "present_in"]
+__all__ = ["KnownDefect", "KNOWN_DEFECTS", "classify", "label", "present_in"]
 
 
 def _v(version: str) -> tuple[int, ...]:
@@ -95,38 +95,59 @@ def _after_release(f: Finding) -> bool:
     return any(s.get("kind") == "release" for s in steps[: (f.step or 0) + 1]) or "after a release" in f.message
 
 
+def _uniform_prefill_on_decode_graph(f: Finding, c: ManagerConfig) -> bool:
+    """#12: a batch with a prefill whose requests all have the same length
+    went to a FULL graph captured for uniform decodes (uniform=...)."""
+    m = f.message
+    if m.startswith(("full replay of", "piecewise replay of")):
+        desc, _, batch = m.partition(" for ")
+    else:
+        batch = _batch_text(f)
+        desc = m[len(batch):].split("although")[0] if batch else ""
+    prefill = " prefill" in batch or _prefill_step(f)
+    return prefill and "FULL" in desc and "uniform=" in desc
+
+
+def _prefill_step(f: Finding) -> bool:
+    steps = f.scenario.get("steps", [])
+    if f.step is not None and 0 <= f.step < len(steps) and steps[f.step].get("batch"):
+        return bool(steps[f.step]["batch"].get("has_prefill"))
+    return False
+
+
 KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
     KnownDefect(
         1, "dynsd-nearest-group", "dynamic speculative decoding: the nearest FULL group lacks the batch's decode length",
-        "0.28.0", None, frozenset({"DISPATCH-PRIORITY", "DISPATCH-COMPLETE"}), _nearest_group,
+        "0.25.0", None, frozenset({"DISPATCH-PRIORITY", "DISPATCH-COMPLETE"}), _nearest_group,
     ),
     KnownDefect(
         2, "cross-mode-candidates", "candidate lists keyed by the nearest token count over all modes",
-        "0.28.0", "0.29.0", frozenset({"DISPATCH-PRIORITY", "DISPATCH-COMPLETE", "DISPATCH-ROUNDTRIP"}),
+        "0.25.0", "0.29.0", frozenset({"DISPATCH-PRIORITY", "DISPATCH-COMPLETE", "DISPATCH-ROUNDTRIP"}),
         lambda f, c: c.mode.value == "FULL_AND_PIECEWISE" or "PIECEWISE" in f.message,
     ),
     KnownDefect(
         3, "draft-decode-zero-division", "the draft decode manager divides by zero for a scheduled k = K - 1",
-        "0.28.0", "0.32.0", frozenset({"INIT-TOTAL"}),
+        "0.25.0", "0.32.0", frozenset({"INIT-TOTAL"}),
         lambda f, c: "ZeroDivisionError" in f.message and "draft" in f.message,
     ),
     KnownDefect(
-        4, "mixed-full-max-query-len", "mixed FULL graphs captured with the dummy batch's max_query_len",
-        "0.28.0", "0.31.0", frozenset({"PAD-CONSISTENT"}),
-        lambda f, c: "max_query_len" in f.message,
+        4, "capture-max-query-len", "graphs that may replay a prefill captured with the dummy batch's max_query_len",
+        "0.20.0", "0.31.0", frozenset({"PAD-CONSISTENT"}),
+        lambda f, c: "max_query_len" in f.message and not _uniform_prefill_on_decode_graph(f, c),
     ),
     KnownDefect(
         5, "raw-schedule-lengths", "decode lengths from the raw schedule entries",
-        "0.28.0", "0.29.0", frozenset({"DECODE-LENGTHS", "CAND-ORDER", "CAPTURE-USEFUL"}),
-        lambda f, c: c.spec_schedule is not None,
+        "0.25.0", "0.29.0", frozenset({"DECODE-LENGTHS", "CAND-ORDER", "CAPTURE-USEFUL"}),
+        lambda f, c: c.spec_schedule is not None and (
+            f.property == "DECODE-LENGTHS" or bool(_uniforms(f) - set(c.scheduler_decode_query_lens()))),
     ),
     KnownDefect(
         6, "dynsd-every-length", "dynamic speculative decoding captures every length at every size",
-        "0.28.0", None, frozenset({"CAPTURE-USEFUL", "CAND-ORDER"}), _dead_decode_graph,
+        "0.25.0", None, frozenset({"CAPTURE-USEFUL", "CAND-ORDER"}), _dead_decode_graph,
     ),
     KnownDefect(
         7, "release-keeps-graphs", "release never reaches the MRV2 manager; the recapture asserts",
-        "0.28.0", "0.32.0",
+        "0.20.0", "0.32.0",
         frozenset({"RELEASE-RECAPTURE", "NO-CRASH", "BEFORE-CAPTURE", "CAPTURE-ONCE", "WARMUP-FIRST"}),
         lambda f, c: f.property == "RELEASE-RECAPTURE" or "already captured" in f.message or _after_release(f),
     ),
@@ -136,8 +157,30 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
     ),
     KnownDefect(
         9, "piecewise-without-runner", "PIECEWISE kept with nothing to run it",
-        "0.28.0", "0.30.0", frozenset({"MODE-RESOLUTION", "DISPATCH-SOUND", "CAND-ORDER"}),
+        "0.20.0", "0.30.0", frozenset({"MODE-RESOLUTION", "DISPATCH-SOUND", "CAND-ORDER"}),
         lambda f, c: not c.piecewise_available and "PIECEWISE" in f.message,
+    ),
+    KnownDefect(
+        10, "full-capture-reuses-warmup-metadata", "FULL graphs captured with the warmup's attention metadata",
+        "0.20.0", "0.22.0", frozenset({"FRESH-METADATA"}),
+        lambda f, c: "warmup's metadata" in f.message and "FULL graph" in f.message,
+    ),
+    KnownDefect(
+        11, "breakable-piecewise-without-metadata", "breakable PIECEWISE graphs captured without attention metadata",
+        "0.23.0", "0.26.0", frozenset({"SKIP-ATTN", "REPLAY-EQUALS-EAGER", "FRESH-METADATA"}),
+        lambda f, c: c.breakable and ("PIECEWISE" in f.message or "piecewise" in f.message),
+    ),
+    KnownDefect(
+        12, "uniform-prefill-on-decode-graph", "uniform prefill batches dispatched to FULL decode graphs",
+        "0.20.0", "0.28.0", frozenset({"DISPATCH-SOUND", "DISPATCH-ROUNDTRIP", "DISPATCH-PRIORITY", "DISPATCH-MINIMAL",
+                                       "PAD-CONSISTENT", "REPLAY-EQUALS-EAGER"}),
+        _uniform_prefill_on_decode_graph,
+    ),
+    KnownDefect(
+        13, "adaptive-verification-forces-mode", "adaptive verification forces FULL_AND_PIECEWISE over the requested mode",
+        "0.28.0", "0.30.0", frozenset({"MODE-RESOLUTION", "CAND-ORDER", "DISPATCH-SOUND", "CAPTURE-USEFUL",
+                                       "DISPATCH-COMPLETE"}),
+        lambda f, c: c.varlen_decode,
     ),
 )
 
@@ -146,13 +189,25 @@ def present_in(version: str) -> list[KnownDefect]:
     return [d for d in KNOWN_DEFECTS if d.present_in(version)]
 
 
-def classify(finding: Finding, version: str) -> KnownDefect | None:
-    """The documented defect of ``version`` this finding is an instance of, if any."""
+def classify(finding: Finding, version: str | None = None) -> KnownDefect | None:
+    """The documented defect this finding is an instance of: among the
+    defects of ``version`` (None: of any release), the first that matches."""
     try:
         config = ManagerConfig.from_json(finding.scenario["config"])
     except Exception:  # noqa: BLE001 - an unreadable scenario matches nothing
         return None
-    for d in present_in(version):
+    for d in (present_in(version) if version is not None else KNOWN_DEFECTS):
         if finding.property in d.properties and d.matches(finding, config):
             return d
     return None
+
+
+def label(finding: Finding, version: str) -> dict:
+    """What a campaign writes into a finding's extra: the documented defect of
+    ``version`` it is, or that it is none (a new defect, or a cgsim bug)."""
+    d = classify(finding, version)
+    if d is None:
+        return {"known_defect": None}
+    fixed = f", fixed in {d.fixed}" if d.fixed else ", not fixed"
+    return {"known_defect": d.name,
+            "known_defect_doc": f"docs/findings.md #{d.row}: {d.title} (vLLM {d.first}{fixed})"}
