@@ -65,6 +65,10 @@ class CampaignOptions:
     start_method: str | None = None  # default: fork for mock, spawn for cuda
     quiet: bool = False
     command: str = ""
+    # A vLLM source tree laid over the installed vLLM (CGSIM_VLLM_SOURCE in
+    # every worker), and the git ref its changed lines are compared against.
+    vllm_source: str | None = None
+    diff_base: str | None = None
     # Filled in by validate():
     gpu_list: tuple[str, ...] | None = None
     environment: tuple[tuple[str, Any], ...] = ()  # what the target reports about the code under test
@@ -123,9 +127,16 @@ def validate(o: CampaignOptions) -> CampaignOptions:
     changes: dict[str, Any] = {}
     if o.ruleset is not None:
         _one_line(get_ruleset, o.ruleset)
+    if o.vllm_source is not None:
+        # Before anything imports vLLM; spawned workers inherit the environment.
+        changes["vllm_source"] = os.environ["CGSIM_VLLM_SOURCE"] = os.path.abspath(o.vllm_source)
     target = _one_line(get_target, o.target)
     try:
         target.check_environment()
+        # The target adapter's self-check (optional hook): drift is exit 2, never a finding.
+        self_check = getattr(target, "self_check", None)
+        if self_check is not None:
+            self_check()
     except TargetEnvironmentError as exc:
         raise UsageError(first_line(exc)) from None
     _one_line(get_backend, o.backend)

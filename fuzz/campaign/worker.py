@@ -204,10 +204,17 @@ class Worker:
         if self.orphaned():
             raise _Abort()  # the report is final: an orphan must not add to it
         spec, o = self.spec, self.o
+        # The target says which documented defect of the code under test this
+        # is (optional hook; e.g. vLLM's known defects), recorded with it.
+        from cgsim.targets import get_target
+
+        classify = getattr(get_target(o.target), "classify", None)
+        labels = classify(finding) if classify is not None else {}
         finding = finding.with_(
             status=status, run_id=spec.run_id, worker=spec.index, seed=self._chunk_seed,
             elapsed_s=time.time() - self.started,
-            extra={"timeout_s": o.timeout_s, "incarnation": spec.incarnation, **dict(o.environment), **(extra or {})},
+            extra={"timeout_s": o.timeout_s, "incarnation": spec.incarnation, **dict(o.environment), **labels,
+                   **(extra or {})},
         )
         write_finding(self.findings_dir, finding)
         self._send("finding", spec.index, finding.id, finding.property, status)
