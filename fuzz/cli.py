@@ -1,4 +1,4 @@
-"""``python -m fuzz``: run, replay, explain, list.
+"""``python -m fuzz``: run, replay, explain, list, doctor.
 
 Exit status: 0 nothing found / not reproduced, 1 findings / reproduced,
 2 bad usage or a broken environment (one line on stderr, no traceback).
@@ -76,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
             ex.add_argument(flag, dest=f"cfg_{f.name}", default=None, help=_CFG_HELP.get(f.name))
 
     sub.add_parser("list", help="targets, mutants, rulesets and properties")
+
+    doc = sub.add_parser("doctor", help="the target adapter's self-check on the engine here; exit 2 when it drifted")
+    doc.add_argument("--target", default="vllm", help="the target to check (default vllm)")
+    doc.add_argument("--findings", default=None, help="documented finding JSONs to replay (default: docs/findings)")
     return p
 
 
@@ -100,7 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return {"run": _cmd_run, "replay": _cmd_replay, "explain": _cmd_explain, "list": _cmd_list}[args.command](args, argv)
+        return {"run": _cmd_run, "replay": _cmd_replay, "explain": _cmd_explain, "list": _cmd_list,
+                "doctor": _cmd_doctor}[args.command](args, argv)
     except _Exit as exc:
         if exc.message:
             print(f"error: {exc.message}", file=sys.stderr)
@@ -187,6 +192,27 @@ def _cmd_replay(args: argparse.Namespace, argv: list[str]) -> int:
     for line in result.lines():
         print(line)
     return 1 if result.reproduced else 0
+
+
+# -- doctor -----------------------------------------------------------------------------
+def _cmd_doctor(args: argparse.Namespace, argv: list[str]) -> int:
+    """Run the target's self-check and list every check; exit 2 (one line on
+    stderr) when one failed."""
+    from cgsim.targets import get_target
+
+    target = get_target(args.target)
+    target.check_environment()
+    doctor = getattr(target, "doctor", None)
+    if doctor is None:
+        print(f"{args.target}: nothing to check (no adapter between cgsim and the code under test)")
+        return 0
+    header, checks, failure = doctor(findings_dir=args.findings, progress=lambda c: print(
+        f"  {'ok  ' if c.ok else 'FAIL'}  {c.name}: {c.detail}", flush=True), announce=print)
+    failed = sum(1 for c in checks if not c.ok)
+    print(f"doctor: {len(checks)} checks, {failed} failed ({header})")
+    if failure:
+        raise _Exit(2, failure)
+    return 0
 
 
 # -- list -------------------------------------------------------------------------------
