@@ -209,8 +209,15 @@ def _cmd_replay(args: argparse.Namespace, argv: list[str]) -> int:
         return code if code in (0, 1, 2) else 1
     from cgsim.replay import describe, reproduce
     from cgsim.report.findings import load_finding
+    from cgsim.targets.vllm_source import SOURCE_ENV
 
     finding = load_finding(path)
+    recorded = finding.extra.get("vllm_source")
+    if recorded and not os.environ.get(SOURCE_ENV) and os.path.isdir(str(recorded)):
+        # Replayed on the tree it was found on, while that tree is here.
+        os.environ[SOURCE_ENV] = str(recorded)
+        print(f"using the vLLM source tree the finding was found on: {recorded} "
+              f"(commit {finding.extra.get('vllm_source_commit')}); --vllm-source overrides it")
     for line in describe(finding):
         print(line)
     try:
