@@ -194,6 +194,21 @@ class Workload:
         self.graph_pool = None  # set by the target to its manager's pool
         self._reference = None
 
+    def for_manager(self, name: str, config: ManagerConfig, share_metadata: bool = False) -> "Workload":
+        """The workload of another manager the target drives (a draft model's):
+        its own model and input buffers, recording into the sub-trace
+        ``trace.managers[name]``; phase and step follow this workload's.
+        ``share_metadata``: its attention metadata comes from this workload's
+        builder and buffers (a draft prefill reuses the target's metadata),
+        and both traces hold the same metadata records."""
+        sub = Trace(self._trace.target, self._trace.backend, config=config.to_json())
+        self._trace.managers[name] = sub
+        child = _ManagerWorkload(self, config, sub, name)
+        if share_metadata:
+            child.attention, child.builder = self.attention, self.builder
+            sub.metadata = self._trace.metadata
+        return child
+
     # -- recording ----------------------------------------------------------------
     def _record_metadata(self, record: MetadataRecord) -> None:
         self._trace.metadata[record.id] = record
@@ -321,3 +336,30 @@ class Workload:
         md = ref.prepare_attn(layout, batch.num_reqs, batch.num_tokens, None, for_capture=False)
         with set_forward_context(md, batch.num_tokens, CUDAGraphMode.NONE, lora_case=batch.num_active_loras):
             return ref.model.run_stages(get_forward_context()).clone()
+
+
+class _ManagerWorkload(Workload):
+    """Workload.for_manager: the runner sets phase and step on the main
+    workload only; a sub-manager's forwards carry the main one's."""
+
+    def __init__(self, parent: Workload, config: ManagerConfig, trace: Trace, name: str):
+        self._parent = parent
+        # A draft model is a model of its own: another seed.
+        super().__init__(config, parent.backend, trace, parent.seed * 7919 + len(name),
+                         parent.max_tokens, parent.builder.max_num_reqs)
+
+    @property
+    def phase(self) -> str:  # type: ignore[override]
+        return self._parent.phase
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        pass  # the main workload's phase is the run's
+
+    @property
+    def step(self) -> int:  # type: ignore[override]
+        return self._parent.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        pass
