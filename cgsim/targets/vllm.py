@@ -425,6 +425,7 @@ class VllmManagerHandle:
         self.capture_lora_case = 0
         self.has_lora = any(c > 0 for c in config.lora_cases)
         self.draft_managers: dict[str, Any] = {}
+        self.drafts: dict[str, _DraftHandle] = {}
         with self._patched():
             self._guarded_build()
 
@@ -472,7 +473,11 @@ class VllmManagerHandle:
         drafters): a prefill manager with the target's mode and
         decode_query_len = num_speculative_tokens + 1, and a decode manager for
         draft positions > 0 (FULL_DECODE_ONLY or NONE, decode_query_len 1).
-        The classes are this tree's (vllm_compat.probe)."""
+        The classes are this tree's (vllm_compat.probe).  Each is driven
+        through a _DraftHandle with the draft model's own workload; the
+        decode manager only when there is a draft position > 0 (the
+        speculator captures and runs it only for more than one speculative
+        token)."""
         from vllm.config.compilation import CUDAGraphMode as VMode  # noqa: PLC0415
 
         caps = self.caps
@@ -481,15 +486,40 @@ class VllmManagerHandle:
         mod = importlib.import_module(caps.draft_module)
         prefill_cls, decode_cls = (getattr(mod, n) for n in caps.draft_classes)
         k = self.config.num_speculative_tokens
-        try:
-            self.draft_managers["prefill"] = prefill_cls(self.vllm_config, self.device, vmode, k + 1)
-        except Exception as exc:
-            raise RuntimeError(f"draft prefill manager (decode_query_len={k + 1}): {type(exc).__name__}: {exc}") from exc
         dmode = VMode.FULL_DECODE_ONLY if vmode.decode_mode() == VMode.FULL else VMode.NONE
-        try:
-            self.draft_managers["decode"] = decode_cls(self.vllm_config, self.device, dmode, decode_query_len=1)
-        except Exception as exc:
-            raise RuntimeError(f"draft decode manager ({dmode.name}, decode_query_len=1): {type(exc).__name__}: {exc}") from exc
+        # The sizes the managers capture after vLLM's own rounding (shared CompilationConfig).
+        cc = self.vllm_config.compilation_config
+        sizes = tuple(sorted(cc.cudagraph_capture_sizes or self.config.capture_sizes))
+        base = self.config.with_(capture_sizes=sizes, max_capture_size=int(cc.max_cudagraph_capture_size or max(sizes)),
+                                 lora_cases=(0,), varlen_decode=False, num_ubatches=1)
+        roles = (
+            ("prefill", prefill_cls, (vmode, k + 1), {}, base.with_(mode=self.resolved_mode), True),
+            ("decode", decode_cls, (dmode,), {"decode_query_len": 1},
+             base.with_(mode=from_vllm_mode(dmode), decode_query_len=1, spec_schedule=None), k > 1),
+        )
+        for role, cls, args, kwargs, cfg, driven in roles:
+            handle = _DraftHandle(self, role, cfg) if driven else None
+            try:
+                make = _tapped_class(cls, handle) if handle is not None else cls
+                manager = make(self.vllm_config, self.device, *args, **kwargs)
+            except Exception as exc:
+                q = args[1] if len(args) > 1 else kwargs["decode_query_len"]
+                what = f"decode_query_len={q}" if role == "prefill" else f"{dmode.name}, decode_query_len={q}"
+                raise RuntimeError(f"draft {role} manager ({what}): {type(exc).__name__}: {exc}") from exc
+            self.draft_managers[role] = manager
+            if handle is not None:
+                handle.attach(manager)
+                self.drafts[role] = handle
+
+    def sub_managers(self) -> dict[str, Any]:
+        """The draft model's managers, for the runner to record (base.SubManager)."""
+        from cgsim.targets.base import SubManager  # noqa: PLC0415
+
+        return {h.name: SubManager(h, h.workload, h.config, h.batch_for) for h in self.drafts.values()}
+
+    def _full_output(self, desc: BatchDescriptor) -> torch.Tensor:
+        out = self.manager.run_fullgraph(to_vllm_desc(desc, self.caps))
+        return out[0] if isinstance(out, tuple) else out
 
     # -- the model, as vLLM calls it ---------------------------------------------
     def cgsim_context(self) -> ForwardContext:
@@ -558,8 +588,11 @@ class VllmManagerHandle:
         offered = {"has_lora": self.has_lora, "lora_capture_hook": self._lora_hook}
         kwargs = {k: v for k, v in offered.items() if k in self.caps.capture_params}
         with self._patched(), _gc_disabled():
-            self.manager.capture(self.model, _ModelState(self), input_buffers, None, block_tables, [[]],
-                                 _KVCacheConfig(), **kwargs)
+            states = self.manager.capture(self.model, _ModelState(self), input_buffers, None, block_tables, [[]],
+                                          _KVCacheConfig(), **kwargs)
+            # capture_model: the speculator's managers after the target's.
+            for draft in self.drafts.values():
+                draft.capture_draft(states)
 
     def _lora_hook(self, num_active_loras: int, num_reqs: int, num_tokens: int) -> None:
         self.capture_lora_case = num_active_loras
@@ -610,9 +643,7 @@ class VllmManagerHandle:
         fc = importlib.import_module("vllm.forward_context")
         with self._patched(), w.serving(desc), torch.inference_mode():
             if desc.cg_mode == F:
-                out = self.manager.run_fullgraph(to_vllm_desc(desc, self.caps))
-                if isinstance(out, tuple):
-                    out = out[0]
+                out = self._full_output(desc)
                 return Execution(out[: batch.num_tokens].clone(), "full", md.id, desc)
             key = (num_tokens, self.has_lora, desc.num_active_loras)
             bd_fields = {"num_tokens": num_tokens, "has_lora": self.has_lora, "num_active_loras": desc.num_active_loras}
@@ -697,6 +728,109 @@ class VllmManagerHandle:
             return self._snapshot(m._capture_descs, m._candidates)
         finally:
             m._capture_descs, m._candidates = saved
+
+
+class _DraftHandle(VllmManagerHandle):
+    """One of the draft model's managers, driven as the speculator drives it
+    (TargetDependentARSpeculator / its predecessors): captured after the
+    target with the draft model's forward function, dispatched for the
+    target's batch (prefill) or one token per request (decode), replayed with
+    run_fullgraph or run eagerly / piecewise.  The draft model is a toy model
+    of its own (its own workload, recording into its own sub-trace)."""
+
+    def __init__(self, parent: VllmManagerHandle, role: str, config: ManagerConfig):
+        self.parent = parent
+        self.role = role
+        self.name = f"draft-{role}"
+        self.config = config
+        self.ruleset = parent.ruleset
+        self.backend = parent.backend
+        self.caps = parent.caps
+        self.device = parent.device
+        self.vllm_config = parent.vllm_config
+        # The draft prefill's metadata is the target's (built through the target
+        # runner's builders and buffers, reused at runtime); the draft decode
+        # manager builds its own.
+        self.workload = parent.workload.for_manager(self.name, config, share_metadata=role == "prefill")
+        self.capture_layout = None
+        self.capture_lora_case = 0
+        self.has_lora = False
+        self.draft_managers = {}
+        self.drafts = {}
+        self.model = _ToyModule(self)
+        # Where the draft's FULL graphs leave their output (persistent, outside the pool).
+        self._out = torch.zeros(self.workload.max_tokens, self.workload.hidden_states.shape[1], device=self.device)
+
+    def attach(self, manager: Any) -> None:
+        self.manager = manager
+        self.resolved_mode = from_vllm_mode(manager.cudagraph_mode)
+        self.uses_breakable = bool(getattr(manager, "use_breakable_cg", False))
+        self.has_piecewise_runner = self.resolved_mode.has_piecewise() and (
+            self.uses_breakable or self.config.compiled_piecewise)
+        self.workload.graph_pool = manager.pool
+
+    def batch_for(self, batch: Batch) -> Batch | None:
+        """The batch the speculator asks this manager about when the target
+        serves ``batch``: the same requests for the draft prefill (no LoRA in
+        draft dispatch), one token per request for each later draft position
+        when the schedule gives the batch more than one speculative token."""
+        if self.role == "prefill":
+            return Batch(batch.query_lens, 0, 1, has_prefill=batch.has_prefill)
+        if batch.has_prefill or self.parent.config.scheduler_decode_query_len(batch.num_reqs) - 1 <= 1:
+            return None
+        return Batch.uniform(batch.num_reqs, 1)
+
+    def capture_draft(self, target_states: Any) -> None:
+        """Speculator.capture: this manager's capture with the draft's forward
+        function; 0.21-0.25's prefill manager reuses the target's capture-time
+        attention states instead of building its own."""
+        if self.uses_breakable:
+            self.manager.init_breakable_cg_runner(self.model)
+        params = inspect.signature(type(self.manager).capture).parameters
+        progress = {"progress_bar_desc": f"Capturing {self.role} CUDA graphs"}
+        if "attn_states" in params or "full_cg_attn_states" in params:
+            self.manager.capture(self._forward_fn, target_states or {}, **progress)
+            return
+        input_buffers = importlib.import_module("vllm.v1.worker.gpu.input_batch").InputBuffers(
+            self.config.max_num_reqs, self.workload.max_tokens, self.device)
+        block_tables = _BlockTables(self.config.max_num_reqs, self.workload.max_tokens, self.device)
+        if "specialize_spec_tokens" in params:
+            progress["specialize_spec_tokens"] = False
+        self.manager.capture(self._forward_fn, _ModelState(self), input_buffers, block_tables, [[]], _KVCacheConfig(),
+                             **progress)
+
+    def _forward_fn(self, num_reqs: int, num_tokens: int, attn_metadata: Any, slot_mappings: Any,
+                    num_tokens_across_dp: Any, cg_mode: Any, **_kwargs: Any) -> None:
+        """The speculator's _prefill / _generate_draft as the draft managers
+        call it: the draft model under vLLM's forward context (a
+        BatchDescriptor of the token count, as _run_model sets it), PIECEWISE
+        through the manager's run_pw_graph, outputs into a persistent buffer."""
+        fc = importlib.import_module("vllm.forward_context")
+        bd = fc.BatchDescriptor(**{k: v for k, v in {"num_tokens": num_tokens}.items()
+                                   if k in _bd_fields(fc.BatchDescriptor)})
+        inputs = {"input_ids": None, "positions": None, "intermediate_tensors": None}
+        mode = from_vllm_mode(cg_mode)
+        with fc.set_forward_context(attn_metadata, self.vllm_config, num_tokens=num_tokens,
+                                    cudagraph_runtime_mode=cg_mode, batch_descriptor=bd):
+            if mode == P and self.caps.has_breakable:
+                out = self.manager.run_pw_graph(self.model, inputs)
+            else:
+                out = self.model(**inputs)
+        if mode != P:
+            self._out[:num_tokens].copy_(out)
+
+    def capture(self) -> None:  # captured by the parent's capture(), after the target
+        raise RuntimeError("a draft manager is captured with its target")
+
+    def release(self) -> None:  # released by the parent's release()
+        raise RuntimeError("a draft manager is released with its target")
+
+    def sub_managers(self) -> dict[str, Any]:
+        return {}
+
+    def _full_output(self, desc: BatchDescriptor) -> torch.Tensor:
+        self.manager.run_fullgraph(to_vllm_desc(desc, self.caps))
+        return self._out[: desc.num_tokens]
 
 
 @functools.lru_cache(maxsize=4)
