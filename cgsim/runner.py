@@ -232,11 +232,15 @@ def _sweep(handle: ManagerUnderTest, config: ManagerConfig, scenario: Scenario, 
     plan = _plan(config, scenario.ruleset, known, scenario.seed, light)
     try:
         descs = handle.dispatch_all(plan.shapes)
+    except TargetEnvironmentError:
+        raise  # a broken environment, not a dispatch decision to judge
     except Exception:
         # Name the batch that broke dispatch: ask one at a time.
         for shape in plan.shapes:
             try:
                 handle.dispatch(shape)
+            except TargetEnvironmentError:
+                raise
             except Exception as exc:
                 raise _SweepFailed(shape, exc) from exc
         raise
