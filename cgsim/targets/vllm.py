@@ -619,16 +619,49 @@ class VllmManagerHandle:
             # The micro-batched dispatch (dp_utils.sync_cudagraph_and_dp_padding)
             # passes no max_query_len.
             max_q = None
-        if self.caps.uniform_prefill_dispatch:
-            # All requests the same length <=> the longest times the count is the total.
-            uniform = batch.max_query_len if batch.max_query_len * batch.num_reqs == batch.num_tokens else None
-        else:
-            uniform = None if has_prefill else batch.uniform_token_count
+        uniform = self._uniform_count(batch.num_reqs, batch.num_tokens, batch.max_query_len, has_prefill)
         offered = {"num_reqs": batch.num_reqs, "num_tokens": batch.num_tokens, "uniform_token_count": uniform,
-                   "num_active_loras": batch.num_active_loras, "max_query_len": max_q,
+                   "num_active_loras": self._lora_count(batch.num_active_loras), "max_query_len": max_q,
                    "num_ubatches": batch.num_ubatches}
         d = self.manager.dispatch(**{k: offered[k] for k in self.caps.dispatch_params if k in offered})
         return from_vllm_desc(d)
+
+    @functools.cached_property
+    def _uniform_count(self) -> Callable[[int, int, int, bool], int | None]:
+        """The model runner's own uniform-count function: vllm/v1/worker/utils.py
+        get_uniform_decode_token_count (0.28+: decodes only; its last argument
+        is has_prefill in 0.28-0.31, decode_graph_eligible from 0.32), else
+        cudagraph_utils.get_uniform_token_count (0.20-0.27: every uniform batch)."""
+        utils = importlib.import_module("vllm.v1.worker.utils")
+        fn = getattr(utils, "get_uniform_decode_token_count", None)
+        if fn is not None:
+            flag = list(inspect.signature(fn).parameters)[3]
+            if flag == "has_prefill":
+                return lambda r, t, m, prefill: fn(r, t, m, prefill)
+            return lambda r, t, m, prefill: fn(r, t, m, not prefill)  # decode_graph_eligible
+        old = getattr(importlib.import_module("vllm.v1.worker.gpu.cudagraph_utils"), "get_uniform_token_count", None)
+        if old is not None:
+            return lambda r, t, m, prefill: old(r, t, m)
+        raise VllmEnvironmentError(f"vLLM {self.caps.version} has neither get_uniform_decode_token_count nor "
+                                   "get_uniform_token_count: the adapter does not know how its runner counts "
+                                   "uniform batches")
+
+    @functools.cached_property
+    def _lora_count(self) -> Callable[[int], int]:
+        """The runner's LoRA count for dispatch: lora_utils.get_num_active_loras_for_dispatch
+        (0.24+) over a LoRA state holding the batch's active adapters."""
+        try:
+            lu = importlib.import_module("vllm.v1.worker.gpu.lora_utils")
+            fn = lu.get_num_active_loras_for_dispatch
+        except (ImportError, AttributeError):
+            return lambda n: n
+        lora_config = types.SimpleNamespace(max_loras=max(self.config.lora_cases)) if self.has_lora else None
+
+        def count(n: int) -> int:
+            state = types.SimpleNamespace(get_activate_loras=lambda req_ids: set(range(n)))
+            return fn(lora_config, state, [], False) if lora_config is not None else n
+
+        return count
 
     @_guarded
     def execute(self, batch: Batch, desc: BatchDescriptor) -> Execution:
