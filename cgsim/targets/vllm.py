@@ -976,6 +976,13 @@ class VllmTarget:
         """Raises VllmEnvironmentError (one line) unless a vLLM the adapter can
         drive imports here; then pays vLLM's one-time import costs, so that
         they fall outside the first scenario's deadline."""
+        from cgsim.targets import vllm_coverage  # noqa: PLC0415
+        from cgsim.targets.vllm_source import apply_source, source_from_environment  # noqa: PLC0415
+
+        source = source_from_environment()
+        if source:
+            apply_source(source)  # before measuring: the tree's files are what is measured
+        vllm_coverage.start_in_worker()  # a campaign worker measures from its first import on
         self.caps  # noqa: B018
         if self._warm:
             _warm_up()
@@ -1021,7 +1028,26 @@ class VllmTarget:
         return _vllm_default_sizes(max_num_seqs, decode_query_len, spec_schedule)
 
     def build(self, config: ManagerConfig, ruleset: Ruleset, backend: Any, workload: Any) -> VllmManagerHandle:
+        from cgsim.targets import vllm_coverage  # noqa: PLC0415
+
+        vllm_coverage.start_in_worker()
+        vllm_coverage.checkpoint()
         return VllmManagerHandle(config, ruleset, backend, workload, self.caps)
+
+    def coverage_start(self, data_dir: str) -> None:
+        """A campaign asks its workers to measure vLLM's CUDA-graph modules."""
+        from cgsim.targets import vllm_coverage  # noqa: PLC0415
+
+        vllm_coverage.request(data_dir)
+
+    def coverage_report(self, data_dir: str | None, diff_base: str | None = None) -> dict:
+        """The summary's target_coverage section (cgsim.targets.vllm_coverage)."""
+        from cgsim.targets import vllm_coverage  # noqa: PLC0415
+        from cgsim.targets.vllm_source import is_git_checkout  # noqa: PLC0415
+
+        caps = self.caps
+        root = caps.source.path if caps.source is not None else None
+        return vllm_coverage.summarize(data_dir, caps.location, root, bool(root and is_git_checkout(root)), diff_base)
 
 
 @functools.lru_cache(maxsize=4)
