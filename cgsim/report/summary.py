@@ -71,7 +71,7 @@ def finding_entries(findings: Iterable[Finding], backend: str) -> list[dict]:
 def build_summary(*, run_id: str, settings: dict, findings: Iterable[Finding], stats: Iterable[dict] = (),
                   workers: Iterable[dict] = (), complete: bool = False, interrupted: str | None = None,
                   started_at: str | None = None, finished_at: str | None = None, elapsed_s: float = 0.0,
-                  notes: Iterable[str] = (), inflight: Iterable[dict] = ()) -> dict:
+                  notes: Iterable[str] = (), inflight: Iterable[dict] = (), target_coverage: dict | None = None) -> dict:
     findings = list(findings)
     scenarios, checks, failures, coverage = totals(stats)
     props: dict[str, dict] = {}
@@ -106,6 +106,8 @@ def build_summary(*, run_id: str, settings: dict, findings: Iterable[Finding], s
         "workers": list(workers),
         "inflight": list(inflight),
         "notes": list(notes),
+        # Which of the target's own code the campaign executed (targets that measure it).
+        "target_coverage": target_coverage,
     }
 
 
