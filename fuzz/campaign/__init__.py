@@ -77,6 +77,32 @@ def _make_run_dir(report_dir: str) -> tuple[str, str]:
     return run_id, run_dir
 
 
+class _TargetCoverage:
+    """The target's own coverage (optional hooks coverage_start / coverage_report):
+    workers measure into the run's .work/target-coverage, the final report says
+    what they executed."""
+
+    def __init__(self, o: CampaignOptions, run_dir: str):
+        from cgsim.targets import get_target
+
+        self.o, self.target = o, get_target(o.target)
+        self.dir = os.path.join(run_dir, ".work", "target-coverage")
+        start = getattr(self.target, "coverage_start", None)
+        self.enabled = start is not None
+        if self.enabled:
+            start(self.dir)
+
+    def section(self, final: bool) -> dict | None:
+        if not self.enabled:
+            return None
+        if not final:
+            return {"note": "computed when the campaign ends"}
+        try:
+            return self.target.coverage_report(self.dir, self.o.diff_base)
+        except Exception as exc:  # noqa: BLE001 - a report section must not lose the report
+            return {"note": f"could not compute the target's coverage: {type(exc).__name__}: {exc}"}
+
+
 def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
                  strategy: Callable[[str | None, str | None], Any] = default_strategy,
                  out: TextIO | None = None, err: TextIO | None = None) -> CampaignResult:
@@ -88,6 +114,7 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
     except Exception as exc:
         raise UsageError(f"cannot build the scenario strategy: {type(exc).__name__}: {exc}") from None
     run_id, run_dir = _make_run_dir(o.report_dir)
+    coverage = _TargetCoverage(o, run_dir)
     started_wall = time.time()
     started_at = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     sup = Supervisor(o, run_id, run_dir, started_wall + o.budget_s, pipeline, strategy)
@@ -101,6 +128,7 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
             interrupted=sup.stop_reason, started_at=started_at,
             finished_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds") if final else None,
             elapsed_s=time.time() - started_wall, notes=sup.notes, inflight=[] if final else sup.inflight(),
+            target_coverage=coverage.section(final),
         )
         try:
             write_report(run_dir, summary)
