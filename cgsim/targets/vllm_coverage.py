@@ -84,8 +84,10 @@ def start_in_worker() -> None:
         return
     import coverage  # noqa: PLC0415
 
+    # A worker that never reaches these modules (a refused config) saves no data: not worth a warning.
     cov = coverage.Coverage(data_file=os.path.join(data_dir, ".coverage"), data_suffix=True,
-                            include=[os.path.join(pkg, p) for p in MODULES])
+                            include=[os.path.join(pkg, p) for p in MODULES], config_file=False)
+    cov.set_option("run:disable_warnings", ["no-data-collected", "module-not-measured"])
     cov.start()
     _cov, _last_save = cov, time.monotonic()
 
@@ -186,7 +188,8 @@ def summarize(data_dir: str | None, package_dir: str, source_root: str | None = 
     import coverage  # noqa: PLC0415
 
     section["tool"] = f"coverage.py {coverage.__version__}"
-    cov = coverage.Coverage(data_file=os.path.join(data_dir, ".coverage-combined"))
+    cov = coverage.Coverage(data_file=os.path.join(data_dir, ".coverage-combined"), config_file=False)
+    cov.set_option("run:disable_warnings", ["no-data-collected"])
     cov.combine(data, keep=True)
     measured = set(cov.get_data().measured_files())
     total_s = total_x = 0

@@ -116,6 +116,13 @@ def _prefill_step(f: Finding) -> bool:
 
 
 KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
+    # First: its shape (a prefill on a FULL uniform-decode graph) is specific; #2 and #4 would also match.
+    KnownDefect(
+        12, "uniform-prefill-on-decode-graph", "uniform prefill batches dispatched to FULL decode graphs",
+        "0.20.0", "0.28.0", frozenset({"DISPATCH-SOUND", "DISPATCH-ROUNDTRIP", "DISPATCH-PRIORITY", "DISPATCH-MINIMAL",
+                                       "PAD-CONSISTENT", "REPLAY-EQUALS-EAGER"}),
+        _uniform_prefill_on_decode_graph,
+    ),
     KnownDefect(
         1, "dynsd-nearest-group", "dynamic speculative decoding: the nearest FULL group lacks the batch's decode length",
         "0.25.0", None, frozenset({"DISPATCH-PRIORITY", "DISPATCH-COMPLETE"}), _nearest_group,
@@ -176,12 +183,6 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         11, "breakable-piecewise-without-metadata", "breakable PIECEWISE graphs captured without attention metadata",
         "0.23.0", "0.26.0", frozenset({"SKIP-ATTN", "REPLAY-EQUALS-EAGER", "FRESH-METADATA"}),
         lambda f, c: c.breakable and ("PIECEWISE" in f.message or "piecewise" in f.message),
-    ),
-    KnownDefect(
-        12, "uniform-prefill-on-decode-graph", "uniform prefill batches dispatched to FULL decode graphs",
-        "0.20.0", "0.28.0", frozenset({"DISPATCH-SOUND", "DISPATCH-ROUNDTRIP", "DISPATCH-PRIORITY", "DISPATCH-MINIMAL",
-                                       "PAD-CONSISTENT", "REPLAY-EQUALS-EAGER"}),
-        _uniform_prefill_on_decode_graph,
     ),
 )
 
