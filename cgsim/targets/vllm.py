@@ -817,6 +817,23 @@ class _DraftHandle(VllmManagerHandle):
         """Speculator.capture: this manager's capture with the draft's forward
         function; 0.21-0.25's prefill manager reuses the target's capture-time
         attention states instead of building its own."""
+        try:
+            self._capture_draft(target_states)
+        except (TargetUnsupported, VllmEnvironmentError):
+            raise
+        except Exception as exc:
+            # Named like the constructor's failures: the runner sees only the
+            # target's capture() fail, and vLLM's asserts carry no message.
+            desc = self.workload.current_desc
+            during = f" capturing {desc.short()}" if desc is not None else ""
+            text = f"{type(exc).__name__}: {first_line(exc, 200)}" if str(exc) else type(exc).__name__
+            raise RuntimeError(f"draft {self.role} manager ({self.describe()}){during}: {text}{_where(exc)}") from exc
+
+    def describe(self) -> str:
+        q = f"decode_query_len={self.config.decode_query_len}"
+        return q if self.role == "prefill" else f"{self.config.mode.value}, {q}"
+
+    def _capture_draft(self, target_states: Any) -> None:
         if self.uses_breakable:
             self.manager.init_breakable_cg_runner(self.model)
         params = inspect.signature(type(self.manager).capture).parameters
