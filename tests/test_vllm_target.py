@@ -42,7 +42,8 @@ from cgsim.targets.vllm_compat import (  # noqa: E402
     require_vllm,
     unsupported_reason,
 )
-from cgsim.targets.vllm_known import present_in  # noqa: E402
+from cgsim.finding import Finding  # noqa: E402
+from cgsim.targets.vllm_known import classify, present_in  # noqa: E402
 from cgsim.trace import CreateForwardFn, Forward, Trace  # noqa: E402
 from cgsim.workload import Workload  # noqa: E402
 
@@ -423,6 +424,37 @@ def test_draft_managers_are_captured_dispatched_and_replayed():
     unexplained = [v for v in verdict.violations if "manager:" in v.message
                    and classify_message(v, sc) is None]
     assert not unexplained, unexplained
+
+
+def test_dynamic_schedules_and_the_draft_decode_manager():
+    """A dynamic schedule with a k < K - 1: 0.25-0.31's draft decode manager
+    builds graphs of non-positive size and its capture trips vLLM's own
+    assert (documented defect #3); the failure names the manager, the graph
+    and vLLM's line.  0.32 leaves the draft decode manager's lengths alone."""
+    from cgsim.properties import check_scenario
+    from cgsim.runner import run_scenario
+    from cgsim.scenario import Scenario, Step
+    from cgsim.trace import CaptureDone
+
+    cfg = ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 8), max_num_reqs=4, decode_query_len=4,
+                        spec_schedule=((1, 2, 3), (3, 4, 1)))
+    sc = Scenario(cfg, (Step.capture(), Step.dispatch(Batch.uniform(2, 4))), ruleset=CAPS.ruleset)
+    trace = run_scenario(sc, target="vllm", backend="mock", timeout=120)
+    if not CAPS.dynamic_sd:
+        assert trace.unsupported and "schedule" in trace.unsupported
+        return
+    found = [Finding.from_violation(v, sc.to_json(), "vllm", "mock") for v in check_scenario(sc, trace).violations]
+    crashes = [f for f in found if f.property == "NO-CRASH"]
+    if "draft-decode-lengths" in DEFECTS:
+        assert crashes, [f.message for f in found]
+        msg = crashes[0].message
+        assert "draft decode manager (FULL_DECODE_ONLY, decode_query_len=1) capturing Desc(FULL" in msg, msg
+        assert "AssertionError at input_batch.py:" in msg, msg
+        assert all(classify(f, CAPS.version) is not None for f in found), \
+            [(f.property, f.message) for f in found if classify(f, CAPS.version) is None]
+    else:
+        assert not crashes, crashes[0].message
+        assert trace.managers["draft-decode"].of(CaptureDone)[0].ok
 
 
 def classify_message(v, sc):

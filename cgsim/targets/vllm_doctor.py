@@ -33,7 +33,7 @@ from cgsim.descriptors import Batch
 from cgsim.finding import Finding
 from cgsim.scenario import Scenario, Step
 from cgsim.targets.vllm_compat import Capabilities, VllmEnvironmentError, require_vllm
-from cgsim.targets.vllm_known import classify
+from cgsim.targets.vllm_known import classify, stopped_by
 from cgsim.text import first_line
 
 __all__ = ["Check", "DoctorFailed", "run_doctor", "doctor_line", "default_findings_dir", "CLEAN_SCENARIOS"]
@@ -146,10 +146,14 @@ def _check_finding_json(path: str, caps: Capabilities) -> Check:
                                   f"{caps.version}")
     if defect is not None and defect.present_in(caps.version):
         hits = [f for f in found if f.property == doc.property and classify(f, caps.version) == defect]
-        if not hits:
+        if hits:
+            return Check(name, True, f"reproduces #{defect.row} {defect.name}")
+        stoppers = stopped_by(found, defect, caps.version)
+        if defect.reachable_in(caps.version) or not stoppers:
             return Check(name, False, f"vLLM {caps.version} has documented defect #{defect.row} ({defect.name}) but "
                                       f"its replay no longer shows {doc.property}")
-        return Check(name, True, f"reproduces #{defect.row} {defect.name}")
+        return Check(name, True, f"#{defect.row} {defect.name} not reached: stopped first by "
+                                 + ", ".join(f"#{r}" for r in stoppers))
     return Check(name, True, "holds" if not found else "only documented defects of this release")
 
 

@@ -17,7 +17,7 @@ from typing import Callable
 from cgsim.config import ManagerConfig
 from cgsim.finding import Finding
 
-__all__ = ["KnownDefect", "KNOWN_DEFECTS", "classify", "label", "present_in"]
+__all__ = ["KnownDefect", "KNOWN_DEFECTS", "classify", "label", "present_in", "stopped_by"]
 
 
 def _v(version: str) -> tuple[int, ...]:
@@ -33,10 +33,18 @@ class KnownDefect:
     fixed: str | None  # first release without it; None: not fixed
     properties: frozenset[str]  # the properties its findings violate
     matches: Callable[[Finding, ManagerConfig], bool]
+    # First release in which its documented finding reproduces, where in the
+    # releases before another defect stops every scenario that could show it
+    # (None: ``first``).  The defect is in the code from ``first``: other
+    # properties, or a speculator cgsim does not drive, may show it earlier.
+    reachable_from: str | None = None
 
     def present_in(self, version: str) -> bool:
         v = _v(version)
         return v >= _v(self.first) and (self.fixed is None or v < _v(self.fixed))
+
+    def reachable_in(self, version: str) -> bool:
+        return self.present_in(version) and (self.reachable_from is None or _v(version) >= _v(self.reachable_from))
 
 
 def _decode_lengths(cfg: ManagerConfig) -> int:
@@ -90,6 +98,25 @@ def _twin_of_mixed(f: Finding, c: ManagerConfig) -> bool:
     return c.num_ubatches > 1 and "ubatches=" in f.message and bool(_uniforms(f) - lens)
 
 
+def _draft_lengths_not_positive(c: ManagerConfig) -> bool:
+    """#3: the draft decode manager (decode_query_len 1) computes its lengths
+    as k + 1 - K from the target's schedule: every scheduled k < K gives a
+    length of 0 (k = K - 1) or less."""
+    return c.spec_schedule is not None and any(k < c.num_speculative_tokens for _, _, k in c.spec_schedule)
+
+
+def _draft_decode_lengths(f: Finding, c: ManagerConfig) -> bool:
+    """#3: the draft decode manager divides by zero building its candidates,
+    or builds descriptors of non-positive sizes whose capture trips vLLM's
+    assertion in InputBatch.make_dummy; the target then holds graphs although
+    capture never finished (BEFORE-CAPTURE)."""
+    if not _draft_lengths_not_positive(c):
+        return False
+    if f.property == "BEFORE-CAPTURE":
+        return not _after_release(f)
+    return "draft-decode manager" in f.message or "draft decode manager" in f.message
+
+
 def _after_release(f: Finding) -> bool:
     steps = f.scenario.get("steps", [])
     return any(s.get("kind") == "release" for s in steps[: (f.step or 0) + 1]) or "after a release" in f.message
@@ -123,9 +150,11 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
                                        "PAD-CONSISTENT", "REPLAY-EQUALS-EAGER"}),
         _uniform_prefill_on_decode_graph,
     ),
+    # #1 and #6 need several scheduled decode lengths, so a k < K, which stops
+    # the draft decode manager of 0.25-0.31 (#3) before the target dispatches.
     KnownDefect(
         1, "dynsd-nearest-group", "dynamic speculative decoding: the nearest FULL group lacks the batch's decode length",
-        "0.25.0", None, frozenset({"DISPATCH-PRIORITY", "DISPATCH-COMPLETE"}), _nearest_group,
+        "0.25.0", None, frozenset({"DISPATCH-PRIORITY", "DISPATCH-COMPLETE"}), _nearest_group, reachable_from="0.32.0",
     ),
     KnownDefect(
         2, "cross-mode-candidates", "candidate lists keyed by the nearest token count over all modes",
@@ -133,9 +162,11 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         lambda f, c: c.mode.value == "FULL_AND_PIECEWISE" or "PIECEWISE" in f.message,
     ),
     KnownDefect(
-        3, "draft-decode-zero-division", "the draft decode manager divides by zero for a scheduled k = K - 1",
-        "0.25.0", "0.32.0", frozenset({"INIT-TOTAL"}),
-        lambda f, c: "ZeroDivisionError" in f.message and "draft" in f.message,
+        3, "draft-decode-lengths", "the draft decode manager takes the target's dynamic lengths: k = K - 1 divides by "
+        "zero, smaller k give graphs of non-positive size whose capture asserts",
+        "0.25.0", "0.32.0", frozenset({"INIT-TOTAL", "NO-CRASH", "BEFORE-CAPTURE", "CAND-BOUNDS", "CAND-ORDER",
+                                       "DECODE-LENGTHS"}),
+        _draft_decode_lengths,
     ),
     KnownDefect(
         4, "capture-max-query-len", "graphs that may replay a prefill captured with the dummy batch's max_query_len",
@@ -150,7 +181,7 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
     ),
     KnownDefect(
         6, "dynsd-every-length", "dynamic speculative decoding captures every length at every size",
-        "0.25.0", None, frozenset({"CAPTURE-USEFUL", "CAND-ORDER"}), _dead_decode_graph,
+        "0.25.0", None, frozenset({"CAPTURE-USEFUL", "CAND-ORDER"}), _dead_decode_graph, reachable_from="0.32.0",
     ),
     KnownDefect(
         7, "release-keeps-graphs", "release never reaches the MRV2 manager; the recapture asserts",
@@ -173,6 +204,13 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         9, "piecewise-without-runner", "PIECEWISE kept with nothing to run it",
         "0.20.0", "0.30.0", frozenset({"MODE-RESOLUTION", "DISPATCH-SOUND", "CAND-ORDER"}),
         lambda f, c: not c.piecewise_available and "PIECEWISE" in f.message,
+    ),
+    # Before #10: where both are present (0.21) a draft prefill's graph is #14's.
+    KnownDefect(
+        14, "draft-prefill-reuses-warmup-metadata",
+        "the draft prefill manager warms up and captures its FULL graphs with one attention state",
+        "0.21.0", "0.23.0", frozenset({"FRESH-METADATA"}),
+        lambda f, c: "draft-prefill manager" in f.message and "warmup's metadata" in f.message,
     ),
     KnownDefect(
         10, "full-capture-reuses-warmup-metadata", "FULL graphs captured with the warmup's attention metadata",
@@ -202,6 +240,18 @@ def classify(finding: Finding, version: str | None = None) -> KnownDefect | None
         if finding.property in d.properties and d.matches(finding, config):
             return d
     return None
+
+
+# Violations after which a scenario's later steps never ran.
+_STOPPING = frozenset({"NO-CRASH", "NO-HANG", "INIT-TOTAL"})
+
+
+def stopped_by(found: list[Finding], defect: KnownDefect, version: str) -> list[int]:
+    """The rows of the other documented defects of ``version`` that stopped a
+    scenario (a crash, a hang, a manager that could not be built) before
+    ``defect`` could show."""
+    rows = {d.row for d in (classify(f, version) for f in found if f.property in _STOPPING) if d is not None}
+    return sorted(rows - {defect.row})
 
 
 def label(finding: Finding, version: str) -> dict:
