@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 from typing import Any
 
 from cgsim.modes import AttentionSupport, CUDAGraphMode
 
-__all__ = ["ConfigError", "ManagerConfig", "SpecSchedule", "dense_spec_schedule"]
+__all__ = ["ConfigError", "ManagerConfig", "SglangOptions", "SpecSchedule", "dense_spec_schedule"]
 
 # (range_start, range_end, num_speculative_tokens), inclusive batch-size ranges.
 SpecSchedule = tuple[tuple[int, int, int], ...]
@@ -25,6 +26,60 @@ class ConfigError(ValueError):
         self.field = field_name
         self.value = value
         super().__init__(f"config field '{field_name}' = {value!r}: {problem}; {fix}")
+
+
+@dataclass(frozen=True)
+class SglangOptions:
+    """SGLang-only server options (``ManagerConfig.sglang``); every other target
+    ignores them.  What the rest of the config means for SGLang is in
+    ``cgsim.targets.sglang`` (capture_sizes -> cuda graph bs list, max_num_reqs
+    -> request pool, decode_query_len -> verify width, num_ubatches=2 ->
+    two-batch overlap).
+
+    ``dp_size``: data-parallel attention ranks (attention TP 1), run as fake
+    ranks in one process.  ``disable_padding``: --disable-cuda-graph-padding
+    (only exactly captured sizes replay).  ``default_bs_list``: the decode bs
+    list is SGLang's default ladder up to --cuda-graph-max-bs =
+    max(capture_sizes) instead of capture_sizes itself.
+    ``record_nolora_graph``: with LoRA, the LoRA backend skips inactive
+    dense LoRA, so a base-only graph is recorded beside each LoRA graph.  ``full_prefill_max_req``: request slots of FULL prefill graphs
+    (None: max_num_reqs).
+    """
+
+    dp_size: int = 1
+    disable_padding: bool = False
+    default_bs_list: bool = False
+    record_nolora_graph: bool = True
+    full_prefill_max_req: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("disable_padding", "default_bs_list", "record_nolora_graph"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"sglang.{name}", getattr(self, name), "is not true or false", "use a JSON boolean")
+        if isinstance(self.dp_size, bool) or not isinstance(self.dp_size, int) or self.dp_size < 1:
+            raise ConfigError("sglang.dp_size", self.dp_size, "must be an integer >= 1",
+                              "use 1 (no DP attention) or the number of DP attention ranks, e.g. 2")
+        fp = self.full_prefill_max_req
+        if fp is not None and (isinstance(fp, bool) or not isinstance(fp, int) or fp < 1):
+            raise ConfigError("sglang.full_prefill_max_req", fp, "must be an integer >= 1 or null",
+                              "leave it null (max_num_reqs) or give the request slots of FULL prefill graphs")
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "SglangOptions":
+        if isinstance(data, SglangOptions):
+            return data
+        if not isinstance(data, dict):
+            raise ConfigError("sglang", data, "is not a JSON object",
+                              "give an object such as {\"dp_size\": 2} or leave the field out")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"sglang.{unknown[0]}", data[unknown[0]], "is not an SGLang option",
+                              f"use only {', '.join(sorted(known))}")
+        return cls(**data)
 
 
 @dataclass(frozen=True)
@@ -53,9 +108,13 @@ class ManagerConfig:
     attention_support: AttentionSupport = AttentionSupport.ALWAYS
     attention_split: bool = True
     compiled_piecewise: bool = True
+    # SGLang-only options; None for every other target (and left out of the JSON).
+    sglang: SglangOptions | None = None
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
+        if self.sglang is not None:
+            set_("sglang", SglangOptions.from_json(self.sglang))
         try:
             set_("mode", CUDAGraphMode.parse(self.mode))
         except ValueError as exc:
@@ -142,19 +201,23 @@ class ManagerConfig:
     def piecewise_available(self) -> bool:
         return self.compiled_piecewise or self.breakable
 
+    @cached_property
+    def _dense_schedule(self) -> tuple[int, ...]:
+        # Computed once: every request count asks it (up to max_num_reqs of them).
+        return tuple(dense_spec_schedule(self.spec_schedule, self.max_num_reqs, self.num_speculative_tokens))
+
     def scheduler_decode_query_len(self, num_reqs: int) -> int:
         """The query length the scheduler gives each request of a pure-decode
         batch of ``num_reqs`` requests (dynamic speculative decoding aware)."""
         if self.spec_schedule is None:
             return self.decode_query_len
-        return 1 + dense_spec_schedule(self.spec_schedule, self.max_num_reqs, self.num_speculative_tokens)[min(num_reqs, self.max_num_reqs)]
+        return 1 + self._dense_schedule[min(num_reqs, self.max_num_reqs)]
 
     def scheduler_decode_query_lens(self) -> tuple[int, ...]:
         """Every decode query length the scheduler can produce, sorted."""
         if self.spec_schedule is None:
             return (self.decode_query_len,)
-        dense = dense_spec_schedule(self.spec_schedule, self.max_num_reqs, self.num_speculative_tokens)
-        return tuple(sorted({1 + k for k in dense[1:]}))
+        return tuple(sorted({1 + k for k in self._dense_schedule[1:]}))
 
     def with_(self, **changes: Any) -> "ManagerConfig":
         return replace(self, **changes)
@@ -170,6 +233,10 @@ class ManagerConfig:
                 v = v.name
             elif f.name == "spec_schedule" and v is not None:
                 v = [list(e) for e in v]
+            elif f.name == "sglang":
+                if v is None:
+                    continue  # other targets' scenarios keep their JSON
+                v = v.to_json()
             elif isinstance(v, tuple):
                 v = list(v)
             out[f.name] = v

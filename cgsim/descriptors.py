@@ -4,7 +4,7 @@ their compatibility (SPEC §2)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Iterable, Sequence
 
 from cgsim.modes import CUDAGraphMode
@@ -98,15 +98,16 @@ class Batch:
     def uniform(cls, num_reqs: int, query_len: int, **kw) -> "Batch":
         return cls((query_len,) * num_reqs, **kw)
 
-    @property
+    # Derived once per batch (a batch is frozen; dispatch asks these often).
+    @cached_property
     def num_reqs(self) -> int:
         return len(self.query_lens)
 
-    @property
+    @cached_property
     def num_tokens(self) -> int:
         return sum(self.query_lens)
 
-    @property
+    @cached_property
     def max_query_len(self) -> int:
         return max(self.query_lens)
 
@@ -115,7 +116,7 @@ class Batch:
         """The max_query_len dispatch sees: None for a batch with a prefill."""
         return None if self.has_prefill else self.max_query_len
 
-    @property
+    @cached_property
     def uniform_token_count(self) -> int | None:
         """The common per-request length of a decode batch; None with a prefill."""
         if self.has_prefill:
@@ -161,7 +162,7 @@ class Batch:
         return f"Batch(reqs={self.num_reqs} tokens={self.num_tokens} query_lens={shown}{extra})"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BatchShape:
     """What a dispatcher sees of a batch: its counts, not its requests.
 

@@ -23,7 +23,7 @@ from cgsim.runner import run_scenario
 from cgsim.scenario import Scenario
 from cgsim.targets.base import TargetEnvironmentError
 from cgsim.timeouts import ScenarioTimeout, deadline
-from cgsim.trace import Trace
+from cgsim.trace import Sweep, Trace
 
 __all__ = ["Pipeline", "RunnerPipeline", "RUNNER", "Outcome", "observe", "scenario_timeout", "backstop_timeout",
            "CUDA_POISON"]
@@ -87,6 +87,9 @@ class Outcome:
     # The target may have left process-wide state unusable (a hang interrupted
     # mid-step, a poisoned CUDA context): the worker should restart.
     needs_restart: bool = False
+    # (dimension, value) pairs for the campaign's coverage section: how each
+    # dispatch sweep after a capture covered the schedulable batches.
+    coverage: tuple[tuple[str, str], ...] = ()
 
     @property
     def properties(self) -> list[str]:
@@ -133,6 +136,11 @@ def observe(scenario: Scenario, target: str, backend: str, timeout: float | None
         return outcome([finding(CHECK_CRASH, f"a property check raised {type(exc).__name__}: {exc}")])
     findings = [Finding.from_violation(v, scenario_json, target, backend, short) for v in verdict.violations]
     errors = trace.errors
-    restart = any(e.error == "timeout" for e in errors) or (
+    # A target that failed mid-capture may keep process-wide capture state
+    # (vLLM's BreakableCUDAGraphCapture marks itself active before it begins
+    # the first segment and never unmarks if that raises): every later capture
+    # in this process would fail for no reason of its own.  A fresh process.
+    restart = any(e.error == "timeout" or (e.phase == "capture" and e.error != "corrupt") for e in errors) or (
         backend == "cuda" and any(any(p in f"{e.exc_type} {e.message}" for p in CUDA_POISON) for e in errors))
-    return outcome(findings, verdict.checked, restart)
+    covered = tuple(("dispatch_sweeps", e.coverage) for e in trace.of(Sweep) if e.captured_flag)
+    return Outcome(tuple(findings), verdict.checked, time.perf_counter() - start, restart, covered)

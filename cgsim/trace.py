@@ -23,6 +23,9 @@ draft model's prefill and decode managers) get a Trace of their own in
 ``Trace.managers``, with the same events recorded the same way, and the
 config that manager works with (``Trace.config``): the properties judge each
 such sub-trace like the main one, under that config.
+- ``RankDispatch`` / ``GraphOutput``: the workload, from what an engine
+  target reports that the events above cannot carry: every data-parallel
+  rank's decision for a batch, and what a graph replay handed back.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ __all__ = [
     "Replay",
     "Release",
     "Sweep",
+    "RankDispatch",
+    "GraphOutput",
     "Error",
     "Trace",
     "EVENT_TYPES",
@@ -213,6 +218,40 @@ class Sweep(Event):
 
 
 @dataclass(frozen=True)
+class RankDispatch(Event):
+    """Data-parallel attention: each rank's decision for one step, rank 0
+    first (rank 0 runs the scenario's batch or swept shape, ``batch``).  Per
+    rank: (its request count, the graph it replays or None for eager).  The
+    ranks run collectives inside the graph, so they must agree."""
+
+    kind: ClassVar[str] = "rank_dispatch"
+    step: int
+    batch: BatchShape
+    ranks: tuple[tuple[int, BatchDescriptor | None], ...]
+
+
+@dataclass(frozen=True)
+class GraphOutput(Event):
+    """What a graph replay handed back: ``graph`` is the graph that replayed
+    (the engine's own key, translated), ``rows`` the output rows returned,
+    ``real_rows`` the batch's tokens, ``padded_rows`` the graph's; ``output``
+    the output kind ("logits", or "proxy" for tensors handed to a next
+    pipeline stage); the hidden-state modes the graph was captured with and
+    the batch asked for ("NULL" < "LAST" < "FULL"; None where the engine has
+    none)."""
+
+    kind: ClassVar[str] = "graph_output"
+    step: int
+    graph: BatchDescriptor
+    rows: int
+    real_rows: int
+    padded_rows: int
+    output: str
+    captured_hidden: str | None = None
+    runtime_hidden: str | None = None
+
+
+@dataclass(frozen=True)
 class Error(Event):
     """The target raised, did something illegal, hung or corrupted its state."""
 
@@ -228,7 +267,7 @@ EVENT_TYPES: dict[str, type] = {
     cls.kind: cls
     for cls in (
         CreateForwardFn, Forward, GraphStored, CaptureDone, Candidates, PiecewiseCapture,
-        PiecewiseLookup, Dispatch, Replay, Release, Sweep, Error,
+        PiecewiseLookup, Dispatch, Replay, Release, Sweep, RankDispatch, GraphOutput, Error,
     )
 }
 

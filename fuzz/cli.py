@@ -1,7 +1,10 @@
-"""``python -m fuzz``: run, replay, explain, list, doctor.
+"""``python -m fuzz``: run, replay, report, explain, list, export-test, doctor.
 
 Exit status: 0 nothing found / not reproduced, 1 findings / reproduced,
-2 bad usage or a broken environment (one line on stderr, no traceback).
+2 bad usage, a broken environment or (replay) could not tell (one line on
+stderr, no traceback), 3 the report could not be written (a full disk),
+129/130/143 a campaign stopped by SIGHUP/SIGINT/SIGTERM with nothing found.
+The table is in reports/README.md.
 """
 
 from __future__ import annotations
@@ -31,6 +34,62 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds; give e.g. 10 or 2.5") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds; give e.g. 10 or 2.5")
+    return value
+
+
+def _count(least: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{text} is less than {least}; give {least} or more")
+        return value
+
+    return parse
+
+
+def _join_option_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``--budget -5s`` -> ``--budget=-5s``: argparse takes a value that starts
+    with "-" for an option and answers "expected one argument"; joined, the
+    value reaches our own check, which says what is wrong with it."""
+    takes_value: set[str] = set()
+    known: set[str] = set()
+    parsers = [parser]
+    while parsers:
+        p = parsers.pop()
+        for action in p._actions:
+            known.update(action.option_strings)
+            if action.option_strings and action.nargs is None and action.const is None and not isinstance(
+                    action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction)):
+                takes_value.update(action.option_strings)
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            out.extend(argv[i:])
+            break
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if a in takes_value and nxt is not None and nxt.startswith("-") and nxt != "--" and nxt.split("=")[0] not in known:
+            out.append(f"{a}={nxt}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m fuzz", description="cgsim fuzz campaigns, replays and explanations")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
@@ -40,16 +99,23 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", default="mock", help="mock (CPU, default) or cuda")
     run.add_argument("--ruleset", default=None, help="pin one ruleset (default: the strategy picks)")
     run.add_argument("--budget", default=None, help="wall-clock budget, e.g. 60s, 5m, 1h (default from --profile)")
-    run.add_argument("--workers", type=int, default=None, help="worker processes (default from --profile)")
+    run.add_argument("--workers", type=_count(1), default=None, help="worker processes (default from --profile)")
     run.add_argument("--seed", type=int, default=None, help="campaign seed (default 0; random for nightly)")
     run.add_argument("--report-dir", default="reports", help="where runs are written (default reports/)")
     run.add_argument("--profile", default="dev", choices=("dev", "ci", "nightly"), help="budget/worker defaults and Hypothesis profile")
-    run.add_argument("--timeout", type=float, default=None, help="per-scenario timeout in seconds")
-    run.add_argument("--max-examples", type=int, default=None, help="stop after this many scenarios (over all workers); with --seed the run is exactly repeatable")
-    run.add_argument("--chunk-examples", type=int, default=None, help=argparse.SUPPRESS)
+    run.add_argument("--timeout", type=_positive_seconds, default=None, help="per-scenario timeout in seconds")
+    run.add_argument("--max-examples", type=_count(1), default=None, help="stop after this many scenarios (over all workers); with --seed the run is exactly repeatable")
+    run.add_argument("--chunk-examples", type=_count(1), default=None, help=argparse.SUPPRESS)
     run.add_argument("--shrink-grace", default=None, help="extra time a shrink under way may take after the budget (e.g. 10s)")
     run.add_argument("--gpus", default=None, help="auto or 0,1,...: workers get one GPU each (round robin) through CUDA_VISIBLE_DEVICES; without --workers, one worker per GPU")
     run.add_argument("--start-method", default=None, help=argparse.SUPPRESS)
+    run.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS|auto|local",
+                     help="workers as Ray actors on every node of a cluster: one per GPU with --backend cuda, one per "
+                          "CPU otherwise (--workers caps it); auto (the default) joins this machine's cluster, local "
+                          "starts a one-machine Ray; needs pip install 'cgsim[ray]'")
+    run.add_argument("--example-db", default=None, metavar="PATH|redis://HOST:PORT",
+                     help="a database of the failures campaigns found (a directory, or Redis with pip install redis): "
+                          "saved failures are replayed first, new ones saved; without it a run depends on its seed alone")
     run.add_argument("--quiet", action="store_true", help="no progress line and no summary")
     _source_flag(run)
     run.add_argument("--diff-base", default=None,
@@ -59,18 +125,23 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("replay", help="re-run a finding (JSON) or a repro script; exit 1 while it reproduces")
     rp.add_argument("path")
     rp.add_argument("--backend", default=None, help="mock or cuda (default: the finding's)")
-    rp.add_argument("--timeout", type=float, default=None)
+    rp.add_argument("--timeout", type=_positive_seconds, default=None, help="per-scenario timeout in seconds")
     _source_flag(rp)
+
+    rb = sub.add_parser("report", help="rebuild a run's summary.json, junit.xml and index.md from its findings "
+                                       "(after the campaign died); exit 1 with findings")
+    rb.add_argument("run_dir", help="the run directory, e.g. reports/latest or reports/<run-id>")
+    rb.add_argument("--quiet", action="store_true", help="write the report, print nothing")
 
     ex = sub.add_parser("explain", help="capture list, candidate table and dispatch table of a config")
     from cgsim.config import ManagerConfig  # light: no torch
 
     ex.add_argument("--config", default=None, help="a ManagerConfig JSON file; flags override its fields")
     ex.add_argument("--ruleset", default=None, help="ruleset (default pr48822)")
-    ex.add_argument("--plot", default=None, help="write the dispatch table as a plot (.svg; .png needs matplotlib)")
-    ex.add_argument("--lora", type=int, default=0, help="active LoRA adapters of the explained batches")
+    ex.add_argument("--plot", default=None, help="draw the dispatch map (every batch, the graph it lands on, its padding) as .png or .svg; needs matplotlib (cgsim[plot])")
+    ex.add_argument("--lora", type=_count(0), default=0, help="active LoRA adapters of the explained batches")
     ex.add_argument("--json", action="store_true", help="print the tables as JSON")
-    ex.add_argument("--max-rows", type=int, default=None, help="limit the dispatch table to batches up to this many tokens")
+    ex.add_argument("--max-rows", type=_count(1), default=None, help="limit the dispatch table to batches up to this many tokens")
     from dataclasses import fields
 
     for f in fields(ManagerConfig):
@@ -86,6 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
     doc.add_argument("--target", default="vllm", help="the target to check (default vllm)")
     doc.add_argument("--findings", default=None, help="documented finding JSONs to replay (default: docs/findings)")
     _source_flag(doc)
+
+    et = sub.add_parser("export-test", help="write a finding as a standalone pytest module in the engine's test style")
+    et.add_argument("path", help="a finding JSON")
+    et.add_argument("-o", "--output", default=None, help="write the test here (default: print it)")
     return p
 
 
@@ -117,21 +192,77 @@ _CFG_HELP = {
 }
 
 
+class _PipeSafe:
+    """stdout that survives its reader going away (``list | head -1``): the
+    command finishes and exits with its own status instead of "Broken pipe".
+    Later output goes to /dev/null, and so does the interpreter's last flush."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+        self._broken = False
+
+    def write(self, text: str) -> int:
+        if not self._broken:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._break()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._broken:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._break()
+
+    def _break(self) -> None:
+        self._broken = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The CLI.  Without ``argv`` it is the process entry (``python -m fuzz``,
+    ``cgsim-fuzz``): it reads sys.argv and the process exits when it returns,
+    so a campaign may leave its stop signals blocked on the way out."""
     import warnings
 
     # torch built without NumPy warns at import; it says nothing about cgsim.
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    exiting = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
+    stdout = sys.stdout
+    sys.stdout = _PipeSafe(stdout)
+    try:
+        return _main(argv, exiting)
+    finally:
+        sys.stdout = stdout
+
+
+def _main(argv: list[str], exiting: bool = False) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(_join_option_values(parser, argv))
+    except SystemExit as exc:  # --help (0) or a usage error (2, one line already printed)
+        return exc.code if isinstance(exc.code, int) else 2
     if args.command is None:
-        parser.print_help()
+        print(f"{parser.prog}: error: give a command: run, replay, report, explain, list, export-test or doctor "
+              f"(see {parser.prog} --help)", file=sys.stderr)
         return 2
+    commands = {"run": _cmd_run, "replay": _cmd_replay, "report": _cmd_report, "explain": _cmd_explain,
+                "list": _cmd_list, "export-test": _cmd_export_test, "doctor": _cmd_doctor}
+    args.exiting = exiting
     try:
         _apply_source_flag(args)
-        return {"run": _cmd_run, "replay": _cmd_replay, "explain": _cmd_explain, "list": _cmd_list,
-                "doctor": _cmd_doctor}[args.command](args, argv)
+        return commands[args.command](args, argv)
     except _Exit as exc:
         if exc.message:
             print(f"error: {exc.message}", file=sys.stderr)
@@ -183,12 +314,15 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         gpus=args.gpus,
         one_per_gpu=bool(args.gpus) and args.workers is None,
         start_method=args.start_method,
+        ray=args.ray,
+        workers_from_cluster=args.ray is not None and args.workers is None,
+        example_db=args.example_db,
         quiet=args.quiet,
         vllm_source=os.environ.get("CGSIM_VLLM_SOURCE") or None,
         diff_base=args.diff_base,
         command="python -m fuzz " + " ".join(shlex.quote(a) for a in argv),
     )
-    return run_campaign(options).exit_code
+    return run_campaign(options, ignore_late_signals=args.exiting).exit_code
 
 
 # -- replay ---------------------------------------------------------------------------
@@ -198,15 +332,11 @@ def _cmd_replay(args: argparse.Namespace, argv: list[str]) -> int:
         raise _Exit(2, f"unknown backend {args.backend!r}; choose mock or cuda")
     if not os.path.exists(path):
         raise _Exit(2, f"{path}: no such finding or repro script")
+    if os.path.isdir(path):
+        raise _Exit(2, f"{path} is a directory; give a finding (findings/<id>.json) or a repro script "
+                       "(findings/repro_<id>.py)")
     if path.endswith(".py"):
-        cmd = [sys.executable, path] + (["--backend", args.backend] if args.backend else [])
-        if args.timeout:
-            cmd += ["--timeout", str(args.timeout)]
-        code = subprocess.call(cmd)
-        if code < 0:  # the repro died by a signal: the crash reproduces
-            print(f"repro died with signal {-code}: reproduced", file=sys.stderr)
-            return 1
-        return code if code in (0, 1, 2) else 1
+        return _replay_script(path, args)
     from cgsim.replay import describe, reproduce
     from cgsim.report.findings import load_finding
     from cgsim.targets.vllm_source import SOURCE_ENV
@@ -250,6 +380,62 @@ def _cmd_doctor(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def _replay_script(path: str, args: argparse.Namespace) -> int:
+    """Run a repro script in its own process.  Its exit status says 1
+    reproduced, 0 not, 2 cannot run here; any other end (a signal, another
+    status, no end within the time limit) reproduces only the finding that
+    predicts it (a crash, a hang) and otherwise tells nothing."""
+    import signal
+
+    from cgsim.replay import finding_in_repro, script_time_limit, script_verdict
+
+    finding = finding_in_repro(path)  # FindingError (exit 2) for a file that is not a repro script
+    cmd = [sys.executable, path] + (["--backend", args.backend] if args.backend else [])
+    if args.timeout:
+        cmd += ["--timeout", repr(args.timeout)]
+    limit = script_time_limit(finding, args.timeout)
+    try:
+        code: int | None = subprocess.call(cmd, timeout=limit)
+    except subprocess.TimeoutExpired:
+        code = None
+    if code == -signal.SIGINT:
+        raise KeyboardInterrupt
+    if code == 2:
+        return 2  # the script cannot run here and said why, in one line
+    verdict = script_verdict(finding, code, limit, path)
+    if verdict.reproduced is None:
+        raise _Exit(2, verdict.message)
+    if verdict.message:
+        print(verdict.message)
+    return 1 if verdict.reproduced else 0
+
+
+# -- report ---------------------------------------------------------------------------------
+def _cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
+    from fuzz.campaign.rebuild import rebuild_report
+
+    return rebuild_report(args.run_dir, quiet=args.quiet).exit_code
+
+
+# -- export-test ---------------------------------------------------------------------------
+def _cmd_export_test(args: argparse.Namespace, argv: list[str]) -> int:
+    from cgsim.report.atomic import atomic_write_text
+    from cgsim.report.findings import load_finding
+    from fuzz.export_test import ExportError, export_test
+
+    finding = load_finding(args.path)
+    try:
+        text = export_test(finding, source=args.path)
+    except ExportError as exc:
+        raise _Exit(2, str(exc)) from None
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    atomic_write_text(args.output, text)
+    print(f"wrote {args.output} (pytest {args.output}; it imports only the engine, torch and pytest)")
+    return 0
+
+
 # -- list -------------------------------------------------------------------------------
 def _cmd_list(args: argparse.Namespace, argv: list[str]) -> int:
     from cgsim.properties import ALL_PROPERTIES
@@ -272,14 +458,24 @@ def _cmd_explain(args: argparse.Namespace, argv: list[str]) -> int:
     from fuzz.explain import explain_config, explain_text, write_plot
 
     if args.plot:  # refuse before printing anything
-        lower = args.plot.lower()
-        if not lower.endswith((".svg", ".png")):
-            raise _Exit(2, f"--plot {args.plot!r}: use a .svg (no dependency) or .png (needs matplotlib) file name")
-        if lower.endswith(".png"):
-            try:
-                import matplotlib  # noqa: F401
-            except ImportError:
-                raise _Exit(2, "a PNG plot needs matplotlib (pip install matplotlib); or give --plot a .svg file name, which needs nothing") from None
+        from cgsim.report.plots import MissingMatplotlib, picture_format, require_matplotlib
+
+        try:
+            picture_format(args.plot)
+        except ValueError as exc:
+            raise _Exit(2, f"--plot {exc}") from None
+        folder = os.path.dirname(os.path.abspath(args.plot))
+        if os.path.isdir(args.plot):
+            raise _Exit(2, f"--plot {args.plot!r} is a directory; give a file name such as {os.path.join(args.plot, 'dispatch.png')}")
+        if not os.path.isdir(folder):
+            raise _Exit(2, f"--plot {args.plot!r}: the directory {folder} does not exist; create it "
+                           f"(mkdir -p {shlex.quote(folder)}) or give a path in an existing directory")
+        if not os.access(folder, os.W_OK):
+            raise _Exit(2, f"--plot {args.plot!r}: the directory {folder} is not writable; give a path you can write to")
+        try:
+            require_matplotlib()
+        except MissingMatplotlib as exc:
+            raise _Exit(2, f"--plot {args.plot}: {exc}") from None
     config = _config_from_args(args)
     ruleset = args.ruleset or "pr48822"
     from cgsim.spec import get_ruleset
@@ -292,10 +488,11 @@ def _cmd_explain(args: argparse.Namespace, argv: list[str]) -> int:
         sys.stdout.write(explain_text(report))
     if args.plot:
         try:
-            write_plot(report, args.plot)
-        except (ValueError, ImportError) as exc:
-            raise _Exit(2, str(exc)) from None
-        print(f"plot written to {args.plot}")
+            write_plot(config, ruleset, args.plot, max_tokens=args.max_rows)
+        except OSError as exc:
+            raise _Exit(2, f"--plot {args.plot!r}: cannot write it: {exc.strerror or exc}; "
+                           "give a path you can write to") from None
+        print(f"dispatch map written to {args.plot}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 

@@ -4,7 +4,6 @@ shows the intended behaviour a target is checked against."""
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from cgsim.config import ManagerConfig
@@ -120,84 +119,11 @@ def _n(v: Any) -> str:
     return "-" if v is None else str(v)
 
 
-_COLORS = {"FULL": "#1f77b4", "PIECEWISE": "#ff7f0e", "NONE": "#7f7f7f"}
+def write_plot(config: ManagerConfig, ruleset: str, path: str, max_tokens: int | None = None) -> None:
+    """The spec's dispatch map of ``config`` (cgsim.report.plots), as .png or
+    .svg by the file name.  Raises MissingMatplotlib without matplotlib and
+    ValueError for another suffix."""
+    from cgsim.report.plots import explain_picture, picture_format
+    from cgsim.report.atomic import atomic_write_bytes
 
-
-def write_plot(report: dict, path: str) -> None:
-    """Padding waste (%) per batch over token count, colored by the mode the
-    batch dispatches to.  SVG is written by hand (no dependency); PNG needs
-    matplotlib."""
-    lower = path.lower()
-    if lower.endswith(".svg"):
-        svg = render_svg(report)
-        from cgsim.report.atomic import atomic_write_text
-
-        atomic_write_text(path, svg)
-        return
-    if lower.endswith(".png"):
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            raise ImportError("a PNG plot needs matplotlib (pip install matplotlib); or give --plot a .svg file name, which needs nothing") from None
-        fig, ax = plt.subplots(figsize=(10, 4))
-        kinds = sorted({r["kind"] for r in report["dispatch"]})
-        for kind in kinds:
-            rs = [r for r in report["dispatch"] if r["kind"] == kind]
-            ax.plot([r["num_tokens"] for r in rs], [r["waste_pct"] for r in rs], lw=0.8, label=kind)
-            ax.scatter([r["num_tokens"] for r in rs], [r["waste_pct"] for r in rs], c=[_COLORS[r["mode"]] for r in rs], s=8)
-        for d in report["capture_list"]:
-            ax.axvline(d["num_tokens"], color="#ddd", lw=0.5, zorder=0)
-        ax.set_xlabel("batch tokens")
-        ax.set_ylabel("padding waste %")
-        ax.legend(fontsize=7)
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-        plt.close(fig)
-        return
-    raise ValueError(f"--plot {path!r}: use a .svg or .png file name")
-
-
-def render_svg(report: dict) -> str:
-    rows = report["dispatch"]
-    W, H, L, R, T, B = 900, 360, 60, 160, 30, 40
-    xmax = max([r["num_tokens"] for r in rows] + [1])
-    ymax = max([r["waste_pct"] for r in rows] + [1.0])
-    x = lambda n: L + (W - L - R) * (n - 1) / max(1, xmax - 1)  # noqa: E731
-    y = lambda v: T + (H - T - B) * (1 - v / ymax)  # noqa: E731
-    e = html.escape
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="11">',
-        '<rect width="100%" height="100%" fill="white"/>',
-        f'<text x="{L}" y="18" font-size="13">{e("padding waste per batch (" + report["resolved_mode"] + ", ruleset " + report["ruleset"] + ")")}</text>',
-        f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" stroke="black"/>',
-        f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" stroke="black"/>',
-        f'<text x="{(L + W - R) / 2}" y="{H - 8}" text-anchor="middle">batch tokens</text>',
-        f'<text x="14" y="{(T + H - B) / 2}" transform="rotate(-90 14 {(T + H - B) / 2})" text-anchor="middle">padding waste %</text>',
-    ]
-    for v in (0, ymax / 2, ymax):
-        out.append(f'<text x="{L - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.0f}</text>')
-    for d in sorted({d["num_tokens"] for d in report["capture_list"]}):
-        out.append(f'<line x1="{x(d):.1f}" y1="{T}" x2="{x(d):.1f}" y2="{H - B}" stroke="#e5e5e5"/>')
-        out.append(f'<text x="{x(d):.1f}" y="{H - B + 14}" text-anchor="middle" fill="#555">{d}</text>')
-    dashes = ["", "4 2", "1 2", "6 3 1 3"]
-    kinds = sorted({r["kind"] for r in rows})
-    for i, kind in enumerate(kinds):
-        rs = [r for r in rows if r["kind"] == kind]
-        pts = " ".join(f"{x(r['num_tokens']):.1f},{y(r['waste_pct']):.1f}" for r in rs)
-        dash = f' stroke-dasharray="{dashes[i % len(dashes)]}"' if dashes[i % len(dashes)] else ""
-        out.append(f'<polyline points="{pts}" fill="none" stroke="#999"{dash}/>')
-        for r in rs:
-            out.append(
-                f'<circle cx="{x(r["num_tokens"]):.1f}" cy="{y(r["waste_pct"]):.1f}" r="2.5" fill="{_COLORS[r["mode"]]}">'
-                f'<title>{e(kind)}: {r["num_tokens"]} tokens -> {e(r["graph"])}, waste {r["waste_pct"]}%</title></circle>'
-            )
-        out.append(f'<line x1="{W - R + 10}" y1="{T + 14 * i + 10}" x2="{W - R + 30}" y2="{T + 14 * i + 10}" stroke="#999"{dash}/>')
-        out.append(f'<text x="{W - R + 34}" y="{T + 14 * i + 14}">{e(kind)}</text>')
-    base = T + 14 * len(kinds) + 20
-    for j, (mode, color) in enumerate(_COLORS.items()):
-        out.append(f'<circle cx="{W - R + 20}" cy="{base + 14 * j}" r="4" fill="{color}"/>')
-        out.append(f'<text x="{W - R + 34}" y="{base + 14 * j + 4}">{mode}</text>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+    atomic_write_bytes(path, explain_picture(config, ruleset, fmt=picture_format(path), max_tokens=max_tokens))

@@ -14,60 +14,86 @@ from cgsim.modes import AttentionSupport, CUDAGraphMode
 from cgsim.scenario import Scenario, Step
 from cgsim.spec import scheduler
 from cgsim.spec.engine_configs import vllm_lora_cases
-from cgsim.spec.rulesets import RULESETS
+from cgsim.spec.rulesets import get_ruleset, rulesets_of
 
 __all__ = ["capture_sizes", "configs", "engine_configs", "batches", "scenarios", "RULESET_NAMES"]
 
-RULESET_NAMES = tuple(RULESETS)
+# The strategy picks among vLLM's designs; an engine's own ruleset is pinned
+# (--ruleset, or the target's default) and brings that engine's configs.
+RULESET_NAMES = rulesets_of("vllm")
 MODES = tuple(CUDAGraphMode)
+
+# Strategy objects are made once per argument tuple and reused: a fresh
+# strategy costs Hypothesis its validation and property computations at every
+# draw (a fifth of generation time), while drawing from the same object gives
+# exactly the same choices, distribution and shrinking.
+_made: dict[tuple, st.SearchStrategy] = {}
+
+
+def _once(key: tuple, make: Callable[[], st.SearchStrategy]) -> st.SearchStrategy:
+    strategy = _made.get(key)
+    if strategy is None:
+        if len(_made) > 4096:
+            _made.clear()
+        strategy = _made[key] = make()
+    return strategy
+
+
+def _ints(lo: int, hi: int) -> st.SearchStrategy:
+    return _once(("ints", lo, hi), lambda: st.integers(lo, hi))
+
+
+def _sampled(values: tuple) -> st.SearchStrategy:
+    return _once(("sampled", values), lambda: st.sampled_from(values))
+
+
+def _lists(elements: st.SearchStrategy, min_size: int = 0, max_size: int | None = None,
+           unique: bool = False) -> st.SearchStrategy:
+    return _once(("lists", id(elements), min_size, max_size, unique),
+                 lambda: st.lists(elements, min_size=min_size, max_size=max_size, unique=unique))
+
+
+_BOOLS = st.booleans()
+_SUPPORTS = {mode: tuple(s for s in AttentionSupport if not (mode == CUDAGraphMode.FULL and s == AttentionSupport.NEVER))
+             for mode in CUDAGraphMode}
 
 
 @st.composite
 def capture_sizes(draw, max_size: int = 512) -> tuple[int, ...]:
     """Tiny hand-picked lists most of the time; realistic ladders (1, 2, 4, 8,
     then steps of 8 or 16) up to ``max_size`` sometimes."""
-    if draw(st.integers(0, 9)) < 8:
-        sizes = draw(st.lists(st.integers(1, min(32, max_size)), min_size=1, max_size=4, unique=True))
+    if draw(_ints(0, 9)) < 8:
+        sizes = draw(_lists(_ints(1, min(32, max_size)), min_size=1, max_size=4, unique=True))
         return tuple(sorted(sizes))
-    top = draw(st.sampled_from([s for s in (16, 32, 64, 128, 256, 512) if s <= max_size] or [max_size]))
-    step = draw(st.sampled_from((8, 16)))
+    top = draw(_sampled(tuple(s for s in (16, 32, 64, 128, 256, 512) if s <= max_size) or (max_size,)))
+    step = draw(_sampled((8, 16)))
     ladder = [s for s in (1, 2, 4, 8) if s <= top] + list(range(16, top + 1, step))
     return tuple(sorted(set(ladder)))
 
 
 @st.composite
 def spec_schedules(draw, max_spec_tokens: int, max_num_reqs: int):
-    bounds = sorted(draw(st.lists(st.integers(1, max(1, max_num_reqs)), min_size=1, max_size=3, unique=True)))
+    """Dynamic speculative decoding as users set it: 2-4 tiers of batch sizes,
+    fewer speculative tokens for larger batches, each tier its own decode
+    length (a schedule with one length is plain speculative decoding)."""
+    tiers = min(draw(_ints(2, 4)), max_num_reqs, max_spec_tokens + 1)
+    if tiers < 2:
+        return ((1, max(1, max_num_reqs), max_spec_tokens),)
+    ends = sorted(draw(_lists(_ints(1, max_num_reqs - 1), min_size=tiers - 1, max_size=tiers - 1, unique=True)))
+    ends.append(max_num_reqs)
+    ks = sorted(draw(_lists(_ints(0, max_spec_tokens), min_size=tiers, max_size=tiers, unique=True)), reverse=True)
     entries, start = [], 1
-    for end in bounds:
-        if end < start:
-            continue
-        entries.append((start, end, draw(st.integers(0, max_spec_tokens))))
+    for end, k in zip(ends, ks):
+        entries.append((start, end, k))
         start = end + 1
-    return tuple(entries) if entries else ((1, max(1, max_num_reqs), max_spec_tokens),)
+    return tuple(entries)
 
 
 # Modes as engines are configured, their default (FULL_AND_PIECEWISE) first.
 ENGINE_MODES = (CUDAGraphMode.FULL_AND_PIECEWISE, CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL,
                 CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE)
 EngineSizes = Callable[[int, int, "tuple | None"], tuple]
-
-
-@st.composite
-def dynamic_schedules(draw, max_spec_tokens: int, max_num_seqs: int):
-    """2-4 tiers as speculative-decoding users set them: fewer speculative
-    tokens for larger batches."""
-    tiers = min(draw(st.integers(2, 4)), max_num_seqs)
-    if tiers < 2:
-        return None
-    ends = sorted(draw(st.lists(st.integers(1, max_num_seqs - 1), min_size=tiers - 1, max_size=tiers - 1, unique=True)))
-    ends.append(max_num_seqs)
-    ks = sorted(draw(st.lists(st.integers(0, max_spec_tokens), min_size=tiers, max_size=tiers)), reverse=True)
-    entries, start = [], 1
-    for end, k in zip(ends, ks):
-        entries.append((start, end, k))
-        start = end + 1
-    return tuple(entries)
+_MAX_NUM_SEQS = st.one_of(st.integers(1, 1024), st.sampled_from((8, 16, 32, 64, 128, 256, 512, 1024)))
 
 
 @st.composite
@@ -76,22 +102,22 @@ def engine_configs(draw, engine_sizes: EngineSizes) -> ManagerConfig:
     max_num_seqs up to 1024, 1-7 speculative tokens with dynamic schedules of
     2-4 tiers, up to 8 LoRA adapters (the engine's LoRA capture cases), DBO
     thresholds.  Every parameter shrinks towards the smallest engine."""
-    mode = draw(st.sampled_from(ENGINE_MODES))
-    supports = [s for s in AttentionSupport if not (mode == CUDAGraphMode.FULL and s == AttentionSupport.NEVER)]
-    support = draw(st.sampled_from(supports[::-1]))  # ALWAYS first
-    max_num_seqs = draw(st.one_of(st.integers(1, 1024), st.sampled_from((8, 16, 32, 64, 128, 256, 512, 1024))))
-    k = draw(st.integers(0, 7))
-    schedule = draw(dynamic_schedules(k, max_num_seqs)) if k >= 1 and draw(st.booleans()) else None
-    varlen = k >= 1 and schedule is None and support == AttentionSupport.ALWAYS and draw(st.integers(0, 4)) == 4
-    max_loras = draw(st.integers(0, 8))
-    lora_cases = vllm_lora_cases(max_loras, draw(st.booleans())) if max_loras else (0,)
+    mode = draw(_sampled(ENGINE_MODES))
+    support = draw(_sampled(_SUPPORTS[mode][::-1]))  # ALWAYS first
+    max_num_seqs = draw(_MAX_NUM_SEQS)
+    k = draw(_ints(0, 7))
+    schedule = (draw(_once(("spec_schedules", k, max_num_seqs), lambda: spec_schedules(k, max_num_seqs)))
+                if k >= 1 and draw(_BOOLS) else None)
+    varlen = k >= 1 and schedule is None and support == AttentionSupport.ALWAYS and draw(_ints(0, 4)) == 4
+    max_loras = draw(_ints(0, 8))
+    lora_cases = vllm_lora_cases(max_loras, draw(_BOOLS)) if max_loras else (0,)
     sizes = tuple(engine_sizes(max_num_seqs, k + 1, schedule))
     return ManagerConfig(
         mode=mode, capture_sizes=sizes, max_num_reqs=max_num_seqs, max_capture_size=max(sizes),
-        decode_query_len=k + 1, spec_schedule=schedule, lora_cases=lora_cases, breakable=draw(st.booleans()),
-        varlen_decode=varlen, num_ubatches=draw(st.sampled_from((1, 2))),
-        ubatch_threshold=draw(st.sampled_from((32, 64, 128, 256))), attention_support=support,
-        attention_split=draw(st.integers(0, 4)) > 0, compiled_piecewise=draw(st.integers(0, 4)) > 0,
+        decode_query_len=k + 1, spec_schedule=schedule, lora_cases=lora_cases, breakable=draw(_BOOLS),
+        varlen_decode=varlen, num_ubatches=draw(_sampled((1, 2))),
+        ubatch_threshold=draw(_sampled((32, 64, 128, 256))), attention_support=support,
+        attention_split=draw(_ints(0, 4)) > 0, compiled_piecewise=draw(_ints(0, 4)) > 0,
     )
 
 
@@ -99,25 +125,24 @@ def engine_configs(draw, engine_sizes: EngineSizes) -> ManagerConfig:
 def configs(draw, max_size: int = 512, engine_sizes: EngineSizes | None = None) -> ManagerConfig:
     """Tiny configs that shrink well; with ``engine_sizes`` (a target's
     ``engine_capture_sizes``) one in eight is a config as engines run them."""
-    if engine_sizes is not None and draw(st.integers(0, 7)) == 7:
-        return draw(engine_configs(engine_sizes))
-    mode = draw(st.sampled_from(MODES))
-    supports = [s for s in AttentionSupport if not (mode == CUDAGraphMode.FULL and s == AttentionSupport.NEVER)]
-    support = draw(st.sampled_from(supports))
-    sizes = draw(capture_sizes(max_size))
-    max_num_reqs = draw(st.integers(1, max(1, min(64, max(sizes)))))
-    q = draw(st.integers(1, 5))
-    breakable = draw(st.booleans())
-    varlen = q > 1 and support == AttentionSupport.ALWAYS and draw(st.integers(0, 4)) == 0
+    if engine_sizes is not None and draw(_ints(0, 7)) == 7:
+        return draw(_once(("engine_configs", engine_sizes), lambda: engine_configs(engine_sizes)))
+    mode = draw(_sampled(MODES))
+    support = draw(_sampled(_SUPPORTS[mode]))
+    sizes = draw(_once(("capture_sizes", max_size), lambda: capture_sizes(max_size)))
+    max_num_reqs = draw(_ints(1, max(1, min(64, max(sizes)))))
+    q = draw(_ints(1, 5))
+    breakable = draw(_BOOLS)
+    varlen = q > 1 and support == AttentionSupport.ALWAYS and draw(_ints(0, 4)) == 0
     schedule = None
-    if q > 1 and not varlen and draw(st.integers(0, 3)) == 0:
-        schedule = draw(spec_schedules(q - 1, max_num_reqs))
-    lora_cases = draw(st.sampled_from([(0,), (0,), (0,), (0, 1), (0, 1, 2), (0, 2, 4)]))
-    num_ubatches = draw(st.sampled_from((1, 1, 1, 2)))
-    ubatch_threshold = draw(st.sampled_from((4, 8, 32)))
-    compiled = draw(st.integers(0, 4)) > 0
-    split = draw(st.integers(0, 4)) > 0
-    max_capture = max(sizes) + draw(st.sampled_from((0, 0, 0, 1, 8)))
+    if q > 1 and not varlen and draw(_ints(0, 2)) == 0:
+        schedule = draw(_once(("spec_schedules", q - 1, max_num_reqs), lambda: spec_schedules(q - 1, max_num_reqs)))
+    lora_cases = draw(_sampled(((0,), (0,), (0,), (0, 1), (0, 1, 2), (0, 2, 4))))
+    num_ubatches = draw(_sampled((1, 1, 1, 2)))
+    ubatch_threshold = draw(_sampled((4, 8, 32)))
+    compiled = draw(_ints(0, 4)) > 0
+    split = draw(_ints(0, 4)) > 0
+    max_capture = max(sizes) + draw(_sampled((0, 0, 0, 1, 8)))
     return ManagerConfig(
         mode=mode, capture_sizes=sizes, max_num_reqs=max_num_reqs, max_capture_size=max_capture,
         decode_query_len=q, spec_schedule=schedule, lora_cases=lora_cases, breakable=breakable,
@@ -134,44 +159,51 @@ def batches(draw, config: ManagerConfig) -> Batch:
     to it with varlen decode); batches with prefills of any shape; active
     LoRAs up to the largest case; micro-batched as the runner would."""
     max_tokens = (config.max_capture_size or 1) + 8
-    kind = draw(st.sampled_from(("decode", "decode", "mixed", "prefill", "varlen")))
+    kind = draw(_sampled(("decode", "decode", "mixed", "prefill", "varlen")))
     max_reqs = config.max_num_reqs
     prefill = kind in ("mixed", "prefill") or (kind == "varlen" and not config.varlen_decode)
     if kind == "decode":
-        r = draw(st.integers(1, max_reqs))
+        r = draw(_ints(1, max_reqs))
         q = scheduler.decode_query_len(config, r)
         r = max(1, min(r, max_tokens // q))
         lens = (scheduler.decode_query_len(config, r),) * r
     elif kind == "prefill":
-        lens = (draw(st.integers(1, max_tokens)),)
+        lens = (draw(_ints(1, max_tokens)),)
     elif kind == "varlen":
-        r = draw(st.integers(1, max_reqs))
-        lens = tuple(draw(st.lists(st.integers(1, config.decode_query_len), min_size=1, max_size=min(r, 32))))
+        r = draw(_ints(1, max_reqs))
+        lens = tuple(draw(_lists(_ints(1, config.decode_query_len), min_size=1, max_size=min(r, 32))))
     else:
         # Long request lists cost generation time; the dispatch sweep covers every request count.
-        lens = tuple(draw(st.lists(st.integers(1, 16), min_size=1, max_size=min(max_reqs, 32))))
+        lens = tuple(draw(_lists(_ints(1, 16), min_size=1, max_size=min(max_reqs, 32))))
     while sum(lens) > max_tokens and len(lens) > 1:
         lens = lens[:-1]
     if sum(lens) > max_tokens:
         lens = (max_tokens,)
-    loras = draw(st.integers(0, max(config.lora_cases)))
+    loras = draw(_ints(0, max(config.lora_cases)))
     return scheduler.make_batch(config, lens, loras, has_prefill=prefill)
 
 
 @st.composite
 def scenarios(draw, ruleset: str | None = None, max_size: int = 128, config: ManagerConfig | None = None,
               engine_sizes: EngineSizes | None = None) -> Scenario:
-    cfg = config if config is not None else draw(configs(max_size, engine_sizes))
-    rs = ruleset if ruleset is not None else draw(st.sampled_from(RULESET_NAMES))
+    if config is None and ruleset is not None and get_ruleset(ruleset).engine == "sglang":
+        from fuzz.sglang_strategies import sglang_configs
+
+        size = min(max_size, 64)
+        config = draw(_once(("sglang-configs", size), lambda: sglang_configs(size)))
+    cfg = config if config is not None else draw(_once(("configs", max_size, engine_sizes),
+                                                       lambda: configs(max_size, engine_sizes)))
+    rs = ruleset if ruleset is not None else draw(_sampled(RULESET_NAMES))
+    batch = batches(cfg)  # one strategy object for every batch of this scenario
     steps: list[Step] = []
     # Optional parts are drawn so that shrinking (towards 0) removes them.
-    if draw(st.integers(0, 5)) == 5:
-        steps.append(Step.dispatch(draw(batches(cfg))))
+    if draw(_ints(0, 5)) == 5:
+        steps.append(Step.dispatch(draw(batch)))
     steps.append(Step.capture())
-    steps += [Step.dispatch(b) for b in draw(st.lists(batches(cfg), min_size=1, max_size=4))]
-    if draw(st.integers(0, 3)) == 3:
+    steps += [Step.dispatch(b) for b in draw(st.lists(batch, min_size=1, max_size=4))]
+    if draw(_ints(0, 3)) == 3:
         steps.append(Step.release())
-        steps += [Step.dispatch(b) for b in draw(st.lists(batches(cfg), max_size=1))]
+        steps += [Step.dispatch(b) for b in draw(st.lists(batch, max_size=1))]
         steps.append(Step.capture())
-        steps += [Step.dispatch(b) for b in draw(st.lists(batches(cfg), min_size=1, max_size=2))]
-    return Scenario(config=cfg, steps=tuple(steps), ruleset=rs, seed=draw(st.integers(0, 3)))
+        steps += [Step.dispatch(b) for b in draw(st.lists(batch, min_size=1, max_size=2))]
+    return Scenario(config=cfg, steps=tuple(steps), ruleset=rs, seed=draw(_ints(0, 3)))

@@ -171,6 +171,7 @@ CLASS1 = {
     "masked_select": lambda x: torch.masked_select(x, x > 0),
     "unique": lambda x: torch.unique(x),
     "synchronize": lambda x: torch.cuda.synchronize(),
+    "accelerator-synchronize": lambda x: torch.accelerator.synchronize(),
 }
 
 
@@ -595,6 +596,30 @@ def test_patched_torch_cuda_restores_everything_on_error():
     assert not cuda_mock.is_patched()
     x = torch.ones(2)
     assert x.cpu() is x  # the real CPU .cpu() is back
+
+
+def test_patched_torch_cuda_answers_torch_accelerators_memory_calls():
+    """torch.accelerator's memory, cache and sync calls are torch.cuda's on a
+    CUDA machine; under the mock they are the mock's, and torch's again after."""
+    from cgsim.cuda_mock._patch import ACCELERATOR_NAMES
+
+    before = {name: getattr(torch.accelerator, name) for name in ACCELERATOR_NAMES}
+    available = torch.accelerator.is_available()
+    with cuda_mock.patched_torch_cuda():
+        pool = torch.cuda.graph_pool_handle()
+        g = torch.cuda.CUDAGraph()
+        x = torch.ones(64)
+        with torch.cuda.graph(g, pool=pool):
+            y = x * 2
+        assert torch.accelerator.get_memory_info() == torch.cuda.mem_get_info()
+        assert torch.accelerator.memory_allocated() == torch.cuda.memory_allocated() > 0
+        assert torch.accelerator.memory_reserved() == torch.cuda.memory_reserved()
+        torch.accelerator.empty_cache()
+        torch.accelerator.synchronize()
+        g.replay()
+        assert torch.equal(y, x * 2)
+        assert torch.accelerator.is_available() == available  # no device-type claim: tensors stay where they were
+    assert {name: getattr(torch.accelerator, name) for name in ACCELERATOR_NAMES} == before
 
 
 def test_patched_torch_cuda_is_reentrant():

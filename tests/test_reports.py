@@ -220,3 +220,137 @@ def test_index_md_for_a_clean_partial_run():
     s.update(complete=False, interrupted="SIGINT")
     md = render_markdown(s)
     assert "no findings" in md and "PARTIAL (SIGINT)" in md
+
+
+# -- file modes -------------------------------------------------------------------------------------
+def test_report_files_get_the_mode_open_would_give(tmp_path):
+    from cgsim.report import write_report
+
+    old = os.umask(0o022)
+    try:
+        write_report(str(tmp_path), summary_with([finding()]))
+        path = write_repro(str(tmp_path), finding())
+        fpath = write_finding(str(tmp_path), finding())
+        os.umask(0o077)  # a user who wants private files gets them
+        atomic_write_text(str(tmp_path / "private.txt"), "x")
+    finally:
+        os.umask(old)
+    for name in ("summary.json", "junit.xml", "index.md", os.path.basename(fpath)):
+        assert os.stat(tmp_path / name).st_mode & 0o777 == 0o644, name
+    assert os.stat(path).st_mode & 0o777 == 0o755
+    assert os.stat(tmp_path / "private.txt").st_mode & 0o777 == 0o600
+
+
+# -- the findings store -----------------------------------------------------------------------------
+def _store_finding(status, worker=0, incarnation=0, message="seen", cfg=None):
+    return finding(status=status, message=message, scenario_json=scenario(**(cfg or {})).to_json()).with_(
+        worker=worker, extra={"incarnation": incarnation})
+
+
+def test_store_creates_provisional_findings_but_never_replaces_one(tmp_path):
+    from cgsim.report.findings import FindingStore
+
+    store = FindingStore(str(tmp_path), repro=write_repro)
+    first = _store_finding("shrinking", worker=0)
+    assert store.put(first) == "written"
+    assert (tmp_path / first.repro).exists()  # every finding has its script
+    assert store.put(_store_finding("pending", worker=1, message="other")) == "kept"
+    assert load_finding(str(tmp_path / f"{first.id}.json")).message == "seen"
+
+
+def test_store_replaces_a_provisional_file_only_with_its_shrunk_version(tmp_path):
+    from cgsim.report.findings import FindingStore
+
+    store = FindingStore(str(tmp_path), repro=write_repro)
+    store.put(_store_finding("shrinking"))
+    assert store.put(_store_finding("shrunk", message="final")) == "written"
+    assert store.put(_store_finding("shrink-interrupted", worker=1, message="late")) == "kept"
+    assert store.put(_store_finding("shrinking", worker=1, message="again")) == "kept"
+    (only,) = scan_findings(str(tmp_path))
+    assert only.status == "shrunk" and only.message == "final"
+
+
+def test_store_removes_only_its_own_provisional_file(tmp_path):
+    from cgsim.report.findings import FindingStore
+
+    store = FindingStore(str(tmp_path), repro=write_repro)
+    mine = _store_finding("shrinking", worker=0, incarnation=1)
+    store.put(mine)
+    assert not store.remove_own(mine.id, ("run", 1, 1))  # another worker
+    assert not store.remove_own(mine.id, ("run", 0, 0))  # an earlier incarnation of the same worker
+    assert store.remove_own(mine.id, ("run", 0, 1))
+    assert scan_findings(str(tmp_path)) == [] and not (tmp_path / mine.repro).exists()
+    final = _store_finding("shrunk", worker=0, incarnation=1)
+    store.put(final)
+    assert not store.remove_own(final.id, ("run", 0, 1))  # a final finding is never removed
+    assert [f.id for f in scan_findings(str(tmp_path))] == [final.id]
+
+
+def test_store_changes_nothing_when_the_writer_is_no_longer_allowed(tmp_path):
+    from cgsim.report.findings import FindingStore
+
+    live = FindingStore(str(tmp_path))
+    f = _store_finding("shrinking")
+    live.put(f)
+    gone = FindingStore(str(tmp_path), allowed=lambda: False)  # e.g. an orphaned worker
+    assert gone.put(_store_finding("shrunk", message="orphan")) is None
+    assert gone.put(_store_finding("pending", cfg={"capture_sizes": (1, 2)})) is None
+    assert gone.remove_own(f.id, ("run", 0, 0)) is False
+    assert [(x.id, x.status, x.message) for x in scan_findings(str(tmp_path))] == [(f.id, "shrinking", "seen")]
+
+
+def test_a_failed_write_keeps_the_provisional_file(tmp_path, monkeypatch):
+    import errno
+
+    from cgsim.report.findings import FindingStore
+
+    store = FindingStore(str(tmp_path), repro=write_repro)
+    store.put(_store_finding("shrinking"))
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        store.put(_store_finding("shrunk", message="final"))
+    monkeypatch.undo()
+    (only,) = scan_findings(str(tmp_path))
+    assert only.status == "shrinking"
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+
+
+# -- index.md ---------------------------------------------------------------------------------------------
+def test_index_md_says_where_to_run_its_commands_and_shows_what_was_in_flight():
+    s = summary_with([finding()])
+    s.update(complete=False, interrupted="campaign died",
+             inflight=[{"worker": 1, "started_at": "2026-01-01T00:00:05", "scenario_short": "Scenario(FULL, ...)",
+                        "scenario": scenario().to_json()}])
+    md = render_markdown(s)
+    assert "relative to this run's directory" in md
+    assert "PARTIAL (campaign died)" in md and "## In flight" in md and "Scenario(FULL, ...)" in md
+    assert "`findings/" in md and "/findings/" not in md.replace("`findings/", "")
+
+
+# -- repro scripts: quiet, strict exits ------------------------------------------------------------------------
+def test_repro_script_prints_no_numpy_warning_and_refuses_a_bad_timeout(tmp_path):
+    path = write_repro(str(tmp_path), finding())
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, path], capture_output=True, text=True, env=env, cwd=str(tmp_path),
+                          timeout=120)
+    assert proc.returncode == 1 and "NumPy" not in proc.stderr and proc.stderr.strip() == "", proc.stderr
+    proc = subprocess.run([sys.executable, path, "--timeout", "-1"], capture_output=True, text=True, env=env,
+                          cwd=str(tmp_path), timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--timeout" in proc.stderr
+
+
+def test_repro_script_exits_2_not_1_when_something_unexpected_breaks(tmp_path, capsys, monkeypatch):
+    import cgsim.replay
+
+    def broken(*a, **k):
+        raise KeyError("internal")
+
+    monkeypatch.setattr(cgsim.replay, "describe", broken)
+    main = runpy.run_path(write_repro(str(tmp_path), finding()), run_name="repro")["main"]
+    assert main([]) == 2  # exit 1 means "reproduced" and nothing else
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and len(err.strip().splitlines()) == 1

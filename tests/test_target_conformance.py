@@ -53,9 +53,17 @@ def _run_recording_writers(name: str, monkeypatch) -> tuple[Trace, set[str]]:
     return trace, writers
 
 
+def _marks(name: str) -> list:
+    if name == "vllm":
+        return [pytest.mark.vllm]
+    if name == "sglang" or name.startswith("sglang-mutant:"):
+        return [pytest.mark.sglang]
+    return []
+
+
 def _params():
-    # Engine targets run where the engine imports (the vllm tox env), and skip elsewhere.
-    return [pytest.param(n, marks=[pytest.mark.vllm] if n == "vllm" else []) for n in target_names()]
+    # Engine targets run where the engine imports (the vllm / sglang tox envs), and skip elsewhere.
+    return [pytest.param(n, marks=_marks(n)) for n in target_names()]
 
 
 @pytest.mark.parametrize("name", _params())

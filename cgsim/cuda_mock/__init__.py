@@ -14,7 +14,10 @@ block an earlier graph still writes; the two classes of illegal operation with
 the real exception types and messages (synchronising / data-dependent ops
 invalidate the capture; pageable host copies raise and leave it valid); random
 ops drawing new numbers at each replay; the reset / double capture / replay
-without capture errors; is_current_stream_capturing.
+without capture errors; is_current_stream_capturing.  A custom operator
+(``torch.library``) is recorded whole, as one kernel: replay runs it again
+on the captured memory, as a GPU relaunches a custom kernel (cgsim's toy
+model is built from such operators, so a capture of it is a handful of ops).
 
 Where it is deliberately stricter than a GPU: memory a capture produced holds
 poison until the first replay (NaN for floating types, True for bool, bytes

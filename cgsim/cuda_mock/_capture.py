@@ -172,9 +172,22 @@ def _sig(x: Any) -> Any:
     return x
 
 
+def _args_sig(args: tuple) -> tuple:
+    # _sig(args) without the recursion for the common flat case.
+    out = []
+    for a in args:
+        if isinstance(a, Tensor):
+            out.append((a.dtype, a.shape, a.stride()))
+        elif isinstance(a, (list, tuple)):
+            out.append(_sig(a))
+        else:
+            out.append(a)
+    return tuple(out)
+
+
 def _layout(x: Any) -> Any:
     if isinstance(x, Tensor):
-        return (tuple(x.shape), x.stride(), x.dtype)
+        return (tuple(x.shape), x.stride(), x.dtype, _memory.extent_bytes(x.shape, x.stride(), x.dtype))
     if isinstance(x, (list, tuple)):
         return [_layout(i) for i in x]
     return ("value", x)
@@ -190,7 +203,7 @@ def _to_meta(x: Any) -> Any:
 
 def _infer(func: torch._ops.OpOverload, info: _OpInfo, args: tuple, kwargs: dict) -> Any:
     try:
-        key = (func, _sig(args), _sig(tuple(kwargs.items())))
+        key = (func, _args_sig(args), _sig(tuple(kwargs.items())) if kwargs else ())
         hash(key)
     except TypeError:
         key = None
@@ -256,6 +269,18 @@ def _mark_host(x: Any) -> None:
             _mark_host(i)
 
 
+# Graph-side aliases by the memory they name (address, geometry, dtype),
+# shared between graphs: a model's weights and static buffers appear in every
+# capture.  An alias pins its bytes (the caller's storage, or the pool
+# block's, never the caller's tensor object), so while an entry exists no
+# other tensor can be given the same address and the key stays exact.  Bounded
+# (cleared when full): what it pins beyond the graphs' own lifetime is at most
+# that many small tensors, and pinned pool bytes are not "in use", so the
+# allocator's reuse rules are untouched.
+_SHARED_ALIASES = 1024
+_shared_aliases: dict[Any, Tensor] = {}
+
+
 class _Recorder:
     """Per-capture bookkeeping of one CUDAGraph."""
 
@@ -266,17 +291,24 @@ class _Recorder:
         self._aliases: dict[Any, Tensor] = {}
 
     def alias(self, t: Tensor) -> Tensor:
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride(), t.dtype)
+        key = (t.data_ptr(), t.shape, t.stride(), t.dtype)
         a = self._aliases.get(key)
         if a is None:
-            a = self._aliases[key] = _memory.alias_of(t)
+            a = _shared_aliases.get(key)
+            if a is None:
+                if len(_shared_aliases) >= _SHARED_ALIASES:
+                    _shared_aliases.clear()
+                a = _shared_aliases[key] = _memory.alias_of(t)
+            self._aliases[key] = a
         return a
 
     def alias_all(self, x: Any) -> Any:
         if isinstance(x, Tensor):
             return self.alias(x)
-        if isinstance(x, (list, tuple)) and any(isinstance(i, Tensor) for i in x):
-            return type(x)(self.alias_all(i) for i in x)
+        if isinstance(x, (list, tuple)):
+            for i in x:
+                if isinstance(i, Tensor):
+                    return type(x)([self.alias(i) if isinstance(i, Tensor) else self.alias_all(i) for i in x])
         return x
 
     def new_output(self, layout: Any) -> Any:
@@ -284,8 +316,8 @@ class _Recorder:
             return layout[1]
         if isinstance(layout, list):
             return [self.new_output(i) for i in layout]
-        size, stride, dtype = layout
-        t = self.pool.alloc(size, stride, dtype)
+        size, stride, dtype, nbytes = layout
+        t = self.pool.alloc(size, stride, dtype, nbytes)
         t.fill_(_memory.poison_value(dtype))
         return t
 

@@ -24,6 +24,8 @@ import weakref
 
 import torch
 
+from . import _errors
+
 __all__ = [
     "Pool",
     "get_pool",
@@ -35,6 +37,7 @@ __all__ = [
     "is_pinned_host",
     "host_count",
     "alias_of",
+    "extent_bytes",
     "live_pool_bytes",
 ]
 
@@ -91,7 +94,7 @@ def _ref_type(nbytes: int) -> type:
 
 
 class _Block:
-    __slots__ = ("pool", "nbytes", "data", "ptr", "in_use", "__weakref__")
+    __slots__ = ("pool", "nbytes", "data", "ptr", "in_use", "_user", "__weakref__")
 
     def __init__(self, pool: "Pool", nbytes: int) -> None:
         self.pool = pool
@@ -100,7 +103,14 @@ class _Block:
         self.data = torch.empty(nbytes, dtype=torch.uint8)
         self.ptr = self.data.data_ptr()
         self.in_use = False
+        self._user: weakref.ref | None = None  # the user storage's bytes object, while in use
         _blocks_by_ptr[self.ptr] = self
+
+    def _freed(self, _ref: weakref.ref) -> None:
+        # The last user storage on this block is gone.  (A block that dies
+        # first takes this weak reference with it: no callback then.)
+        self._user = None
+        _release(self)
 
 
 # Pools whose graphs are all gone but whose blocks are still in use: the real
@@ -109,20 +119,16 @@ class _Block:
 _released: "dict[tuple[int, int], Pool]" = {}
 
 
-def _release(block_ref: "weakref.ref[_Block]") -> None:
-    block = block_ref()
-    if block is not None:
-        block.in_use = False
-        block.pool._free.append(block)
-        pool = block.pool
-        if pool.use_count == 0 and pool.allocated_bytes == 0:
-            _released.pop(pool.id, None)
+def _release(block: "_Block") -> None:
+    block.in_use = False
+    block.pool._free.append(block)
+    pool = block.pool
+    if pool.use_count == 0 and pool.allocated_bytes == 0:
+        _released.pop(pool.id, None)
 
 
 def get_pool_for_capture(pool_id: tuple[int, int]) -> "Pool":
     """The pool a capture allocates from, with the real use-count rules."""
-    from cgsim.cuda_mock import _errors
-
     pool = _released.get(pool_id)
     if pool is not None:
         raise RuntimeError(_errors.POOL_RELEASED)
@@ -179,23 +185,27 @@ class Pool:
         blk.in_use = True
         return blk
 
-    def alloc(self, size, stride, dtype: torch.dtype) -> torch.Tensor:
-        """A user tensor of this geometry on a block of this pool."""
-        itemsize = dtype.itemsize
-        if 0 in size:
-            extent = 0
-        else:
-            extent = 1 + sum((s - 1) * st for s, st in zip(size, stride))
-        nbytes = extent * itemsize
+    def alloc(self, size, stride, dtype: torch.dtype, nbytes: int | None = None) -> torch.Tensor:
+        """A user tensor of this geometry on a block of this pool (``nbytes``:
+        its extent_bytes, when the caller knows it)."""
+        if nbytes is None:
+            nbytes = extent_bytes(size, stride, dtype)
         if nbytes == 0:
             return torch.empty_strided(size, stride, dtype=dtype)
         blk = self._take(nbytes)
         ref = _ref_type(blk.nbytes).from_address(blk.ptr)
         # The user storage keeps the bytes alive even if the pool goes first.
         ref._owner = blk.data
-        weakref.finalize(ref, _release, weakref.ref(blk))
+        blk._user = weakref.ref(ref, blk._freed)
         storage = torch.frombuffer(ref, dtype=torch.uint8).untyped_storage()
         return torch.empty(0, dtype=dtype).set_(storage, 0, size, stride)
+
+
+def extent_bytes(size, stride, dtype: torch.dtype) -> int:
+    """Bytes a tensor of this geometry spans from its first element."""
+    if 0 in size:
+        return 0
+    return (1 + sum((s - 1) * st for s, st in zip(size, stride))) * dtype.itemsize
 
 
 def live_pool_bytes() -> tuple[int, int]:

@@ -13,7 +13,7 @@ import torch
 from . import _capture, _errors, _memory, _runtime
 from ._runtime import G
 
-__all__ = ["patched_torch_cuda", "is_patched", "CUDA_NAMES"]
+__all__ = ["patched_torch_cuda", "is_patched", "CUDA_NAMES", "ACCELERATOR_NAMES"]
 
 # torch.cuda names the mock replaces.
 CUDA_NAMES = {
@@ -41,6 +41,20 @@ CUDA_NAMES = {
     "get_device_name": _runtime.get_device_name,
     "get_device_capability": _runtime.get_device_capability,
     "mem_get_info": _runtime.mem_get_info,
+    "memory_allocated": _runtime.memory_allocated,
+    "memory_reserved": _runtime.memory_reserved,
+    "max_memory_allocated": _runtime.max_memory_allocated,
+    "reset_peak_memory_stats": _runtime.reset_peak_memory_stats,
+}
+# torch.accelerator's memory, cache and sync calls: on a CUDA machine they are
+# torch.cuda's (engines call them around capture: empty_cache before each
+# graph, get_memory_info to size pools).  Its device-type answers
+# (is_available, current_accelerator) stay torch's: claiming an accelerator
+# would send tensors to a "cuda" device a CPU build cannot hold.
+ACCELERATOR_NAMES = {
+    "synchronize": _runtime.synchronize,
+    "empty_cache": _runtime.empty_cache,
+    "get_memory_info": _runtime.mem_get_info,
     "memory_allocated": _runtime.memory_allocated,
     "memory_reserved": _runtime.memory_reserved,
     "max_memory_allocated": _runtime.max_memory_allocated,
@@ -177,6 +191,9 @@ def _install() -> None:
     import torch.cuda.graphs as graphs_mod
 
     targets = [(torch.cuda, CUDA_NAMES), (graphs_mod, GRAPHS_NAMES), (_T, TENSOR_METHODS)]
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None:
+        targets.append((accelerator, {k: v for k, v in ACCELERATOR_NAMES.items() if hasattr(accelerator, k)}))
     for obj, names in targets:
         for name, value in names.items():
             # Only what the object defines itself: restoring must not turn an

@@ -10,14 +10,18 @@ the scenario's ruleset; they never import torch, a target or the runner.
 
 Adding a property touches one family module (and its tests): the registry,
 ``check_scenario``, reports and ``fuzz list`` pick it up from there.
+A ruleset may replace or waive a universal property (``Ruleset.replaces`` /
+``waives``): ``check_scenario`` then does not judge it under that ruleset.
 """
 
 from __future__ import annotations
 
 from typing import Iterable
 
-# Family modules register their properties on import, in report order.
+# Family modules register their properties on import, in report order; an
+# engine's own design properties (judged only under its rulesets) come last.
 from cgsim.properties import init, capture, metadata, dispatch, lifecycle, harness  # noqa: F401,E401
+from cgsim.properties import sglang  # noqa: F401,E402
 from cgsim.properties.dispatch import useless_descriptors
 from cgsim.properties.registry import Property, Verdict, Violation, registered, resolve_alias
 from cgsim.properties.view import RunView
@@ -71,7 +75,9 @@ def check_scenario(scenario: Scenario, trace: Trace, only: Iterable[str] | None 
     violations: list[Violation] = []
     checked: list[str] = []
     for prop in chosen:
-        if not prop.applies(run):
+        # A ruleset may replace a universal property by its design's own rule
+        # for it, or waive one its design has no rule for (SPEC §3).
+        if not run.ruleset.judges(prop.id) or not prop.applies(run):
             continue
         checked.append(prop.id)
         violations.extend(prop.check(run))

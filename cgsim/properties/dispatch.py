@@ -332,3 +332,42 @@ def capture_useful(run: RunView) -> list[Violation]:
                 cap.step,
             ))
     return group(out)
+
+
+def _step_and_sweep(run: RunView):
+    """(dispatch step, the sweep taken after the capture it dispatched under)."""
+    for v in run.captured_dispatches:
+        sweep = next((sv for sv in run.captured_sweeps if sv.captured is v.captured), None)
+        if sweep is not None:
+            yield v, sweep
+
+
+def _has_swept_dispatch(run: RunView) -> bool:
+    return any(True for _ in _step_and_sweep(run))
+
+
+def _question(b) -> tuple:
+    """What dispatch sees of a batch: no max_query_len with a prefill, so any
+    split of the same counts is the same question."""
+    return (b.num_reqs, b.num_tokens, b.decode_max_query_len, b.uniform_token_count, b.has_prefill,
+            b.num_active_loras, b.num_ubatches)
+
+
+@declare("DISPATCH-STABLE", "between a capture and the next release, the same batch always dispatches to the same "
+         "graph", family="dispatch", applies=_has_swept_dispatch)
+def dispatch_stable(run: RunView) -> list[Violation]:
+    out: list[Violation] = []
+    answers: dict[int, dict[tuple, BatchDescriptor]] = {}
+    for v, sweep in _step_and_sweep(run):
+        b, d = v.dispatch.batch, v.dispatch.desc
+        said = answers.setdefault(id(sweep), {_question(s): x for s, x in zip(sweep.sweep.batches, sweep.sweep.descs)})
+        swept = said.get(_question(b))
+        if swept is not None and swept != d:
+            out.append(Violation(
+                "DISPATCH-STABLE",
+                f"{b.short()} dispatched to {d.short()} at step {v.dispatch.step}, but to {swept.short()} in the "
+                f"dispatch sweep after the capture at step {sweep.step} (dispatch must be a function of the batch "
+                "and the captured graphs)",
+                v.dispatch.step,
+            ))
+    return group(out)

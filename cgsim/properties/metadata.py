@@ -92,11 +92,12 @@ def pad_consistent(run: RunView) -> list[Violation]:
             g = run.captured_with(d, sv.step)
             if g is None:
                 continue
-            head = f"{b.short()} dispatched to FULL {d.short()}"
             if g.max_query_len < b.max_query_len:
+                head = f"{b.short()} dispatched to FULL {d.short()}"
                 failures.append((b, f"{head}, whose graph was captured with metadata for max_query_len={g.max_query_len} "
                                     f"< the batch's max_query_len {b.max_query_len}"))
             elif g.num_tokens != d.num_tokens or (d.num_reqs is not None and g.num_reqs != d.num_reqs):
+                head = f"{b.short()} dispatched to FULL {d.short()}"
                 failures.append((b, f"{head}, whose graph was captured with metadata sized num_reqs={g.num_reqs} "
                                     f"num_tokens={g.num_tokens} (the descriptor pads to num_reqs={d.num_reqs} "
                                     f"num_tokens={d.num_tokens})"))

@@ -164,32 +164,45 @@ class SweepView:
     def _compute(self) -> list[dict]:
         cases = sorted(set(self.lora_cases))
         case_of = {a: lora_case(a, cases) for a in range(max(cases) + 2)}
-        buckets: dict[tuple[int, int], tuple[list[int], list[BatchDescriptor], set]] = {}
+        # Per (LoRA case, micro-batches) and mode: the descriptors by
+        # increasing tokens, as (tokens, uniform, max_query_len, reqs, descriptor).
+        buckets: dict[tuple[int, int], dict[CUDAGraphMode, tuple[list[int], list[tuple]]]] = {}
         for d in sorted(self.captured.descs if self.captured else (), key=lambda d: d.num_tokens):
-            tokens, descs, modes = buckets.setdefault((d.num_active_loras, d.num_ubatches), ([], [], set()))
+            by_mode = buckets.setdefault((d.num_active_loras, d.num_ubatches), {})
+            tokens, entries = by_mode.setdefault(d.cg_mode, ([], []))
             tokens.append(d.num_tokens)
-            descs.append(d)
-            modes.add(d.cg_mode)
+            entries.append((d.num_tokens, d.uniform_token_count, d.max_query_len, d.num_reqs, d))
+        # The best fits depend on a batch's shape and its LoRA case only, not
+        # on its exact LoRA count: batches that differ only there share them.
+        seen: dict[tuple, dict] = {}
         out = []
         for b in self.sweep.batches:
             case = case_of.get(b.num_active_loras, cases[-1])
-            bucket = buckets.get((case, b.num_ubatches))
-            best: dict = {}
-            if bucket is not None:
-                tokens, descs, modes = bucket
-                for j in range(bisect_left(tokens, b.num_tokens), len(descs)):
-                    d = descs[j]
-                    pad_tokens = d.num_tokens - b.num_tokens
-                    if all(m in best and best[m][0][0] < pad_tokens for m in modes):
-                        break  # every mode has a fit that pads fewer tokens
-                    if not _fits(d, b):
-                        continue
-                    pad = (pad_tokens, 0 if d.num_reqs is None else d.num_reqs - b.num_reqs)
-                    got = best.get(d.cg_mode)
-                    if got is None or pad < got[0]:
-                        best[d.cg_mode] = (pad, (d,))
-                    elif pad == got[0]:
-                        best[d.cg_mode] = (pad, got[1] + (d,))
+            bt, br, bu, bp, bm = b.num_tokens, b.num_reqs, b.uniform_token_count, b.has_prefill, b.max_query_len
+            shape = (case, b.num_ubatches, bt, br, bu, bp, bm)
+            best = seen.get(shape)
+            if best is None:
+                best = seen[shape] = {}
+                for mode, (tokens, entries) in buckets.get((case, b.num_ubatches), {}).items():
+                    # By increasing tokens, the first fit pads the fewest
+                    # tokens; only descriptors of that many tokens can tie or
+                    # pad fewer requests.
+                    got = None
+                    for j in range(bisect_left(tokens, bt), len(entries)):
+                        dt, du, dm, dr, d = entries[j]
+                        if got is not None and dt != got[0][0] + bt:
+                            break
+                        # _fits(d, b), inlined (the hot path of a sweep)
+                        if (du is not None and du != bu) or (dm is not None and (bp or bm > dm)) or (
+                                dr is not None and dr < br):
+                            continue
+                        pad = (dt - bt, 0 if dr is None else dr - br)
+                        if got is None or pad < got[0]:
+                            got = (pad, (d,))
+                        elif pad == got[0]:
+                            got = (pad, got[1] + (d,))
+                    if got is not None:
+                        best[mode] = got
             out.append(best)
         return out
 
@@ -411,11 +424,18 @@ class RunView:
                         out[(s.step, f.desc)] = rec
         return out
 
+    @cached_property
+    def _graph_metadata_by_desc(self) -> dict[BatchDescriptor, list[tuple[int, MetadataRecord]]]:
+        out: dict[BatchDescriptor, list[tuple[int, MetadataRecord]]] = {}
+        for (s, d), rec in self.graph_metadata.items():
+            out.setdefault(d, []).append((s, rec))
+        return out
+
     def captured_with(self, desc: BatchDescriptor, step: int) -> MetadataRecord | None:
         """The metadata the graph for ``desc`` that is live at ``step`` was captured with."""
         best = None
-        for (s, d), rec in self.graph_metadata.items():
-            if d == desc and s <= step and (best is None or s > best[0]):
+        for s, rec in self._graph_metadata_by_desc.get(desc, ()):
+            if s <= step and (best is None or s > best[0]):
                 best = (s, rec)
         return best[1] if best else None
 

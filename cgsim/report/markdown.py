@@ -1,10 +1,14 @@
-"""index.md: a campaign report a person reads with no tools."""
+"""index.md: a campaign report a person reads with no tools.
+
+Every path in it is relative to the run directory (the one holding
+index.md), and it says so: a report that is moved, archived or uploaded
+keeps working commands."""
 
 from __future__ import annotations
 
 import json
 
-__all__ = ["render_markdown"]
+__all__ = ["render_markdown", "node_rows"]
 
 
 def _table(header: list[str], rows: list[list]) -> list[str]:
@@ -66,6 +70,7 @@ def render_markdown(summary: dict) -> str:
     s = summary.get("settings", {})
     findings = summary.get("findings", [])
     state = "complete" if summary.get("complete") else f"PARTIAL ({summary.get('interrupted') or 'stopped early'})"
+    inflight = [] if summary.get("complete") else summary.get("inflight", [])
     verdict = f"**{len(findings)} finding(s)**" if findings else "**no findings**"
     lines = [
         f"# cgsim fuzz campaign `{summary.get('run_id')}`",
@@ -83,6 +88,9 @@ def render_markdown(summary: dict) -> str:
     lines += ["", "## Findings", ""]
     if not findings:
         lines.append("None: every property held on every scenario run.")
+    else:
+        lines += ["Paths and commands below are relative to this run's directory (the one holding this "
+                  "`index.md`): `cd` there first.", ""]
     for f in findings:
         lines += [
             f"### `{f['id']}`: {f['property']}",
@@ -95,6 +103,10 @@ def render_markdown(summary: dict) -> str:
         ]
         if f.get("duplicates"):
             lines.append(f"- **also found as**: {', '.join('`' + d + '`' for d in f['duplicates'])}")
+        if f.get("picture"):
+            lines += ["", f"![dispatch map of {f['id']}: the graph every batch lands on, this batch boxed]({f['picture']})"]
+        elif f.get("picture_error"):
+            lines += ["", f"(no dispatch map: {f['picture_error']})"]
         lines += [
             "",
             "Replay (exit 1 while the bug is there):",
@@ -115,6 +127,13 @@ def render_markdown(summary: dict) -> str:
             "</details>",
             "",
         ]
+    if inflight:
+        lines += ["", "## In flight", "",
+                  "Scenarios the workers were running when this report was written (after a campaign died: the "
+                  "scenario each worker was on; none of them is a finding).", ""]
+        lines += _table(["worker", "started", "scenario"],
+                        [[e.get("worker"), e.get("started_at") or "?", f"`{e.get('scenario_short') or '?'}`"]
+                         for e in inflight])
     lines += ["", "## Properties", ""]
     props = summary.get("properties", {})
     lines += _table(
@@ -131,12 +150,36 @@ def render_markdown(summary: dict) -> str:
     workers = summary.get("workers", [])
     if workers:
         lines += ["", "## Workers", ""]
+        on_nodes = any("node" in w for w in workers)  # a campaign over Ray
         lines += _table(
-            ["worker", "scenarios", "restarts", "end"],
-            [[w.get("worker"), w.get("scenarios"), w.get("restarts"), w.get("end")] for w in workers],
+            ["worker", "scenarios", "restarts", "end"] + (["node"] if on_nodes else []),
+            [[w.get("worker"), w.get("scenarios"), w.get("restarts"), w.get("end")]
+             + ([w.get("node") or "?"] if on_nodes else []) for w in workers],
         )
+        if on_nodes:
+            lines += ["", "## Nodes", ""]
+            lines += _table(["node", "workers", "scenarios", "restarts"],
+                            [[r["node"], r["workers"], r["scenarios"], r["restarts"]] for r in node_rows(workers)])
     notes = summary.get("notes", [])
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
-    lines += ["", "How to read this report: see `reports/README.md`.", ""]
+    lines += ["", "The same report for a browser, pictures and a per-worker timeline included: `index.html`.",
+              "How to read this report: `reports/README.md` in the cgsim repository.", ""]
     return "\n".join(lines)
+
+
+def node_rows(workers: list[dict]) -> list[dict]:
+    """One row per node of a campaign's workers (over Ray): {"node",
+    "workers", "scenarios", "restarts"}; [] when no worker names a node."""
+    rows: dict[str, dict] = {}
+    for w in workers:
+        if "node" not in w:
+            continue
+        node = w.get("node") or "?"
+        if w.get("node_ip"):
+            node = f"{node} ({w['node_ip']})"
+        r = rows.setdefault(node, {"node": node, "workers": 0, "scenarios": 0, "restarts": 0})
+        r["workers"] += 1
+        r["scenarios"] += w.get("scenarios") or 0
+        r["restarts"] += w.get("restarts") or 0
+    return list(rows.values())

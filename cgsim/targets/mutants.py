@@ -192,6 +192,31 @@ class RangeOffByOne(ModelCudaGraphManager):
 
 
 @mutant(
+    "nearest-group-candidates",
+    caught_by="DISPATCH-PRIORITY",
+    # Lengths 5 (1-2 requests) and 3 (3-4): three 3-token requests (9 tokens)
+    # find only FULL(10, reqs=2, uniform=5) in their nearest group and go
+    # PIECEWISE, though FULL(12, reqs=4, uniform=3) fits them.
+    example=lambda: _scenario([C()], mode=FAP, capture_sizes=(1, 2, 4, 10, 16), max_num_reqs=4, decode_query_len=5,
+                              spec_schedule=((1, 2, 4), (3, 4, 2))),
+    fuzz=Fuzz({"DISPATCH-PRIORITY", "DISPATCH-COMPLETE"}, configs=lambda c: len(c.scheduler_decode_query_lens()) > 1),
+)
+class NearestGroupCandidates(ModelCudaGraphManager):
+    """Each token count lists only the nearest group of graphs of a mode.
+
+    Bug class: candidate lists under several decode lengths.  Seen in vLLM
+    model runner V2 0.29-0.32 (``CudaGraphManager._init_candidates`` keeps, per
+    mode, the descriptors of the nearest captured token count; docs/findings.md
+    #1): with dynamic speculative decoding the nearest FULL group may hold no
+    graph of the batch's decode length while a larger one does, and the batch
+    runs piecewise or eagerly.
+    """
+
+    def candidate_members(self, groups, i):
+        return list(groups[i][1])  # BUG: the nearest group only
+
+
+@mutant(
     "full-reuses-warmup-metadata",
     caught_by="FRESH-METADATA",
     # The FULL graph is captured with the warmup's metadata object.

@@ -140,14 +140,18 @@ class CudaGraphManager:
                 groups = [(t, list(g)) for t, g in groupby(descs, key=lambda d: d.num_tokens)]
                 start = 0
                 for i, (tokens, group) in enumerate(groups):
-                    # Every larger graph of the mode stays a candidate: the smallest
-                    # one may not fit (another decode length, too few requests)
-                    # while a larger one does.
-                    members = [d for _, g in groups[i:] for d in g]
+                    members = self.candidate_members(groups, i)
                     for n in self.candidate_range(start, tokens):
                         self.add_candidates(candidates, (n, lora), members)
                     start = tokens + 1
         return candidates
+
+    def candidate_members(self, groups: list[tuple[int, list[BatchDescriptor]]], i: int) -> list[BatchDescriptor]:
+        """The graphs of one mode tried for token counts served first by group
+        ``i`` (groups by ascending token count).  Every larger graph of the mode
+        stays a candidate: the smallest one may not fit (another decode length,
+        too few requests) while a larger one does."""
+        return [d for _, g in groups[i:] for d in g]
 
     def candidate_range(self, start: int, tokens: int) -> range:
         """Token counts served first by the graphs of ``tokens`` tokens."""

@@ -27,6 +27,8 @@ _BUILTIN = (
     EntryPoint("reference", "cgsim.targets.reference:FAMILY", ENTRY_POINT_GROUP),
     EntryPoint("mutant", "cgsim.targets.mutants:FAMILY", ENTRY_POINT_GROUP),
     EntryPoint("vllm", "cgsim.targets.vllm:FAMILY", ENTRY_POINT_GROUP),
+    EntryPoint("sglang", "cgsim.targets.sglang:FAMILY", ENTRY_POINT_GROUP),
+    EntryPoint("sglang-mutant", "cgsim.targets.sglang:MUTANT_FAMILY", ENTRY_POINT_GROUP),
 )
 
 

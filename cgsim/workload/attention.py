@@ -100,9 +100,26 @@ class MetadataBuilder:
     def allocate_buffers(self) -> None:
         r, t = self.max_num_reqs, self.max_num_tokens
         self.generation += 1
-        self.query_start_loc = torch.zeros(r + 1, dtype=torch.int64, device=self.device)
-        self.seq_lens = torch.zeros(r, dtype=torch.int64, device=self.device)
-        self.slot_mapping = torch.full((t,), -1, dtype=torch.int64, device=self.device)
+        # One allocation, three buffers: a batch is written with a single copy
+        # (see build); each buffer is still its own tensor a graph reads.
+        flat = torch.zeros(2 * r + 1 + t, dtype=torch.int64, device=self.device)
+        flat[2 * r + 1:] = -1
+        self._flat = flat
+        self.query_start_loc = flat[: r + 1]
+        self.seq_lens = flat[r + 1: 2 * r + 1]
+        self.slot_mapping = flat[2 * r + 1:]
+        self._views = (self.query_start_loc, self.seq_lens, self.slot_mapping)
+
+    def buffer_contents(self, query_lens: list[int], seq_lens: list[int], slots: list[int]) -> torch.Tensor:
+        """What the three buffers hold for a batch, padding included, as one
+        host tensor in the builder's layout (build writes it with one copy)."""
+        r, t = self.max_num_reqs, self.max_num_tokens
+        nr, nt = len(query_lens), len(slots)
+        qsl = [0]
+        for q in query_lens:
+            qsl.append(qsl[-1] + q)
+        qsl += [qsl[-1]] * (r - nr)
+        return torch.tensor(qsl + list(seq_lens) + [0] * (r - nr) + list(slots) + [-1] * (t - nt), dtype=torch.int64)
 
     def kernel_for(self, for_capture: bool) -> str:
         """Which attention kernel a metadata object selects.  Captured metadata
@@ -118,10 +135,12 @@ class MetadataBuilder:
         return "single-token"
 
     def build(self, query_lens: list[int], seq_lens: list[int], slots: list[int], num_reqs_padded: int,
-              num_tokens_padded: int, max_query_len: int, for_capture: bool, phase: str) -> AttentionMetadata:
+              num_tokens_padded: int, max_query_len: int, for_capture: bool, phase: str,
+              contents: torch.Tensor | None = None) -> AttentionMetadata:
         """Write a (padded) batch into the persistent buffers and return a
         metadata object viewing them.  Padding requests are empty; padding
-        tokens get slot -1 (the KV table's padding row)."""
+        tokens get slot -1 (the KV table's padding row).  ``contents``: the
+        batch's ``buffer_contents`` when the caller has them already."""
         nr, nt = len(query_lens), sum(query_lens)
         if num_reqs_padded < nr or num_tokens_padded < nt:
             raise ValueError(f"metadata padding below the batch: reqs {num_reqs_padded} < {nr} or tokens {num_tokens_padded} < {nt}")
@@ -130,18 +149,18 @@ class MetadataBuilder:
                 f"metadata for {num_reqs_padded} requests / {num_tokens_padded} tokens exceeds the builder's buffers "
                 f"({self.max_num_reqs} / {self.max_num_tokens})"
             )
-        qsl = [0]
-        for q in query_lens:
-            qsl.append(qsl[-1] + q)
+        if contents is None:
+            contents = self.buffer_contents(query_lens, seq_lens, slots)
         # The whole buffer is rewritten, padding included: a graph captured with a
         # longer view than this batch's (vLLM 0.32's unpadded breakable pieces)
         # must read empty requests and -1 slots there, not the last batch's rows.
-        self.query_start_loc.fill_(nt)
-        self.query_start_loc[: nr + 1].copy_(torch.tensor(qsl, dtype=torch.int64))
-        self.seq_lens.zero_()
-        self.seq_lens[:nr].copy_(torch.tensor(list(seq_lens), dtype=torch.int64))
-        self.slot_mapping.fill_(-1)
-        self.slot_mapping[:nt].copy_(torch.tensor(list(slots), dtype=torch.int64))
+        current = (self.query_start_loc, self.seq_lens, self.slot_mapping)
+        if all(a is b for a, b in zip(current, self._views)):
+            self._flat.copy_(contents)
+        else:  # a buffer was rebound on its own: write each where it is now
+            r = self.max_num_reqs
+            for buf, part in zip(current, (contents[: r + 1], contents[r + 1: 2 * r + 1], contents[2 * r + 1:])):
+                buf.copy_(part[: buf.shape[0]])
         md_id = next(self._ids)
         md = AttentionMetadata(
             md_id, num_reqs_padded, num_tokens_padded, max_query_len, for_capture, self.kernel_for(for_capture),

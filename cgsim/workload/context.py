@@ -4,10 +4,9 @@ from here, so the trace records exactly what the code under test passed."""
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from cgsim.modes import CUDAGraphMode
 
@@ -30,20 +29,30 @@ class ForwardContext:
 _CURRENT: contextvars.ContextVar[ForwardContext | None] = contextvars.ContextVar("cgsim_forward_context", default=None)
 
 
-@contextlib.contextmanager
+class _Scope:
+    """``with set_forward_context(...)``: the context is current inside."""
+
+    __slots__ = ("ctx", "_token")
+
+    def __init__(self, ctx: ForwardContext):
+        self.ctx = ctx
+
+    def __enter__(self) -> ForwardContext:
+        self._token = _CURRENT.set(self.ctx)
+        return self.ctx
+
+    def __exit__(self, *exc: object) -> None:
+        _CURRENT.reset(self._token)
+
+
 def set_forward_context(
     attn_metadata: Any,
     num_tokens: int,
     cg_mode: CUDAGraphMode = CUDAGraphMode.NONE,
     key: PiecewiseKey | None = None,
     lora_case: int = 0,
-) -> Iterator[ForwardContext]:
-    ctx = ForwardContext(attn_metadata, num_tokens, cg_mode, key, lora_case)
-    token = _CURRENT.set(ctx)
-    try:
-        yield ctx
-    finally:
-        _CURRENT.reset(token)
+) -> _Scope:
+    return _Scope(ForwardContext(attn_metadata, num_tokens, cg_mode, key, lora_case))
 
 
 def get_forward_context() -> ForwardContext:

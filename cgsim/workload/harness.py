@@ -19,9 +19,18 @@ from typing import Any, Callable, Iterator
 import torch
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor
+from cgsim.descriptors import Batch, BatchDescriptor, BatchShape
 from cgsim.modes import CUDAGraphMode
-from cgsim.trace import CreateForwardFn, Forward, MetadataRecord, PiecewiseCapture, PiecewiseLookup, Trace
+from cgsim.trace import (
+    CreateForwardFn,
+    Forward,
+    GraphOutput,
+    MetadataRecord,
+    PiecewiseCapture,
+    PiecewiseLookup,
+    RankDispatch,
+    Trace,
+)
 from cgsim.workload.attention import AttentionMetadata, MetadataBuilder, backend_for
 from cgsim.workload.context import ForwardContext, get_forward_context, set_forward_context
 from cgsim.workload.model import HIDDEN, KV_ROWS, VOCAB, ToyModel
@@ -45,7 +54,11 @@ class GraphRecord:
 
 class RequestLayout:
     """Deterministic per-request inputs for a batch: token ids, context lengths,
-    positions, KV slots and LoRA adapter ids."""
+    positions, KV slots and LoRA adapter ids.
+
+    A pure function of (query lengths, active LoRAs, salt), so ``of`` hands out
+    one shared, read-only layout per key (with the buffer contents derived
+    from it) instead of drawing it again for every forward."""
 
     def __init__(self, batch: Batch, salt: int):
         self.batch = batch
@@ -65,37 +78,84 @@ class RequestLayout:
         self.positions = torch.tensor(positions, dtype=torch.int64)
         self.slots = slots
         self.lora_ids = torch.tensor(lora_ids, dtype=torch.int64)
+        self._derived: dict[tuple, torch.Tensor] = {}
 
-    @staticmethod
-    def dummy(num_reqs: int, num_tokens: int, lora_case: int) -> "RequestLayout":
+    @classmethod
+    def of(cls, batch: Batch, salt: int) -> "RequestLayout":
+        key = (batch.query_lens, batch.num_active_loras, salt)
+        layout = _LAYOUTS.get(key)
+        if layout is None:
+            if len(_LAYOUTS) >= _CACHE_ENTRIES:
+                _LAYOUTS.clear()
+            layout = _LAYOUTS[key] = cls(batch, salt)
+        return layout
+
+    @classmethod
+    def dummy(cls, num_reqs: int, num_tokens: int, lora_case: int) -> "RequestLayout":
         """The capture-time dummy batch: tokens spread over the requests as
         evenly as possible (at least one each), like InputBatch.make_dummy."""
         num_reqs = max(1, min(num_reqs, num_tokens))
         base, extra = divmod(num_tokens, num_reqs)
         lens = tuple(base + (1 if i < extra else 0) for i in range(num_reqs))
-        return RequestLayout(Batch(lens, num_active_loras=lora_case), salt=0)
+        return cls.of(Batch(lens, num_active_loras=lora_case), salt=0)
+
+    def derived(self, key: tuple, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """A tensor computed from this layout alone (buffer contents), made once."""
+        t = self._derived.get(key)
+        if t is None:
+            t = self._derived[key] = make()
+        return t
+
+    def token_inputs(self, num_tokens_padded: int) -> torch.Tensor:
+        """Token ids, positions and LoRA ids as rows of one tensor, padding
+        rows included (valid ids, position 0, no adapter)."""
+        n = self.batch.num_tokens
+        out = torch.zeros(3, num_tokens_padded, dtype=torch.int64)
+        out[0, :n] = self.input_ids
+        out[1, :n] = self.positions
+        out[2, :n] = self.lora_ids
+        return out
+
+
+# Layouts and eager outputs are pure functions of their keys; the caches are
+# bounded by entry count (cleared when full) so that a long campaign stays flat.
+_CACHE_ENTRIES = 4096
+_LAYOUTS: dict[tuple, RequestLayout] = {}
+_EAGER: dict[tuple, torch.Tensor] = {}
 
 
 class _Buffers:
     """Static model inputs: graphs read these addresses at every replay."""
 
     def __init__(self, max_tokens: int, device: torch.device):
-        self.input_ids = torch.zeros(max_tokens, dtype=torch.int64, device=device)
-        self.positions = torch.zeros(max_tokens, dtype=torch.int64, device=device)
-        self.lora_ids = torch.zeros(max_tokens, dtype=torch.int64, device=device)
+        self.allocate(max_tokens, device)
 
-    def load(self, layout: RequestLayout, num_tokens_padded: int) -> None:
-        n = layout.batch.num_tokens
-        self.input_ids[:n].copy_(layout.input_ids)
-        self.positions[:n].copy_(layout.positions)
-        self.lora_ids[:n].copy_(layout.lora_ids)
-        # Padding rows: valid ids, no adapter.
-        self.input_ids[n:num_tokens_padded].zero_()
-        self.positions[n:num_tokens_padded].zero_()
-        self.lora_ids[n:num_tokens_padded].zero_()
+    def allocate(self, max_tokens: int, device: torch.device) -> None:
+        # One allocation, three buffers: a batch is loaded with one copy.
+        self._flat = torch.zeros(3, max_tokens, dtype=torch.int64, device=device)
+        self.input_ids = self._flat[0]
+        self.positions = self._flat[1]
+        self.lora_ids = self._flat[2]
+        self._views: dict[int, tuple[torch.Tensor, ...]] = {}
+        self._rows: dict[int, torch.Tensor] = {}
+
+    def load(self, layout: RequestLayout, num_tokens_padded: int, capturing: bool = False) -> None:
+        rows = self._rows.get(num_tokens_padded)
+        if rows is None:
+            rows = self._rows[num_tokens_padded] = self._flat[:, :num_tokens_padded]
+        if capturing:
+            # Inside a capture the host tensor must be made now, as host memory
+            # (a cached one would pass for device memory on the mock).
+            rows.copy_(layout.token_inputs(num_tokens_padded))
+            return
+        rows.copy_(layout.derived(("tokens", num_tokens_padded), lambda: layout.token_inputs(num_tokens_padded)))
 
     def view(self, num_tokens: int) -> tuple[torch.Tensor, ...]:
-        return self.input_ids[:num_tokens], self.positions[:num_tokens], self.lora_ids[:num_tokens]
+        v = self._views.get(num_tokens)
+        if v is None:
+            v = self._views[num_tokens] = (
+                self.input_ids[:num_tokens], self.positions[:num_tokens], self.lora_ids[:num_tokens])
+        return v
 
 
 class PiecewiseRunner:
@@ -137,8 +197,7 @@ class PiecewiseRunner:
                 pieces.append(("eager", piece, None, None, None))
                 x = piece.fn(x, ctx)
                 continue
-            static_in = torch.zeros(T, HIDDEN, device=w.device)
-            static_in.copy_(x)
+            static_in = x.clone()
             graph = cuda.CUDAGraph()
             with cuda.graph(graph, pool=w.graph_pool):
                 out = static_in
@@ -237,6 +296,36 @@ class Workload:
         """The runtime looked a piecewise graph up under ``key`` (``hit``: one was there)."""
         self._trace.add(PiecewiseLookup(key=key, hit=hit, step=self.step))
 
+    def note_rank_dispatch(self, batch: BatchShape, ranks: tuple[tuple[int, BatchDescriptor | None], ...]) -> None:
+        """Data-parallel ranks decided for one batch: (requests, graph or None) per rank, rank 0 first."""
+        self._trace.add(RankDispatch(step=self.step, batch=batch, ranks=tuple(ranks)))
+
+    def note_graph_output(self, graph: BatchDescriptor, rows: int, real_rows: int, padded_rows: int, output: str,
+                          captured_hidden: str | None = None, runtime_hidden: str | None = None) -> None:
+        """A graph replay of ``graph`` handed back ``rows`` output rows (see ``cgsim.trace.GraphOutput``)."""
+        self._trace.add(GraphOutput(step=self.step, graph=graph, rows=rows, real_rows=real_rows,
+                                    padded_rows=padded_rows, output=output, captured_hidden=captured_hidden,
+                                    runtime_hidden=runtime_hidden))
+
+    def ensure_capacity(self, max_num_reqs: int, max_num_tokens: int) -> None:
+        """Grow the static inputs and the metadata buffers before the first
+        capture, for an engine that pads beyond the config's sizes (SGLang
+        rounds the request pool up to its alignment, and its decode graphs
+        hold bs x width tokens).  The buffers are replaced, so this must run
+        before any metadata or graph reads them."""
+        b = self.builder
+        if max_num_reqs <= b.max_num_reqs and max_num_tokens <= self.max_tokens:
+            return
+        if self._graphs or self._pieces or self._trace.metadata:
+            raise RuntimeError("ensure_capacity after metadata or graphs exist: call it before the first capture")
+        self.max_tokens = max(self.max_tokens, max_num_tokens)
+        b.max_num_reqs = max(b.max_num_reqs, max_num_reqs)
+        b.max_num_tokens = self.max_tokens
+        b.allocate_buffers()
+        self.buffers.allocate(self.max_tokens, self.device)  # the model reads them through this object
+        self.hidden_states = torch.zeros(self.max_tokens, HIDDEN, device=self.device)
+        self._reference = None
+
     def graph_record(self, desc: BatchDescriptor) -> GraphRecord | None:
         return self._graphs.get(desc)
 
@@ -259,22 +348,30 @@ class Workload:
             self.current_desc = previous
 
     # -- what create_forward_fn / the model runner call ------------------------
+    def _capturing(self) -> bool:
+        return bool(self.backend.cuda.is_current_stream_capturing())
+
     def prepare_dummy_inputs(self, num_reqs: int, num_tokens: int, lora_case: int = 0) -> RequestLayout:
         layout = RequestLayout.dummy(num_reqs, num_tokens, lora_case)
-        self.buffers.load(layout, num_tokens)
+        self.buffers.load(layout, num_tokens, self._capturing())
         return layout
 
     def prepare_attn(self, layout: RequestLayout, num_reqs_padded: int, num_tokens_padded: int,
                      max_query_len: int | None, for_capture: bool) -> AttentionMetadata:
         mql = max_query_len if max_query_len is not None else max(layout.query_lens)
-        return self.builder.build(
+        b = self.builder
+        contents = None
+        if not self._capturing():  # inside a capture the host tensor must be made now (see _Buffers.load)
+            contents = layout.derived(("metadata", b.max_num_reqs, b.max_num_tokens),
+                                      lambda: b.buffer_contents(layout.query_lens, layout.seq_lens, layout.slots))
+        return b.build(
             layout.query_lens, layout.seq_lens, layout.slots, num_reqs_padded, num_tokens_padded, mql, for_capture,
-            self.phase,
+            self.phase, contents,
         )
 
     def load_batch(self, batch: Batch, num_tokens_padded: int) -> RequestLayout:
-        layout = RequestLayout(batch, salt=self.seed * 31 + self.step)
-        self.buffers.load(layout, num_tokens_padded)
+        layout = RequestLayout.of(batch, salt=self.seed * 31 + self.step)
+        self.buffers.load(layout, num_tokens_padded, self._capturing())
         return layout
 
     def model_forward(self) -> torch.Tensor:
@@ -325,7 +422,22 @@ class Workload:
     def eager_reference(self, batch: Batch) -> torch.Tensor:
         """Outputs the batch's real rows must have: the same model run eagerly
         on exactly the batch, with its own buffers (nothing shared with the
-        target, so a target bug cannot leak into the reference)."""
+        target, so a target bug cannot leak into the reference).
+
+        A pure function of the model's parameters and the batch's layout, so
+        it is computed once per (model, batch, salt) in a process."""
+        salt = self.seed * 31 + self.step
+        key = (str(self.device), NUM_LAYERS, self.seed, self.attention.in_graph_metadata_op,
+               self.model.max_loras, batch.query_lens, batch.num_active_loras, salt)
+        out = _EAGER.get(key)
+        if out is None:
+            out = self._eager_reference(batch)
+            if len(_EAGER) >= _CACHE_ENTRIES:
+                _EAGER.clear()
+            _EAGER[key] = out
+        return out.clone()
+
+    def _eager_reference(self, batch: Batch) -> torch.Tensor:
         if self._reference is None:
             self._reference = Workload(self.config, self.backend, Trace("eager", self.backend.name), self.seed,
                                        self.max_tokens, self.builder.max_num_reqs)

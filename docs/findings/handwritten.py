@@ -95,7 +95,7 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
 
 def adopt(path: str, write: bool) -> None:
     """A fuzzer finding, judged again under ruleset vllm-0.32 (the design every
-    release 0.28-0.32 follows); saved here only if it still reproduces."""
+    release 0.27-0.33 follows); saved here only if it still reproduces."""
     import json  # noqa: PLC0415
 
     f = json.load(open(path, encoding="utf-8"))

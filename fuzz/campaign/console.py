@@ -8,9 +8,17 @@ import os
 import shutil
 from typing import TextIO
 
+from cgsim.report.markdown import node_rows
 from cgsim.text import first_line
 
-__all__ = ["Progress", "print_summary"]
+__all__ = ["Progress", "print_summary", "stopped_by"]
+
+
+def stopped_by(interrupted: str | None) -> str:
+    """Why a run is partial, as a phrase: "stopped by SIGINT", "campaign died"."""
+    if not interrupted:
+        return "stopped by the hard deadline"
+    return f"stopped by {interrupted}" if interrupted.startswith("SIG") else interrupted
 
 
 class Progress:
@@ -52,7 +60,7 @@ class Progress:
 def print_summary(out: TextIO, summary: dict, run_dir: str) -> None:
     w = out.write
     s = summary["settings"]
-    state = "" if summary["complete"] else f"  [PARTIAL: stopped by {summary['interrupted'] or 'deadline'}]"
+    state = "" if summary["complete"] else f"  [PARTIAL: {stopped_by(summary.get('interrupted'))}]"
     w(f"cgsim fuzz {summary['run_id']}: target={s['target']} backend={s['backend']} ruleset={s['ruleset']} "
       f"seed={s['seed']} workers={s['workers']} budget={s['budget_s']:g}s{state}\n")
     w(f"ran {summary['scenarios']} scenarios in {summary['elapsed_s']:.1f}s\n")
@@ -65,7 +73,16 @@ def print_summary(out: TextIO, summary: dict, run_dir: str) -> None:
     for f in findings:
         w(f"  {f['property']}: {f['id']} ({f['status']})\n    {first_line(f.get('message', ''))}\n"
           f"    repro: {os.path.join(run_dir, f['repro_path'])}\n")
+    for e in summary.get("inflight", []) if not summary["complete"] else []:
+        w(f"in flight: worker {e.get('worker')} (started {e.get('started_at') or '?'}): "
+          f"{e.get('scenario_short') or '?'}\n")
+    nodes = node_rows(summary.get("workers", []))
+    if nodes:
+        w("nodes:\n")
+        for r in nodes:
+            w(f"  {r['node']}: {r['workers']} worker(s), {r['scenarios']} scenarios, {r['restarts']} restart(s)\n")
     for n in summary["notes"]:
         w(f"note: {n}\n")
     w(f"report: {os.path.join(run_dir, 'index.md')}\n")
     out.flush()
+

@@ -69,9 +69,13 @@ class CampaignOptions:
     # every worker), and the git ref its changed lines are compared against.
     vllm_source: str | None = None
     diff_base: str | None = None
+    ray: str | None = None  # None: worker processes here; else a Ray address, "auto" or "local" (ray_executor)
+    workers_from_cluster: bool = False  # with ray: one worker per GPU (cuda) or CPU of the cluster (--ray without --workers)
+    example_db: str | None = None  # a directory or redis:// URL of saved failures (example_db); None: no database
     # Filled in by validate():
     gpu_list: tuple[str, ...] | None = None
     environment: tuple[tuple[str, Any], ...] = ()  # what the target reports about the code under test
+    cluster: Any = None  # with ray: the ray_executor.Cluster connected to
 
     def with_(self, **changes: Any) -> "CampaignOptions":
         return replace(self, **changes)
@@ -124,6 +128,13 @@ def validate(o: CampaignOptions) -> CampaignOptions:
         raise UsageError(f"unknown backend {o.backend!r}; choose one of {', '.join(BACKENDS)}")
     if o.start_method not in (None,) + START_METHODS:
         raise UsageError(f"unknown start method {o.start_method!r}; choose one of {', '.join(START_METHODS)}")
+    if o.ray is not None:
+        if o.gpus is not None:
+            raise UsageError(f"--gpus {o.gpus} picks GPUs of this machine; with --ray, Ray gives each worker one GPU "
+                             "of the cluster (--backend cuda): leave --gpus out")
+        if o.start_method is not None:
+            raise UsageError("--start-method is for worker processes on this machine; with --ray the workers are "
+                             "Ray actors: leave it out")
     changes: dict[str, Any] = {}
     if o.ruleset is not None:
         _one_line(get_ruleset, o.ruleset)
@@ -139,7 +150,10 @@ def validate(o: CampaignOptions) -> CampaignOptions:
             self_check()
     except TargetEnvironmentError as exc:
         raise UsageError(first_line(exc)) from None
-    _one_line(get_backend, o.backend)
+    if o.ray is None or o.backend != "cuda":
+        # With --ray the GPUs are the cluster's: this machine may have none,
+        # and each actor checks its own (a worker error, in the notes).
+        _one_line(get_backend, o.backend)
     if o.ruleset is None:
         # A real engine is judged by the design it follows (SPEC §3).
         ruleset = target.default_ruleset()
@@ -156,6 +170,22 @@ def validate(o: CampaignOptions) -> CampaignOptions:
         changes["gpu_list"] = gpus
         if o.one_per_gpu:
             changes["workers"] = len(gpus)
+    if o.ray is not None:
+        from fuzz.campaign.ray_executor import connect
+
+        cluster = connect(o.ray, quiet=o.quiet)
+        capacity = cluster.gpus if o.backend == "cuda" else cluster.cpus
+        what = "GPU" if o.backend == "cuda" else "CPU"
+        if capacity < 1:
+            raise UsageError(f"--ray {o.ray}: the cluster has no {what} for a worker ({cluster.describe()}); "
+                             + ("add GPU nodes (ray start --address=... on a GPU machine)" if what == "GPU"
+                                else "add nodes with CPUs"))
+        if o.workers_from_cluster:
+            changes["workers"] = capacity
+        elif o.workers > capacity:
+            raise UsageError(f"--workers {o.workers} with --ray: the cluster has {capacity} {what}(s) "
+                             f"({cluster.describe()}), one per worker; give at most {capacity} or leave --workers out")
+        changes["cluster"] = cluster
     return replace(o, **changes)
 
 

@@ -7,19 +7,25 @@ death the target caused into a finding (the in-flight scenario is on disk).
 A target that left its process unusable (a poisoned CUDA context, a hang
 interrupted mid-step) makes the worker exit for a restart.
 
-Signals: the first SIGINT/SIGTERM asks the workers to stop (they finish the
-finding at hand); a second one kills them.  Either way the campaign writes
-its final report.
+Signals: the first SIGINT/SIGTERM/SIGHUP asks the workers to stop (they
+finish the finding at hand); a second one kills them.  Either way the
+campaign writes its final report.  A worker that dies of one of these
+signals was stopped from outside: a note, never a finding.
+
+A finding that cannot be written (a full disk: a worker exits with
+``EXIT_STORE``, or the parent's own write fails) stops the campaign:
+``store_errors`` says why, and the findings that did not reach the disk are
+kept in memory for the report's notes.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import multiprocessing
 import os
 import queue as queue_mod
 import signal
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -27,14 +33,14 @@ from typing import Any, Callable
 from cgsim.finding import Finding
 from cgsim.observe import Pipeline
 from cgsim.properties.harness import NO_CRASH, NO_HANG
-from cgsim.properties.registry import Violation
-from cgsim.report.findings import write_finding
-from cgsim.report.repro import write_repro
 from cgsim.scenario import Scenario, ScenarioError
+from fuzz.campaign.executor import STOP_SIGNALS, ExecutorCommon
+from fuzz.campaign.executor import signame as _signame
 from fuzz.campaign.options import CampaignOptions
-from fuzz.campaign.worker import EXIT_DONE, EXIT_ERROR, EXIT_RESTART, WorkerSpec, default_strategy, worker_main
+from fuzz.campaign.worker import (EXIT_DONE, EXIT_ERROR, EXIT_RESTART, EXIT_STORE, WorkerSpec, default_strategy,
+                                  inflight_path, worker_main)
 
-__all__ = ["Slot", "Supervisor", "MAX_RESTARTS"]
+__all__ = ["Slot", "Supervisor", "MAX_RESTARTS", "STOP_SIGNALS", "read_inflight", "describe_inflight"]
 
 MAX_RESTARTS = 20  # per worker slot; a target that kills every worker should not spin forever
 EXIT_ERROR_RESTARTS = 2
@@ -55,20 +61,27 @@ class Slot:
     end: str = "running"
     stats: dict[int, dict] = field(default_factory=dict)  # incarnation -> latest snapshot
     found: set = field(default_factory=set)
+    spans: list = field(default_factory=list)  # per incarnation: [incarnation, start, end or None, how it ended]
 
     @property
     def scenarios(self) -> int:
         return sum(s.get("scenarios", 0) for s in self.stats.values())
 
-    def row(self) -> dict:
+    def row(self, t0: float) -> dict:
+        spans = [{"incarnation": k, "start_s": round(a - t0, 3), "end_s": None if b is None else round(b - t0, 3), "end": how}
+                 for k, a, b, how in self.spans]
         return {"worker": self.index, "gpu": self.gpu, "scenarios": self.scenarios, "restarts": self.restarts,
-                "end": self.end}
+                "end": self.end, "spans": spans}
+
+    def close_span(self) -> None:
+        if self.spans and self.spans[-1][2] is None:
+            self.spans[-1][2:] = [time.time(), self.end]
 
 
-class Supervisor:
+class Supervisor(ExecutorCommon):
     def __init__(self, options: CampaignOptions, run_id: str, run_dir: str, deadline: float,
                  pipeline: Pipeline, strategy: Callable[[str | None, str | None], Any] = default_strategy,
-                 on_finding: Callable[[], None] | None = None):
+                 on_finding: Callable[[], None] | None = None, replay: tuple = ()):
         self.o = options
         self.run_id = run_id
         self.run_dir = run_dir
@@ -77,8 +90,11 @@ class Supervisor:
         self.pipeline = pipeline
         self.strategy = strategy
         self.on_finding = on_finding
+        self.replay = replay  # failures saved by earlier campaigns, replayed first (example_db)
         self.notes: list[str] = []
         self.stop_reason: str | None = None
+        self.store_errors: list[str] = []  # why findings could not be written (a full disk)
+        self.unwritten: list[Finding] = []  # findings that never reached the disk
         self.cut_short = False
         self.started = time.time()
         self.ctx = multiprocessing.get_context(options.method)
@@ -91,12 +107,6 @@ class Supervisor:
         self.slots = [Slot(i, gpus[i % len(gpus)] if gpus else None, shares[i]) for i in range(options.workers)]
 
     # -- what the report reads -----------------------------------------------------
-    def stats(self) -> list[dict]:
-        return [s for slot in self.slots for s in slot.stats.values()]
-
-    def workers(self) -> list[dict]:
-        return [slot.row() for slot in self.slots]
-
     def alive(self) -> int:
         return sum(1 for s in self.slots if s.process is not None)
 
@@ -104,10 +114,10 @@ class Supervisor:
         """The scenario each live worker is running now (for a report rebuilt after a death)."""
         out = []
         for slot in self.slots:
-            started = self.heartbeat[slot.index]
-            if slot.process is not None and started:
-                out.append({"worker": slot.index, "since_s": round(time.time() - started, 1),
-                            "scenario": self._inflight(slot)})
+            if slot.process is not None and self.heartbeat[slot.index]:
+                data = read_inflight(self.run_dir, slot.index)
+                if data is not None:
+                    out.append(describe_inflight(data))
         return out
 
     # -- running ------------------------------------------------------------------
@@ -118,7 +128,7 @@ class Supervisor:
     def poll(self, timeout: float = 0.1) -> bool:
         """Drain messages, watch processes; False once every worker has ended."""
         self._drain(timeout=timeout)
-        if self.stop_reason is not None:
+        if self.stopped:
             return False
         self._watch()
         if all(s.process is None for s in self.slots):
@@ -137,6 +147,7 @@ class Supervisor:
             options=self.o, index=slot.index, incarnation=slot.incarnation, run_id=self.run_id, run_dir=self.run_dir,
             parent_pid=os.getpid(), deadline=self.deadline, max_examples=share, gpu=slot.gpu,
             skip_properties=tuple(sorted(slot.found)), pipeline=self.pipeline, strategy=self.strategy,
+            replay=self.replay if slot.incarnation == 0 else (),
         )
 
     def _start(self, slot: Slot) -> None:
@@ -152,6 +163,7 @@ class Supervisor:
         p.start()
         slot.process = p
         slot.end = "running"
+        slot.spans.append([slot.incarnation, time.time(), None, None])
 
     def _watch(self) -> None:
         now = time.time()
@@ -181,6 +193,11 @@ class Supervisor:
         work = os.path.join(self.run_dir, ".work")
         if code == EXIT_DONE:
             slot.end = "done"
+        elif code == EXIT_STORE:
+            slot.end = "stopped: could not write a finding"
+            if not self.store_errors:
+                self.store_errors.append(f"worker {slot.index} could not write a finding")
+            self.stop_event.set()
         elif code == EXIT_RESTART:
             slot.end = "restarted (target left the process unusable)"
             restart = True
@@ -205,6 +222,12 @@ class Supervisor:
                 self.notes.append(f"worker {slot.index} was killed with SIGKILL from outside (OOM killer or a user); "
                                   "at most the scenario it was running is lost")
                 slot.end = "killed (SIGKILL)"
+            elif -code in STOP_SIGNALS:
+                # Sent from outside (the target cannot be told from a user here,
+                # and a stop request is never evidence of a bug).
+                self.notes.append(f"worker {slot.index} was stopped by {signame} from outside; "
+                                  "at most the scenario it was running is lost")
+                slot.end = f"stopped ({signame})"
             else:
                 stack = _fault_frames(_read(os.path.join(work, f"worker-{slot.index}.fault")))
                 where = f"; innermost frames: {stack}" if stack else ""
@@ -217,38 +240,15 @@ class Supervisor:
             self.notes.append(f"worker {slot.index} exited with unexpected status {code}")
             restart = slot.error_restarts < EXIT_ERROR_RESTARTS
             slot.error_restarts += 1
-        if restart and self.stop_reason is None and time.time() < self.deadline and slot.restarts < MAX_RESTARTS:
+        slot.close_span()
+        if restart and not self.stopped and time.time() < self.deadline and slot.restarts < MAX_RESTARTS:
             slot.restarts += 1
             slot.incarnation += 1
             self._start(slot)
 
     def _inflight(self, slot: Slot) -> dict | None:
-        text = _read(os.path.join(self.run_dir, ".work", f"inflight-w{slot.index}.json"))
-        try:
-            data = json.loads(text)
-            return data if isinstance(data, dict) else None
-        except ValueError:
-            return None
-
-    def _death_finding(self, slot: Slot, scenario: dict | None, prop: str, message: str) -> None:
-        if scenario is None:
-            self.notes.append(f"{message}; the scenario it was running could not be read back")
-            return
-        try:
-            short = Scenario.from_json(scenario).short()
-        except ScenarioError:
-            short = ""
-        f = Finding.from_violation(Violation(prop, message), scenario, self.o.target, self.o.backend, short).with_(
-            status="unshrunk", run_id=self.run_id, worker=slot.index, elapsed_s=time.time() - self.started,
-            extra={"timeout_s": self.o.timeout_s, "incarnation": slot.incarnation, **dict(self.o.environment),
-                   "note": "recorded by the parent after the worker process died"},
-        )
-        fdir = os.path.join(self.run_dir, "findings")
-        write_finding(fdir, f)
-        write_repro(fdir, f)
-        slot.found.add(prop)
-        if self.on_finding is not None:
-            self.on_finding()
+        entry = read_inflight(self.run_dir, slot.index)
+        return entry["scenario"] if entry else None
 
     def _drain(self, timeout: float = 0.0) -> None:
         first = True
@@ -258,40 +258,9 @@ class Supervisor:
             except (queue_mod.Empty, OSError, ValueError, EOFError):
                 return
             first = False
-            kind = msg[0]
-            if kind == "stats":
-                _, index, incarnation, stats = msg
-                slot = self.slots[index]
-                slot.stats[incarnation] = stats
-                slot.found.update(stats.get("found", ()))
-            elif kind == "finding":
-                if self.on_finding is not None:
-                    self.on_finding()
-            elif kind == "note":
-                self.notes.append(f"worker {msg[1]}: {msg[2]}")
+            self._apply(msg)
 
     # -- stopping -------------------------------------------------------------------
-    def install_signals(self) -> dict:
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        previous = {}
-
-        def handler(signum: int, frame: Any) -> None:
-            first = self.stop_reason is None
-            self.stop_reason = _signame(signum)
-            self.stop_event.set()
-            if not first:  # a second Ctrl-C: stop waiting for workers
-                self.kill_workers()
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, handler)
-        return previous
-
-    @staticmethod
-    def restore_signals(previous: dict) -> None:
-        for sig, h in previous.items():
-            signal.signal(sig, h)
-
     def kill_workers(self) -> None:
         for s in self.slots:
             if s.process is not None and s.process.exitcode is None:
@@ -316,7 +285,10 @@ class Supervisor:
                 p.join(1.0)
             self._drain()
             if slot.end == "running":
-                slot.end = "stopped" if p.exitcode in (EXIT_DONE, EXIT_RESTART) else f"terminated ({p.exitcode})"
+                slot.end = ("stopped" if p.exitcode in (EXIT_DONE, EXIT_RESTART) else
+                            "stopped: could not write a finding" if p.exitcode == EXIT_STORE else
+                            f"terminated ({p.exitcode})")
+            slot.close_span()
             slot.process = None
         self._drain()
 
@@ -326,6 +298,34 @@ def _split(total: int | None, n: int) -> list[int | None]:
         return [None] * n
     base, rem = divmod(total, n)
     return [base + (1 if i < rem else 0) for i in range(n)]
+
+
+def read_inflight(run_dir: str, index: int) -> dict | None:
+    """What worker ``index`` was running: {"worker", "incarnation", "pid",
+    "started", "scenario"}, or None (idle, never started, unreadable)."""
+    text = _read(inflight_path(run_dir, index))
+    try:
+        data = json.loads(text) if text.strip() else None
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("scenario"), dict):
+        return None
+    return data
+
+
+def describe_inflight(data: dict) -> dict:
+    """A summary's "inflight" entry for what ``read_inflight`` returned."""
+    started = data.get("started")
+    try:
+        short = Scenario.from_json(data["scenario"]).short()
+    except (ScenarioError, TypeError, ValueError, KeyError):
+        short = ""
+    when = None
+    if isinstance(started, (int, float)):
+        when = _dt.datetime.fromtimestamp(started).astimezone().isoformat(timespec="seconds")
+    return {"worker": data.get("worker"), "incarnation": data.get("incarnation"), "pid": data.get("pid"),
+            "started_at": when, "since_s": round(time.time() - started, 1) if isinstance(started, (int, float)) else None,
+            "scenario_short": short, "scenario": data["scenario"]}
 
 
 def _read(path: str) -> str:
@@ -340,10 +340,3 @@ def _fault_frames(text: str, n: int = 3) -> str:
     """The innermost frames of a faulthandler dump, as 'file:line in fn'."""
     frames = [line.strip()[len("File "):] for line in text.splitlines() if line.strip().startswith("File ")]
     return " <- ".join(f.replace('"', "") for f in frames[:n])
-
-
-def _signame(num: int) -> str:
-    try:
-        return signal.Signals(num).name
-    except ValueError:
-        return f"signal {num}"

@@ -15,13 +15,23 @@ Life of a finding inside a worker:
 2. other new properties seen meanwhile are written at once too (status
    "pending"); a later chunk pins and shrinks them if they recur;
 3. when Hypothesis finishes (or the deadline/a stop interrupts shrinking), the
-   finding is rewritten with the smallest failing Scenario (status "shrunk" or
-   "shrink-interrupted"), and ``repro_<id>.py`` is written beside it.
+   smallest failing Scenario is written (status "shrunk" or
+   "shrink-interrupted"), and only then is the first sighting removed (or, when
+   shrinking found nothing smaller, replaced by its own shrunk version).
+
+Every finding file has its ``repro_<id>.py`` beside it, written first.
 
 A worker ends with its campaign: the kernel kills it when the parent dies
-(``PR_SET_PDEATHSIG``), and it checks its parent before every scenario and
-before it touches a finding file, so an orphan never rewrites or removes
-what the last report lists.
+(``PR_SET_PDEATHSIG``), and it checks its parent before every scenario and,
+under the findings lock, before it touches a finding file
+(``cgsim.report.findings.FindingStore``), so an orphan never rewrites or
+removes what the last report lists.  SIGINT is ignored and SIGTERM/SIGHUP
+only ask the worker to stop: the campaign decides when its workers stop, and
+a signal sent to the whole process group is never a crash of the target.
+
+A finding that cannot be written (a full disk) is sent to the parent with
+the error, and the worker stops with ``EXIT_STORE``: nothing more can be
+recorded, and the findings already on disk stay as they are.
 
 Properties that are not worth shrinking (a hang costs a timeout per attempt)
 are written unshrunk; a target that left the process unusable makes the
@@ -49,17 +59,24 @@ from typing import Any, Callable
 from cgsim.finding import Finding
 from cgsim.observe import RUNNER, Outcome, Pipeline, backstop_timeout, observe, scenario_timeout
 from cgsim.profiles import get_profile
-from cgsim.report.findings import write_finding
+from cgsim.report.findings import FindingStore
 from cgsim.report.repro import write_repro
 from cgsim.text import first_line
 from fuzz.campaign.options import CampaignOptions
 
-__all__ = ["WorkerSpec", "worker_main", "derive_seed", "EXIT_DONE", "EXIT_RESTART", "EXIT_ERROR", "capture_size_range",
-           "default_strategy"]
+__all__ = ["WorkerSpec", "worker_main", "derive_seed", "EXIT_DONE", "EXIT_RESTART", "EXIT_ERROR", "EXIT_STORE",
+           "capture_size_range", "default_strategy", "inflight_path"]
 
 EXIT_DONE = 0
 EXIT_RESTART = 75  # "restart me": the target may have poisoned this process
 EXIT_ERROR = 70  # the worker itself failed (traceback in .work/worker-<n>.err)
+EXIT_STORE = 74  # a finding could not be written (EX_IOERR): the campaign stops
+
+_stop_requested = False  # set by SIGTERM/SIGHUP: finish the finding at hand, then exit
+
+
+def inflight_path(run_dir: str, index: int) -> str:
+    return os.path.join(run_dir, ".work", f"inflight-w{index}.json")
 
 PR_SET_PDEATHSIG = 1
 
@@ -104,6 +121,7 @@ class WorkerSpec:
     pipeline: Pipeline = RUNNER
     strategy: Callable[[str | None, str | None], Any] = default_strategy
     stats_interval_s: float = 0.5
+    replay: tuple = ()  # SavedFailure entries (example_db) to run before fuzzing
 
 
 class _Abort(BaseException):
@@ -113,6 +131,10 @@ class _Abort(BaseException):
 
 class _Restart(BaseException):
     """The target left this process unusable; finish up and exit for a restart."""
+
+
+class _StoreFailed(BaseException):
+    """A finding could not be written: stop this worker (the parent was told)."""
 
 
 class _PropertyFailed(AssertionError):
@@ -141,7 +163,11 @@ class Worker:
         self._fuzz_started = (time.time(), time.process_time())  # reset once the target is warm
         self.first_seen: dict[str, dict] = {}
         self._inflight = None
-        self._chunk_seed = 0
+        self._chunk_seed: int | None = 0
+        self.replayed: dict | None = None  # digests of the saved failures replayed: {"passed": [...], "failed": [...]}
+        self.parent = os.getppid()  # the campaign, or (forkserver) the server that forked us
+        self.owner = (spec.run_id, spec.index, spec.incarnation)
+        self.store = FindingStore(self.findings_dir, allowed=lambda: not self.orphaned(), repro=write_repro)
 
     # -- messaging -----------------------------------------------------------
     def _send(self, *msg: Any) -> None:
@@ -161,12 +187,22 @@ class Worker:
                 "coverage": {k: dict(v) for k, v in self.coverage.items()},
                 "found": sorted(self.found),
                 "final": final,
+                **({"replayed": self.replayed} if self.replayed is not None else {}),
             },
         )
 
     def orphaned(self) -> bool:
         """The campaign that started this worker is gone."""
-        return os.getppid() != self.spec.parent_pid
+        if os.getppid() != self.parent:
+            return True
+        if self.parent != self.spec.parent_pid:  # forked by a forkserver: ask after the campaign itself
+            try:
+                os.kill(self.spec.parent_pid, 0)
+            except ProcessLookupError:
+                return True
+            except OSError:
+                pass
+        return False
 
     # -- bookkeeping -----------------------------------------------------------
     def _cover(self, scenario: Any) -> None:
@@ -189,20 +225,35 @@ class Worker:
             add("step_kinds", step.kind)
 
     def _write_inflight(self, scenario: Any) -> None:
-        # Cheap (one rewrite, no fsync): only read by the parent after this
-        # process died, to name the scenario that killed it.
-        text = scenario.dumps(indent=None)
-        if self._inflight is None:
-            self._inflight = open(os.path.join(self.work_dir, f"inflight-w{self.spec.index}.json"), "w", encoding="utf-8")
-        f = self._inflight
-        f.seek(0)
-        f.write(text)
-        f.truncate()
-        f.flush()
+        # Cheap (one rewrite, no fsync): read by the parent after this process
+        # died, to name the scenario that killed it, and by ``fuzz report``
+        # after the campaign died.  Emptied when the scenario returns, so a
+        # non-empty file is a scenario that was running.  Best effort: a full
+        # disk must not look like a failure of the scenario.
+        spec = self.spec
+        text = json.dumps({"worker": spec.index, "incarnation": spec.incarnation, "pid": os.getpid(),
+                           "started": round(time.time(), 3), "scenario": scenario.to_json()})
+        try:
+            if self._inflight is None:
+                self._inflight = open(inflight_path(spec.run_dir, spec.index), "w", encoding="utf-8")
+            f = self._inflight
+            f.seek(0)
+            f.write(text)
+            f.truncate()
+            f.flush()
+        except (OSError, ValueError):
+            pass
+
+    def _clear_inflight(self) -> None:
+        try:
+            if self._inflight is not None:
+                self._inflight.seek(0)
+                self._inflight.truncate()
+                self._inflight.flush()
+        except (OSError, ValueError):
+            pass
 
     def _record(self, finding: Finding, status: str, extra: dict | None = None) -> Finding:
-        if self.orphaned():
-            raise _Abort()  # the report is final: an orphan must not add to it
         spec, o = self.spec, self.o
         # The target says which documented defect of the code under test this
         # is (optional hook; e.g. vLLM's known defects), recorded with it.
@@ -213,10 +264,18 @@ class Worker:
         finding = finding.with_(
             status=status, run_id=spec.run_id, worker=spec.index, seed=self._chunk_seed,
             elapsed_s=time.time() - self.started,
-            extra={"timeout_s": o.timeout_s, "incarnation": spec.incarnation, **dict(o.environment), **labels,
-                   **(extra or {})},
+            extra={"timeout_s": o.timeout_s, "incarnation": spec.incarnation, "recorded_at": round(time.time(), 3),
+                   **dict(o.environment), **labels, **(extra or {})},
         )
-        write_finding(self.findings_dir, finding)
+        try:
+            done = self.store.put(finding)
+        except OSError as exc:
+            # Nothing more can be recorded here; the parent keeps the finding
+            # in its report's notes and stops the campaign.
+            self._send("store-error", spec.index, f"cannot write finding {finding.id}: {exc}", finding.to_json())
+            raise _StoreFailed() from None
+        if done is None:
+            raise _Abort()  # the campaign is gone: an orphan must not add to its report
         self._send("finding", spec.index, finding.id, finding.property, status)
         return finding
 
@@ -232,41 +291,36 @@ class Worker:
 
     def _finalise(self, prop: str, best: tuple, first: Finding, status: str, flaky: str | None = None) -> None:
         _, found = best
-        extra = {"first_id": first.id, "original_scenario": first.scenario,
+        # found_at: when the failure was first confirmed (recorded_at: when this, the shrunk one, was).
+        extra = {"first_id": first.id, "original_scenario": first.scenario, "found_at": first.extra.get("recorded_at"),
                  **{k: v for k, v in first.extra.items() if k.startswith("first_seen")}}
         if flaky:
             extra["flaky"] = flaky
         final = self._record(found, status, extra=extra)
-        write_repro(self.findings_dir, final)
+        # Only once the shrunk version is on disk does its first sighting go.
         if first.id != final.id:
-            self._remove_if_ours(first.id)
+            self._remove_own(first.id)
         self.found.add(prop)
         old = self.provisional.pop(prop, None)
         if old and old not in (final.id, first.id):
-            self._remove_if_ours(old)
+            self._remove_own(old)
 
-    def _remove_if_ours(self, fid: str) -> None:
+    def _remove_own(self, fid: str) -> None:
         """Remove a superseded provisional finding of this worker's, unless
         another worker's (or a final) finding now lives under that name."""
-        if self.orphaned():
-            return
-        path = os.path.join(self.findings_dir, fid + ".json")
         try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-            if (data.get("run_id") == self.spec.run_id and data.get("worker") == self.spec.index
-                    and data.get("status") in ("shrinking", "pending")):
-                os.unlink(path)
-                repro = os.path.join(self.findings_dir, f"repro_{fid}.py")
-                if os.path.exists(repro):
-                    os.unlink(repro)
-        except (OSError, ValueError):
-            pass
+            self.store.remove_own(fid, self.owner)
+        except OSError:
+            pass  # a stale provisional file is a duplicate in the report, never a loss
 
     # -- the campaign loop -------------------------------------------------------
-    def run(self) -> int:
+    def _prepare(self) -> None:
+        """Before anything else in ``run``: where this worker's files go."""
         os.makedirs(self.findings_dir, exist_ok=True)
         os.makedirs(self.work_dir, exist_ok=True)
+
+    def run(self) -> int:
+        self._prepare()
         from hypothesis import given, seed
 
         from cgsim.targets import get_target
@@ -274,13 +328,21 @@ class Worker:
         # One-time costs (an engine's cold import: ~20 s for vLLM) before the
         # first scenario, whose deadline must not pay them.
         get_target(self.o.target).check_environment()
+        # Everything imported so far (torch, Hypothesis, an engine) lives as
+        # long as the worker: out of the collector's sight, every collection
+        # walks only what scenarios allocate (a third less GC time per scenario).
+        import gc
+
+        gc.collect()
+        gc.freeze()
         self._fuzz_started = (time.time(), time.process_time())
         strategy = self.spec.strategy(self.o.ruleset, self.o.target)
         base = get_profile(self.o.profile).campaign_settings(self.o.chunk_examples)
         chunk = 0
         restart = False
         try:
-            while not self._over(pinned=False):
+            restart = self._replay(self.spec.replay)
+            while not restart and not self._over(pinned=False):
                 self._chunk_seed = derive_seed(self.o.seed, self.spec.index, self.spec.incarnation, chunk)
                 restart = self._run_chunk(given, seed, base, strategy)
                 chunk += 1
@@ -291,7 +353,7 @@ class Worker:
         return EXIT_RESTART if restart else EXIT_DONE
 
     def _over(self, pinned: bool) -> bool:
-        if self.stop_event is not None and self.stop_event.is_set():
+        if _stop_requested or (self.stop_event is not None and self.stop_event.is_set()):
             return True
         if self.orphaned():
             return True
@@ -300,6 +362,87 @@ class Worker:
         limit = self.spec.deadline + (self.o.shrink_grace if pinned else 0.0)
         return time.time() >= limit
 
+    def _run_one(self, scenario: Any) -> Outcome:
+        """Run and judge one scenario, announced in flight first; count it."""
+        spec = self.spec
+        self._write_inflight(scenario)
+        if self.heartbeat is not None:
+            # [index]: since when it runs; [workers + index]: after how long
+            # the parent's watchdog may call it hung (past the backstop).
+            self.heartbeat[spec.index] = time.time()
+            limit = backstop_timeout(scenario_timeout(scenario, self.o.timeout_s))
+            self.heartbeat[self.o.workers + spec.index] = limit + 1.0 if limit else 0.0
+        try:
+            outcome: Outcome = observe(scenario, self.o.target, self.o.backend, self.o.timeout_s, spec.pipeline)
+        finally:
+            if self.heartbeat is not None:
+                self.heartbeat[spec.index] = 0.0
+            self._clear_inflight()
+        self.scenarios += 1
+        self._cover(scenario)
+        for dim, key in outcome.coverage:
+            self.coverage.setdefault(dim, Counter())[key] += 1
+        for p in outcome.checked:
+            self.checks[p] += 1
+        for p in outcome.properties:
+            self.failures[p] += 1
+            if p not in outcome.checked:
+                self.checks[p] += 1
+        if time.monotonic() - self.last_stats > spec.stats_interval_s:
+            self._stats()
+        return outcome
+
+    def _replay(self, entries: tuple) -> bool:
+        """Run the failures that earlier campaigns saved (``example_db``),
+        each once, before any fuzzing; True when the target left the process
+        unusable.
+
+        A saved scenario that still fails is recorded as it was saved: a
+        shrunk one is final again (its property is not fuzzed for), an
+        unshrunk one is provisional ("pending": a later chunk shrinks it if
+        it recurs).  Which entries passed is counted for the campaign, which
+        forgets them (a fixed bug); one that fails anywhere stays.
+        """
+        if not entries:
+            return False
+        from cgsim.report.findings import FINAL
+        from cgsim.scenario import Scenario, ScenarioError
+
+        self._chunk_seed = None  # a replayed finding comes from no seed of this campaign
+        passed: list[str] = []
+        failed: list[str] = []
+        self.replayed = {"passed": passed, "failed": failed}
+        for entry in entries:
+            if self._over(pinned=False):
+                break
+            try:
+                scenario = Scenario.from_json(entry.scenario)
+            except ScenarioError as exc:
+                self._send("note", self.spec.index, f"saved failure {entry.digest} cannot be replayed: {first_line(exc)}")
+                continue
+            outcome = self._run_one(scenario)
+            (failed if outcome.properties else passed).append(entry.digest)
+            for p in outcome.properties:
+                if p in self.found or p in self.provisional:
+                    continue
+                seen = outcome.first(p)
+                if p == entry.property and entry.status in FINAL:
+                    status = entry.status
+                else:
+                    status = "unshrunk" if not seen.shrinkable else "pending"
+                # No first_seen: nothing was searched for (the time-to-find of a
+                # replayed failure would say nothing about the fuzzer).
+                extra = {"replayed": entry.digest,
+                         "note": f"saved by an earlier campaign ({entry.status}) and replayed from the example database"}
+                recorded = self._record(seen, status, extra=extra)
+                if status == "pending":
+                    self.provisional[p] = recorded.id
+                else:
+                    self.found.add(p)
+            if outcome.needs_restart:
+                return True
+        return False
+
     def _run_chunk(self, given: Any, seed_dec: Any, base: Any, strategy: Any) -> bool:
         spec = self.spec
         st: dict[str, Any] = {"pinned": None, "best": None, "first": None, "restart": False}
@@ -307,29 +450,8 @@ class Worker:
         def body(scenario: Any) -> None:
             if self._over(pinned=st["pinned"] is not None):
                 raise _Abort()
-            self._write_inflight(scenario)
-            if self.heartbeat is not None:
-                # [index]: since when it runs; [workers + index]: after how long
-                # the parent's watchdog may call it hung (past the backstop).
-                self.heartbeat[spec.index] = time.time()
-                limit = backstop_timeout(scenario_timeout(scenario, self.o.timeout_s))
-                self.heartbeat[self.o.workers + spec.index] = limit + 1.0 if limit else 0.0
-            try:
-                outcome: Outcome = observe(scenario, self.o.target, self.o.backend, self.o.timeout_s, spec.pipeline)
-            finally:
-                if self.heartbeat is not None:
-                    self.heartbeat[spec.index] = 0.0
-            self.scenarios += 1
-            self._cover(scenario)
-            for p in outcome.checked:
-                self.checks[p] += 1
+            outcome = self._run_one(scenario)
             props = outcome.properties
-            for p in props:
-                self.failures[p] += 1
-                if p not in outcome.checked:
-                    self.checks[p] += 1
-            if time.monotonic() - self.last_stats > spec.stats_interval_s:
-                self._stats()
             pinned = st["pinned"]
             if pinned is not None and pinned in props:
                 st["best"] = (scenario, outcome.first(pinned))
@@ -369,7 +491,10 @@ class Worker:
             if st["pinned"] is None:
                 self._send("note", spec.index, f"chunk seed {self._chunk_seed}: {type(exc).__name__}: {first_line(exc, 300)}")
         if st["pinned"] is not None and not self.orphaned():
-            self._finalise(st["pinned"], st["best"], st["first"], status, st.get("flaky"))
+            try:
+                self._finalise(st["pinned"], st["best"], st["first"], status, st.get("flaky"))
+            except _Abort:
+                pass
         return bool(st["restart"])
 
 
@@ -383,15 +508,24 @@ def _die_with_parent() -> None:
         pass
 
 
+def _request_stop(signum: int, frame: Any) -> None:
+    global _stop_requested
+    _stop_requested = True
+
+
 def worker_main(spec: WorkerSpec, queue: Any, stop_event: Any, heartbeat: Any) -> None:
-    """Process entry point.  Exit status: EXIT_DONE, EXIT_RESTART or EXIT_ERROR."""
+    """Process entry point.  Exit status: EXIT_DONE, EXIT_RESTART, EXIT_ERROR
+    or EXIT_STORE."""
     _die_with_parent()
-    if os.getppid() != spec.parent_pid:  # the parent died before the death signal was armed
-        os._exit(EXIT_DONE)
-    # Ctrl-C goes to the whole process group; the parent decides when workers
-    # stop (via stop_event) so that they can finish the finding at hand.
+    if spec.options.method != "forkserver" and os.getppid() != spec.parent_pid:
+        os._exit(EXIT_DONE)  # the parent died before the death signal was armed
+    # Ctrl-C, a terminal hang-up and a group SIGTERM reach every process of
+    # the group; the parent decides when workers stop (via stop_event) so
+    # that they can finish the finding at hand, and a worker that dies of
+    # them must not look like a target crash.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, _request_stop)
+    signal.signal(signal.SIGHUP, _request_stop)
     if spec.gpu is not None:
         # Before anything imports torch.cuda in this process (spawned workers).
         os.environ["CUDA_VISIBLE_DEVICES"] = spec.gpu
@@ -415,6 +549,8 @@ def worker_main(spec: WorkerSpec, queue: Any, stop_event: Any, heartbeat: Any) -
     code = EXIT_ERROR
     try:
         code = Worker(spec, queue, stop_event, heartbeat).run()
+    except _StoreFailed:
+        code = EXIT_STORE
     except BaseException:
         try:
             os.makedirs(work, exist_ok=True)

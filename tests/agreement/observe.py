@@ -34,6 +34,7 @@ def observe(entry: dict, backend: str) -> dict:
         # Every decision of every dispatch sweep, as one digest per sweep.
         "sweeps": [[e.step, _digest(e)] for e in trace.events if e.kind == "sweep"],
         "outputs": {str(k): v.tolist() for k, v in trace.outputs.items()},
+        "unsupported": trace.unsupported,
     }
 
 

@@ -1,0 +1,285 @@
+"""SGLang's CUDA-graph rules (the ``sglang`` ruleset), written out from its
+documented behaviour (sglang 0.5.23: ``get_batch_sizes_to_capture``,
+``generate_decode_cuda_graph_batch_sizes``, ``get_prefill_num_tokens_to_capture``,
+the runners' ``can_run_graph`` and bisect padding) rather than by calling it,
+so that an SGLang whose code drifts from them disagrees with this module.
+
+How a cgsim config reads for SGLang (the mapping every sglang target uses):
+
+- the requested mode names the two runners' backends: its decode part the
+  decode runner's (FULL -> ``full``, PIECEWISE -> ``breakable``), its mixed
+  part the prefill runner's (FULL -> ``full`` with request slots,
+  PIECEWISE -> ``breakable``); NONE disables a runner.  Without a piecewise
+  capture (``piecewise_available`` False) breakable runners are disabled,
+  the SPEC §2 drop;
+- ``capture_sizes``: the decode runner's bs list and the prefill runner's
+  token list (``sglang.default_bs_list``: the decode list is SGLang's default
+  ladder up to --cuda-graph-max-bs = max(capture_sizes));
+- ``max_num_reqs``: the request pool (req_to_token_pool.size);
+- ``decode_query_len``: the decode graphs' width (EAGLE target verify with
+  that many draft tokens when > 1);
+- ``lora_cases`` (0,) or (0, k): no LoRA, or LoRA with k adapters; graphs
+  with the LoRA kernels carry num_active_loras=k, base-only ("nolora")
+  graphs 0;
+- ``num_ubatches`` 2: two-batch overlap (decode graphs run two micro-batches);
+- ``sglang.dp_size`` > 1: data-parallel attention over that many ranks
+  (attention TP 1); rank r runs ``dp_rank_sizes`` requests.
+
+Graphs as descriptors: a decode graph of bs requests is
+``FULL(num_tokens=bs*w, num_reqs=bs, uniform_token_count=w)``; a prefill graph
+of n tokens is ``PIECEWISE(num_tokens=n)`` (breakable) or
+``FULL(num_tokens=n, num_reqs=slots)`` (full).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import Iterable
+
+from cgsim.config import ManagerConfig, SglangOptions
+from cgsim.descriptors import BatchDescriptor
+from cgsim.modes import CUDAGraphMode
+
+__all__ = [
+    "FULL_BACKEND", "BREAKABLE", "DISABLED", "MAX_PREFILL_PADDING_FACTOR",
+    "options", "runner_backends", "alignment", "ceil_align", "lora_case_of", "default_decode_bs",
+    "requested_decode_bs", "decode_capture_bs", "prefill_capture_tokens", "prefill_slots",
+    "expected_capture_descs", "decode_desc", "prefill_desc", "dp_rank_sizes", "Graphs", "expected_dispatch",
+    "is_decode_desc", "is_decode_batch", "unsupported_reason", "resolved_mode",
+]
+
+F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
+FULL_BACKEND, BREAKABLE, DISABLED = "full", "breakable", "disabled"
+# A prefill batch replays only if its bucket holds at most this many times its tokens.
+MAX_PREFILL_PADDING_FACTOR = 2
+
+
+def options(config: ManagerConfig) -> SglangOptions:
+    return config.sglang if config.sglang is not None else SglangOptions()
+
+
+def ceil_align(x: int, base: int) -> int:
+    return -(-x // base) * base
+
+
+def _part(mode: CUDAGraphMode, piecewise_available: bool) -> str:
+    if mode == F:
+        return FULL_BACKEND
+    if mode == P:
+        return BREAKABLE if piecewise_available else DISABLED
+    return DISABLED
+
+
+def runner_backends(config: ManagerConfig) -> tuple[str, str]:
+    """(decode backend, prefill backend) for the config's requested mode."""
+    mode = config.mode
+    return (_part(mode.decode_mode(), config.piecewise_available),
+            _part(mode.mixed_mode(), config.piecewise_available))
+
+
+def resolved_mode(config: ManagerConfig) -> CUDAGraphMode:
+    """The mode the two backends amount to (what the target reports)."""
+    decode, prefill = runner_backends(config)
+    as_mode = {FULL_BACKEND: F, BREAKABLE: P, DISABLED: N}
+    return CUDAGraphMode.from_parts(as_mode[decode], as_mode[prefill])
+
+
+def unsupported_reason(config: ManagerConfig) -> str | None:
+    """Why a config says something SGLang has no counterpart for (None: it maps)."""
+    if config.attention_support.name != "ALWAYS":
+        return (f"attention_support {config.attention_support.name}: SGLang attention backends declare no "
+                "vLLM CUDA-graph support level; the SGLang driver's attention backend supports every graph (ALWAYS)")
+    if config.varlen_decode:
+        return "varlen_decode: SGLang decode graphs have one width per runner (no adaptive verification)"
+    if config.spec_schedule is not None:
+        return "spec_schedule: SGLang has no dynamic speculative decoding schedule"
+    if len(config.lora_cases) > 2:
+        return (f"lora_cases {list(config.lora_cases)}: SGLang captures one graph per bs with the LoRA kernels "
+                "(and a base-only one): use (0,) or (0, k)")
+    if config.num_ubatches > 2:
+        return f"num_ubatches {config.num_ubatches}: SGLang's two-batch overlap splits into exactly 2"
+    return None
+
+
+def alignment(config: ManagerConfig) -> int:
+    """get_cuda_graph_batch_size_alignment: 2 under two-batch overlap, times the
+    attention TP size when gathered buffers are needed (DP attention; cgsim's
+    DP ranks have attention TP 1)."""
+    return 2 if config.num_ubatches == 2 else 1
+
+
+def lora_case_of(config: ManagerConfig) -> int:
+    """The adapter count graphs with LoRA kernels are captured for (0: no LoRA)."""
+    return max(config.lora_cases)
+
+
+def default_decode_bs(max_bs: int, disable_padding: bool, speculative: bool) -> list[int]:
+    """generate_decode_cuda_graph_batch_sizes: every size without padding; else
+    a ladder (finer for speculative decoding), cut at max_bs, and max_bs itself
+    always (a server asking for --cuda-graph-max-bs 20 gets a graph for 20)."""
+    if disable_padding:
+        sizes = list(range(1, max_bs + 1))
+    elif not speculative:
+        sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, max_bs + 1, 32))
+    else:
+        sizes = (list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4)) + list(range(72, 257, 8))
+                 + list(range(272, max_bs + 1, 16)))
+    sizes = [s for s in sizes if s <= max_bs]
+    if max_bs not in sizes:
+        sizes.append(max_bs)
+    return sizes
+
+
+def requested_decode_bs(config: ManagerConfig) -> list[int]:
+    opts = options(config)
+    if opts.default_bs_list:
+        return default_decode_bs(max(config.capture_sizes), opts.disable_padding, config.decode_query_len > 1)
+    return list(config.capture_sizes)
+
+
+def decode_capture_bs(config: ManagerConfig) -> tuple[int, ...]:
+    """get_batch_sizes_to_capture: the request pool rounded up to the alignment
+    (and added when the list asks for more), every size whose tokens
+    (bs x width; bs alone under two-batch overlap, which splits requests) are a
+    multiple of the alignment, none above the rounded pool, sorted, unique."""
+    base = alignment(config)
+    width = 1 if config.num_ubatches == 2 else config.decode_query_len
+    pool = ceil_align(config.max_num_reqs, base)
+    sizes = requested_decode_bs(config)
+    if max(sizes) > pool:
+        sizes = sizes + [pool]
+    return tuple(sorted({s for s in sizes if s * width % base == 0 and s <= pool}))
+
+
+def prefill_capture_tokens(config: ManagerConfig) -> tuple[int, ...]:
+    """get_prefill_num_tokens_to_capture: each size rounded up to the alignment."""
+    base = alignment(config)
+    return tuple(sorted({ceil_align(n, base) for n in config.capture_sizes}))
+
+
+def prefill_slots(config: ManagerConfig) -> int:
+    """Request slots of a FULL prefill graph (at most the request pool)."""
+    slots = options(config).full_prefill_max_req
+    return min(slots if slots is not None else config.max_num_reqs, config.max_num_reqs)
+
+
+def _lora_variants(config: ManagerConfig) -> tuple[int, ...]:
+    """num_active_loras of the decode graphs captured per bs, in capture order:
+    ("lora", "nolora") with a base-only graph, else the one graph."""
+    k = lora_case_of(config)
+    if k == 0:
+        return (0,)
+    return (k, 0) if options(config).record_nolora_graph else (k,)
+
+
+def decode_desc(config: ManagerConfig, bs: int, loras: int) -> BatchDescriptor:
+    w = config.decode_query_len
+    mode = F if runner_backends(config)[0] == FULL_BACKEND else P
+    return BatchDescriptor(mode, bs * w, bs, w, None, loras, 2 if config.num_ubatches == 2 else 1)
+
+
+def prefill_desc(config: ManagerConfig, tokens: int) -> BatchDescriptor:
+    _, prefill = runner_backends(config)
+    loras = lora_case_of(config)
+    if prefill == FULL_BACKEND:
+        return BatchDescriptor(F, tokens, prefill_slots(config), None, None, loras)
+    return BatchDescriptor(P, tokens, None, None, None, loras)
+
+
+def is_decode_desc(d: BatchDescriptor) -> bool:
+    return d.uniform_token_count is not None
+
+
+def expected_capture_descs(config: ManagerConfig) -> tuple[BatchDescriptor, ...]:
+    """Every graph, in SGLang's capture order: the prefill runner first (its
+    buckets largest first), then the decode runner (largest bs first; per bs
+    the LoRA graph, then the base-only one).  capture_cuda_graphs builds the
+    prefill runner before the decode runner so both coalesce onto the eager
+    runner's buffer; inside a runner large shapes go first so smaller ones
+    reuse their pool memory."""
+    decode, prefill = runner_backends(config)
+    out: list[BatchDescriptor] = []
+    if prefill != DISABLED:
+        out += [prefill_desc(config, n) for n in sorted(prefill_capture_tokens(config), reverse=True)]
+    if decode != DISABLED:
+        variants = _lora_variants(config)
+        out += [decode_desc(config, bs, v) for bs in sorted(decode_capture_bs(config), reverse=True) for v in variants]
+    return tuple(out)
+
+
+def is_decode_batch(config: ManagerConfig, batch) -> bool:
+    """A decode (or verify) step for sglang: no prefill and every request at the
+    decode width.  Anything else is an extend for sglang's prefill runner."""
+    return not batch.has_prefill and batch.uniform_token_count == config.decode_query_len
+
+
+def dp_rank_sizes(num_reqs: int, dp_size: int) -> tuple[int, ...]:
+    """Requests per DP rank for a step whose rank 0 runs ``num_reqs``: rank r
+    runs max(1, num_reqs - r).  Rank 0 holds the most, so the group's graph
+    (the max over ranks) is rank 0's own bucket, while the ranks' sum grows
+    with the group."""
+    return tuple(max(1, num_reqs - r) for r in range(dp_size))
+
+
+@dataclass(frozen=True)
+class Graphs:
+    """What a capture left, by runner (sizes sorted for the bisect)."""
+
+    decode: frozenset[BatchDescriptor]
+    prefill: frozenset[BatchDescriptor]
+    decode_sizes: tuple[int, ...]
+    prefill_tokens: tuple[int, ...]
+
+    @classmethod
+    def of(cls, descs: Iterable[BatchDescriptor]) -> "Graphs":
+        descs = frozenset(descs)
+        decode = frozenset(d for d in descs if is_decode_desc(d))
+        prefill = descs - decode
+        return cls(decode, prefill, tuple(sorted({d.num_reqs for d in decode})),
+                   tuple(sorted({d.num_tokens for d in prefill})))
+
+
+def expected_dispatch(config: ManagerConfig, graphs: Graphs, batch) -> BatchDescriptor | None:
+    """The graph SGLang's rules replay ``batch`` on (a Batch or BatchShape), or
+    None for eager.
+
+    A decode batch (no prefill, the decode width) goes to the decode runner:
+    under two-batch overlap only if the scheduler split it; its size is the
+    max over DP ranks; with padding disabled only an exactly captured key
+    replays, else any size up to the largest captured bs does, padded to the
+    smallest captured bs >= it (bisect).  Its LoRA variant: the LoRA graph if
+    any request has an adapter, the base-only graph if not (one graph for both
+    without record_nolora_graph).  Any other batch is an extend for the
+    prefill runner: up to its largest bucket, padded to the smallest bucket >= its
+    tokens, unless that bucket is more than twice its tokens; FULL prefill
+    graphs hold at most their request slots.  Anything else runs eagerly."""
+    opts = options(config)
+    if is_decode_batch(config, batch):
+        if not graphs.decode:
+            return None
+        if config.num_ubatches == 2 and batch.num_ubatches != 2:
+            return None
+        n = max(dp_rank_sizes(batch.num_reqs, opts.dp_size))
+        k = lora_case_of(config)
+        loras = 0 if k == 0 else (k if batch.num_active_loras > 0 or not opts.record_nolora_graph else 0)
+        if opts.disable_padding:
+            want = decode_desc(config, n, loras)
+            return want if want in graphs.decode else None
+        sizes = graphs.decode_sizes
+        if n > sizes[-1]:
+            return None
+        return decode_desc(config, sizes[bisect_left(sizes, n)], loras)
+    if not graphs.prefill:
+        return None
+    tokens = graphs.prefill_tokens
+    t = batch.num_tokens
+    if t > tokens[-1]:
+        return None
+    bucket = tokens[bisect_left(tokens, t)]
+    if bucket > MAX_PREFILL_PADDING_FACTOR * t:
+        return None
+    want = prefill_desc(config, bucket)
+    if want.num_reqs is not None and batch.num_reqs > want.num_reqs:
+        return None
+    return want

@@ -1,0 +1,630 @@
+"""cgsim's ManagerUnderTest over sglang's CUDA-graph runners.
+
+``capture()`` builds sglang's ``PrefillCudaGraphRunner`` and then its
+``DecodeCudaGraphRunner`` (the order of ``capture_cuda_graphs``), which capture
+in their constructors.  ``dispatch()`` asks the runner for the batch's forward
+mode ``can_run_graph`` and then the key it pads to, with the helpers its
+``load_batch`` uses (``_pad_to_bucket``, ``_max_dp_batch_size``,
+``_resolve_lora_variant``); ``execute()`` calls the runner's ``execute`` (or
+runs the model eagerly) and reports the key sglang actually replayed, read off
+the backend's ``replay`` call.  ``release()`` is sglang's elastic release
+(``drop_elastic_cuda_graph_state``) plus the prefill backend's ``cleanup``.
+
+Recording goes through the backend interface only: each runner's backend
+instance has ``capture_one`` / ``replay`` / ``cleanup`` wrapped before the
+runner's capture loop starts (a runner subclass overriding the public
+``capture()``), so every shape's capture goes through
+``Workload.tap_create_forward_fn`` and every forward through the workload's
+model.  Under DP attention every rank is a runner of its own; only rank 0
+records into the scenario's trace, the workload hears every rank's decision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from types import SimpleNamespace
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+
+from sglang.srt.batch_overlap.two_batch_overlap import compute_split_seq_index
+from sglang.srt.managers.scheduler_components.dp_attn import _local_decode_cuda_graph_vote
+from sglang.srt.model_executor.cuda_graph_config import Backend, CudaGraphConfig, PhaseConfig
+from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+from sglang.srt.model_executor.forward_context import ForwardContext as SglForwardContext
+from sglang.srt.model_executor.forward_context import forward_context
+from sglang.srt.model_executor.model_runner_components.cuda_graph_setup import drop_elastic_cuda_graph_state
+from sglang.srt.model_executor.runner import DecodeCudaGraphRunner, PrefillCudaGraphRunner, ShapeKey
+from sglang.srt.model_executor.runner.base_cuda_graph_runner import get_batch_sizes_to_capture
+from sglang.srt.model_executor.runner.prefill_cuda_graph_runner import get_prefill_num_tokens_to_capture
+from sglang.srt.model_executor.runner_backend.breakable_cuda_graph_backend import BreakableCudaGraphBackend
+from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import eager_on_graph
+from sglang.srt.lora.utils import capturing_lora_graph
+from sglang.srt.model_executor.runner_utils.capture_mode import get_is_capture_mode
+
+from cgsim.config import ManagerConfig
+from cgsim.descriptors import Batch, BatchDescriptor, BatchShape
+from cgsim.modes import CUDAGraphMode
+from cgsim.spec import sglang as rules
+from cgsim.spec.scheduler import sweep_token_limit
+from cgsim.targets.base import CandidateSnapshot, Execution, TargetEnvironmentError, TargetUnsupported
+from cgsim.targets.sglang import _world
+from cgsim.trace import Trace
+from cgsim.workload import Workload
+from cgsim.workload.context import ForwardContext
+
+__all__ = ["SglangHandle", "driver_limits"]
+
+F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
+_BACKEND_NAMES = {rules.FULL_BACKEND: Backend.FULL, rules.BREAKABLE: Backend.BREAKABLE, rules.DISABLED: Backend.DISABLED}
+_EAGLE_STEPS_PER_DRAFT_TOKEN = 1  # chain drafts: num_steps = draft tokens - 1
+
+
+def driver_limits(config: ManagerConfig) -> str | None:
+    """What this driver does not run (sglang would)."""
+    if rules.options(config).dp_size > 1:
+        if config.mode.mixed_mode() != N:
+            return "sglang.dp_size > 1: the driver runs DP attention ranks for decode graphs only (mixed part NONE)"
+        if config.num_ubatches > 1 or len(config.lora_cases) > 1 or config.decode_query_len > 1:
+            return "sglang.dp_size > 1: the driver's DP ranks run plain decode (no two-batch overlap, LoRA or verify)"
+    return None
+
+
+# The handle whose server config sglang has published (one scenario at a time per process).
+_published: list[Any] = [None, None]  # [handle id, override]
+
+
+class _Rank:
+    """One rank: its model runner, its runners and the workload its model runs on."""
+
+    def __init__(self, handle: "SglangHandle", index: int, workload: Workload):
+        self.h = handle
+        self.index = index
+        self.workload = workload
+        self.parallel = _world.rank_parallel(index, handle.dp)
+        self.mr: Any = None
+        self.decode: Any = None
+        self.prefill: Any = None
+        # Keys each runner's backend captured, in capture order (minus cleanup).
+        self.keys: dict[str, list] = {"decode": [], "prefill": []}
+        self.capture_key: Any = None
+        self.capture_kind: str | None = None
+        self.capturing_breakable = False
+        self.replayed: tuple[str, Any] | None = None
+        self._break_ops: dict[str, Callable] = {}
+
+    def context(self) -> Any:
+        return _world.parallel_override(self.parallel)
+
+    # -- the model, as sglang's runners call it ---------------------------------
+    def run_body(self, input_ids: torch.Tensor, positions: torch.Tensor, fb: Any) -> torch.Tensor:
+        """The transformer body: sglang's inputs into the toy model's static
+        inputs (inside a graph the copies read sglang's static buffers at every
+        replay), then the workload's model under the metadata sglang prepared."""
+        w = self.workload
+        n = int(input_ids.shape[0])
+        w.buffers.input_ids[:n].copy_(input_ids)
+        w.buffers.positions[:n].copy_(positions)
+        md = self.mr.attn_backend.forward_metadata
+        lora = self.mr.lora_manager
+        lora_case = 0
+        if lora is not None:
+            lora_case = self.h.lora_k if (not get_is_capture_mode() or capturing_lora_graph()) else 0
+            w.buffers.lora_ids[:n].copy_(lora.token_slots[:n])
+        else:
+            w.buffers.lora_ids[:n].zero_()
+        if self.capturing_breakable and torch.cuda.is_current_stream_capturing():
+            key = self.h.piecewise_key(self.capture_kind, self.capture_key)
+            return w.run_breakable(ForwardContext(md, n, P, key, lora_case), True, self._break_op)
+        with _world.body_context(md, n, N, None, lora_case):
+            return w.model_forward()
+
+    def _break_op(self, stage: Any) -> Callable:
+        op = self._break_ops.get(stage.name)
+        if op is None:
+            backend = self.mr.attn_backend
+
+            def run(x: torch.Tensor, out: torch.Tensor) -> None:
+                # An attention break reads the metadata current when it runs:
+                # at replay, what sglang prepared for the live batch, whose
+                # tokens may be fewer than the bucket's rows; like a varlen
+                # kernel it computes the rows its metadata describes and leaves
+                # the padding rows as they came.
+                md = backend.forward_metadata
+                n = min(md.num_tokens, x.shape[0])
+                out[:n].copy_(stage.fn(x[:n], ForwardContext(md, n, P)))
+                out[n:].copy_(x[n:])
+
+            run.__name__ = f"cgsim_{stage.name}"
+            op = self._break_ops[stage.name] = eager_on_graph(run)
+        return op
+
+
+class SglangHandle:
+    """ManagerUnderTest over sglang's decode and prefill CUDA-graph runners."""
+
+    def __init__(self, config: ManagerConfig, backend: Any, workload: Workload, version: str,
+                 patches: Callable[[], Any] | None = None):
+        reason = rules.unsupported_reason(config) or driver_limits(config)
+        if reason is not None:
+            raise TargetUnsupported(f"config not expressible to sglang {version}: {reason}")
+        if backend.name != "mock":
+            raise TargetEnvironmentError(
+                f"the sglang target runs on the CPU mock only (its model runner lives on 'cpu'); got --backend "
+                f"{backend.name}")
+        self.config = config
+        self.backend = backend
+        self.workload = workload
+        self.patches = patches
+        self.opts = rules.options(config)
+        self.dp = self.opts.dp_size
+        self.width = config.decode_query_len
+        self.lora_k = rules.lora_case_of(config)
+        self.tbo = config.num_ubatches == 2
+        self.decode_backend, self.prefill_backend = rules.runner_backends(config)
+        self.resolved_mode = rules.resolved_mode(config)
+        self.uses_breakable = rules.BREAKABLE in (self.decode_backend, self.prefill_backend)
+        self.has_piecewise_runner = self.uses_breakable
+        self.slots = rules.prefill_slots(config)
+        self._captured = False
+        self._captures = 0
+        self._override: Any = None
+        self._zeros = torch.zeros(0, dtype=torch.int64)
+        with self._sglang():
+            self.ranks = [_Rank(self, r, workload if r == 0 else self._peer_workload()) for r in range(self.dp)]
+            for rank in self.ranks:
+                with rank.context():
+                    rank.mr = _world.FakeModelRunner(
+                        rank=rank, pool_size=config.max_num_reqs, server_args=self.server_args,
+                        speculative=self.width > 1,
+                        lora=(_world.AdapterSlots(self._max_tokens(), "cpu", self.opts.record_nolora_graph)
+                              if self.lora_k else None),
+                        attention=lambda mr, w=rank.workload: _world.ToyAttention(mr, w))
+            with self.ranks[0].context():
+                try:
+                    self._initial = self._predicted_descs(self.ranks[0])
+                except AssertionError as exc:
+                    # e.g. no bs of the list survives the alignment: sglang
+                    # stops at start-up (get_batch_sizes_to_capture asserts).
+                    raise TargetUnsupported(f"sglang {version} refuses this config at start-up: "
+                                            f"AssertionError: {exc}") from None
+        # Graphs pad past the config's sizes: the rounded request pool, bs x width tokens.
+        reqs = max([self.config.max_num_reqs + 2] + [d.num_reqs or 0 for d in self._initial])
+        tokens = max([1] + [d.num_tokens for d in self._initial])
+        self._zeros = torch.zeros(max(tokens, sweep_token_limit(config)) + 1, dtype=torch.int64)
+        for rank in self.ranks:
+            rank.workload.ensure_capacity(reqs, tokens)
+
+    def _max_tokens(self) -> int:
+        """The most tokens any graph or batch of the scenario holds (an upper
+        bound: the rounded pool times the width, the largest prefill bucket,
+        the largest swept batch)."""
+        c = self.config
+        return max(sweep_token_limit(c), (c.max_num_reqs + 2) * self.width, max(c.capture_sizes) + 2,
+                   self.workload.max_tokens) + 1
+
+    # -- sglang's process around the runners -------------------------------------------
+    @contextlib.contextmanager
+    def _sglang(self) -> Iterator[None]:
+        with _world.sglang_process(), (self.patches() if self.patches is not None else contextlib.nullcontext()):
+            self._publish()
+            yield
+
+    def _publish(self) -> None:
+        """sglang reads its config from one published object per process:
+        publish this scenario's (once), taking back the previous scenario's."""
+        if _published[0] == id(self) and self._override is not None:
+            return
+        if _published[1] is not None:
+            _published[1].restore()
+            _published[:] = [None, None]
+        fields = self._server_fields(list(self.config.capture_sizes))
+        if self.opts.default_bs_list:
+            # What the memory hook does at start-up without --cuda-graph-bs:
+            # SGLang's default ladder up to --cuda-graph-max-bs.
+            override, server_args = _world.install_server_args(fields)
+            hook = importlib.import_module("sglang.srt.arg_groups.cuda_graph_hook")
+            decode_bs = list(hook.generate_decode_cuda_graph_batch_sizes(server_args, max(self.config.capture_sizes)))
+            override.restore()
+            fields = self._server_fields(decode_bs)
+        self._override, self.server_args = _world.install_server_args(fields)
+        _published[:] = [id(self), self._override]
+
+    def _server_fields(self, decode_bs: list[int]) -> dict:
+        cfg, opts = self.config, self.opts
+        prefill = PhaseConfig(backend=_BACKEND_NAMES[self.prefill_backend], bs=list(cfg.capture_sizes),
+                              full_prefill_max_req=self.slots if self.prefill_backend == rules.FULL_BACKEND else None)
+        fields: dict[str, Any] = dict(
+            device="cpu", attention_backend="triton", chunked_prefill_size=-1, kv_cache_dtype="auto",
+            disable_cuda_graph_padding=opts.disable_padding, enable_cudagraph_gc=False, enable_torch_compile=False,
+            torch_compile_max_bs=0, enable_two_batch_overlap=self.tbo, enable_pdmux=False,
+            enable_profile_cuda_graph=False, debug_cuda_graph=False, enable_memory_saver=False, pp_size=1,
+            dp_size=self.dp, tp_size=self.dp, max_running_requests=cfg.max_num_reqs,
+            # Full prefill graphs here capture no cached-prefix topology.
+            disable_chunked_prefix_cache=True,
+            cuda_graph_config=CudaGraphConfig(
+                decode=PhaseConfig(backend=_BACKEND_NAMES[self.decode_backend], bs=list(decode_bs)), prefill=prefill),
+        )
+        if self.dp > 1:
+            fields["enable_dp_attention"] = True
+        if self.width > 1:
+            fields.update(speculative_algorithm="EAGLE", speculative_num_draft_tokens=self.width,
+                          speculative_num_steps=self.width - _EAGLE_STEPS_PER_DRAFT_TOKEN, speculative_eagle_topk=1)
+        return fields
+
+    def _peer_workload(self) -> Workload:
+        """A DP peer's own model and metadata (another process in a real
+        deployment): nothing it does goes into the scenario's trace."""
+        w = self.workload
+        return Workload(self.config, self.backend, Trace("sglang-peer-rank", self.backend.name), w.seed,
+                        w.max_tokens, w.builder.max_num_reqs)
+
+    def _sync_peers(self) -> None:
+        for rank in self.ranks[1:]:
+            rank.workload.phase, rank.workload.step = self.workload.phase, self.workload.step
+
+    # -- translating keys -----------------------------------------------------------
+    def _loras_of(self, variant: str | None) -> int:
+        if self.lora_k == 0 or variant == "nolora":
+            return 0
+        return self.lora_k
+
+    def desc(self, kind: str, key: Any) -> BatchDescriptor:
+        if kind == "decode":
+            w = self.width
+            mode = F if self.decode_backend == rules.FULL_BACKEND else P
+            return BatchDescriptor(mode, key.size * w, key.size, w, None, self._loras_of(key.variant_label),
+                                   2 if self.tbo else 1)
+        if self.prefill_backend == rules.FULL_BACKEND:
+            return BatchDescriptor(F, key.size, self.slots, None, None, self.lora_k)
+        return BatchDescriptor(P, key.size, None, None, None, self.lora_k)
+
+    @staticmethod
+    def piecewise_key(kind: str | None, key: Any) -> tuple:
+        return (kind, key.size, key.variant_label, key.attention_variant)
+
+    def _predicted_descs(self, rank: _Rank) -> tuple[BatchDescriptor, ...]:
+        """What the runners will capture, from the functions they size
+        themselves with (in capture order: prefill runner, then decode runner)."""
+        out: list[BatchDescriptor] = []
+        if self.prefill_backend != rules.DISABLED:
+            tokens = get_prefill_num_tokens_to_capture(list(self.config.capture_sizes))
+            out += [self.desc("prefill", ShapeKey(size=n)) for n in sorted(tokens, reverse=True)]
+        if self.decode_backend != rules.DISABLED:
+            out += self._decode_descs(rank.mr, None)
+        return tuple(out)
+
+    def _decode_descs(self, mr: Any, runner: Any) -> list[BatchDescriptor]:
+        if runner is not None:
+            sizes, record_nolora = list(runner.capture_bs), runner.record_nolora_graph
+        else:
+            gathered = any(DecodeCudaGraphRunner.decode_graph_gather_requirements(mr))
+            sizes, _ = get_batch_sizes_to_capture(mr, mr.decode_num_tokens_per_req(), gathered_buffer_required=gathered)
+            record_nolora = mr.lora_manager is not None and mr.lora_manager.lora_backend.skip_inactive_dense_lora
+        variants = ("lora", "nolora") if record_nolora and mr.lora_manager is not None else (None,)
+        return [self.desc("decode", ShapeKey(size=bs, variant_label=v)) for bs in sorted(sizes, reverse=True)
+                for v in variants]
+
+    # -- capture ---------------------------------------------------------------------
+    def _tapped(self, rank: _Rank, kind: str, runner_cls: type) -> type:
+        handle = self
+
+        class Tapped(runner_cls):  # type: ignore[misc, valid-type]
+            def capture(self) -> None:
+                handle._tap_backend(rank, kind, self.backend)
+                return super().capture()
+
+        Tapped.__name__ = Tapped.__qualname__ = "Cgsim" + runner_cls.__name__
+        return Tapped
+
+    def _tap_backend(self, rank: _Rank, kind: str, be: Any) -> None:
+        """Wrap the backend instance's capture_one / replay / cleanup (sglang's
+        own methods still do the work)."""
+        if getattr(be, "_cgsim_tapped", False):
+            return
+        capture_one, replay, cleanup, can_run = be.capture_one, be.replay, be.cleanup, be.can_run
+        breakable = isinstance(be, BreakableCudaGraphBackend)
+        handle = self
+
+        def tapped_capture_one(shape_key: Any, forward_fn: Callable, *args: Any, **kwargs: Any) -> Any:
+            desc = handle.desc(kind, shape_key)
+            create = rank.workload.tap_create_forward_fn(lambda _key, warmup=False: forward_fn, to_desc=lambda _k: desc)
+            rank.capture_key, rank.capture_kind, rank.capturing_breakable = shape_key, kind, breakable
+            try:
+                # sglang prepares each shape once, then warms up twice and
+                # captures once with the same forward_fn.
+                result = capture_one(shape_key, create(shape_key, warmup=True), *args, **kwargs)
+            finally:
+                rank.capture_key, rank.capture_kind, rank.capturing_breakable = None, None, False
+            rank.keys[kind].append(shape_key)
+            return result
+
+        def tapped_replay(shape_key: Any, static_forward_batch: Any, **kwargs: Any) -> Any:
+            rank.replayed = (kind, shape_key)
+            if breakable:
+                rank.workload.note_piecewise_lookup(handle.piecewise_key(kind, shape_key),
+                                                    bool(can_run(static_forward_batch, shape_key)))
+            return replay(shape_key, static_forward_batch, **kwargs)
+
+        def tapped_cleanup() -> None:
+            rank.keys[kind].clear()
+            return cleanup()
+
+        be.capture_one, be.replay, be.cleanup = tapped_capture_one, tapped_replay, tapped_cleanup
+        be._cgsim_tapped = True
+
+    def capture(self) -> None:
+        if self._captured:
+            return  # sglang captures once per runner; a second capture finds them built
+        with self._sglang():
+            self._sync_peers()
+            for rank in self.ranks:
+                with rank.context():
+                    if self._captures == 0 or self.dp > 1:
+                        # A fresh process (each fake rank is one); an elastic
+                        # recapture keeps the process's shared input buffers.
+                        _world.reset_process_state()
+                    if self.prefill_backend != rules.DISABLED:
+                        rank.prefill = self._tapped(rank, "prefill", PrefillCudaGraphRunner)(rank.mr)
+                    if self.decode_backend != rules.DISABLED:
+                        rank.decode = self._tapped(rank, "decode", DecodeCudaGraphRunner)(rank.mr)
+        self._captured = True
+        self._captures += 1
+
+    # -- forward batches -------------------------------------------------------------
+    def _forward_batch(self, rank: _Rank, lens: Sequence[int], contexts: Sequence[int], input_ids: torch.Tensor,
+                       positions: torch.Tensor, slots: Sequence[int] | None, loras: int, ubatches: int,
+                       prefill: bool, dp: dict | None) -> Any:
+        """The ForwardBatch ForwardBatch.init_new would hand the runner for these
+        requests (rows 0..n-1 of the request pool; ``slots`` None: a batch that is
+        only asked about, not run)."""
+        n = len(lens)
+        mr = rank.mr
+        seq = [c + q for c, q in zip(contexts, lens)]
+        if slots is not None:
+            table = mr.req_to_token_pool.req_to_token
+            i = 0
+            for r, (c, q) in enumerate(zip(contexts, lens)):
+                table[r, c:c + q] = torch.tensor(slots[i:i + q], dtype=table.dtype)
+                i += q
+        total = int(sum(lens))
+        seq_t = torch.tensor(seq, dtype=torch.int64)
+        lora_ids = ([f"a{(r % loras) + 1}" if loras else None for r in range(n)] if mr.lora_manager is not None
+                    else None)
+        spec = self.width > 1
+        common: dict[str, Any] = dict(
+            batch_size=n, input_ids=input_ids, req_pool_indices=torch.arange(n, dtype=torch.int64),
+            seq_lens=seq_t, out_cache_loc=torch.zeros(total, dtype=torch.int64), seq_lens_sum=int(sum(seq)),
+            seq_lens_cpu=seq_t.clone(), positions=positions, spec_algorithm=mr.spec_algorithm,
+            capture_hidden_mode=CaptureHiddenMode.FULL if spec else CaptureHiddenMode.NULL, lora_ids=lora_ids,
+        )
+        if dp is not None:
+            common.update(dp)
+        if prefill:
+            starts = [0]
+            for q in lens[:-1]:
+                starts.append(starts[-1] + q)
+            fb = ForwardBatch(
+                forward_mode=ForwardMode.EXTEND, orig_seq_lens=seq_t.clone(), extend_num_tokens=total,
+                extend_seq_lens=torch.tensor(list(lens), dtype=torch.int64),
+                extend_prefix_lens=torch.tensor(list(contexts), dtype=torch.int64),
+                extend_start_loc=torch.tensor(starts, dtype=torch.int64), extend_seq_lens_cpu=list(lens),
+                extend_prefix_lens_cpu=list(contexts), extend_logprob_start_lens_cpu=list(lens),
+                global_forward_mode=ForwardMode.EXTEND, global_num_token_non_padded_cpu=total, return_logprob=False,
+                **common)
+        else:
+            mode = ForwardMode.TARGET_VERIFY if spec else ForwardMode.DECODE
+            fb = ForwardBatch(forward_mode=mode, spec_info=self._verify_info() if spec else None, **common)
+            if self.tbo:
+                # The scheduler's split; None = this step runs without two-batch overlap.
+                fb.tbo_split_seq_index = (compute_split_seq_index(mode, total, None, self.width) if ubatches == 2
+                                          else None)
+        mr.kv_index_translator.bind_own_plan(fb)  # what ForwardBatch.init_new does
+        return fb
+
+    def _verify_info(self) -> Any:
+        from sglang.srt.speculative.eagle_info import EagleVerifyInput
+
+        return EagleVerifyInput(
+            draft_token=None, custom_mask=torch.ones(1, dtype=torch.bool), positions=None, retrieve_index=None,
+            retrieve_next_token=None, retrieve_next_sibling=None, retrieve_cum_len=None,
+            spec_steps=self.width - _EAGLE_STEPS_PER_DRAFT_TOKEN, topk=1, draft_token_num=self.width,
+            capture_hidden_mode=CaptureHiddenMode.FULL, seq_lens_sum=None, seq_lens_cpu=None)
+
+    def _dp_fields(self, sizes: Sequence[int], prefill: bool) -> dict | None:
+        """What the scheduler's MLP-sync exchange stamps on every rank's batch:
+        the min-reduced graph vote and the gathered per-rank counts."""
+        if self.dp == 1:
+            return None
+        mode = ForwardMode.EXTEND if prefill else ForwardMode.DECODE
+        vote = min(_local_decode_cuda_graph_vote(local_batch=SimpleNamespace(forward_mode=mode), disable_cuda_graph=False)
+                   for _ in sizes)
+        counts = list(sizes)
+        return dict(can_run_decode_cuda_graph=bool(vote), global_num_tokens_cpu=[max(counts)] * len(counts),
+                    original_global_num_tokens_cpu=counts, global_num_tokens_for_logprob_cpu=counts)
+
+    def _zeros_for(self, n: int) -> torch.Tensor:
+        if self._zeros.shape[0] < n:
+            self._zeros = torch.zeros(2 * n, dtype=torch.int64)
+        return self._zeros[:n]
+
+    def _is_extend(self, batch: Batch) -> bool:
+        """sglang runs anything but a decode of the graphs' width as an extend."""
+        return batch.has_prefill or batch.uniform_token_count != self.width
+
+    def _probe_batch(self, rank: _Rank, shape: Batch, num_reqs: int, dp: dict | None, extend: bool) -> Any:
+        """A batch of ``shape``'s kind and counts (rank's share) for asking only."""
+        lens = list(shape.query_lens[:num_reqs]) if num_reqs < shape.num_reqs else list(shape.query_lens)
+        total = int(sum(lens))
+        ids = self._zeros_for(total)
+        return self._forward_batch(rank, lens, [0] * len(lens), ids, ids, None,
+                                   min(shape.num_active_loras, len(lens)), shape.num_ubatches, extend, dp)
+
+    # -- dispatch ----------------------------------------------------------------------
+    def _eager(self, b: Any) -> BatchDescriptor:
+        return BatchDescriptor(N, b.num_tokens, b.num_reqs, num_active_loras=b.num_active_loras,
+                               num_ubatches=b.num_ubatches)
+
+    def _decide(self, rank: _Rank, fb: Any, prefill: bool) -> BatchDescriptor | None:
+        """can_run_graph, then the key load_batch will pad to (None: eager)."""
+        if prefill:
+            runner = rank.prefill
+            if runner is None or not runner.can_run_graph(fb):
+                return None
+            size = runner._pad_to_bucket(int(fb.input_ids.shape[0]), runner.capture_num_tokens)
+            return self.desc("prefill", ShapeKey(size=size))
+        runner = rank.decode
+        if runner is None or not runner.can_run_graph(fb):
+            return None
+        bs = runner._max_dp_batch_size(fb) if runner.require_mlp_tp_gather else int(fb.batch_size)
+        size = runner._pad_to_bucket(bs, runner.capture_bs)
+        return self.desc("decode", ShapeKey(size=size, variant_label=runner._resolve_lora_variant(fb)))
+
+    def _dispatch_many(self, items: Sequence[Batch | BatchShape]) -> list[BatchDescriptor]:
+        """Every rank decides for every batch (rank by rank: entering a rank's
+        parallel context costs more than a decision)."""
+        if not self._captured:
+            return [self._eager(b) for b in items]
+        batches = [b if isinstance(b, Batch) else b.example() for b in items]
+        extend = [self._is_extend(b) for b in batches]
+        sizes = [rules.dp_rank_sizes(b.num_reqs, self.dp) for b in batches]
+        dp = [self._dp_fields(n, e) for n, e in zip(sizes, extend)]
+        decided: list[list[BatchDescriptor | None]] = []
+        for rank in self.ranks:
+            with rank.context():
+                decided.append([
+                    self._decide(rank, self._probe_batch(rank, b, n[rank.index], f, e), e)
+                    for b, n, f, e in zip(batches, sizes, dp, extend)])
+        out = []
+        for i, b in enumerate(batches):
+            if self.dp > 1:
+                self.workload.note_rank_dispatch(b.shape, tuple((sizes[i][r], decided[r][i]) for r in range(self.dp)))
+            out.append(decided[0][i] or self._eager(items[i]))
+        return out
+
+    def dispatch(self, batch: Batch) -> BatchDescriptor:
+        with self._sglang():
+            return self._dispatch_many([batch])[0]
+
+    def dispatch_all(self, shapes: Sequence[BatchShape]) -> list[BatchDescriptor]:
+        with self._sglang():  # one process context for the whole sweep
+            return self._dispatch_many(shapes)
+
+    # -- execute -----------------------------------------------------------------------
+    def execute(self, batch: Batch, desc: BatchDescriptor) -> Execution:
+        """What ModelRunner.forward does after its can_run_graph check: the
+        runner's execute (load_batch, replay, slice), or the eager forward."""
+        with self._sglang(), torch.inference_mode():
+            self._sync_peers()
+            extend = self._is_extend(batch)
+            sizes = rules.dp_rank_sizes(batch.num_reqs, self.dp)
+            dp = self._dp_fields(sizes, extend)
+            result: Execution | None = None
+            for rank, n in zip(self.ranks, sizes):
+                rank_batch = batch if n == batch.num_reqs else Batch(batch.query_lens[:n], min(batch.num_active_loras, n),
+                                                                    batch.num_ubatches, batch.has_prefill)
+                with rank.context():
+                    layout = rank.workload.load_batch(rank_batch, rank_batch.num_tokens)
+                    # The toy model must see only what sglang loads into its own
+                    # static buffers (the graph copies them in at every replay).
+                    for t in rank.workload.buffers.view(rank.workload.max_tokens):
+                        t.zero_()
+                    fb = self._forward_batch(rank, layout.query_lens, layout.context_lens, layout.input_ids,
+                                             layout.positions, layout.slots, rank_batch.num_active_loras,
+                                             rank_batch.num_ubatches, extend, dp)
+                    if rank.mr.lora_manager is not None:
+                        rank.mr.lora_manager.prepare_lora_batch(fb)  # ForwardBatch.init_new does this
+                    graph = desc.cg_mode != N if rank.index == 0 else self._decide(rank, fb, extend) is not None
+                    with rank.workload.serving(desc if rank.index == 0 else None):
+                        out = self._replay(rank, fb, rank_batch, extend) if graph else self._run_eager(rank, fb)
+                if rank.index == 0:
+                    result = out
+            assert result is not None
+            return result
+
+    def _replay(self, rank: _Rank, fb: Any, batch: Batch, extend: bool) -> Execution:
+        runner = rank.prefill if extend else rank.decode
+        rank.replayed = None
+        out = runner.execute(fb)
+        if rank.replayed is None:
+            raise RuntimeError(f"{type(runner).__name__}.execute returned without replaying a graph")
+        kind, key = rank.replayed
+        graph = self.desc(kind, key)
+        hs = out.hidden_states
+        md = rank.mr.attn_backend.forward_metadata
+        rank.workload.note_graph_output(
+            graph, rows=int(hs.shape[0]), real_rows=batch.num_tokens, padded_rows=graph.num_tokens, output="logits",
+            captured_hidden=runner.capture_hidden_mode.name, runtime_hidden=fb.capture_hidden_mode.name)
+        if graph.cg_mode == F:
+            return Execution(hs.clone(), "full", md.id if md is not None else None, graph)
+        return Execution(hs.clone(), "piecewise", md.id if md is not None else None, self.piecewise_key(kind, key))
+
+    def _run_eager(self, rank: _Rank, fb: Any) -> Execution:
+        """ModelRunner's eager forward: metadata for the live batch, then the model."""
+        be = rank.mr.attn_backend
+        with forward_context(SglForwardContext(attn_backend=be), forward_batch=fb):
+            be.init_forward_metadata(fb)
+            out = rank.mr.model.forward(fb.input_ids, fb.positions, fb)
+        return Execution(out.hidden_states.clone(), "eager", be.forward_metadata.id)
+
+    # -- release ------------------------------------------------------------------------
+    def release(self) -> None:
+        """sglang's elastic release (decode runner's backend cleanup, the global
+        graph pool dropped), and the prefill backend's cleanup."""
+        with self._sglang():
+            for rank in self.ranks:
+                with rank.context():
+                    drop_elastic_cuda_graph_state(decode_runner=rank.decode, eager_runner=None)
+                    if rank.prefill is not None:
+                        rank.prefill.backend.cleanup()
+                rank.decode = rank.prefill = None
+        self._captured = False
+
+    # -- what the manager holds --------------------------------------------------------
+    def captured_flag(self) -> bool:
+        return self._captured
+
+    def stored_graphs(self) -> tuple[BatchDescriptor, ...]:
+        rank = self.ranks[0]
+        out = []
+        for kind, runner in (("prefill", rank.prefill), ("decode", rank.decode)):
+            if runner is None:
+                continue
+            for key in rank.keys[kind]:
+                d = self.desc(kind, key)
+                if d.cg_mode == F and runner.backend.can_run(None, key):
+                    out.append(d)
+        return tuple(out)
+
+    def candidates(self) -> CandidateSnapshot:
+        return CandidateSnapshot(self._initial, ())
+
+    def recomputed_candidates(self) -> CandidateSnapshot:
+        """The finished runners' own lists (capture_num_tokens, capture_bs)."""
+        rank = self.ranks[0]
+        out: list[BatchDescriptor] = []
+        if rank.prefill is not None:
+            out += [self.desc("prefill", ShapeKey(size=n)) for n in sorted(rank.prefill.capture_num_tokens, reverse=True)]
+        if rank.decode is not None:
+            out += self._decode_descs(rank.mr, rank.decode)
+        return CandidateSnapshot(tuple(out), ())
+
+
+def warm_up(version: str) -> None:
+    """Pay sglang's lazy imports and first-capture costs (a few seconds) once
+    per process, outside any scenario's deadline: a capture, a replay of
+    each runner and a release on a throwaway workload."""
+    from cgsim.backends import get_backend  # noqa: PLC0415
+
+    backend = get_backend("mock")
+    config = ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(2,), max_num_reqs=2)
+    with backend.activate(), torch.inference_mode():
+        workload = Workload(config, backend, Trace("sglang-warm-up", backend.name))
+        handle = SglangHandle(config, backend, workload, version)
+        workload.phase = "capture"
+        handle.capture()
+        workload.phase = "runtime"
+        for batch in (Batch((1, 1)), Batch((2,), has_prefill=True)):
+            handle.execute(batch, handle.dispatch(batch))
+        handle.release()

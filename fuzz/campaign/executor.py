@@ -1,0 +1,202 @@
+"""What runs a campaign's workers, as ``run_campaign`` sees it.
+
+Two executors: ``supervisor.Supervisor`` (worker processes on this host) and
+``ray_executor.RayExecutor`` (workers as Ray actors on every node of a
+cluster).  ``run_campaign`` drives either through ``Executor``; what they
+share (the stop signals, counters, deaths turned into findings, the workers'
+messages) is ``ExecutorCommon``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Any, Callable, Protocol
+
+from cgsim.finding import Finding
+from cgsim.properties.registry import Violation
+from cgsim.report.findings import FindingStore
+from cgsim.report.repro import write_repro
+from cgsim.scenario import Scenario, ScenarioError
+
+__all__ = ["Executor", "ExecutorCommon", "STOP_SIGNALS", "signame"]
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Executor(Protocol):
+    """The interface ``run_campaign`` uses.
+
+    ``start()`` launches the workers, ``poll(timeout)`` drains their messages
+    and watches them (False once every worker has ended or the campaign was
+    stopped), ``shutdown()`` stops them and keeps their last counters.  What
+    the report reads: ``stats()`` (one counter snapshot per worker
+    incarnation), ``workers()`` (one row per worker), ``inflight()``,
+    ``notes``, ``stop_reason`` (the signal that stopped the campaign),
+    ``store_errors`` and ``unwritten`` (findings that could not reach the
+    disk), ``cut_short`` (workers terminated at the hard deadline).
+    """
+
+    deadline: float
+    notes: list[str]
+    stop_reason: str | None
+    store_errors: list[str]
+    unwritten: list[Finding]
+    cut_short: bool
+
+    @property
+    def stopped(self) -> bool: ...
+
+    def start(self) -> None: ...
+
+    def poll(self, timeout: float = 0.1) -> bool: ...
+
+    def stats(self) -> list[dict]: ...
+
+    def workers(self) -> list[dict]: ...
+
+    def alive(self) -> int: ...
+
+    def inflight(self) -> list[dict]: ...
+
+    def request_stop(self) -> None: ...
+
+    def install_signals(self) -> tuple: ...
+
+    def restore_signals(self, previous: tuple, keep_blocked: bool = False) -> None: ...
+
+    def shutdown(self, grace: float = 5.0) -> None: ...
+
+
+class ExecutorCommon:
+    """The parts of an executor that do not depend on where workers run.
+
+    A subclass sets ``o``, ``run_id``, ``run_dir``, ``started``, ``slots``
+    (each with ``index``, ``incarnation``, ``stats``, ``found`` and ``row()``),
+    ``notes``, ``stop_reason``, ``store_errors``, ``unwritten``, ``stop_event``
+    (anything with ``set()``) and ``on_finding``, and defines
+    ``kill_workers()``.
+    """
+
+    o: Any
+    run_id: str
+    run_dir: str
+    started: float
+    slots: list
+    notes: list[str]
+    stop_reason: str | None
+    store_errors: list[str]
+    unwritten: list[Finding]
+    stop_event: Any
+    on_finding: Callable[[], None] | None
+
+    # -- what the report reads -----------------------------------------------------
+    def stats(self) -> list[dict]:
+        return [s for slot in self.slots for s in slot.stats.values()]
+
+    def workers(self) -> list[dict]:
+        return [slot.row(self.started) for slot in self.slots]
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop_reason is not None or bool(self.store_errors)
+
+    def request_stop(self) -> None:
+        """Ask every worker to stop after the finding at hand."""
+        self.stop_event.set()
+
+    def kill_workers(self) -> None:
+        raise NotImplementedError
+
+    # -- the workers' messages -----------------------------------------------------
+    def _apply(self, msg: tuple) -> None:
+        kind = msg[0]
+        if kind == "stats":
+            _, index, incarnation, stats = msg
+            slot = self.slots[index]
+            slot.stats[incarnation] = stats
+            slot.found.update(stats.get("found", ()))
+        elif kind == "finding":
+            if self.on_finding is not None:
+                self.on_finding()
+        elif kind == "note":
+            self.notes.append(f"worker {msg[1]}: {msg[2]}")
+        elif kind == "store-error":
+            _, index, text, data = msg
+            self.store_errors.append(f"worker {index}: {text}")
+            try:
+                self.unwritten.append(Finding.from_json(data))
+            except ValueError:
+                pass
+            self.request_stop()
+
+    # -- deaths ----------------------------------------------------------------------
+    def _death_finding(self, slot: Any, scenario: dict | None, prop: str, message: str,
+                       note: str = "recorded by the parent after the worker process died", **extra: Any) -> None:
+        if scenario is None:
+            self.notes.append(f"{message}; the scenario it was running could not be read back")
+            return
+        try:
+            short = Scenario.from_json(scenario).short()
+        except ScenarioError:
+            short = ""
+        f = Finding.from_violation(Violation(prop, message), scenario, self.o.target, self.o.backend, short).with_(
+            status="unshrunk", run_id=self.run_id, worker=slot.index, elapsed_s=time.time() - self.started,
+            extra={"timeout_s": self.o.timeout_s, "incarnation": slot.incarnation, "recorded_at": round(time.time(), 3),
+                   **dict(self.o.environment),
+                   "note": note, **extra},
+        )
+        try:
+            FindingStore(os.path.join(self.run_dir, "findings"), repro=write_repro).put(f)
+        except OSError as exc:
+            self.store_errors.append(f"cannot write finding {f.id}: {exc}")
+            self.unwritten.append(f)
+            self.request_stop()
+        slot.found.add(prop)
+        if self.on_finding is not None:
+            self.on_finding()
+
+    # -- stopping -------------------------------------------------------------------
+    def install_signals(self) -> tuple:
+        """Our SIGINT/SIGTERM/SIGHUP handlers, the signals unblocked (a
+        process may inherit them blocked, e.g. from a test runner); returns
+        what ``restore_signals`` puts back."""
+        if threading.current_thread() is not threading.main_thread():
+            return ({}, None)
+        previous = {}
+
+        def handler(signum: int, frame: Any) -> None:
+            first = self.stop_reason is None
+            if first:
+                self.stop_reason = signame(signum)
+            self.request_stop()
+            if not first:  # a second Ctrl-C: stop waiting for workers
+                self.kill_workers()
+
+        for sig in STOP_SIGNALS:
+            previous[sig] = signal.signal(sig, handler)
+        mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        return (previous, mask)
+
+    @staticmethod
+    def restore_signals(previous: tuple, keep_blocked: bool = False) -> None:
+        """Put back the handlers and the signal mask.  ``keep_blocked``: block
+        the stop signals for good first (a process about to exit)."""
+        handlers, mask = previous
+        if mask is None:
+            return
+        if keep_blocked:
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        for sig, h in handlers.items():
+            signal.signal(sig, h)
+        if not keep_blocked:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def signame(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"

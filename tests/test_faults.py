@@ -1,0 +1,379 @@
+"""The campaign under faults, with real processes and real signals.
+
+Each test starts a campaign in its own session (so its process group is
+its pid and every worker is in it), does one thing to it (SIGKILL of the
+campaign while a finding is being shrunk, SIGKILL of a worker, Ctrl-C twice,
+SIGTERM, a target stuck in native code, a worker over its memory limit, a
+full disk) and then checks the same four things:
+
+- no process of the campaign is left (``/proc`` scanned for its group);
+- every finding confirmed before the fault is on disk and readable (a
+  property seen stays seen; a final finding file stays);
+- the report can be rebuilt from disk (``fuzz report``) and lists exactly
+  the findings on disk;
+- the exit status is the documented one (reports/README.md).
+
+The targets are ``FaultPipeline``: tests/test_campaign.py's FakePipeline
+(real Scenarios, real Traces and Verdicts, chosen bugs) with a few more.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from cgsim.report.findings import scan_findings
+from test_campaign import FakePipeline, fake_strategy  # noqa: F401  (the campaigns below import both from here)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.join(ROOT, "tests")
+
+
+class FaultPipeline(FakePipeline):
+    """FakePipeline plus:
+
+    - "slow-big" / "slow-two": "big" / "two" with 30 ms per scenario, so that
+      shrinking lasts seconds and a fault lands in the middle of it;
+    - "oom": a scenario of >= 6 tokens lowers the worker's address-space limit
+      (RLIMIT_AS) just above what it uses, then allocates 512 MiB.
+    """
+
+    def run(self, scenario, target, backend, timeout=None):
+        if self.bug.startswith("slow-"):
+            time.sleep(0.03)
+            return FakePipeline(self.bug[len("slow-"):]).run(scenario, target, backend, timeout)
+        if self.bug == "oom" and max(b.num_tokens for b in scenario.batches) >= 6:
+            import resource
+
+            with open("/proc/self/status") as fh:
+                vm = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
+            resource.setrlimit(resource.RLIMIT_AS, (vm + (64 << 20), resource.getrlimit(resource.RLIMIT_AS)[1]))
+            hog = bytearray(512 << 20)
+            return hog  # not reached: MemoryError
+        return FakePipeline("none" if self.bug == "oom" else self.bug).run(scenario, target, backend, timeout)
+
+    def judge(self, scenario, trace):
+        bug = self.bug[len("slow-"):] if self.bug.startswith("slow-") else self.bug
+        return FakePipeline(bug).judge(scenario, trace)
+
+
+# -- a campaign in its own session ------------------------------------------------------------
+def start(tmp_path, bug, *, budget=60.0, workers=1, timeout=5.0, quiet=True, prelude=""):
+    code = textwrap.dedent(
+        f"""
+        import sys, warnings
+        warnings.filterwarnings("ignore", message="Failed to initialize NumPy")  # as the CLI does
+        sys.path.insert(0, {TESTS!r})
+        {prelude}
+        from test_faults import FaultPipeline, fake_strategy
+        from fuzz.campaign import CampaignOptions, run_campaign
+        opts = CampaignOptions(target="reference", budget_s={budget}, workers={workers}, seed=1,
+                               report_dir={str(tmp_path / 'reports')!r}, quiet={quiet}, timeout_s={timeout},
+                               shrink_grace_s=5.0)
+        # As the CLI runs it: a late Ctrl-C must not change the exit status.
+        result = run_campaign(opts, pipeline=FaultPipeline({bug!r}), strategy=fake_strategy, ignore_late_signals=True)
+        sys.exit(result.exit_code)
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, env=env)
+
+
+def group(pgid: int) -> list[int]:
+    """Live (not zombie) processes of a process group."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(entry))
+    return out
+
+
+def assert_group_gone(pgid: int, within: float = 10.0) -> None:
+    end = time.time() + within
+    while time.time() < end:
+        if not group(pgid):
+            return
+        time.sleep(0.05)
+    left = group(pgid)
+    for pid in left:  # do not leak them into the rest of the suite
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    raise AssertionError(f"processes of the campaign left after {within:g}s: {left}")
+
+
+def run_dir_of(tmp_path):
+    dirs = [d for d in (tmp_path / "reports").iterdir() if d.is_dir() and not d.is_symlink()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def wait_for(tmp_path, predicate, timeout=30.0, what="a finding"):
+    end = time.time() + timeout
+    while time.time() < end:
+        for d in (tmp_path / "reports").glob("*/findings"):
+            found = scan_findings(str(d))
+            if predicate(found, d.parent):
+                return d.parent, found
+        time.sleep(0.05)
+    raise AssertionError(f"{what} did not appear within {timeout:g}s")
+
+
+def workers_of(pid: int) -> list[int]:
+    return [p for p in group(pid) if p != pid and _ppid(p) == pid and "resource_tracker" not in _cmdline(p)]
+
+
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return -1
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def snapshot(run_dir) -> dict[str, tuple[str, str]]:
+    """id -> (property, status) of every finding on disk; all must be readable."""
+    fdir = run_dir / "findings"
+    found = scan_findings(str(fdir))
+    names = sorted(n for n in os.listdir(fdir) if n.endswith(".json") and not n.startswith("."))
+    assert len(found) == len(names), f"unreadable finding files among {names}"
+    for f in found:
+        assert (fdir / f.repro).exists(), f"{f.id} has no repro script"
+    return {f.id: (f.property, f.status) for f in found}
+
+
+def assert_kept(before: dict, after: dict) -> None:
+    """Every property seen before the fault is still on disk, and no final
+    finding file went away."""
+    assert {p for p, _ in before.values()} <= {p for p, _ in after.values()}, (before, after)
+    for fid, (_, status) in before.items():
+        if status in ("shrunk", "shrink-interrupted", "unshrunk"):
+            assert fid in after, f"final finding {fid} was removed"
+
+
+def assert_rebuilds(run_dir, *, complete=None, interrupted=None):
+    """``fuzz report`` rebuilds a report that lists exactly what is on disk."""
+    from fuzz.campaign.rebuild import rebuild_report
+
+    on_disk = snapshot(run_dir)
+    last = json.loads((run_dir / "summary.json").read_text())
+    result = rebuild_report(str(run_dir), quiet=True)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    # What the last summary knew (settings, counts) is kept.
+    assert summary["settings"] == last["settings"] and summary["run_id"] == last["run_id"]
+    assert summary["scenarios"] == last["scenarios"] and summary["coverage"] == last["coverage"]
+    listed = {f["id"] for f in summary["findings"]} | {d for f in summary["findings"] for d in f["duplicates"]}
+    assert listed == set(on_disk)
+    assert result.exit_code == (1 if on_disk else 0)
+    if complete is not None:
+        assert summary["complete"] is complete
+    if interrupted is not None:
+        assert summary["interrupted"] == interrupted
+    assert (run_dir / "junit.xml").exists() and (run_dir / "index.md").exists()
+    return summary
+
+
+def no_traceback(p) -> str:
+    err = p.stderr.read()
+    assert "Traceback" not in err, err
+    return err
+
+
+# -- the faults ---------------------------------------------------------------------------------
+def test_sigkill_of_the_campaign_mid_shrink(tmp_path):
+    p = start(tmp_path, "slow-big", workers=2)
+    run_dir, _ = wait_for(tmp_path, lambda found, d: any(f.status == "shrinking" for f in found),
+                          what="a finding being shrunk")
+    time.sleep(0.1)
+    before = snapshot(run_dir)
+    os.kill(p.pid, signal.SIGKILL)
+    assert p.wait(timeout=10) == -signal.SIGKILL
+    assert_group_gone(p.pid, within=5.0)  # the kernel's parent-death signal, not the budget
+    after = snapshot(run_dir)
+    assert_kept(before, after)
+    # Nobody is left to touch the findings.
+    mtimes = {n: os.stat(run_dir / "findings" / n).st_mtime for n in os.listdir(run_dir / "findings")}
+    time.sleep(0.5)
+    assert mtimes == {n: os.stat(run_dir / "findings" / n).st_mtime for n in os.listdir(run_dir / "findings")}
+    assert any(status == "shrinking" for _, status in after.values())  # died mid-shrink: kept as it was
+    inflight_files = [n for n in os.listdir(run_dir / ".work")
+                      if n.startswith("inflight-") and os.path.getsize(run_dir / ".work" / n)]
+    summary = assert_rebuilds(run_dir, complete=False, interrupted="campaign died")
+    assert len(summary["inflight"]) == len(inflight_files)
+    assert all(e["scenario"]["steps"] for e in summary["inflight"])
+    assert any("campaign died" in n for n in summary["notes"])
+    # The command a user runs, in its own process.
+    proc = subprocess.run([sys.executable, "-m", "fuzz", "report", str(run_dir)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "PARTIAL: campaign died" in proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_sigkill_of_a_worker(tmp_path):
+    p = start(tmp_path, "slow-two", budget=4.0, workers=2)
+    run_dir, _ = wait_for(tmp_path, lambda found, d: bool(found))
+    before = snapshot(run_dir)
+    victims = workers_of(p.pid)
+    assert len(victims) == 2, victims
+    os.kill(victims[0], signal.SIGKILL)
+    assert p.wait(timeout=60) == 1
+    no_traceback(p)
+    assert_group_gone(p.pid)
+    assert_kept(before, snapshot(run_dir))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["complete"] is True
+    assert any("SIGKILL" in n for n in summary["notes"])
+    assert any(w["restarts"] >= 1 for w in summary["workers"])
+    assert not any("SIGKILL" in f["message"] for f in summary["findings"])  # a kill from outside is no finding
+    assert_rebuilds(run_dir, complete=True)  # a finished run keeps its state
+
+
+def test_ctrl_c_twice_prints_the_summary_and_leaves_a_fresh_report(tmp_path):
+    p = start(tmp_path, "slow-two", workers=2, quiet=False)
+    run_dir, _ = wait_for(tmp_path, lambda found, d: bool(found))
+    time.sleep(0.3)
+    before = snapshot(run_dir)
+    os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+    time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 1, err
+    assert "Traceback" not in err
+    assert "finding(s)" in out and "report:" in out and "PARTIAL: stopped by SIGINT" in out
+    assert_group_gone(p.pid)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["complete"] is False and summary["interrupted"] == "SIGINT" and summary["finished_at"]
+    after = snapshot(run_dir)
+    assert_kept(before, after)
+    listed = {f["id"] for f in summary["findings"]} | {d for f in summary["findings"] for d in f["duplicates"]}
+    assert listed == set(after)  # the last summary is not stale
+    assert_rebuilds(run_dir, complete=False, interrupted="SIGINT")
+
+
+# A process can inherit its stop signals blocked (from a test runner, a
+# supervisor): the campaign unblocks the ones it handles.
+BLOCKED = "import signal; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})"
+
+
+@pytest.mark.parametrize("bug, code", [("slow-two", 1), ("slow", 143)])
+def test_sigterm_to_the_group(tmp_path, bug, code):
+    p = start(tmp_path, bug, workers=2, prelude=BLOCKED if bug == "slow" else "")
+    if bug == "slow":
+        run_dir, _ = wait_for(tmp_path, lambda found, d: (d / "summary.json").exists() and len(workers_of(p.pid)) == 2,
+                              what="the workers")
+        time.sleep(0.5)
+    else:
+        run_dir, _ = wait_for(tmp_path, lambda found, d: bool(found))
+    before = snapshot(run_dir)
+    os.killpg(p.pid, signal.SIGTERM)  # a container stop, systemd, a CI timeout
+    assert p.wait(timeout=30) == code
+    no_traceback(p)
+    assert_group_gone(p.pid)
+    assert_kept(before, snapshot(run_dir))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"] == "SIGTERM" and summary["complete"] is False
+    # Workers that got the group's SIGTERM stopped; none of them is a crash.
+    assert not any(f["property"] == "NO-CRASH" for f in summary["findings"])
+    assert_rebuilds(run_dir, complete=False, interrupted="SIGTERM")
+
+
+def test_target_stuck_in_native_code(tmp_path):
+    p = start(tmp_path, "hard-hang", timeout=0.3)
+    run_dir, found = wait_for(tmp_path, lambda found, d: any(f.property == "NO-HANG" for f in found),
+                              what="the watchdog's NO-HANG finding")
+    hang = next(f for f in found if f.property == "NO-HANG")
+    assert max(sum(s["batch"]["query_lens"]) for s in hang.scenario["steps"] if s["kind"] == "dispatch") >= 6
+
+    def stuck(found, d):  # the restarted worker is stuck again
+        try:
+            data = json.loads((d / ".work" / "inflight-w0.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return data["incarnation"] >= 1 and max(
+            sum(s["batch"]["query_lens"]) for s in data["scenario"]["steps"] if s["kind"] == "dispatch") >= 6
+
+    wait_for(tmp_path, stuck, what="a worker stuck again")
+    before = snapshot(run_dir)
+    os.kill(p.pid, signal.SIGKILL)  # the campaign dies while its worker cannot even take SIGALRM
+    p.wait(timeout=10)
+    assert_group_gone(p.pid, within=5.0)
+    assert_kept(before, snapshot(run_dir))
+    summary = assert_rebuilds(run_dir, complete=False, interrupted="campaign died")
+    (entry,) = summary["inflight"]
+    assert entry["worker"] == 0 and "dispatch" in entry["scenario_short"]
+    assert "## In flight" in (run_dir / "index.md").read_text()
+
+
+def test_worker_over_its_memory_limit(tmp_path):
+    p = start(tmp_path, "oom", budget=4.0)
+    assert p.wait(timeout=60) == 1
+    no_traceback(p)
+    assert_group_gone(p.pid)
+    run_dir = run_dir_of(tmp_path)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    # Python raises MemoryError in the target (a NO-CRASH finding); a worker
+    # that dies of it instead is a finding too, or a note if it died outside
+    # a scenario.  Either way, never a dead campaign.
+    crashes = [f for f in summary["findings"] if f["property"] == "NO-CRASH"
+               and ("MemoryError" in f["message"] or "died with" in f["message"])]
+    assert crashes or [n for n in summary["notes"] if "MemoryError" in n or "worker 0" in n], summary
+    assert summary["complete"] is True and summary["scenarios"] > 10  # the campaign went on
+    snapshot(run_dir)
+    assert_rebuilds(run_dir, complete=True)
+
+
+DISK_FULL = """
+import errno, os
+_fsync = os.fsync
+def _full_disk_fsync(fd):
+    # The report directory's disk fills up once the test creates FLAG.
+    if os.path.exists(FLAG):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return _fsync(fd)
+os.fsync = _full_disk_fsync
+"""
+
+
+def test_report_directory_disk_full(tmp_path):
+    flag = tmp_path / "disk-full"
+    prelude = f"FLAG = {str(flag)!r}" + DISK_FULL.replace("\n", "\n        ")
+    p = start(tmp_path, "slow-two", workers=2, prelude=prelude)
+    run_dir, _ = wait_for(tmp_path, lambda found, d: bool(found))
+    before = snapshot(run_dir)
+    flag.write_text("")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 3, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "No space left on device" in lines[0], err
+    assert "python -m fuzz report" in lines[0]
+    assert_group_gone(p.pid)
+    after = snapshot(run_dir)  # every finding on disk is whole and readable
+    assert_kept(before, after)
+    assert not [n for n in os.listdir(run_dir / "findings") if n.endswith(".tmp")]  # no half-written leftovers
+    flag.unlink()  # space is back: the report is rebuilt from the findings
+    summary = assert_rebuilds(run_dir, complete=False)
+    assert summary["interrupted"] in ("campaign died", "report directory unwritable")

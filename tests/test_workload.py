@@ -1,0 +1,222 @@
+"""The toy workload: its outputs depend on every metadata field a capture bug
+can get wrong, a capture of it on the mock records one kernel per stage and
+replays like eager, and its caches (kernel results, layouts, buffer
+contents, eager references) are invisible."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cgsim.backends import get_backend
+from cgsim.config import ManagerConfig
+from cgsim.descriptors import Batch
+from cgsim.modes import AttentionSupport, CUDAGraphMode
+from cgsim.trace import Trace
+from cgsim.workload import harness, model
+from cgsim.workload.context import get_forward_context, set_forward_context
+from cgsim.workload.harness import RequestLayout, Workload
+
+N = CUDAGraphMode.NONE
+
+
+@pytest.fixture
+def mock():
+    backend = get_backend("mock")
+    with backend.activate(), torch.inference_mode():
+        yield backend
+
+
+def _workload(backend, support=AttentionSupport.ALWAYS, breakable=False, lora_cases=(0,), seed=0) -> Workload:
+    cfg = ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(8,), max_num_reqs=4, lora_cases=lora_cases,
+                        attention_support=support, breakable=breakable)
+    return Workload(cfg, backend, Trace("t", backend.name), seed=seed, max_batch_tokens=16, max_batch_reqs=4)
+
+
+def _forward(w: Workload, batch: Batch, num_reqs=None, num_tokens=None, mql=None, for_capture=False, lora_case=None):
+    num_reqs = num_reqs or batch.num_reqs
+    num_tokens = num_tokens or batch.num_tokens
+    layout = w.load_batch(batch, num_tokens)
+    md = w.prepare_attn(layout, num_reqs, num_tokens, mql, for_capture=for_capture)
+    case = batch.num_active_loras if lora_case is None else lora_case
+    with set_forward_context(md, num_tokens, N, lora_case=case):
+        return w.model.run_stages(get_forward_context())[: batch.num_tokens].clone(), md
+
+
+def _changes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bool((a - b).abs().max() > 1e-3)
+
+
+# ------------------------------------------------------- outputs depend on metadata
+
+
+@pytest.mark.parametrize("field", ["query_start_loc", "seq_lens", "slot_mapping"])
+def test_real_rows_depend_on_each_metadata_buffer(mock, field):
+    w = _workload(mock)
+    batch = Batch((3, 2, 3))
+    good, md = _forward(w, batch)
+    buf = getattr(md, field)
+    if field == "query_start_loc":
+        buf[1] = 1  # first request now ends after one token
+    elif field == "seq_lens":
+        buf[0] += 5
+    else:
+        buf[0] = (buf[0] + 7) % (model.KV_ROWS - 1)
+    with set_forward_context(md, batch.num_tokens, N, lora_case=0):
+        bad = w.model.run_stages(get_forward_context())[: batch.num_tokens]
+    assert _changes(good, bad), f"changing {field} left every real row unchanged"
+
+
+def test_real_rows_depend_on_max_query_len_under_the_uniform_kernel(mock):
+    w = _workload(mock, support=AttentionSupport.UNIFORM_BATCH)
+    batch = Batch((2, 2, 2))
+    a, md = _forward(w, batch, mql=2, for_capture=True)
+    assert md.kernel == "uniform"
+    b, _ = _forward(w, batch, mql=3, for_capture=True)
+    assert _changes(a, b)
+
+
+@pytest.mark.parametrize("support", [AttentionSupport.UNIFORM_BATCH, AttentionSupport.UNIFORM_SINGLE_TOKEN_DECODE])
+def test_real_rows_depend_on_the_kernel_kind(mock, support):
+    w = _workload(mock, support=support)
+    batch = Batch((1, 3))  # not uniform: only the varlen kernel is right for it
+    varlen, _ = _forward(w, batch, mql=3)
+    graph_kernel, md = _forward(w, batch, mql=3, for_capture=True)
+    assert md.kernel != "varlen"
+    assert _changes(varlen, graph_kernel)
+
+
+def test_real_rows_depend_on_the_lora_case(mock):
+    w = _workload(mock, lora_cases=(0, 1, 2))
+    batch = Batch((2, 2), num_active_loras=2)
+    full, _ = _forward(w, batch, lora_case=2)
+    fewer, _ = _forward(w, batch, lora_case=1)
+    none, _ = _forward(w, batch, lora_case=0)
+    assert _changes(full, fewer) and _changes(fewer, none)
+
+
+def test_padding_does_not_change_real_rows(mock):
+    w = _workload(mock)
+    batch = Batch((3, 2))
+    exact, _ = _forward(w, batch)
+    padded, _ = _forward(w, batch, num_reqs=4, num_tokens=8)
+    assert float((exact - padded).abs().max()) <= harness.OUTPUT_TOLERANCE
+
+
+# ------------------------------------------------------------ capture on the mock
+
+
+def test_full_capture_records_one_kernel_per_stage_and_replays_like_eager(mock):
+    w = _workload(mock)
+    batch = Batch((3, 1))
+    layout = w.load_batch(batch, 8)
+    md = w.prepare_attn(layout, 4, 8, 4, for_capture=True)
+    g = mock.cuda.CUDAGraph()
+    with set_forward_context(md, 8, N, lora_case=0):
+        eager = w.model.run_stages(get_forward_context()).clone()
+        with mock.cuda.graph(g):
+            out = w.model.run_stages(get_forward_context())
+    assert g.recorded_ops == [f"cgsim.toy_{s.name.rstrip('0123456789')}.default" for s in w.model.stages]
+    assert torch.isnan(out).all()  # nothing computed before the first replay
+    g.replay()
+    assert torch.equal(out, eager)
+    # A new batch written into the same buffers is what the replay reads.
+    other = Batch((2, 2))
+    w.step = 3
+    layout = w.load_batch(other, 8)
+    w.prepare_attn(layout, 4, 8, 4, for_capture=True)
+    g.replay()
+    assert _changes(out[:4], eager[:4])
+
+
+def test_graph_reads_the_old_buffers_after_a_rebind(mock):
+    w = _workload(mock)
+    batch = Batch((2, 2))
+    layout = w.load_batch(batch, 4)
+    md = w.prepare_attn(layout, 2, 4, 2, for_capture=True)
+    g = mock.cuda.CUDAGraph()
+    with set_forward_context(md, 4, N, lora_case=0):
+        with mock.cuda.graph(g):
+            out = w.model.run_stages(get_forward_context())
+    g.replay()
+    captured = out.clone()
+    w.builder.allocate_buffers()  # rebind: the graph keeps reading the old memory
+    w.step = 5
+    layout = w.load_batch(Batch((1, 3)), 4)
+    w.prepare_attn(layout, 2, 4, 2, for_capture=True)
+    g.replay()
+    fresh, _ = _forward(w, Batch((1, 3)), num_reqs=2, num_tokens=4, mql=2, for_capture=True)
+    assert _changes(out, fresh)  # stale metadata, new token inputs: not the right answer
+    assert _changes(out, captured)  # but the token inputs are read live
+
+
+def test_illegal_op_in_target_code_around_the_kernels_still_invalidates(mock):
+    w = _workload(mock)
+    layout = w.load_batch(Batch((2,)), 2)
+    md = w.prepare_attn(layout, 1, 2, 2, for_capture=True)
+    g = mock.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="operation failed due to a previous error during capture"):
+        with set_forward_context(md, 2, N, lora_case=0):
+            with mock.cuda.graph(g):
+                out = w.model.run_stages(get_forward_context())
+                with pytest.raises(RuntimeError, match="operation not permitted when stream is capturing"):
+                    out.sum().item()
+
+
+# ------------------------------------------------------------------ the caches
+
+
+def test_kernel_results_are_remembered_by_exact_input_bytes_and_handed_out_fresh(mock):
+    x = torch.randn(5, model.HIDDEN)
+    w = model._make_weights(2, 0, 1, torch.device("cpu"))
+    layer = w["layers"][0]
+    lora_ids = torch.tensor([0, 1, 0, 1, 1])
+    args = (x, layer["w1"], layer["w2"], w["lora_tables"], lora_ids, 1)
+    first = model._mlp_op(*args)
+    again = model._mlp_op(*args)
+    assert torch.equal(first, again) and first.data_ptr() != again.data_ptr()
+    first.zero_()  # a caller writing into its result does not reach the memo
+    assert torch.equal(model._mlp_op(*args), again)
+    assert torch.equal(again, model._mlp_kernel(*args))  # same as computing it
+    x[0, 0] += 1.0  # other bytes: computed again
+    assert torch.equal(model._mlp_op(*args), model._mlp_kernel(*args))
+    assert not torch.equal(model._mlp_op(*args), again)
+
+
+def test_layouts_and_buffer_contents_are_shared_and_exact(mock):
+    batch = Batch((3, 1), num_active_loras=1)
+    a = RequestLayout.of(batch, salt=7)
+    assert RequestLayout.of(Batch((3, 1), num_active_loras=1), salt=7) is a
+    fresh = RequestLayout(batch, salt=7)
+    assert torch.equal(a.input_ids, fresh.input_ids) and a.slots == fresh.slots
+    w = _workload(mock)
+    w.load_batch(batch, 6)
+    md = w.prepare_attn(a, 3, 6, None, for_capture=False)
+    b = w.builder
+    assert b.query_start_loc.tolist() == [0, 3, 4, 4, 4]  # padding requests are empty
+    assert b.seq_lens.tolist() == [a.seq_lens[0], a.seq_lens[1], 0, 0]
+    assert b.slot_mapping[:4].tolist() == a.slots and set(b.slot_mapping[4:].tolist()) == {-1}
+    assert md.seq_lens.data_ptr() == b.seq_lens.data_ptr()
+    assert w.buffers.lora_ids[:6].tolist() == a.lora_ids.tolist() + [0, 0]
+
+
+def test_builder_writes_a_buffer_rebound_on_its_own_where_it_now_is(mock):
+    w = _workload(mock)
+    b = w.builder
+    b.seq_lens = torch.full_like(b.seq_lens, 99)
+    layout = RequestLayout.of(Batch((2, 2)), salt=1)
+    md = w.prepare_attn(layout, 2, 4, None, for_capture=False)
+    assert md.seq_lens.tolist() == layout.seq_lens
+
+
+def test_eager_reference_is_remembered_and_handed_out_fresh(mock):
+    w = _workload(mock, seed=3)
+    w.step = 4
+    batch = Batch((2, 3))
+    first = w.eager_reference(batch)
+    first.add_(1.0)
+    again = w.eager_reference(batch)
+    harness._EAGER.clear()
+    model._memo.clear()
+    assert torch.equal(again, w.eager_reference(batch))
+    assert not torch.equal(first, again)
