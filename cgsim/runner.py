@@ -185,7 +185,7 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
             else:
                 workload.phase = "runtime"
                 handle.release()
-                workload.forget_graphs()
+                workload.forget_graphs(kept=_safe(handle.stored_graphs, ()))
                 trace.add(Release(step=i, captured_flag_after=handle.captured_flag(),
                                   graphs_after=len(handle.stored_graphs())))
                 subs.released(i)
@@ -318,7 +318,7 @@ class _SubRuns:
 
     def released(self, step: int) -> None:
         def record(sub, st, known) -> None:
-            sub.workload.forget_graphs()
+            sub.workload.forget_graphs(kept=_safe(sub.handle.stored_graphs, ()))
             st.add(Release(step=step, captured_flag_after=sub.handle.captured_flag(),
                            graphs_after=len(sub.handle.stored_graphs())))
 

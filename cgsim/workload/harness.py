@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -332,10 +332,14 @@ class Workload:
     def piecewise_record(self, key: tuple) -> GraphRecord | None:
         return self._pieces.get(key)
 
-    def forget_graphs(self) -> None:
-        """After a release: no piecewise graph and no graph record survives."""
+    def forget_graphs(self, kept: Iterable[BatchDescriptor] = ()) -> None:
+        """After a release: no piecewise graph and no graph record survives,
+        except the records of the FULL graphs the manager still stores (a
+        release that released nothing): a replay of one of those is still
+        that capture's graph, which RELEASE-RECAPTURE must be able to see."""
+        keep = set(kept)
         self.piecewise.clear()
-        self._graphs.clear()
+        self._graphs = {d: r for d, r in self._graphs.items() if d in keep}
         self._pieces.clear()
 
     @contextlib.contextmanager
