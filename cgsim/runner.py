@@ -118,6 +118,7 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
     snap = handle.candidates()
     trace.add(Candidates(phase="initial", capture_descs=snap.capture_descs, candidates=snap.candidates, step=-1))
     known = tuple(snap.capture_descs)
+    subs = _SubRuns(handle, trace, scenario)
 
     def swept(step: int, light: bool = False) -> bool:
         """Sweep; False when dispatch failed (the Error is recorded).  Before
@@ -126,8 +127,9 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
         if not sweep:
             return True
         workload.phase = "runtime"
+        subs.sweep(step, light)
         try:
-            _sweep(handle, scenario, trace, step, known, light)
+            _sweep(handle, scenario.config, scenario, trace, step, known, light)
         except (ScenarioTimeout, TargetEnvironmentError, KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # noqa: BLE001
@@ -159,6 +161,7 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
                     for desc in handle.stored_graphs():
                         trace.add(GraphStored(desc=desc, step=i))
                 trace.add(CaptureDone(step=i, ok=True, captured_flag=handle.captured_flag()))
+                subs.captured(i, first=not recomputed)
                 if not recomputed:
                     snap = handle.recomputed_candidates()
                     trace.add(Candidates(phase="recomputed", capture_descs=snap.capture_descs,
@@ -178,12 +181,14 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
                 trace.add(_replay_event(i, batch, desc, execution, workload, handle))
                 if execution.outputs is not None:
                     trace.outputs[i] = execution.outputs.detach().float().cpu()
+                subs.dispatched(i, batch)
             else:
                 workload.phase = "runtime"
                 handle.release()
-                workload.forget_graphs()
+                workload.forget_graphs(kept=_safe(handle.stored_graphs, ()))
                 trace.add(Release(step=i, captured_flag_after=handle.captured_flag(),
                                   graphs_after=len(handle.stored_graphs())))
+                subs.released(i)
                 if not swept(i, light=True):
                     return
         except (ScenarioTimeout, TargetEnvironmentError, KeyboardInterrupt, SystemExit):
@@ -222,16 +227,20 @@ def _plan(config: ManagerConfig, ruleset: str, known: tuple[BatchDescriptor, ...
     return sweep_plan(config, tuple(dict.fromkeys(spec + list(known))), seed=seed, light=light)
 
 
-def _sweep(handle: ManagerUnderTest, scenario: Scenario, trace: Trace, step: int,
+def _sweep(handle: ManagerUnderTest, config: ManagerConfig, scenario: Scenario, trace: Trace, step: int,
            known: tuple[BatchDescriptor, ...], light: bool) -> None:
-    plan = _plan(scenario.config, scenario.ruleset, known, scenario.seed, light)
+    plan = _plan(config, scenario.ruleset, known, scenario.seed, light)
     try:
         descs = handle.dispatch_all(plan.shapes)
+    except TargetEnvironmentError:
+        raise  # a broken environment, not a dispatch decision to judge
     except Exception:
         # Name the batch that broke dispatch: ask one at a time.
         for shape in plan.shapes:
             try:
                 handle.dispatch(shape)
+            except TargetEnvironmentError:
+                raise
             except Exception as exc:
                 raise _SweepFailed(shape, exc) from exc
         raise
@@ -244,6 +253,76 @@ def _sweep(handle: ManagerUnderTest, scenario: Scenario, trace: Trace, step: int
     decisions = tuple(interned.setdefault(d, d) for d in descs)
     trace.add(Sweep(step=step, captured_flag=handle.captured_flag(), batches=plan.shapes, descs=decisions,
                     coverage=plan.coverage, space=plan.space))
+
+
+class _SubRuns:
+    """The other managers a handle drives (``sub_managers()``, e.g. a draft
+    model's), recorded into their sub-traces the way the main one is.  A
+    sub-manager that fails is recorded (an Error in its sub-trace) and left
+    alone for the rest of the run; the main run goes on."""
+
+    def __init__(self, handle: ManagerUnderTest, trace: Trace, scenario: Scenario):
+        getter = getattr(handle, "sub_managers", None)
+        self.scenario = scenario
+        self.subs: dict[str, tuple] = {}
+        for name, sub in (getter() if getter is not None else {}).items():
+            st = trace.managers.get(name)
+            if st is None:  # its workload was not made with Workload.for_manager
+                continue
+            st.resolved_mode, st.uses_breakable = sub.handle.resolved_mode, sub.handle.uses_breakable
+            st.has_piecewise_runner = sub.handle.has_piecewise_runner
+            snap = sub.handle.candidates()
+            st.add(Candidates(phase="initial", capture_descs=snap.capture_descs, candidates=snap.candidates, step=-1))
+            self.subs[name] = (sub, st, tuple(snap.capture_descs))
+
+    def _each(self, step: int, phase: str, fn) -> None:
+        for name, (sub, st, known) in list(self.subs.items()):
+            try:
+                fn(sub, st, known)
+            except (ScenarioTimeout, TargetEnvironmentError, KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:  # noqa: BLE001
+                st.add(_error(step, phase, exc))
+                del self.subs[name]
+
+    def sweep(self, step: int, light: bool) -> None:
+        self._each(step, "dispatch", lambda sub, st, known: _sweep(sub.handle, sub.config, self.scenario, st, step,
+                                                                     known, light))
+
+    def captured(self, step: int, first: bool) -> None:
+        def record(sub, st, known) -> None:
+            sub.workload.current_desc = None
+            for desc in sub.handle.stored_graphs():
+                st.add(GraphStored(desc=desc, step=step))
+            st.add(CaptureDone(step=step, ok=True, captured_flag=sub.handle.captured_flag()))
+            if first:
+                snap = sub.handle.recomputed_candidates()
+                st.add(Candidates(phase="recomputed", capture_descs=snap.capture_descs, candidates=snap.candidates,
+                                  step=step))
+
+        self._each(step, "capture", record)
+
+    def dispatched(self, step: int, batch) -> None:
+        def serve(sub, st, known) -> None:
+            b = sub.batch_for(batch)
+            if b is None:
+                return
+            desc = sub.handle.dispatch(b)
+            if not isinstance(desc, BatchDescriptor):
+                raise _Corrupt(f"dispatch returned {desc!r}, not a batch descriptor")
+            st.add(Dispatch(step=step, batch=b, desc=desc, captured_flag=sub.handle.captured_flag()))
+            execution = sub.handle.execute(b, desc)
+            st.add(_replay_event(step, b, desc, execution, sub.workload, sub.handle))
+
+        self._each(step, "replay", serve)
+
+    def released(self, step: int) -> None:
+        def record(sub, st, known) -> None:
+            sub.workload.forget_graphs(kept=_safe(sub.handle.stored_graphs, ()))
+            st.add(Release(step=step, captured_flag_after=sub.handle.captured_flag(),
+                           graphs_after=len(sub.handle.stored_graphs())))
+
+        self._each(step, "release", record)
 
 
 def _safe(fn, default):

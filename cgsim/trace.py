@@ -17,6 +17,12 @@ Who records what (so a buggy target cannot hide it):
 - ``Sweep``: the runner, asking the manager to dispatch every batch the
   scheduler can produce (without running them) before the first capture and
   after every capture and release.
+
+Other managers the target drives beside the main one (the speculative-decoding
+draft model's prefill and decode managers) get a Trace of their own in
+``Trace.managers``, with the same events recorded the same way, and the
+config that manager works with (``Trace.config``): the properties judge each
+such sub-trace like the main one, under that config.
 - ``RankDispatch`` / ``GraphOutput``: the workload, from what an engine
   target reports that the events above cannot carry: every data-parallel
   rank's decision for a batch, and what a graph replay handed back.
@@ -283,6 +289,10 @@ class Trace:
     outputs: dict[int, Any] = field(default_factory=dict, repr=False)
     # Set when the target's own validation rejects the config: nothing to judge.
     unsupported: str | None = None
+    # Sub-traces of the other managers the target drives (name -> Trace), and,
+    # in a sub-trace, the config of its manager (ManagerConfig JSON).
+    managers: dict[str, "Trace"] = field(default_factory=dict)
+    config: dict | None = None
 
     def add(self, event: Event) -> None:
         self.events.append(event)
@@ -304,6 +314,8 @@ class Trace:
             "unsupported": self.unsupported,
             "events": [e.to_json() for e in self.events],
             "metadata": [asdict(m) for m in self.metadata.values()],
+            "config": self.config,
+            "managers": {name: t.to_json() for name, t in self.managers.items()},
         }
 
 

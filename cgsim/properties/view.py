@@ -28,7 +28,7 @@ from bisect import bisect_left
 from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, lora_case
 from cgsim.modes import RUNTIME_RANK, CUDAGraphMode, ModeResolutionError
 from cgsim.properties.registry import Violation
-from cgsim.scenario import Scenario
+from cgsim.scenario import Scenario, Step
 from cgsim.spec import expected_capture_descs, get_ruleset, resolved_mode
 from cgsim.spec.rulesets import Ruleset
 from cgsim.trace import (
@@ -246,7 +246,12 @@ class RunView:
     def __init__(self, scenario: Scenario, trace: Trace):
         self.scenario = scenario
         self.trace = trace
-        self.config: ManagerConfig = scenario.config
+        # The config as the ruleset's design sees it (rounded capture sizes,
+        # the adaptive-verification route); as given when the design refuses it.
+        try:
+            self.config: ManagerConfig = get_ruleset(scenario.ruleset).effective_config(scenario.config)
+        except ValueError:
+            self.config = scenario.config
 
     @cached_property
     def ruleset(self) -> Ruleset:
@@ -445,6 +450,28 @@ class RunView:
 
     def metadata(self, mid: int | None) -> MetadataRecord | None:
         return None if mid is None else self.trace.metadata.get(mid)
+
+    def manager_views(self) -> dict[str, "RunView"]:
+        """A view of each other manager's sub-trace (a draft model's prefill
+        and decode managers), under that manager's config: the same steps,
+        each dispatch step with the batch that manager was asked about."""
+        out: dict[str, RunView] = {}
+        for name, sub in self.trace.managers.items():
+            if sub.config is None:
+                continue
+            asked = {e.step: e.batch for e in sub.of(Dispatch)}
+            steps = tuple(s if s.kind != "dispatch" else Step.dispatch(asked.get(i, _NOT_ASKED))
+                          for i, s in enumerate(self.scenario.steps))
+            # A speculative-decoding draft model's managers ("draft-*") follow the
+            # ruleset's draft rules.
+            rs = self.ruleset.for_draft() if name.startswith("draft-") else self.ruleset
+            scenario = Scenario(ManagerConfig.from_json(sub.config), steps, ruleset=rs, seed=self.scenario.seed)
+            out[name] = RunView(scenario, sub)
+        return out
+
+
+# A dispatch step a sub-manager was not asked about (no Dispatch event there).
+_NOT_ASKED = Batch((1,))
 
 
 # -- message helpers ---------------------------------------------------------------

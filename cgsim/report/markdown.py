@@ -32,6 +32,40 @@ def _scenario_label(status: str | None) -> str:
     }.get(status or "", "Scenario (not shrunk)")
 
 
+def _cut(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _target_coverage(tc: dict | None) -> list[str]:
+    """Which lines of the target's own CUDA-graph code the campaign executed."""
+    if tc is None:
+        return []
+    out = ["", "## Target code coverage", ""]
+    if tc.get("note"):
+        out += [tc["note"], ""]
+    files = tc.get("files") or []
+    if files:
+        total = tc.get("total", {})
+        out.append(f"{tc.get('tool', 'coverage')}: {total.get('executed', 0)} of {total.get('statements', 0)} statements "
+                   f"executed ({total.get('percent', 0)}%) in the target's CUDA-graph modules.")
+        out.append("")
+        out += _table(["module", "statements", "executed", "%", "never executed (lines)"],
+                      [[f"`{f['path']}`", f.get("statements", "-"), f.get("executed", "-"), f.get("percent", "-"),
+                        _cut(f.get("missing") or f.get("error") or "")] for f in files])
+    diff = tc.get("diff")
+    if diff:
+        out += ["", f"Changed lines against {diff.get('base') or '?'} ({diff.get('how') or diff.get('note', '')}):", ""]
+        if diff.get("files"):
+            out += _table(["module", "changed lines", "changed statements", "never ran"],
+                          [[f"`{f['path']}`", f["changed_lines"], f["changed_statements"], _cut(f["never_ran"] or "-")]
+                           for f in diff["files"]])
+        elif diff.get("note"):
+            out.append(diff["note"])
+        else:
+            out.append("No changed lines in these modules.")
+    return out
+
+
 def render_markdown(summary: dict) -> str:
     s = summary.get("settings", {})
     findings = summary.get("findings", [])
@@ -112,6 +146,7 @@ def render_markdown(summary: dict) -> str:
         ["dimension", "exercised"],
         [[k.replace("_", " "), _counts(v)] for k, v in cov.items()],
     )
+    lines += _target_coverage(summary.get("target_coverage"))
     workers = summary.get("workers", [])
     if workers:
         lines += ["", "## Workers", ""]

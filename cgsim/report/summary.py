@@ -96,7 +96,8 @@ def timeline(findings: Iterable[Finding], workers: Iterable[dict], started_unix:
 def build_summary(*, run_id: str, settings: dict, findings: Iterable[Finding], stats: Iterable[dict] = (),
                   workers: Iterable[dict] = (), complete: bool = False, interrupted: str | None = None,
                   started_at: str | None = None, finished_at: str | None = None, elapsed_s: float = 0.0,
-                  notes: Iterable[str] = (), inflight: Iterable[dict] = (), started_unix: float | None = None) -> dict:
+                  notes: Iterable[str] = (), inflight: Iterable[dict] = (), started_unix: float | None = None,
+                  target_coverage: dict | None = None) -> dict:
     findings = list(findings)
     workers = list(workers)
     scenarios, checks, failures, coverage = totals(stats)
@@ -134,6 +135,8 @@ def build_summary(*, run_id: str, settings: dict, findings: Iterable[Finding], s
         "timeline": timeline(findings, workers, started_unix, elapsed_s),
         "inflight": list(inflight),
         "notes": list(notes),
+        # Which of the target's own code the campaign executed (targets that measure it).
+        "target_coverage": target_coverage,
     }
 
 

@@ -74,8 +74,12 @@ def _ubatch_twin(desc: BatchDescriptor, config: ManagerConfig) -> BatchDescripto
 
 
 def expected_capture_descs(config: ManagerConfig, ruleset: "Ruleset | str") -> dict[CUDAGraphMode, tuple[BatchDescriptor, ...]]:
-    """Descriptors captured per runtime mode, each list largest first."""
+    """Descriptors captured per runtime mode, each list largest first.
+    ``config`` as given or as the ruleset's design sees it (its effective
+    config: rounded capture sizes, the adaptive-verification route); raises
+    RulesetRejects (a ValueError) for a config the design refuses."""
     rs = get_ruleset(ruleset)
+    config = rs.effective_config(config)
     mode = resolved_mode(config)
     if mode == N:
         return {}
@@ -162,6 +166,7 @@ def expected_candidate_tiers(
     PIECEWISE, each by increasing size.  Dispatch tries the tiers in order;
     inside a tier the order is an implementation detail (same num_tokens)."""
     rs = get_ruleset(ruleset)
+    config = rs.effective_config(config)
     descs = expected_capture_descs(config, rs)
     if not descs:
         return {}

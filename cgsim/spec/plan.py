@@ -39,19 +39,20 @@ def uses_breakable(config: ManagerConfig) -> bool:
     return config.breakable and resolved_mode(config).has_piecewise()
 
 
-def skip_attn_for(desc: BatchDescriptor, config: ManagerConfig, ruleset: "Ruleset | str") -> bool:
+def skip_attn_for(desc: BatchDescriptor, config: ManagerConfig, ruleset: "Ruleset | str", warmup: bool = False) -> bool:
     rs = get_ruleset(ruleset)
-    return rs.skip_attn(desc.cg_mode == CUDAGraphMode.PIECEWISE, uses_breakable(config))
+    return rs.skip_attn(desc.cg_mode == CUDAGraphMode.PIECEWISE, uses_breakable(rs.effective_config(config)), warmup)
 
 
 def expected_capture_plan(config: ManagerConfig, ruleset: "Ruleset | str") -> tuple[PlanStep, ...]:
     rs = get_ruleset(ruleset)
+    config = rs.effective_config(config)
     breakable = uses_breakable(config)
     steps: list[PlanStep] = []
     for desc in expected_capture_order(config, rs):
         skip = skip_attn_for(desc, config, rs)
         steps.append(PlanStep(CREATE, desc, warmup=True))
-        steps.append(PlanStep(FORWARD, desc, mode=CUDAGraphMode.NONE, skip_attn=skip))
+        steps.append(PlanStep(FORWARD, desc, mode=CUDAGraphMode.NONE, skip_attn=skip_attn_for(desc, config, rs, True)))
         if desc.cg_mode == CUDAGraphMode.PIECEWISE and not breakable:
             # Same inputs as the warmup; attention runs eagerly between pieces.
             steps.append(PlanStep(FORWARD, desc, mode=CUDAGraphMode.PIECEWISE, skip_attn=skip))

@@ -27,12 +27,25 @@ The recording contract (checked for every registered target by
    ``build`` (not judged); a broken environment raises
    ``TargetEnvironmentError`` from ``check_environment`` (exit 2, never a
    finding).
+
+A handle may drive other managers beside the main one (a draft model's):
+its optional ``sub_managers()`` returns ``{name: SubManager}``; the runner
+records each one's candidates, stored graphs, captures, sweeps, dispatches and
+replays into ``trace.managers[name]`` (the sub-trace its workload, made with
+``Workload.for_manager``, records into).  Their capture happens inside the
+main ``capture()`` and their release inside ``release()``, as in the engine.
+
+Optional hooks (looked up with ``getattr``; a target without them works):
+``classify(finding) -> dict`` (what a campaign writes into a finding's extra:
+which documented defect of the code under test it is) and ``self_check()``
+(a fixed set of scenarios with known outcomes, run before a campaign and by
+``python -m fuzz doctor``; raises TargetEnvironmentError naming what drifted).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
@@ -51,6 +64,7 @@ __all__ = [
     "TargetUnsupported",
     "UnknownTarget",
     "CAPABILITIES",
+    "SubManager",
 ]
 
 # What a target can declare it supports (``Target.capabilities``).
@@ -91,6 +105,18 @@ class Execution:
     runtime_metadata: int | None  # metadata prepared for this batch
     # The graph that ran: its descriptor ("full") or piecewise key ("piecewise"); None for eager.
     graph_key: Any = None
+
+
+@dataclass(frozen=True)
+class SubManager:
+    """Another manager a handle drives (see the module docstring)."""
+
+    handle: Any  # a ManagerUnderTest (capture and release happen through the main handle)
+    workload: Any  # the Workload made with Workload.for_manager for it
+    config: ManagerConfig  # the config that manager works with
+    # The batch that manager is asked about when the main one serves ``batch``
+    # (None: it is not asked, e.g. no draft decode step for one speculative token).
+    batch_for: Callable[[Batch], Batch | None]
 
 
 @dataclass(frozen=True)

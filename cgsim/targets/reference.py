@@ -20,8 +20,8 @@ from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, compatible, lo
 from cgsim.modes import CUDAGraphMode, resolve_mode
 from cgsim.spec.candidates import drop_unscheduled_decode
 from cgsim.spec.engine_configs import vllm_capture_sizes
-from cgsim.spec.rulesets import Ruleset
-from cgsim.targets.base import CandidateSnapshot, Execution
+from cgsim.spec.rulesets import Ruleset, RulesetRejects
+from cgsim.targets.base import CandidateSnapshot, Execution, TargetUnsupported
 from cgsim.targets.registry import TargetFamily
 from cgsim.workload.context import set_forward_context
 
@@ -36,6 +36,10 @@ class CudaGraphManager:
     """Candidate init, the capture loop, dispatch and FULL replay."""
 
     def __init__(self, config: ManagerConfig, ruleset: Ruleset, backend):
+        # The design's view of the config: what the runner asks mode resolution
+        # for (adaptive verification's decode route) and the capture sizes
+        # after rounding (RulesetRejects: the design refuses the config).
+        config = ruleset.effective_config(config)
         self.config = config
         self.ruleset = ruleset
         self.backend = backend
@@ -241,8 +245,8 @@ class ModelCudaGraphManager(CudaGraphManager):
         super().__init__(config, ruleset, backend)
         workload.graph_pool = self.pool
 
-    def skip_attn(self, desc: BatchDescriptor) -> bool:
-        return self.ruleset.skip_attn(desc.cg_mode == P, self.use_breakable_cg)
+    def skip_attn(self, desc: BatchDescriptor, warmup: bool = False) -> bool:
+        return self.ruleset.skip_attn(desc.cg_mode == P, self.use_breakable_cg, warmup)
 
     def capture_num_reqs(self, desc: BatchDescriptor) -> int:
         return desc.num_reqs or min(desc.num_tokens, self.max_num_reqs)
@@ -258,7 +262,9 @@ class ModelCudaGraphManager(CudaGraphManager):
             num_reqs = self.capture_num_reqs(desc)
             layout = w.prepare_dummy_inputs(num_reqs, num_tokens, desc.num_active_loras)
             md = None
-            if not self.skip_attn(desc):
+            # Where the design skips attention only in the PIECEWISE pass, the
+            # warmup still builds metadata.
+            if not self.skip_attn(desc, warmup=True):
                 full = desc.cg_mode == F
                 max_q = desc.max_query_len or desc.uniform_token_count
                 if max_q is None:
@@ -269,7 +275,8 @@ class ModelCudaGraphManager(CudaGraphManager):
 
             def forward_fn(cg_mode: CUDAGraphMode) -> None:
                 key = self.piecewise_key(num_tokens, desc.num_active_loras) if cg_mode == P else None
-                with set_forward_context(md, num_tokens, cg_mode, key, desc.num_active_loras):
+                attn = None if cg_mode == P and self.skip_attn(desc) else md
+                with set_forward_context(attn, num_tokens, cg_mode, key, desc.num_active_loras):
                     out = w.model_forward()
                 if cg_mode == P:
                     return
@@ -387,7 +394,10 @@ class ReferenceTarget:
         return vllm_capture_sizes(max_num_seqs, decode_query_len, spec_schedule)
 
     def build(self, config: ManagerConfig, ruleset: Ruleset, backend, workload) -> ManagerHandle:
-        return ManagerHandle(self.manager_class(config, ruleset, backend, workload))
+        try:
+            return ManagerHandle(self.manager_class(config, ruleset, backend, workload))
+        except RulesetRejects as exc:
+            raise TargetUnsupported(str(exc)) from None
 
 
 FAMILY = TargetFamily("reference", "cgsim's reference CUDA-graph manager (the spec written as a careful engineer would)",

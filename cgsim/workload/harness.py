@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -259,6 +259,21 @@ class Workload:
         self.graph_pool = None  # set by the target to its manager's pool
         self._reference = None
 
+    def for_manager(self, name: str, config: ManagerConfig, share_metadata: bool = False) -> "Workload":
+        """The workload of another manager the target drives (a draft model's):
+        its own model and input buffers, recording into the sub-trace
+        ``trace.managers[name]``; phase and step follow this workload's.
+        ``share_metadata``: its attention metadata comes from this workload's
+        builder and buffers (a draft prefill reuses the target's metadata),
+        and both traces hold the same metadata records."""
+        sub = Trace(self._trace.target, self._trace.backend, config=config.to_json())
+        self._trace.managers[name] = sub
+        child = _ManagerWorkload(self, config, sub, name)
+        if share_metadata:
+            child.attention, child.builder = self.attention, self.builder
+            sub.metadata = self._trace.metadata
+        return child
+
     # -- recording ----------------------------------------------------------------
     def _record_metadata(self, record: MetadataRecord) -> None:
         self._trace.metadata[record.id] = record
@@ -323,10 +338,14 @@ class Workload:
     def piecewise_record(self, key: tuple) -> GraphRecord | None:
         return self._pieces.get(key)
 
-    def forget_graphs(self) -> None:
-        """After a release: no piecewise graph and no graph record survives."""
+    def forget_graphs(self, kept: Iterable[BatchDescriptor] = ()) -> None:
+        """After a release: no piecewise graph and no graph record survives,
+        except the records of the FULL graphs the manager still stores (a
+        release that released nothing): a replay of one of those is still
+        that capture's graph, which RELEASE-RECAPTURE must be able to see."""
+        keep = set(kept)
         self.piecewise.clear()
-        self._graphs.clear()
+        self._graphs = {d: r for d, r in self._graphs.items() if d in keep}
         self._pieces.clear()
 
     @contextlib.contextmanager
@@ -439,3 +458,30 @@ class Workload:
         md = ref.prepare_attn(layout, batch.num_reqs, batch.num_tokens, None, for_capture=False)
         with set_forward_context(md, batch.num_tokens, CUDAGraphMode.NONE, lora_case=batch.num_active_loras):
             return ref.model.run_stages(get_forward_context()).clone()
+
+
+class _ManagerWorkload(Workload):
+    """Workload.for_manager: the runner sets phase and step on the main
+    workload only; a sub-manager's forwards carry the main one's."""
+
+    def __init__(self, parent: Workload, config: ManagerConfig, trace: Trace, name: str):
+        self._parent = parent
+        # A draft model is a model of its own: another seed.
+        super().__init__(config, parent.backend, trace, parent.seed * 7919 + len(name),
+                         parent.max_tokens, parent.builder.max_num_reqs)
+
+    @property
+    def phase(self) -> str:  # type: ignore[override]
+        return self._parent.phase
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        pass  # the main workload's phase is the run's
+
+    @property
+    def step(self) -> int:  # type: ignore[override]
+        return self._parent.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        pass

@@ -37,7 +37,9 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
                       spec_schedule=((1, 2, 2), (3, 4, 1))),
         (C, D(2, 2, 2)), ruleset="vllm-0.32")),
     # 1b. the same with K=4, schedule k in {4, 2}: no scheduled k = K-1, so the draft
-    #     decode manager of 0.28-0.31 (finding 3) does not divide by zero first
+    #     decode manager of 0.25-0.31 (finding 3) does not divide by zero while it is
+    #     built; its capture still asserts there (k=2: draft length -1), so 1b shows
+    #     from 0.32 on
     "dynsd-dispatch-priority-k4": ("DISPATCH-PRIORITY", Scenario(
         ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 10, 16), max_num_reqs=4, decode_query_len=5,
                       spec_schedule=((1, 2, 4), (3, 4, 2))),
@@ -79,6 +81,11 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "release-recapture": ("RELEASE-RECAPTURE", Scenario(
         ManagerConfig(mode="FULL", capture_sizes=(1, 2, 4), max_num_reqs=4),
         (C, D(1), R, C, D(1)), ruleset="vllm-0.32")),
+    # 14. 0.21-0.22: the draft prefill manager is handed the one attention state the target
+    #     captured with, and warms up and captures each FULL graph with it
+    "draft-prefill-warmup-metadata": ("FRESH-METADATA", Scenario(
+        ManagerConfig(mode="FULL", capture_sizes=(2,), max_num_reqs=1, decode_query_len=2),
+        (C, D(2)), ruleset="vllm-0.21")),
     # 8. DBO twin of a mixed FULL descriptor: FULL(16, r1) -> twin uniform 16
     "dbo-twin-capture-useful": ("CAPTURE-USEFUL", Scenario(
         ManagerConfig(mode="FULL", capture_sizes=(16,), max_num_reqs=1, num_ubatches=2, ubatch_threshold=2),
@@ -88,7 +95,7 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
 
 def adopt(path: str, write: bool) -> None:
     """A fuzzer finding, judged again under ruleset vllm-0.32 (the design every
-    release 0.28-0.32 follows); saved here only if it still reproduces."""
+    release 0.27-0.33 follows); saved here only if it still reproduces."""
     import json  # noqa: PLC0415
 
     f = json.load(open(path, encoding="utf-8"))

@@ -99,6 +99,32 @@ def _make_run_dir(report_dir: str) -> tuple[str, str]:
     return run_id, run_dir
 
 
+class _TargetCoverage:
+    """The target's own coverage (optional hooks coverage_start / coverage_report):
+    workers measure into the run's .work/target-coverage, the final report says
+    what they executed."""
+
+    def __init__(self, o: CampaignOptions, run_dir: str):
+        from cgsim.targets import get_target
+
+        self.o, self.target = o, get_target(o.target)
+        self.dir = os.path.join(run_dir, ".work", "target-coverage")
+        start = getattr(self.target, "coverage_start", None)
+        self.enabled = start is not None
+        if self.enabled:
+            start(self.dir)
+
+    def section(self, final: bool) -> dict | None:
+        if not self.enabled:
+            return None
+        if not final:
+            return {"note": "computed when the campaign ends"}
+        try:
+            return self.target.coverage_report(self.dir, self.o.diff_base)
+        except Exception as exc:  # noqa: BLE001 - a report section must not lose the report
+            return {"note": f"could not compute the target's coverage: {type(exc).__name__}: {exc}"}
+
+
 def hold_run_lock(run_dir: str) -> int:
     """Lock ``.work/campaign.lock`` for the life of this process (and of the
     workers it forks, which inherit the lock): ``fuzz report`` refuses to
@@ -151,6 +177,7 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
     replay = saved.entries() if saved is not None else ()
     run_id, run_dir = _make_run_dir(o.report_dir)
     lock_fd = hold_run_lock(run_dir)
+    coverage = _TargetCoverage(o, run_dir)
     started_wall = time.time()
     started_at = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     sup = _executor(o)(o, run_id, run_dir, started_wall + o.budget_s, pipeline, strategy, replay=replay)
@@ -179,6 +206,7 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
             started_at=started_at, started_unix=sup.started,
             finished_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds") if final else None,
             elapsed_s=time.time() - started_wall, notes=notes, inflight=[] if final else sup.inflight(),
+            target_coverage=coverage.section(final),
         )
         try:
             summary = write_report(run_dir, summary)

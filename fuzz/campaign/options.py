@@ -65,6 +65,10 @@ class CampaignOptions:
     start_method: str | None = None  # default: fork for mock, spawn for cuda
     quiet: bool = False
     command: str = ""
+    # A vLLM source tree laid over the installed vLLM (CGSIM_VLLM_SOURCE in
+    # every worker), and the git ref its changed lines are compared against.
+    vllm_source: str | None = None
+    diff_base: str | None = None
     ray: str | None = None  # None: worker processes here; else a Ray address, "auto" or "local" (ray_executor)
     workers_from_cluster: bool = False  # with ray: one worker per GPU (cuda) or CPU of the cluster (--ray without --workers)
     example_db: str | None = None  # a directory or redis:// URL of saved failures (example_db); None: no database
@@ -134,9 +138,16 @@ def validate(o: CampaignOptions) -> CampaignOptions:
     changes: dict[str, Any] = {}
     if o.ruleset is not None:
         _one_line(get_ruleset, o.ruleset)
+    if o.vllm_source is not None:
+        # Before anything imports vLLM; spawned workers inherit the environment.
+        changes["vllm_source"] = os.environ["CGSIM_VLLM_SOURCE"] = os.path.abspath(o.vllm_source)
     target = _one_line(get_target, o.target)
     try:
         target.check_environment()
+        # The target adapter's self-check (optional hook): drift is exit 2, never a finding.
+        self_check = getattr(target, "self_check", None)
+        if self_check is not None:
+            self_check()
     except TargetEnvironmentError as exc:
         raise UsageError(first_line(exc)) from None
     if o.ray is None or o.backend != "cuda":

@@ -255,11 +255,17 @@ class Worker:
 
     def _record(self, finding: Finding, status: str, extra: dict | None = None) -> Finding:
         spec, o = self.spec, self.o
+        # The target says which documented defect of the code under test this
+        # is (optional hook; e.g. vLLM's known defects), recorded with it.
+        from cgsim.targets import get_target
+
+        classify = getattr(get_target(o.target), "classify", None)
+        labels = classify(finding) if classify is not None else {}
         finding = finding.with_(
             status=status, run_id=spec.run_id, worker=spec.index, seed=self._chunk_seed,
             elapsed_s=time.time() - self.started,
             extra={"timeout_s": o.timeout_s, "incarnation": spec.incarnation, "recorded_at": round(time.time(), 3),
-                   **dict(o.environment), **(extra or {})},
+                   **dict(o.environment), **labels, **(extra or {})},
         )
         try:
             done = self.store.put(finding)

@@ -1,0 +1,63 @@
+"""``python -m fuzz doctor``: the vLLM adapter's self-check passes on the
+vLLM here (every supported release, and a source tree laid over one), and
+fails with one clear line when the adapter drifts from vLLM.
+
+Needs vLLM (the ``vllm-0.NN`` tox envs); skipped with the reason elsewhere,
+unless CGSIM_REQUIRE_VLLM=1 says vLLM must be there.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+if os.environ.get("CGSIM_REQUIRE_VLLM", "") in ("", "0"):
+    try:  # the one allowed skip: vLLM is not importable in this interpreter
+        from cgsim.targets.vllm_compat import require_vllm as _require
+
+        _require()
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"vLLM is not importable here ({type(exc).__name__}: {exc})", allow_module_level=True)
+
+import cgsim.targets.vllm as adapter  # noqa: E402
+from cgsim.targets.vllm_compat import require_vllm  # noqa: E402
+from cgsim.targets.vllm_doctor import DoctorFailed, doctor_line, run_doctor, self_check  # noqa: E402
+from fuzz.cli import main  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+
+
+def test_the_doctor_passes_on_this_vllm(capsys):
+    checks = run_doctor()
+    failed = [c for c in checks if not c.ok]
+    assert not failed, failed
+    names = {c.name for c in checks}
+    assert {"full-and-piecewise", "compiled-piecewise", "full", "speculative-decoding"} <= names
+    assert "release-recapture-e178b48079" in names  # the documented findings were replayed
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert f"vLLM {require_vllm().version}" in out and "0 failed" in out
+
+
+def test_a_drifted_adapter_fails_the_doctor_in_one_line(monkeypatch, capsys):
+    # Drift: the adapter forgets to pass the uniform count, the way it would
+    # if vLLM renamed dispatch's argument and the adapter dropped it.
+    original = adapter.VllmManagerHandle._dispatch
+
+    def drifted(self, batch):
+        desc = original(self, batch)
+        return desc if desc.uniform_token_count is None else adapter.BatchDescriptor(
+            adapter.N, batch.num_tokens, batch.num_reqs, num_active_loras=desc.num_active_loras,
+            num_ubatches=batch.num_ubatches)
+
+    monkeypatch.setattr(adapter.VllmManagerHandle, "_dispatch", drifted)
+    checks = run_doctor()
+    line = doctor_line(require_vllm(), checks)
+    assert line is not None and "\n" not in line
+    assert "self-check failed" in line and "DISPATCH" in line
+    with pytest.raises(DoctorFailed):
+        self_check()
+    assert main(["doctor"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: the vLLM adapter's self-check failed")
