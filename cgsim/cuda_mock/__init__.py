@@ -36,7 +36,14 @@ What a CPU mock cannot show, and this one does not pretend to:
   from other threads during a capture is neither captured nor rejected;
 * lazy library initialisation during capture (cuBLAS/cuDNN handles, workspace
   allocation, Triton autotuning) that fails only on a first call inside a
-  capture;
+  capture; a stream's first matmul inside a capture also puts its cuBLAS
+  workspaces (32 MiB + 1 MiB on an H200) into the graph pool, where they keep
+  the pool alive for good;
+* the pinned-host allocator's graph pools: on torch 2.11 (H200) a pool id whose
+  graphs are all gone stays registered there even after torch.cuda.empty_cache
+  erased it on the device, so a capture into the same id trips
+  CachingHostAllocator's use_count > 0 assertion; here such a capture works once
+  the device side is free and emptied;
 * kernels that bypass PyTorch's dispatcher (custom CUDA extensions called
   directly, Triton kernels, DLPack): the mock sees and records only aten ops;
 * the caching allocator's exact choices: block sizes are rounded to 512 bytes
