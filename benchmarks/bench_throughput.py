@@ -56,7 +56,13 @@ def _child(mode: str, max_size: int, examples: int, path: str) -> dict:
     import torch
     from hypothesis import Phase, given, settings
 
-    import cgsim.profiles  # noqa: F401  (registers dev / ci / nightly)
+    # Registers dev / ci / nightly: cgsim.profiles, or fuzz/profiles.py in older
+    # trees (checked on disk: an editable install of another tree would
+    # otherwise fill in the missing module from there).
+    if os.path.exists(os.path.join("cgsim", "profiles.py")):
+        import cgsim.profiles  # noqa: F401
+    else:
+        import fuzz.profiles  # noqa: F401
     from cgsim.properties import check_scenario
     from cgsim.runner import run_scenario
     from cgsim.scenario import Scenario
