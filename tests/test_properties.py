@@ -1097,3 +1097,28 @@ def test_dispatch_stable_compares_a_dispatch_with_the_sweep_after_its_capture():
                     trace.has_piecewise_runner, events, trace.metadata)
     stable = [v for v in check_scenario(sc, changed).violations if v.property == "DISPATCH-STABLE"]
     assert stable and "in the dispatch sweep after the capture at step 0" in stable[0].message
+
+
+def test_dispatch_stable_tells_prefill_splits_by_their_longest_request():
+    # vLLM 0.20-0.27 pass every batch's longest request to their uniform count,
+    # so [2, 2] + prefill and [3, 1] + prefill are different questions there:
+    # a sweep answer for the one says nothing about the other.
+    from dataclasses import replace as _replace
+
+    from cgsim.runner import run_scenario
+    from cgsim.trace import Sweep
+
+    sc = scenario(BASE, cap(), Step.dispatch(Batch((2, 2), has_prefill=True)))
+    trace = run_scenario(sc)
+    shape = sc.steps[1].batch.shape
+    events = []
+    for e in trace.events:
+        if isinstance(e, Sweep) and e.step == 0:
+            step_desc = next(x.desc for x in trace.events if isinstance(x, Dispatch) and x.step == 1)
+            other = next(d for d in e.descs if d != step_desc)
+            split = _replace(shape, max_query_len=3)
+            e = _replace(e, batches=e.batches + (split,), descs=e.descs + (other,))
+        events.append(e)
+    changed = Trace(trace.target, trace.backend, trace.resolved_mode, trace.uses_breakable,
+                    trace.has_piecewise_runner, events, trace.metadata)
+    assert "DISPATCH-STABLE" not in ids(check_scenario(sc, changed).violations)

@@ -347,9 +347,11 @@ def _has_swept_dispatch(run: RunView) -> bool:
 
 
 def _question(b) -> tuple:
-    """What dispatch sees of a batch: no max_query_len with a prefill, so any
-    split of the same counts is the same question."""
-    return (b.num_reqs, b.num_tokens, b.decode_max_query_len, b.uniform_token_count, b.has_prefill,
+    """What any runner may pass dispatch about a batch.  The longest request
+    counts with a prefill too: vLLM 0.20-0.27's get_uniform_token_count reads
+    it for every batch (a uniform prefill then asks for a decode graph), so two
+    splits of the same counts can be different questions there."""
+    return (b.num_reqs, b.num_tokens, b.max_query_len, b.uniform_token_count, b.has_prefill,
             b.num_active_loras, b.num_ubatches)
 
 
