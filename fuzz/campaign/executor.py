@@ -73,24 +73,33 @@ class Executor(Protocol):
 class ExecutorCommon:
     """The parts of an executor that do not depend on where workers run.
 
-    A subclass sets ``o``, ``run_id``, ``run_dir``, ``started``, ``slots``
-    (each with ``index``, ``incarnation``, ``stats``, ``found`` and ``row()``),
-    ``notes``, ``stop_reason``, ``store_errors``, ``unwritten``, ``stop_event``
-    (anything with ``set()``) and ``on_finding``, and defines
+    ``__init__`` sets what every executor keeps about its campaign; a subclass
+    adds ``slots`` (each with ``index``, ``incarnation``, ``stats``, ``found``
+    and ``row()``) and ``stop_event`` (anything with ``set()``), and defines
     ``kill_workers()``.
     """
 
-    o: Any
-    run_id: str
-    run_dir: str
-    started: float
     slots: list
-    notes: list[str]
-    stop_reason: str | None
-    store_errors: list[str]
-    unwritten: list[Finding]
     stop_event: Any
-    on_finding: Callable[[], None] | None
+
+    def __init__(self, options: Any, run_id: str, run_dir: str, deadline: float, pipeline: Any,
+                 strategy: Callable[[str | None, str | None], Any], on_finding: Callable[[], None] | None,
+                 replay: tuple) -> None:
+        self.o = options
+        self.run_id = run_id
+        self.run_dir = run_dir
+        self.deadline = deadline
+        self.hard_deadline = deadline + options.shrink_grace + (options.timeout_s or 0) + 10.0
+        self.pipeline = pipeline
+        self.strategy = strategy
+        self.on_finding = on_finding
+        self.replay = replay  # failures saved by earlier campaigns, replayed first (example_db)
+        self.notes: list[str] = []
+        self.stop_reason: str | None = None
+        self.store_errors: list[str] = []  # why findings could not be written (a full disk)
+        self.unwritten: list[Finding] = []  # findings that never reached the disk
+        self.cut_short = False
+        self.started = time.time()
 
     # -- what the report reads -----------------------------------------------------
     def stats(self) -> list[dict]:

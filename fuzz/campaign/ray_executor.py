@@ -43,7 +43,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from cgsim.finding import Finding
 from cgsim.observe import Pipeline
 from cgsim.properties.harness import NO_CRASH, NO_HANG
 from cgsim.text import first_line
@@ -149,22 +148,8 @@ class RayExecutor(ExecutorCommon):
         from fuzz.campaign.ray_actors import FindingsSinkActor
 
         self._ray = ray
-        self.o = options
+        super().__init__(options, run_id, run_dir, deadline, pipeline, strategy, on_finding, replay)
         self.cluster: Cluster = options.cluster
-        self.run_id = run_id
-        self.run_dir = run_dir
-        self.deadline = deadline
-        self.hard_deadline = deadline + options.shrink_grace + (options.timeout_s or 0) + 10.0
-        self.pipeline = pipeline
-        self.strategy = strategy
-        self.on_finding = on_finding
-        self.replay = replay
-        self.notes: list[str] = []
-        self.stop_reason: str | None = None
-        self.store_errors: list[str] = []
-        self.unwritten: list[Finding] = []
-        self.cut_short = False
-        self.started = time.time()
         # Set from signal handlers too, where no Ray call may be made: poll()
         # and shutdown() pass it on.
         self.stop_event = threading.Event()

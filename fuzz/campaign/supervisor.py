@@ -30,7 +30,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from cgsim.finding import Finding
 from cgsim.observe import Pipeline
 from cgsim.properties.harness import NO_CRASH, NO_HANG
 from cgsim.scenario import Scenario, ScenarioError
@@ -82,21 +81,7 @@ class Supervisor(ExecutorCommon):
     def __init__(self, options: CampaignOptions, run_id: str, run_dir: str, deadline: float,
                  pipeline: Pipeline, strategy: Callable[[str | None, str | None], Any] = default_strategy,
                  on_finding: Callable[[], None] | None = None, replay: tuple = ()):
-        self.o = options
-        self.run_id = run_id
-        self.run_dir = run_dir
-        self.deadline = deadline
-        self.hard_deadline = deadline + options.shrink_grace + (options.timeout_s or 0) + 10.0
-        self.pipeline = pipeline
-        self.strategy = strategy
-        self.on_finding = on_finding
-        self.replay = replay  # failures saved by earlier campaigns, replayed first (example_db)
-        self.notes: list[str] = []
-        self.stop_reason: str | None = None
-        self.store_errors: list[str] = []  # why findings could not be written (a full disk)
-        self.unwritten: list[Finding] = []  # findings that never reached the disk
-        self.cut_short = False
-        self.started = time.time()
+        super().__init__(options, run_id, run_dir, deadline, pipeline, strategy, on_finding, replay)
         self.ctx = multiprocessing.get_context(options.method)
         self.queue = self.ctx.Queue()
         self.stop_event = self.ctx.Event()
