@@ -9,8 +9,10 @@ What it reproduces (every row of the SPEC §5 fidelity table): capture runs no
 computation; replay re-runs what was recorded against the captured memory (static
 inputs and in-place updates read live, Python scalars frozen, rebound names
 stale, outputs in the same memory every replay, views alias as in eager); graph
-memory pools, shared pools and the overwrite hazard when a later capture takes a
-block an earlier graph still writes; the two classes of illegal operation with
+memory pools, shared pools, a pool's lifetime once its graphs are gone (the
+device allocator's and, from torch 2.11, the pinned-host allocator's, which
+only torch.accelerator.empty_host_cache erases), and the overwrite hazard
+when a later capture takes a block an earlier graph still writes; the two classes of illegal operation with
 the real exception types and messages (synchronising / data-dependent ops
 invalidate the capture; pageable host copies raise and leave it valid); random
 ops drawing new numbers at each replay; the reset / double capture / replay
@@ -39,11 +41,6 @@ What a CPU mock cannot show, and this one does not pretend to:
   capture; a stream's first matmul inside a capture also puts its cuBLAS
   workspaces (32 MiB + 1 MiB on an H200) into the graph pool, where they keep
   the pool alive for good;
-* the pinned-host allocator's graph pools: on torch 2.11 (H200) a pool id whose
-  graphs are all gone stays registered there even after torch.cuda.empty_cache
-  erased it on the device, so a capture into the same id trips
-  CachingHostAllocator's use_count > 0 assertion; here such a capture works once
-  the device side is free and emptied;
 * kernels that bypass PyTorch's dispatcher (custom CUDA extensions called
   directly, Triton kernels, DLPack): the mock sees and records only aten ops;
 * the caching allocator's exact choices: block sizes are rounded to 512 bytes
@@ -80,6 +77,7 @@ from ._runtime import (
     default_stream,
     device_count,
     empty_cache,
+    empty_host_cache,
     is_available,
     set_device,
     stream,
@@ -103,6 +101,7 @@ __all__ = [
     "default_stream",
     "stream",
     "empty_cache",
+    "empty_host_cache",
     "is_available",
     "device_count",
     "current_device",

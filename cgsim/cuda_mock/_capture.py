@@ -704,6 +704,7 @@ class graph:
     def __enter__(self) -> None:
         _runtime.synchronize()
         _runtime.empty_cache()
+        _runtime.empty_host_cache()  # torch >= 2.11 empties both caches here
         self.stream_ctx.__enter__()
         self.cuda_graph.capture_begin(*self.pool, capture_error_mode=self.capture_error_mode)
 

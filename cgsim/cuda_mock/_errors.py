@@ -47,6 +47,10 @@ POOL_RELEASED = (
     'it->second->use_count > 0 INTERNAL ASSERT FAILED at "/pytorch/c10/cuda/CUDACachingAllocator.cpp":2799, '
     "please report a bug to PyTorch. "
 )
+HOST_POOL_RELEASED = (
+    'it->second->use_count > 0 INTERNAL ASSERT FAILED at "/pytorch/aten/src/ATen/core/CachingHostAllocator.h":773, '
+    "please report a bug to PyTorch. "
+)
 ALREADY_CAPTURED = (
     "This CUDAGraph instance already owns a captured graph. To capture a new graph, "
     "create a new instance."

@@ -129,6 +129,25 @@ def _release(block: "_Block") -> None:
     block.pool._free.append(block)
 
 
+# The pinned-host allocator keeps graph pools of its own, one per pool id a
+# capture used (torch >= 2.11: CachingHostAllocator.h begin_allocate_to_pool at
+# every capture_begin, whether or not the capture pins any memory).  Its
+# release_pool also only marks a pool freeable, but only the *host* empty_cache
+# (torch.accelerator.empty_host_cache, torch._C._host_emptyCache) erases it:
+# torch.cuda.empty_cache does not.  Measured on an H200 (torch 2.11): capture,
+# destroy the graph, torch.cuda.empty_cache, capture into the same id -> the
+# host allocator's use_count > 0 assertion; with the host cache emptied too the
+# capture works.  torch.cuda.graph() empties both caches on entry.
+HOST_GRAPH_POOLS = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 11)
+_host_released: "set[tuple[int, int]]" = set()
+
+
+def erase_host_pools() -> None:
+    """The host empty_cache's part for graph pools: every host pool no graph
+    uses any more is erased."""
+    _host_released.clear()
+
+
 def erase_freeable_pools() -> None:
     """empty_cache's part for graph pools: erase every released pool none of
     whose blocks is in use (its id then names a fresh pool)."""
@@ -144,6 +163,9 @@ def get_pool_for_capture(pool_id: tuple[int, int]) -> "Pool":
     pool = _released.get(pool_id)
     if pool is not None:
         raise RuntimeError(_errors.POOL_RELEASED)
+    # capture_begin asks the device allocator first, then the host one.
+    if pool_id in _host_released:
+        raise RuntimeError(_errors.HOST_POOL_RELEASED)
     pool = get_pool(pool_id)
     pool.use_count += 1
     return pool
@@ -154,6 +176,8 @@ def release_pool(pool: "Pool") -> None:
     pool.use_count -= 1
     if pool.use_count == 0:
         _released[pool.id] = pool
+        if HOST_GRAPH_POOLS:
+            _host_released.add(pool.id)
 
 
 class Pool:

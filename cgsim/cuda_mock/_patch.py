@@ -31,6 +31,7 @@ CUDA_NAMES = {
     "stream": _runtime.stream,
     "set_stream": _runtime.set_stream,
     "empty_cache": _runtime.empty_cache,
+    "current_blas_handle": _runtime.current_blas_handle,
     "is_available": _runtime.is_available,
     "is_initialized": _runtime.is_initialized,
     "init": _runtime.init,
@@ -54,6 +55,7 @@ CUDA_NAMES = {
 ACCELERATOR_NAMES = {
     "synchronize": _runtime.synchronize,
     "empty_cache": _runtime.empty_cache,
+    "empty_host_cache": _runtime.empty_host_cache,
     "get_memory_info": _runtime.mem_get_info,
     "memory_allocated": _runtime.memory_allocated,
     "memory_reserved": _runtime.memory_reserved,
@@ -194,6 +196,9 @@ def _install() -> None:
     accelerator = getattr(torch, "accelerator", None)
     if accelerator is not None:
         targets.append((accelerator, {k: v for k, v in ACCELERATOR_NAMES.items() if hasattr(accelerator, k)}))
+    # torch 2.11 has no torch.accelerator.empty_host_cache: this is its only way in.
+    if hasattr(torch._C, "_host_emptyCache"):
+        targets.append((torch._C, {"_host_emptyCache": _runtime.empty_host_cache}))
     for obj, names in targets:
         for name, value in names.items():
             # Only what the object defines itself: restoring must not turn an

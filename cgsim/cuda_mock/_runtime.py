@@ -29,6 +29,8 @@ __all__ = [
     "set_stream",
     "synchronize",
     "empty_cache",
+    "empty_host_cache",
+    "current_blas_handle",
     "is_available",
     "is_initialized",
     "init",
@@ -210,6 +212,18 @@ def empty_cache() -> None:
     # pools (the real empty_cache does not release those either); pools no
     # graph uses any more are erased once nothing of theirs is alive.
     _memory.erase_freeable_pools()
+
+
+def empty_host_cache() -> None:
+    # torch.accelerator.empty_host_cache: the pinned-host allocator's cached
+    # blocks, and the graph pools of its own that no graph uses any more.
+    _memory.erase_host_pools()
+
+
+def current_blas_handle() -> int:
+    # No cuBLAS here: engines call this to create a stream's workspace before
+    # a capture (on a GPU, a first matmul inside one would put it in the pool).
+    return 0
 
 
 def is_available() -> bool:
