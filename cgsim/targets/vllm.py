@@ -276,13 +276,33 @@ class _ModelState:
         return {ATTN_LAYER: md}
 
 
+def _forget_failed_breakable_capture() -> None:
+    """vLLM's BreakableCUDAGraphCapture marks itself active (thread-local)
+    before it begins its first segment and never unmarks if that raises; in
+    an engine the failure ends the process, here the next scenario in it would
+    fail with "Nested BreakableCUDAGraphCapture is not supported" for no fault
+    of its own.  Only after a failure: a capture vLLM left marked after
+    succeeding would be vLLM's bug, and must show."""
+    mod = importlib.util.find_spec("vllm.compilation.breakable_cudagraph") and importlib.import_module(
+        "vllm.compilation.breakable_cudagraph")
+    capture_cls = getattr(mod, "BreakableCUDAGraphCapture", None) if mod else None
+    tls = getattr(capture_cls, "_tls", None)
+    if tls is not None and getattr(tls, "active", None) is not None:
+        tls.active = None
+
+
 class _UBatchRunner:
     """Stand-in for the DBO micro-batch runner: present so the manager builds
     micro-batched twins; a capture runs the model once on the whole batch."""
 
     def __init__(self, handle: "VllmManagerHandle"):
         self.h = handle
-        self.capture_stream = None
+        # vLLM's UBatchRunner: one persistent stream that the micro-batch
+        # threads and the capture share (the manager captures on it).  With
+        # none, torch.cuda.graph falls back to its own side stream, whose first
+        # matmul puts cuBLAS workspaces into the graph pool for good (seen on an
+        # H200: a 32 MiB block of the pool alive after release_graphs).
+        self.capture_stream = handle.backend.cuda.Stream()
 
     def abort_pending_run(self) -> None:
         pass
@@ -298,6 +318,11 @@ class _UBatchRunner:
         md = h.workload.prepare_attn(layout, num_reqs, num_tokens, getattr(state, "max_query_len", None),
                                      for_capture=True)
         fc = importlib.import_module("vllm.forward_context")
+        if for_capture:
+            # As vLLM's run_ubatch does before a capture: the stream's cuBLAS
+            # workspace exists before the graph that uses it.
+            with h.backend.cuda.stream(self.capture_stream):
+                h.backend.cuda.current_blas_handle()
 
         def finish() -> Any:
             with fc.set_forward_context({ATTN_LAYER: md}, h.vllm_config, num_tokens=num_tokens):
@@ -437,7 +462,11 @@ class VllmManagerHandle:
     @contextlib.contextmanager
     def _patched(self) -> Iterator[None]:
         with vllm_process_patches(self.backend, breakable=self.config.breakable):
-            yield
+            try:
+                yield
+            except BaseException:
+                _forget_failed_breakable_capture()
+                raise
 
     # -- building ----------------------------------------------------------------
     def _build(self) -> None:
