@@ -80,7 +80,7 @@ def make(out: str, jobs: int) -> int:
     get_target("vllm").check_environment()
     todo = entries_to_record()
     with _pool(jobs) as pool:
-        seen = pool.map(_observe, [({"scenario": s, "target": "vllm"}, "mock") for _, s in todo])
+        seen = pool.map(_observe, [({"scenario": s, "target": "vllm"}, "mock") for _, s in todo], chunksize=1)
     kept = 0
     with open(out, "w", encoding="utf-8") as fh:
         for (entry_id, scenario), s in zip(todo, seen):
@@ -129,7 +129,7 @@ def check(corpus: str, backend: str, jobs: int, out_json: str | None) -> int:
     entries = [json.loads(line) for line in open(corpus, encoding="utf-8")]
     t0 = time.time()
     with _pool(jobs) as pool:
-        seen = pool.map(_observe, [(e, backend) for e in entries])
+        seen = pool.map(_observe, [(e, backend) for e in entries], chunksize=1)
     rows, bad = [], 0
     for e, s in zip(entries, seen):
         problems = compare(e, s)
