@@ -183,6 +183,13 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         6, "dynsd-every-length", "dynamic speculative decoding captures every length at every size",
         "0.25.0", None, frozenset({"CAPTURE-USEFUL", "CAND-ORDER"}), _dead_decode_graph, reachable_from="0.32.0",
     ),
+    # Before #7, which takes any failure after a release: this one names the host allocator.
+    KnownDefect(
+        15, "breakable-recapture-into-host-pool",
+        "breakable graphs re-captured into the released global pool without emptying the host cache (torch >= 2.11)",
+        "0.32.0", None, frozenset({"NO-CRASH"}),
+        lambda f, c: c.breakable and _after_release(f) and "CachingHostAllocator" in f.message,
+    ),
     KnownDefect(
         7, "release-keeps-graphs", "release never reaches the MRV2 manager; the recapture asserts",
         "0.20.0", "0.32.0",

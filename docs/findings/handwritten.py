@@ -86,6 +86,11 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "draft-prefill-warmup-metadata": ("FRESH-METADATA", Scenario(
         ManagerConfig(mode="FULL", capture_sizes=(2,), max_num_reqs=1, decode_query_len=2),
         (C, D(2)), ruleset="vllm-0.21")),
+    # 15. breakable PIECEWISE graphs: release, then capture again into the global pool
+    #     (torch >= 2.11: the pinned-host allocator still holds the pool id)
+    "breakable-recapture-host-pool": ("NO-CRASH", Scenario(
+        ManagerConfig(mode="PIECEWISE", capture_sizes=(1,), max_num_reqs=1, breakable=True),
+        (C, R, C), ruleset="vllm-0.32")),
     # 8. DBO twin of a mixed FULL descriptor: FULL(16, r1) -> twin uniform 16
     "dbo-twin-capture-useful": ("CAPTURE-USEFUL", Scenario(
         ManagerConfig(mode="FULL", capture_sizes=(16,), max_num_reqs=1, num_ubatches=2, ubatch_threshold=2),
