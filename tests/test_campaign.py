@@ -116,6 +116,15 @@ class FakePipeline:
         if self.bug == "gpu-env":
             gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
             viol.append(Violation(f"FAKE-GPU-{gpu}", f"ran with CUDA_VISIBLE_DEVICES={gpu}", 0))
+        if self.bug == "twin":  # one property, two causes: every big batch, and big batches with adapters
+            for i, b in enumerate(scenario.batches):
+                if b.num_tokens >= 3:
+                    viol.append(Violation("FAKE-BIG", f"batch of {b.num_tokens} tokens", i))
+                    break
+            for i, b in enumerate(scenario.batches):
+                if b.num_tokens >= 3 and b.num_active_loras:
+                    viol.append(Violation("FAKE-BIG", f"adapter batch of {b.num_tokens} tokens", i))
+                    break
         if self.bug == "two":
             for i, b in enumerate(scenario.batches):
                 if b.num_active_loras:
@@ -191,6 +200,33 @@ def test_keeps_going_after_a_finding_and_finds_other_properties(tmp_path):
         dispatched = [s["batch"] for s in f["scenario"]["steps"] if s["kind"] == "dispatch"]
         if f["property"] == "FAKE-LORA":
             assert dispatched[0]["num_active_loras"] == 1 and sum(dispatched[0]["query_lens"]) == 1
+
+
+def _classify_adapter_batches(target, finding):
+    return {"known_defect": "adapters" if "adapter" in finding.message else "plain"}
+
+
+def test_a_second_documented_defect_behind_a_found_property_is_still_found(tmp_path, monkeypatch):
+    """A target that names the documented defect of each finding (vLLM's
+    classify): a property once found is still searched for an instance of
+    another defect, which gets its own finding, shrunk for that defect."""
+    from cgsim.targets import get_target
+
+    monkeypatch.setattr(type(get_target("reference")), "classify", _classify_adapter_batches, raising=False)
+    result = run(tmp_path, bug="twin", max_examples=300)
+    findings = scan_findings(os.path.join(result.run_dir, "findings"))
+    assert sorted((f.property, f.extra["known_defect"]) for f in findings) == [("FAKE-BIG", "adapters"),
+                                                                               ("FAKE-BIG", "plain")]
+    for f in findings:
+        assert f.status == "shrunk", f
+        if f.extra["known_defect"] == "adapters":  # shrunk keeping its own cause
+            batch = [s["batch"] for s in f.scenario["steps"] if s["kind"] == "dispatch"][0]
+            assert batch["num_active_loras"] >= 1 and sum(batch["query_lens"]) == 3
+
+
+def test_without_a_classifier_one_finding_per_property(tmp_path):
+    result = run(tmp_path, bug="twin", max_examples=300)
+    assert [f["property"] for f in result.summary["findings"]] == ["FAKE-BIG"]
 
 
 def test_no_findings_exits_zero(tmp_path):

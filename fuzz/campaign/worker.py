@@ -117,7 +117,7 @@ class WorkerSpec:
     deadline: float  # time.time() after which no new scenario starts
     max_examples: int | None  # this incarnation's share; None = until the deadline
     gpu: str | None = None
-    skip_properties: tuple[str, ...] = ()  # finalised by earlier incarnations of this worker
+    skip_properties: tuple[str, ...] = ()  # finding keys finalised by earlier incarnations of this worker
     pipeline: Pipeline = RUNNER
     strategy: Callable[[str | None, str | None], Any] = default_strategy
     stats_interval_s: float = 0.5
@@ -152,8 +152,11 @@ class Worker:
         self.heartbeat = heartbeat  # shared: start time of the running scenario (0 when idle), then its limits
         self.findings_dir = os.path.join(spec.run_dir, "findings")
         self.work_dir = os.path.join(spec.run_dir, ".work")
-        self.found: set[str] = set(spec.skip_properties)  # properties finalised by this worker
-        self.provisional: dict[str, str] = {}  # property -> id of its unshrunk file
+        # Keyed by finding_key: a property, or a property and the documented
+        # defect of the code under test a finding of it is an instance of.
+        self.found: set[str] = set(spec.skip_properties)  # finalised by this worker
+        self.provisional: dict[str, str] = {}  # key -> id of its unshrunk file
+        self._classify: Callable[[Finding], dict] | None = None
         self.scenarios = 0
         self.checks: Counter = Counter()
         self.failures: Counter = Counter()
@@ -279,17 +282,39 @@ class Worker:
         self._send("finding", spec.index, finding.id, finding.property, status)
         return finding
 
-    def _first_seen(self, prop: str) -> dict:
+    def finding_key(self, finding: Finding) -> str:
+        """What makes a failure new to this worker.  A property once found is
+        not searched for again, except for an instance of another documented
+        defect of the code under test (the target's ``classify``): two
+        defects often show through one property (vLLM's CAPTURE-USEFUL: a
+        dead decode graph of dynamic speculative decoding within a second,
+        the micro-batched twin of a mixed graph much later), and stopping at
+        the first would hide the second for the whole campaign."""
+        if self._classify is None:
+            from cgsim.targets import get_target
+
+            self._classify = getattr(get_target(self.o.target), "classify", None) or (lambda f: {})
+        defect = self._classify(finding).get("known_defect")
+        return f"{finding.property}:{defect}" if defect else finding.property
+
+    def _keyed(self, outcome: Outcome) -> dict[str, Finding]:
+        """The outcome's first finding of each key, in order."""
+        out: dict[str, Finding] = {}
+        for f in outcome.findings:
+            out.setdefault(self.finding_key(f), f)
+        return out
+
+    def _first_seen(self, key: str) -> dict:
         """How long this worker fuzzed (after the target's one-time set-up) before
-        it first saw the property fail: wall and CPU seconds, scenarios run."""
-        if prop not in self.first_seen:
+        it first saw a failure of this key: wall and CPU seconds, scenarios run."""
+        if key not in self.first_seen:
             wall, cpu = self._fuzz_started
-            self.first_seen[prop] = {"first_seen_s": round(time.time() - wall, 3),
+            self.first_seen[key] = {"first_seen_s": round(time.time() - wall, 3),
                                      "first_seen_cpu_s": round(time.process_time() - cpu, 3),
                                      "first_seen_scenarios": self.scenarios}
-        return self.first_seen[prop]
+        return self.first_seen[key]
 
-    def _finalise(self, prop: str, best: tuple, first: Finding, status: str, flaky: str | None = None) -> None:
+    def _finalise(self, key: str, best: tuple, first: Finding, status: str, flaky: str | None = None) -> None:
         _, found = best
         # found_at: when the failure was first confirmed (recorded_at: when this, the shrunk one, was).
         extra = {"first_id": first.id, "original_scenario": first.scenario, "found_at": first.extra.get("recorded_at"),
@@ -300,8 +325,8 @@ class Worker:
         # Only once the shrunk version is on disk does its first sighting go.
         if first.id != final.id:
             self._remove_own(first.id)
-        self.found.add(prop)
-        old = self.provisional.pop(prop, None)
+        self.found.add(key)
+        old = self.provisional.pop(key, None)
         if old and old not in (final.id, first.id):
             self._remove_own(old)
 
@@ -422,11 +447,10 @@ class Worker:
                 continue
             outcome = self._run_one(scenario)
             (failed if outcome.properties else passed).append(entry.digest)
-            for p in outcome.properties:
-                if p in self.found or p in self.provisional:
+            for key, seen in self._keyed(outcome).items():
+                if key in self.found or key in self.provisional:
                     continue
-                seen = outcome.first(p)
-                if p == entry.property and entry.status in FINAL:
+                if seen.property == entry.property and entry.status in FINAL:
                     status = entry.status
                 else:
                     status = "unshrunk" if not seen.shrinkable else "pending"
@@ -436,9 +460,9 @@ class Worker:
                          "note": f"saved by an earlier campaign ({entry.status}) and replayed from the example database"}
                 recorded = self._record(seen, status, extra=extra)
                 if status == "pending":
-                    self.provisional[p] = recorded.id
+                    self.provisional[key] = recorded.id
                 else:
-                    self.found.add(p)
+                    self.found.add(key)
             if outcome.needs_restart:
                 return True
         return False
@@ -451,28 +475,30 @@ class Worker:
             if self._over(pinned=st["pinned"] is not None):
                 raise _Abort()
             outcome = self._run_one(scenario)
-            props = outcome.properties
+            keyed = self._keyed(outcome) if outcome.findings else {}
             pinned = st["pinned"]
-            if pinned is not None and pinned in props:
-                st["best"] = (scenario, outcome.first(pinned))
-            for p in props:
-                if p in self.found or p == pinned:
+            # While shrinking, a smaller scenario counts only if it still shows
+            # the same key: the same defect, not merely the same property.
+            if pinned is not None and pinned in keyed:
+                st["best"] = (scenario, keyed[pinned])
+            for key, seen in keyed.items():
+                if key in self.found or key == pinned:
                     continue
-                seen = outcome.first(p)
                 if not seen.shrinkable:
-                    self._record(seen, "unshrunk", extra={"note": f"{p} findings are not shrunk", **self._first_seen(p)})
-                    self.found.add(p)
+                    self._record(seen, "unshrunk", extra={"note": f"{seen.property} findings are not shrunk",
+                                                          **self._first_seen(key)})
+                    self.found.add(key)
                 elif pinned is None:
-                    st["pinned"] = pinned = p
+                    st["pinned"] = pinned = key
                     st["best"] = (scenario, seen)
-                    st["first"] = self._record(seen, "shrinking", extra=self._first_seen(p))
-                elif p not in self.provisional:
-                    self.provisional[p] = self._record(seen, "pending", extra=self._first_seen(p)).id
+                    st["first"] = self._record(seen, "shrinking", extra=self._first_seen(key))
+                elif key not in self.provisional:
+                    self.provisional[key] = self._record(seen, "pending", extra=self._first_seen(key)).id
             if outcome.needs_restart:
                 st["restart"] = True
                 raise _Restart()
-            if pinned is not None and pinned in props:
-                raise _PropertyFailed(pinned, outcome.first(pinned).message)
+            if pinned is not None and pinned in keyed:
+                raise _PropertyFailed(pinned, keyed[pinned].message)
 
         test = base(seed_dec(self._chunk_seed)(given(strategy)(body)))
         status = "shrunk"
