@@ -18,6 +18,7 @@ from cgsim.modes import CUDAGraphMode, ModeResolutionError
 from cgsim.scenario import Scenario, Step
 from fuzz.export_test.docs import DocumentedFinding, ExportError
 from fuzz.export_test import vllm_code as code
+from fuzz.export_test.vllm_runtime import BREAKABLE_PROPERTIES, RUNTIME_PROPERTIES, RuntimeTemplates
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 
@@ -38,6 +39,7 @@ VLLM_PROPERTIES = (
     "NO-CRASH",
     "PAD-CONSISTENT",
     "RELEASE-RECAPTURE",
+    *RUNTIME_PROPERTIES,
 )
 
 # Where the Eagle/MTP speculator that builds the draft model's managers lives
@@ -138,9 +140,11 @@ class _Parts:
     # result the body judges) or is the body's own business.
     runs_checked_step: bool = False
     builds_manager: bool = True
+    fixtures: tuple[str, ...] = ()  # the test function's fixtures beyond vllm_config, cpu_graphs, recorder
+    imports: tuple[str, ...] = ()  # vLLM imports the body or its helpers need
 
 
-class _VllmWriter:
+class _VllmWriter(RuntimeTemplates):
     """One vLLM finding as a pytest module."""
 
     def __init__(self, finding: Finding, source: str | None, doc: DocumentedFinding | None):
@@ -159,7 +163,7 @@ class _VllmWriter:
         except Exception as exc:  # noqa: BLE001 - ScenarioError and malformed JSON alike
             raise ExportError(f"finding {finding.id} has no replayable scenario: {exc}") from None
         self.cfg = self.scenario.config
-        if self.cfg.breakable:
+        if self.cfg.breakable and finding.property not in BREAKABLE_PROPERTIES:
             raise ExportError(
                 f"finding {finding.id} uses breakable CUDA graphs (VLLM_USE_BREAKABLE_CUDAGRAPH), which export-test "
                 "does not write yet: BreakableCUDAGraphWrapper needs CUDA ops (weak_ref_tensor) the doubles do not "
@@ -181,6 +185,7 @@ class _VllmWriter:
     def write(self) -> str:
         parts = getattr(self, "_" + self.f.property.lower().replace("-", "_"))()
         self._constant_texts = parts.constants
+        self._parts = parts
         steps = self._steps_before(parts.runs_checked_step)
         text_so_far = parts.body + "".join(self._step_line(i, s) for i, s in enumerate(steps))
         uses_capture = "capture(manager" in text_so_far or "recorder." in text_so_far
@@ -205,9 +210,10 @@ class _VllmWriter:
             "pytestmark = pytest.mark.cpu_test",
             self._config_constants(parts),
             code.HELPER_ACCEPTED,
-            code.HELPER_REQUIRE if self._feature_checks() else "",
+            code.HELPER_REQUIRE if any("require_feature" in x for x in self._feature_checks()) else "",
+            code.HELPER_REQUIRE_BREAKABLE if self.cfg.breakable else "",
             self._vllm_config_fixture(),
-            self._cpu_graphs_fixture(uses_release),
+            self._cpu_graphs_fixture(uses_release, self.cfg.breakable),
             code.HELPER_RESOLVE_VARLEN if self.cfg.varlen_decode else code.HELPER_RESOLVE,
             self._build_manager_helper(),
             *helpers,
@@ -269,6 +275,7 @@ class _VllmWriter:
             vllm.append("from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor")
         if uses_capture:
             vllm.append("from vllm.v1.worker.gpu.input_batch import InputBuffers")
+        vllm = sorted(set(vllm) | set(self._parts.imports), key=lambda line: line.split()[1])
         return "\n".join(std) + "\n\nimport pytest\nimport torch\n\n" + "\n".join(vllm)
 
     def _config_constants(self, parts: _Parts) -> str:
@@ -297,8 +304,10 @@ class _VllmWriter:
             f"ATTENTION_SUPPORT = AttentionCGSupport.{c.attention_support.name}",
             f"ATTENTION_SPLIT = {c.attention_split}",
             "# Whether the model is torch-compiled (its compiled submodules capture the",
-            "# piecewise graphs); breakable CUDA graphs are off.",
+            "# piecewise graphs); breakable CUDA graphs are " + ("on (VLLM_USE_BREAKABLE_CUDAGRAPH)." if c.breakable
+                                                                 else "off."),
             f"COMPILED_MODEL = {c.compiled_piecewise}",
+            f"BREAKABLE = {c.breakable}",
             f"MAX_NUM_BATCHED_TOKENS = {max(2048, max_size, c.max_num_reqs * c.decode_query_len)}"
             "  # scheduler budget (input buffers)",
         ]
@@ -330,10 +339,12 @@ class _VllmWriter:
             ]
         return _fill(code.FIXTURE_VLLM_CONFIG, extra="\n".join(extra) + ("\n" if extra else ""))
 
-    def _cpu_graphs_fixture(self, uses_release: bool) -> str:
+    def _cpu_graphs_fixture(self, uses_release: bool, breakable: bool = False) -> str:
         extra = ""
+        if breakable:
+            extra += code.FIXTURE_BREAKABLE_EXTRA
         if uses_release:
-            extra = (
+            extra += (
                 "    # Releasing graphs synchronizes and empties the accelerator's cache; a CPU\n"
                 "    # test process has no accelerator.\n"
                 '    monkeypatch.setattr(torch.accelerator, "synchronize", lambda *args: None)\n'
@@ -354,7 +365,7 @@ class _VllmWriter:
     # -- the test function ----------------------------------------------------------
     def _test_function(self, parts: _Parts, steps: list[Step], uses_capture: bool) -> str:
         name = "test_" + re.sub(r"[^a-z0-9]+", "_", self.f.id.lower())
-        fixtures = ["vllm_config", "cpu_graphs"] + (["recorder"] if uses_capture else [])
+        fixtures = ["vllm_config", "cpu_graphs"] + (["recorder"] if uses_capture else []) + list(parts.fixtures)
         doc = _wrap(self.f.statement[:1].upper() + self.f.statement[1:] + ".", "    ", width=84)
         lines = [f"def {name}({', '.join(fixtures)}):", '    """' + doc.strip() + '"""']
         lines += self._feature_checks()
@@ -372,6 +383,8 @@ class _VllmWriter:
                                      (c.num_ubatches > 1, "ubatch_runner", "micro-batching (DBO)")):
             if used:
                 out.append(f'    require_feature("{kwarg}", "{feature}")')
+        if c.breakable:
+            out.append("    require_breakable_graphs()")
         return out
 
     def _step_line(self, i: int, s: Step) -> str:

