@@ -26,12 +26,12 @@ if TYPE_CHECKING:  # the writer that mixes these in
 
 __all__ = ["RUNTIME_PROPERTIES", "DESIGN_FREE_PROPERTIES", "BREAKABLE_PROPERTIES", "RuntimeTemplates"]
 
-RUNTIME_PROPERTIES = ("DISPATCH-ROUNDTRIP", "FRESH-METADATA", "SKIP-ATTN")
+RUNTIME_PROPERTIES = ("DISPATCH-ROUNDTRIP", "FRESH-METADATA", "REPLAY-EQUALS-EAGER", "SKIP-ATTN")
 # Properties whose test asserts nothing design-specific: compared on every release.
 DESIGN_FREE_PROPERTIES = frozenset(RUNTIME_PROPERTIES)
 # Properties whose test can drive breakable CUDA graphs (the CPU graph double
 # and the breakable wrapper's weak references are set up for them).
-BREAKABLE_PROPERTIES = frozenset({"FRESH-METADATA", "SKIP-ATTN"})
+BREAKABLE_PROPERTIES = frozenset({"FRESH-METADATA", "REPLAY-EQUALS-EAGER", "SKIP-ATTN"})
 
 F, P = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE
 
@@ -150,6 +150,38 @@ class RuntimeTemplates:
         return w._Parts(body, helpers=(w.code.HELPER_SHORT, HELPER_OBSERVER), fixtures=("observer",),
                         imports=("from vllm.forward_context import get_forward_context",), runs_checked_step=True)
 
+    # -- REPLAY-EQUALS-EAGER ----------------------------------------------------------
+    def _replay_equals_eager(self) -> "_Parts":
+        from fuzz.export_test import vllm as w  # noqa: PLC0415
+
+        b = self._checked_batch()
+        c = self.cfg
+        if not c.breakable or c.attention_split or c.compiled_piecewise:
+            raise w.ExportError(
+                f"finding {self.f.id}: REPLAY-EQUALS-EAGER is exported for breakable PIECEWISE graphs with "
+                "attention inside the pieces only (the CPU graph double replays the toy model's own kernels; a "
+                "torch-compiled model's piecewise graphs are not modelled); replay it with python -m fuzz replay")
+        body = w._fill('''
+<<batchline>>
+    desc = dispatch(manager, batch)
+    if desc.cg_mode != CUDAGraphMode.PIECEWISE:
+        return  # this release does not replay a piecewise graph for the batch
+    replayed = run_batch(graph_model, manager, vllm_config, batch, desc, replay=True)
+    eager = run_batch(graph_model, manager, vllm_config, batch, desc, replay=False)
+    error = (replayed - eager).abs().max().item()
+    assert error <= 1e-5, (
+        f"REPLAY-EQUALS-EAGER: replaying the breakable PIECEWISE graph {short(desc)} "
+        f"for {batch} differs from the eager forward by {error:.6f} (max abs, over "
+        "the real rows): the attention op inside the piece was recorded with the "
+        "metadata its capture saw, and replays that. "
+        <<seen>>
+    )
+''', batchline=self._batch_line(b), seen=self._seen())
+        return w._Parts(body, helpers=(w.code.HELPER_BATCH, w.code.HELPER_SHORT, HELPER_REPLAY),
+                        fixtures=("graph_model",), imports=(
+                            "from vllm.forward_context import get_forward_context, set_forward_context",),
+                        runs_checked_step=False)
+
 
 # ---------------------------------------------------------------------------
 # The generated code's parts
@@ -267,4 +299,150 @@ def observer(monkeypatch, cpu_graphs, recorder):
 
     monkeypatch.setattr(ToyModel, "forward", observed_forward)
     return observer
+'''
+
+HELPER_REPLAY = '''
+HIDDEN = 4
+
+
+class CpuGraph:
+    \"\"\"torch.cuda.CUDAGraph on CPU: between capture_begin and capture_end it
+    records the kernels the toy model launches; replay() runs them again with
+    the arguments they were launched with, as a CUDA graph replays its kernels
+    with their captured launch parameters (tensors by address).\"\"\"
+
+    capturing = None
+
+    def __init__(self, *args, **kwargs):
+        self.kernels = []
+
+    def capture_begin(self, *args, **kwargs):
+        CpuGraph.capturing = self
+
+    def capture_end(self):
+        CpuGraph.capturing = None
+
+    def replay(self):
+        for kernel in self.kernels:
+            kernel()
+
+
+def launch(kernel):
+    \"\"\"Run a kernel now; a graph being captured records it.\"\"\"
+    kernel()
+    if CpuGraph.capturing is not None:
+        CpuGraph.capturing.kernels.append(kernel)
+
+
+class GraphModel:
+    \"\"\"The toy model's persistent buffers and its forward: an embedding, then
+    causal attention within each request, both inside the graph (attention is
+    not split out of the pieces).  The attention kernel takes the query start
+    offsets by address and the request count as a launch argument; without
+    attention metadata it launches nothing, as vLLM's attention layers do.\"\"\"
+
+    def __init__(self):
+        self.hidden = torch.zeros(MAX_NUM_BATCHED_TOKENS, HIDDEN)
+        self.out = torch.zeros(MAX_NUM_BATCHED_TOKENS, HIDDEN)
+        self.query_start_loc = torch.zeros(MAX_NUM_REQS + 1, dtype=torch.int64)
+        self.weight = torch.arange(1, HIDDEN + 1, dtype=torch.float32)
+        self.inputs = {}  # num_tokens -> the input_ids view a capture ran with
+        self.keys = {}  # num_tokens -> the BatchDescriptor a PIECEWISE capture ran under
+
+    def metadata(self, num_reqs):
+        return {"toy_attn": SimpleNamespace(query_start_loc=self.query_start_loc, num_reqs=num_reqs)}
+
+    def forward(self, input_ids=None, positions=None, **kwargs):
+        context = get_forward_context()
+        num_tokens = input_ids.shape[0]
+        self.inputs.setdefault(num_tokens, input_ids)
+        if context.cudagraph_runtime_mode == CUDAGraphMode.PIECEWISE:
+            self.keys.setdefault(num_tokens, context.batch_descriptor)
+        hidden, out, weight = self.hidden, self.out, self.weight
+
+        def embed():
+            hidden[:num_tokens] = (input_ids[:num_tokens, None].float() + 1) * weight
+
+        launch(embed)
+        metadata = context.attn_metadata
+        attn = metadata.get("toy_attn") if isinstance(metadata, dict) else None
+        if attn is not None:
+            starts, num_reqs = attn.query_start_loc, attn.num_reqs
+
+            def attend():
+                for r in range(num_reqs):
+                    s, e = int(starts[r]), int(starts[r + 1])
+                    steps = torch.arange(1, e - s + 1, dtype=torch.float32)[:, None]
+                    out[s:e] = hidden[s:e].cumsum(0) / steps
+
+            launch(attend)
+        return out[:num_tokens]
+
+
+@pytest.fixture
+def graph_model(monkeypatch, cpu_graphs, recorder):
+    \"\"\"CUDA graphs that replay (CpuGraph), and the toy model replaced by
+    GraphModel's forward; capture's metadata describes the dummy batch.\"\"\"
+    model = GraphModel()
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", CpuGraph)
+
+    @contextmanager
+    def cuda_graph(graph, pool=None, stream=None, **kwargs):
+        graph.capture_begin()
+        try:
+            yield
+        finally:
+            graph.capture_end()
+
+    monkeypatch.setattr(torch.cuda, "graph", cuda_graph)
+    monkeypatch.setattr(ToyModel, "forward", lambda self, *a, **k: model.forward(*a, **k))
+    record = CaptureRecorder.prepare_attn
+
+    def prepare_attn(self, input_batch, *args, **kwargs):
+        record(self, input_batch, *args, **kwargs)
+        lens = torch.as_tensor(input_batch.num_scheduled_tokens).to(torch.int64)
+        model.query_start_loc.fill_(int(lens.sum()))
+        model.query_start_loc[0] = 0
+        model.query_start_loc[1 : len(lens) + 1] = lens.cumsum(0)
+        return model.metadata(len(lens))
+
+    monkeypatch.setattr(CaptureRecorder, "prepare_attn", prepare_attn)
+    return model
+
+
+def run_batch(model, manager, vllm_config, batch, desc, replay):
+    \"\"\"The runner's execute path for ``batch`` on the PIECEWISE ``desc``: its
+    tokens into the persistent input buffer the capture used, its query start
+    offsets into the metadata buffer, then the graph's replay (``replay``) or
+    the eager model.  The real rows of the output.\"\"\"
+    num_tokens = desc.num_tokens
+    input_ids = model.inputs[num_tokens]
+    input_ids.zero_()
+    input_ids[: batch.num_tokens] = torch.arange(batch.num_tokens) % 7 + 1
+    lens = torch.tensor(batch.query_lens, dtype=torch.int64)
+    model.query_start_loc.fill_(batch.num_tokens)
+    model.query_start_loc[0] = 0
+    model.query_start_loc[1 : batch.num_reqs + 1] = lens.cumsum(0)
+    model.out.zero_()  # what the dummy passes left does not matter to the eager run
+    mode = CUDAGraphMode.PIECEWISE if replay else CUDAGraphMode.NONE
+    key = model.keys.get(num_tokens) if replay else None
+    if replay:
+        runner = manager.breakable_cg_runner
+        entry = runner.entries.get(key) if runner is not None else None
+        assert entry is not None and entry.capture is not None, (
+            f"no breakable graph was captured for {short(desc)} (key {key})"
+        )
+    with set_forward_context(
+        model.metadata(batch.num_reqs),
+        vllm_config,
+        num_tokens=num_tokens,
+        cudagraph_runtime_mode=mode,
+        batch_descriptor=key,
+    ):
+        inputs = {"input_ids": input_ids, "positions": None}
+        if replay:
+            out = manager.run_pw_graph(ToyModel(), inputs)
+        else:
+            out = ToyModel()(**inputs)
+    return out[: batch.num_tokens].clone()
 '''
