@@ -330,6 +330,7 @@ def test_the_ci_script_in_docs_is_valid_bash(tmp_path):
 
 def test_every_fuzz_command_in_the_ci_script_parses():
     """The script's cgsim commands use only subcommands and flags this cgsim has."""
+    import re
     import shlex
 
     from fuzz.cli import build_parser
@@ -341,10 +342,13 @@ def test_every_fuzz_command_in_the_ci_script_parses():
     for line in joined.splitlines():
         if '_PY" -m fuzz ' not in line or "--help" in line:
             continue  # not a command (an echo that names one) or the --vllm-source probe
+        # ${PR_TREE:+--vllm-source "$PR_TREE"}: the flag and the tree, when set.
+        line = re.sub(r'\$\{(\w+):\+--vllm-source "\$\1"\}', "--vllm-source tree", line)
         words = shlex.split(line.split('_PY" -m fuzz ', 1)[1].split(">")[0].split("||")[0])
         for k, v in sorted(values.items(), key=lambda kv: -len(kv[0])):
             words = [w.replace(k, v) for w in words]
         commands.append(words)
+    assert sum("--vllm-source" in c for c in commands) == 2, commands  # the campaign and the base replay
     assert {c[0] for c in commands} == {"run", "replay", "export-test"}, commands
     parser = build_parser()
     for words in commands:
