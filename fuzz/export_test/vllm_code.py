@@ -94,12 +94,8 @@ def cpu_graphs(monkeypatch):
     monkeypatch.setenv("VLLM_USE_BREAKABLE_CUDAGRAPH", "0")
 <<release>>'''
 
-HELPER_RESOLVE = '''
-def _resolve(vllm_config):
-    """The mode the model runner hands the manager: vLLM's own resolution
-    against the attention backends' support."""
-    compilation_config = vllm_config.compilation_config
-    resolve = compilation_config.resolve_cudagraph_mode_and_sizes
+# Both resolution helpers end alike: vLLM's own resolution, and a skip where it rejects the config.
+_RESOLVE_TAIL = '''    resolve = compilation_config.resolve_cudagraph_mode_and_sizes
     return resolve(
         ATTENTION_SUPPORT,
         "toy",
@@ -121,6 +117,13 @@ def resolve_cudagraph_mode(vllm_config):
     except ValueError as exc:
         pytest.skip(f"this vLLM rejects the config: {exc}")
 '''
+
+HELPER_RESOLVE = '''
+def _resolve(vllm_config):
+    """The mode the model runner hands the manager: vLLM's own resolution
+    against the attention backends' support."""
+    compilation_config = vllm_config.compilation_config
+''' + _RESOLVE_TAIL
 
 HELPER_RESOLVE_VARLEN = '''
 def _resolve(vllm_config):
@@ -139,28 +142,7 @@ def _resolve(vllm_config):
         compilation_config.cudagraph_mode = route(mode, piecewise_capture_available=COMPILED_MODEL or BREAKABLE)
     elif adaptive_verification is not None and route is None:
         compilation_config.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE
-    resolve = compilation_config.resolve_cudagraph_mode_and_sizes
-    return resolve(
-        ATTENTION_SUPPORT,
-        "toy",
-        DECODE_QUERY_LEN,
-        **accepted_kwargs(
-            resolve,
-            use_v2_model_runner=True,
-            max_num_reqs=MAX_NUM_REQS,
-            piecewise_capture_available=COMPILED_MODEL or BREAKABLE,
-        ),
-    )
-
-
-def resolve_cudagraph_mode(vllm_config):
-    """A config this release's own resolution rejects (a clear ValueError) cannot
-    be given to its manager: the test does not apply to that release."""
-    try:
-        return _resolve(vllm_config)
-    except ValueError as exc:
-        pytest.skip(f"this vLLM rejects the config: {exc}")
-'''
+''' + _RESOLVE_TAIL
 
 HELPER_UBATCH_RUNNER = '''
 def ubatch_runner_double():
