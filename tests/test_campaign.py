@@ -125,6 +125,11 @@ class FakePipeline:
                 if b.num_tokens >= 3 and b.num_active_loras:
                     viol.append(Violation("FAKE-BIG", f"adapter batch of {b.num_tokens} tokens", i))
                     break
+        if self.bug == "overflow":  # as properties.view.group caps a property's violations
+            big = [i for i, b in enumerate(scenario.batches) if b.num_tokens >= 3]
+            if big:
+                viol.append(Violation("FAKE-BIG", "batch of many tokens", big[0]))
+                viol.append(Violation("FAKE-BIG", "... and 3 more violations of this property", None))
         if self.bug == "two":
             for i, b in enumerate(scenario.batches):
                 if b.num_active_loras:
@@ -222,6 +227,19 @@ def test_a_second_documented_defect_behind_a_found_property_is_still_found(tmp_p
         if f.extra["known_defect"] == "adapters":  # shrunk keeping its own cause
             batch = [s["batch"] for s in f.scenario["steps"] if s["kind"] == "dispatch"][0]
             assert batch["num_active_loras"] >= 1 and sum(batch["query_lens"]) == 3
+
+
+def test_a_propertys_overflow_note_is_no_finding_of_its_own(tmp_path, monkeypatch):
+    """ "... and N more violations" names no cause: a classifier labels it as
+    nothing, and it must not become an unlabelled second finding."""
+    from cgsim.targets import get_target
+
+    monkeypatch.setattr(type(get_target("reference")), "classify",
+                        lambda self, f: {"known_defect": "big"} if f.message.startswith("batch of") else {},
+                        raising=False)
+    result = run(tmp_path, bug="overflow", max_examples=200)
+    findings = scan_findings(os.path.join(result.run_dir, "findings"))
+    assert [(f.property, f.extra["known_defect"]) for f in findings] == [("FAKE-BIG", "big")]
 
 
 def test_without_a_classifier_one_finding_per_property(tmp_path):

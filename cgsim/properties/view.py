@@ -530,6 +530,15 @@ def sweep_violations(prop: str, sweep: SweepView, failures: list[tuple[BatchShap
     return [Violation(prop, f"{msg} ({sweep.when()}: {count})", sweep.step if sweep.step >= 0 else None)]
 
 
+_OVERFLOW = " more violations of this property"
+
+
+def is_overflow_note(message: str) -> bool:
+    """The note ``group`` adds in place of the violations it drops: a count,
+    not a violation of its own (a sub-trace's may carry its manager's prefix)."""
+    return message.endswith(_OVERFLOW) and "... and " in message
+
+
 def group(violations: Iterable[Violation]) -> list[Violation]:
     """Drop exact duplicates and cap the count per property at 4 x MAX_PER_GROUP."""
     seen: set[tuple] = set()
@@ -545,5 +554,5 @@ def group(violations: Iterable[Violation]) -> list[Violation]:
             continue
         out.append(v)
     if dropped and out:
-        out.append(Violation(out[0].property, f"... and {dropped} more violations of this property", None))
+        out.append(Violation(out[0].property, f"... and {dropped}{_OVERFLOW}", None))
     return out

@@ -59,6 +59,7 @@ from typing import Any, Callable
 from cgsim.finding import Finding
 from cgsim.observe import RUNNER, Outcome, Pipeline, backstop_timeout, observe, scenario_timeout
 from cgsim.profiles import get_profile
+from cgsim.properties.view import is_overflow_note
 from cgsim.report.findings import FindingStore
 from cgsim.report.repro import write_repro
 from cgsim.text import first_line
@@ -298,9 +299,12 @@ class Worker:
         return f"{finding.property}:{defect}" if defect else finding.property
 
     def _keyed(self, outcome: Outcome) -> dict[str, Finding]:
-        """The outcome's first finding of each key, in order."""
+        """The outcome's first finding of each key, in order; a property's
+        overflow note ("... and N more") is no finding of its own."""
         out: dict[str, Finding] = {}
         for f in outcome.findings:
+            if out and is_overflow_note(f.message):
+                continue
             out.setdefault(self.finding_key(f), f)
         return out
 
