@@ -249,7 +249,9 @@ def recorder(monkeypatch):
 HELPER_CAPTURE = '''
 def capture(manager, recorder):
     """What the model runner's capture_model() hands the manager; the model
-    state records the dummy batches its attention metadata is built from."""
+    state records the dummy batches its attention metadata is built from.
+    Returns what the manager's capture returns (0.21-0.25: the attention
+    states its graphs were captured with, which the speculator is handed)."""
     recorder.descs.clear()
     recorder.max_query_len.clear()
     model_state = MagicMock()
@@ -266,7 +268,7 @@ def capture(manager, recorder):
     kv_cache_config = KVCacheConfig(
         num_blocks=0, kv_cache_tensors=[], kv_cache_groups=[]
     )
-    manager.capture(
+    return manager.capture(
         ToyModel(),
         model_state,
         input_buffers,

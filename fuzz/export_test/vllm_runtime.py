@@ -83,10 +83,12 @@ class RuntimeTemplates:
     def _fresh_metadata(self) -> "_Parts":
         from fuzz.export_test import vllm as w  # noqa: PLC0415
 
+        if self.f.message.startswith("draft-prefill"):
+            return self._fresh_metadata_draft_prefill()
         if self.f.message.startswith("draft"):
             raise w.ExportError(
-                f"finding {self.f.id}: FRESH-METADATA of a draft model's manager is not exported yet (the test "
-                "would drive the speculator's prefill capture); replay it with python -m fuzz replay")
+                f"finding {self.f.id}: FRESH-METADATA of the draft decode manager is not exported (it builds its "
+                "own metadata as the target's manager does); replay it with python -m fuzz replay")
         body = w._fill('''
     # A FULL (or breakable PIECEWISE) graph replays what its capture recorded.
     # A backend that sets up metadata lazily on first use (FlashMLA's tile
@@ -115,6 +117,61 @@ class RuntimeTemplates:
 ''', seen=self._seen())
         return w._Parts(body, helpers=(w.code.HELPER_SHORT, HELPER_OBSERVER), fixtures=("observer",),
                         imports=("from vllm.forward_context import get_forward_context",), runs_checked_step=True)
+
+    def _fresh_metadata_draft_prefill(self) -> "_Parts":
+        from fuzz.export_test import vllm as w  # noqa: PLC0415
+
+        if self.step is None or self.scenario.steps[self.step].kind != "capture" or self.cfg.decode_query_len < 2:
+            raise w.ExportError(f"finding {self.f.id}: a draft prefill FRESH-METADATA finding is written for a "
+                                "capture step of a config with speculative tokens")
+        body = w._fill('''
+    # capture_model: the target's graphs first, then the speculator's, whose
+    # prefill manager (draft position 0) captures the target's batch shapes.
+    target_states = capture(manager, recorder)  # step <<step>>: capture
+    target_reused = reused_warmup_metadata(observer.forwards)
+    # 0.20-0.22's draft managers take a graph pool of their own; CPU has none.
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: object())
+    speculator = build_draft_managers(vllm_config, manager.cudagraph_mode)
+    forwards = []  # the draft prefill's forwards: (descriptor, metadata, in a graph)
+
+    def draft_prefill(num_reqs, num_tokens, attn_metadata, *args, **kwargs):
+        forwards.append((recorder.descs[-1], attn_metadata, observer.in_graph))
+
+    handed = capture_draft_prefill(
+        speculator.prefill_cudagraph_manager, draft_prefill, target_states, recorder
+    )
+    if not handed and target_reused:
+        pytest.skip(
+            "this vLLM's draft prefill manager builds its own metadata through the "
+            "shared capture loop, which warms up and captures every FULL graph with "
+            "one metadata object (the target's too: a finding of its own)"
+        )
+    passes = {g for d, _, g in forwards if d.cg_mode == CUDAGraphMode.FULL}
+    assert passes == {False, True}, (
+        "the draft prefill manager warmed up and captured no FULL graph: the test "
+        "does not apply"
+    )
+    reused = reused_warmup_metadata(forwards)
+    how = (
+        "the speculator hands it the target's attention states and it uses one "
+        "state for both passes"
+        if handed
+        else "it built one metadata object for both passes"
+    )
+    assert not reused, (
+        f"FRESH-METADATA: the draft prefill manager's FULL graph(s) for {reused} "
+        "were captured with the attention metadata object their eager warmup ran "
+        f"with: {how}, so a backend's lazily initialised metadata "
+        "(FlashMLA's tile scheduler) is set up in the warmup and never recorded in "
+        "the draft's graph, which then replays the dummy batch's plan. "
+        <<seen>>
+    )
+''', step=str(self.step), seen=self._seen())
+        return w._Parts(body, helpers=(w.code.HELPER_SHORT, HELPER_OBSERVER,
+                                       w._fill(w.code.HELPER_DRAFT_MANAGERS, speculators=w._speculators_literal()),
+                                       HELPER_DRAFT_PREFILL),
+                        fixtures=("observer", "monkeypatch"),
+                        imports=("from vllm.forward_context import get_forward_context",))
 
     # -- SKIP-ATTN --------------------------------------------------------------------
     def _skip_attn(self) -> "_Parts":
@@ -444,4 +501,48 @@ def run_batch(model, manager, vllm_config, batch, desc, replay):
         else:
             out = ToyModel()(**inputs)
     return out[: batch.num_tokens].clone()
+'''
+
+HELPER_DRAFT_PREFILL = '''
+def reused_warmup_metadata(forwards):
+    \"\"\"The FULL descriptors whose in-graph forward saw the very metadata object
+    their eager warmup saw (``forwards``: (descriptor, metadata, in a graph)).\"\"\"
+    reused = []
+    for desc in dict.fromkeys(d for d, _, _ in forwards):
+        if desc.cg_mode != CUDAGraphMode.FULL:
+            continue
+        warmup = {id(m) for d, m, g in forwards if d == desc and not g and m is not None}
+        if any(id(m) in warmup for d, m, g in forwards if d == desc and g and m is not None):
+            reused.append(short(desc))
+    return reused
+
+
+def capture_draft_prefill(prefill_manager, forward_fn, target_states, recorder):
+    \"\"\"Speculator.capture's prefill capture in this release's API.  0.21-0.25's
+    prefill manager is handed the attention states the target's capture
+    returned (0.21-0.22: one state per descriptor; 0.23-0.25: warmup/captured
+    pairs); 0.20's and 0.26+'s build their own dummy metadata through the
+    target runner's model state.  Returns whether it was handed the target's.\"\"\"
+    params = inspect.signature(prefill_manager.capture).parameters
+    if "full_cg_attn_states" in params or "attn_states" in params:
+        prefill_manager.capture(forward_fn, target_states)
+        return True
+    model_state = MagicMock()
+    model_state.prepare_dummy_inputs.return_value = {}
+    model_state.prepare_attn.side_effect = recorder.prepare_attn
+    block_tables = MagicMock(cp_size=1)
+    block_tables.get_dummy_block_tables.return_value = ()
+    block_tables.get_dummy_slot_mappings.side_effect = lambda num_tokens: torch.zeros(
+        1, num_tokens, dtype=torch.int64
+    )
+    input_buffers = InputBuffers(
+        MAX_NUM_REQS, MAX_NUM_BATCHED_TOKENS, torch.device("cpu")
+    )
+    kv_cache_config = KVCacheConfig(
+        num_blocks=0, kv_cache_tensors=[], kv_cache_groups=[]
+    )
+    prefill_manager.capture(
+        forward_fn, model_state, input_buffers, block_tables, [[]], kv_cache_config
+    )
+    return False
 '''
