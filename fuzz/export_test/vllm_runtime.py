@@ -31,7 +31,7 @@ RUNTIME_PROPERTIES = ("DISPATCH-ROUNDTRIP", "FRESH-METADATA", "REPLAY-EQUALS-EAG
 DESIGN_FREE_PROPERTIES = frozenset(RUNTIME_PROPERTIES)
 # Properties whose test can drive breakable CUDA graphs (the CPU graph double
 # and the breakable wrapper's weak references are set up for them).
-BREAKABLE_PROPERTIES = frozenset({"FRESH-METADATA", "REPLAY-EQUALS-EAGER", "SKIP-ATTN"})
+BREAKABLE_PROPERTIES = frozenset({"FRESH-METADATA", "NO-CRASH", "REPLAY-EQUALS-EAGER", "SKIP-ATTN"})
 
 F, P = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE
 
@@ -172,6 +172,53 @@ class RuntimeTemplates:
                                        HELPER_DRAFT_PREFILL),
                         fixtures=("observer", "monkeypatch"),
                         imports=("from vllm.forward_context import get_forward_context",))
+
+    # -- NO-CRASH of a breakable re-capture after a release -------------------------
+    def _no_crash_breakable_recapture(self) -> "_Parts":
+        from fuzz.export_test import vllm as w  # noqa: PLC0415
+
+        steps = self.scenario.steps
+        if (self.step is None or steps[self.step].kind != "capture"
+                or not any(s.kind == "release" for s in steps[: self.step])
+                or not any(s.kind == "capture" for s in steps[: self.step])):
+            raise w.ExportError(
+                f"finding {self.f.id}: NO-CRASH with breakable CUDA graphs is exported for a re-capture after a "
+                "release only (the CPU graph double models the graph pools' lifetimes, nothing else of a GPU); "
+                "replay it with python -m fuzz replay")
+        preamble = '''
+    if not hasattr(cudagraph_utils.CudaGraphManager, "release_graphs"):
+        pytest.skip(
+            "this vLLM's release never reaches the MRV2 manager's graphs (elastic EP's "
+            "_release_cuda_graphs has no MRV2 branch before 0.32), so no graph pool "
+            "is released before the re-capture"
+        )
+    if not HOST_GRAPH_POOLS:
+        pytest.skip(
+            f"torch {torch.__version__} keeps no graph pools in its pinned-host "
+            "allocator (from 2.11 on): the re-capture has nothing to trip over"
+        )
+'''
+        body = w._fill('''
+    assert PoolGraph.begun, (
+        "the first capture began no CUDA graph segment: the test does not apply"
+    )
+    error = None
+    try:
+        capture(manager, recorder)  # step <<step>>: capture
+    except Exception as exc:  # a crash of vLLM's own capture, whatever its type
+        error = f"{type(exc).__name__}: {exc}"
+    assert error is None, (
+        f"NO-CRASH: re-capturing the breakable PIECEWISE graphs after "
+        f"release_graphs() raised {error}. The breakable wrapper begins every "
+        "segment with a bare CUDAGraph.capture_begin(pool=...) into the persistent "
+        "global graph pool; destroying the released graphs left that pool id "
+        "registered with the pinned-host allocator with no graph using it, which "
+        "only the host cache's empty_cache erases, and vLLM empties the device cache "
+        "only (torch.accelerator.empty_cache) before the re-capture. "
+        <<seen>>
+    )
+''', step=str(self.step), seen=self._seen())
+        return w._Parts(body, helpers=(HELPER_POOL_GRAPHS,), fixtures=("pool_graphs",), preamble=preamble)
 
     # -- SKIP-ATTN --------------------------------------------------------------------
     def _skip_attn(self) -> "_Parts":
@@ -545,4 +592,122 @@ def capture_draft_prefill(prefill_manager, forward_fn, target_states, recorder):
         forward_fn, model_state, input_buffers, block_tables, [[]], kv_cache_config
     )
     return False
+'''
+
+HELPER_POOL_GRAPHS = '''
+HOST_GRAPH_POOLS = tuple(
+    int(part) for part in torch.__version__.split("+")[0].split(".")[:2]
+) >= (2, 11)
+GLOBAL_GRAPH_POOL = (0, 1)  # the persistent pool id get_global_graph_pool() hands out
+ALLOCATOR_SOURCES = {
+    "device": "c10/cuda/CUDACachingAllocator.cpp",
+    "host": "aten/src/ATen/core/CachingHostAllocator.h",
+}
+
+
+class PoolGraph:
+    \"\"\"torch.cuda.CUDAGraph on CPU with the graph-pool lifetimes of torch's two
+    caching allocators; capture records nothing and replay does nothing.
+
+    Why: on an H200 (torch 2.11) a capture into a pool, the graph destroyed,
+    torch.cuda.empty_cache(), then a capture into the same pool id asserted
+    use_count > 0 in CachingHostAllocator.h; with the host cache emptied first
+    it worked.  capture_begin registers the pool id with the device allocator
+    and, from torch 2.11, with the pinned-host allocator too
+    (create_or_incref_pool_under_lock), whether or not the capture pins memory.
+    A graph's destruction drops its reference (release_pool), which only marks
+    a pool no graph uses freeable: it stays registered until that allocator's
+    own empty_cache erases it, and capturing into it before then asserts.
+    torch.cuda.graph() empties both caches on entry; a bare capture_begin does
+    not.\"\"\"
+
+    pools = {"device": {}, "host": {}}  # allocator -> pool id -> graphs using it
+    begun = 0  # capture_begin calls
+
+    def __init__(self, *args, **kwargs):
+        self.pool = None
+
+    @classmethod
+    def allocators(cls):
+        return [a for a in cls.pools if a == "device" or HOST_GRAPH_POOLS]
+
+    def capture_begin(self, pool=None, *args, **kwargs):
+        pool = ("private", id(self)) if pool is None else pool
+        for allocator in self.allocators():
+            if self.pools[allocator].get(pool) == 0:
+                raise RuntimeError(
+                    "it->second->use_count > 0 INTERNAL ASSERT FAILED at "
+                    f"{ALLOCATOR_SOURCES[allocator]}: capture into graph pool {pool}, "
+                    f"which the {allocator} allocator still holds with no graph "
+                    "using it (released, not yet emptied)"
+                )
+        for allocator in self.allocators():
+            self.pools[allocator][pool] = self.pools[allocator].get(pool, 0) + 1
+        self.pool = pool
+        PoolGraph.begun += 1
+
+    def capture_end(self):
+        pass
+
+    def replay(self):
+        pass
+
+    def reset(self):
+        if self.pool is not None:
+            for pools in self.pools.values():
+                if self.pool in pools:
+                    pools[self.pool] -= 1
+            self.pool = None
+
+    __del__ = reset
+
+    @classmethod
+    def empty_cache(cls, allocator):
+        \"\"\"An allocator's empty_cache erases its pools no graph uses.\"\"\"
+        pools = cls.pools[allocator]
+        for pool in [p for p, users in pools.items() if users == 0]:
+            del pools[pool]
+
+
+@pytest.fixture
+def pool_graphs(monkeypatch, cpu_graphs):
+    \"\"\"CUDA graphs whose pools live as the allocators keep them, around vLLM's
+    persistent global graph pool.\"\"\"
+    PoolGraph.pools = {"device": {}, "host": {}}
+    PoolGraph.begun = 0
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", PoolGraph)
+
+    @contextmanager
+    def cuda_graph(graph, pool=None, stream=None, **kwargs):
+        PoolGraph.empty_cache("device")
+        PoolGraph.empty_cache("host")
+        graph.capture_begin(pool=pool)
+        try:
+            yield
+        finally:
+            graph.capture_end()
+
+    monkeypatch.setattr(torch.cuda, "graph", cuda_graph)
+    # torch.cuda.empty_cache and torch.accelerator.empty_cache empty the device
+    # allocator only; the host one has its own.
+    empty_device = lambda: PoolGraph.empty_cache("device")  # noqa: E731
+    empty_host = lambda: PoolGraph.empty_cache("host")  # noqa: E731
+    monkeypatch.setattr(torch.cuda, "empty_cache", empty_device)
+    monkeypatch.setattr(torch.accelerator, "empty_cache", empty_device)
+    monkeypatch.setattr(torch._C, "_host_emptyCache", empty_host, raising=False)
+    if hasattr(torch.accelerator, "empty_host_cache"):
+        monkeypatch.setattr(torch.accelerator, "empty_host_cache", empty_host)
+    monkeypatch.setattr(
+        cudagraph_utils.current_platform,
+        "get_global_graph_pool",
+        lambda: GLOBAL_GRAPH_POOL,
+    )
+    yield
+    # A capture that raised in capture_begin leaves the breakable capture's
+    # thread-local marker set (its __exit__ never ran).
+    try:
+        from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphCapture
+    except ImportError:
+        return
+    BreakableCUDAGraphCapture._tls.active = None
 '''
