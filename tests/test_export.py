@@ -51,10 +51,10 @@ def _imported_modules(tree: ast.AST) -> set[str]:
     return out
 
 
-# The one docs/findings JSON export-test refuses: FRESH-METADATA of the draft
-# model's prefill manager (its test would drive the speculator's capture).
-NOT_EXPORTED = {"fresh-metadata-2f61040c3e"}
-BREAKABLE_PROPERTIES = {"FRESH-METADATA", "REPLAY-EQUALS-EAGER", "SKIP-ATTN"}
+# Every docs/findings JSON exports; a finding added here that export-test
+# cannot write goes in this set with its reason.
+NOT_EXPORTED: set[str] = set()
+BREAKABLE_PROPERTIES = {"FRESH-METADATA", "NO-CRASH", "REPLAY-EQUALS-EAGER", "SKIP-ATTN"}
 
 
 def _exportable(finding) -> bool:
@@ -173,6 +173,8 @@ def _variant(tmp_path, name, **changes):
     ("skip-attn", {"property": "SKIP-ATTN"}, "SKIP-ATTN is exported for breakable PIECEWISE graphs only"),
     ("replay-compiled", {"property": "REPLAY-EQUALS-EAGER", "step": 1}, "for breakable PIECEWISE graphs with"),
     ("hang", {"kind": "hang", "property": "NO-CRASH"}, "is a hang"),
+    ("breakable-crash", {"kind": "crash", "property": "NO-CRASH", "config": {"breakable": True}},
+     "for a re-capture after a release only"),
     ("huge", {"property": "CAPTURE-USEFUL", "step": 0,
               "config": {"capture_sizes": [512], "max_capture_size": 512, "max_num_reqs": 256}}, "too many to enumerate"),
 ])
@@ -217,10 +219,73 @@ def test_the_runtime_writers_watch_what_the_model_sees():
     assert check.expected(doc, "0.25", "") is True and check.expected(doc, "0.26", "") is False
 
 
-def test_the_draft_prefill_metadata_finding_is_refused_with_its_reason():
-    finding = load_finding(os.path.join(ROOT, "docs", "findings", "fresh-metadata-2f61040c3e.json"))
-    with pytest.raises(ExportError, match="draft model's manager is not exported yet"):
-        export_test(finding)
+def test_the_draft_prefill_writer_drives_each_releases_speculator_api():
+    """FRESH-METADATA of the draft prefill manager: the target's capture, the
+    speculator's own init_cudagraph_manager, then its prefill capture in the
+    release's API (handed the target's states, or building its own), with the
+    warmup's and the in-graph metadata objects compared."""
+    text = export_test(load_finding(os.path.join(ROOT, "docs", "findings", "fresh-metadata-2f61040c3e.json")))
+    assert "target_states = capture(manager, recorder)  # step 0: capture" in text
+    assert "return manager.capture(" in text  # the capture helper hands the states on
+    assert "speculator_cls.init_cudagraph_manager(speculator, mode)" in text
+    assert "speculator.prefill_cudagraph_manager, draft_prefill, target_states, recorder" in text
+    assert '"full_cg_attn_states" in params or "attn_states" in params' in text
+    assert "prefill_manager.capture(forward_fn, target_states)" in text
+    assert "forward_fn, model_state, input_buffers, block_tables, [[]], kv_cache_config" in text
+    # 0.20: the shared capture loop itself reuses (the target's finding), not the prefill manager.
+    assert "if not handed and target_reused:" in text and "pytest.skip(" in text
+    assert "assert passes == {False, True}" in text  # a warmup and an in-graph pass were seen
+    assert 'monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: object())' in text
+
+
+def test_the_breakable_recapture_writer_models_both_allocators_pools():
+    """NO-CRASH of a breakable re-capture after a release: a CPU graph double
+    with the device and the pinned-host allocators' pool lifetimes, elastic
+    EP's release, and a re-capture that must not raise; skips where release
+    never reaches the manager (before 0.32) or torch keeps no host pools."""
+    text = export_test(load_finding(os.path.join(ROOT, "docs", "findings", "no-crash-6a1c49e513.json")))
+    assert "class PoolGraph:" in text and 'monkeypatch.setattr(torch.cuda, "CUDAGraph", PoolGraph)' in text
+    assert "CachingHostAllocator.h" in text and "create_or_incref_pool_under_lock" in text and "H200" in text
+    assert 'monkeypatch.setattr(torch.accelerator, "empty_cache", empty_device)' in text
+    assert 'monkeypatch.setattr(torch._C, "_host_emptyCache", empty_host, raising=False)' in text
+    assert '"get_global_graph_pool",\n        lambda: GLOBAL_GRAPH_POOL,' in text
+    assert 'if not hasattr(cudagraph_utils.CudaGraphManager, "release_graphs"):' in text
+    assert "if not HOST_GRAPH_POOLS:" in text and ">= (2, 11)" in text
+    body = text[text.index("def test_no_crash_6a1c49e513"):]
+    order = ["release_graphs", "HOST_GRAPH_POOLS", "build_manager(", "capture(manager, recorder)  # step 0",
+             "release(manager, vllm_config)  # step 1", "capture(manager, recorder)  # step 2"]
+    at = [body.index(s) for s in order]
+    assert at == sorted(at), dict(zip(order, at))
+    assert "require_breakable_graphs()" in body and "pool_graphs" in body.split("\n")[0]
+    # The double itself: the host pool a released graph leaves behind trips a
+    # bare capture_begin until the host cache is emptied (run without vLLM).
+    start = text.index("HOST_GRAPH_POOLS = tuple(")
+    code = text[start:text.index("@pytest.fixture", start)]
+    import torch  # noqa: PLC0415
+
+    ns: dict = {"torch": torch}
+    exec(compile(code, "pool_graph", "exec"), ns)
+    graph_cls = ns["PoolGraph"]
+    graph_cls.pools = {"device": {}, "host": {}}
+    graph_cls.__del__ = lambda self: None  # released by hand below
+    first = graph_cls()
+    first.capture_begin(pool=(0, 1))
+    first.reset()
+    graph_cls.empty_cache("device")
+    if ns["HOST_GRAPH_POOLS"]:
+        with pytest.raises(RuntimeError, match="CachingHostAllocator.h"):
+            graph_cls().capture_begin(pool=(0, 1))
+        graph_cls.empty_cache("host")
+    graph_cls().capture_begin(pool=(0, 1))
+
+
+def test_check_script_checks_only_the_findings_named(tmp_path, capsys):
+    check = _check_module()
+    exported = check.export_all(str(tmp_path), only=frozenset({"no-crash-6a1c49e513"}))
+    assert list(exported) == ["no-crash-6a1c49e513"]
+    assert sorted(p.name for p in tmp_path.glob("test_*.py")) == ["test_cgsim_no_crash_6a1c49e513.py"]
+    assert check.main(["--finding", "no-such-finding", "--python", sys.executable]) == 2
+    assert "no-such-finding" in capsys.readouterr().err
 
 
 def test_check_script_takes_a_source_tree():
@@ -284,7 +349,8 @@ def test_exported_tests_fail_exactly_where_docs_say_the_finding_reproduces(tmp_p
 @pytest.mark.vllm
 @pytest.mark.skipif(not _vllm_importable(), reason="vLLM is not importable here; run with -m vllm in the vllm env")
 @pytest.mark.parametrize("fid", ["dispatch-roundtrip-2e41bc7df9", "fresh-metadata-456f702b57",
-                                 "replay-equals-eager-fb213b6920", "skip-attn-9656d102f2"])
+                                 "replay-equals-eager-fb213b6920", "skip-attn-9656d102f2",
+                                 "fresh-metadata-2f61040c3e", "no-crash-6a1c49e513"])
 def test_each_runtime_writer_runs_on_the_installed_vllm(tmp_path, fid):
     """One exported file per new writer, run with pytest on this vLLM: it
     fails with its property's assertion where docs/findings.md says the
