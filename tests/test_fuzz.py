@@ -35,3 +35,19 @@ def test_properties_hold_vllm_0_32(scenario):
 
 TestLifecycle = LifecycleMachine.TestCase
 TestLifecycle.settings = settings(settings(), stateful_step_count=6, max_examples=max(10, settings().max_examples // 5))
+
+
+def test_spec_schedules_run_past_max_num_seqs_as_users_write_them():
+    """A schedule is written for batch sizes, not for one engine's
+    max_num_seqs: the strategy draws tiers that end at it and tiers past it,
+    whole tiers included, and each is a config cgsim accepts."""
+    from hypothesis import find
+
+    from cgsim.config import ManagerConfig
+    from fuzz.strategies import spec_schedules
+
+    within = find(spec_schedules(3, 8), lambda s: s[-1][1] == 8)
+    beyond = find(spec_schedules(3, 8), lambda s: s[-1][0] > 8)  # a tier no batch of this engine reaches
+    for schedule in (within, beyond):
+        ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 8), max_num_reqs=8, decode_query_len=4,
+                      spec_schedule=schedule)
