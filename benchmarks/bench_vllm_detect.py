@@ -36,15 +36,16 @@ from cgsim.report.findings import scan_findings
 from cgsim.targets.vllm_compat import installed_version
 from cgsim.targets.vllm_known import KNOWN_DEFECTS, classify
 version = installed_version()
-rows = []
+runs = {}
 for run in sys.argv[1:]:
+    rows = runs[run] = []
     for f in scan_findings(run + "/findings"):
         d = classify(f, version)
         rows.append({"property": f.property, "defect": d.row if d else None, "message": f.message[:200],
                      "cpu_s": f.extra.get("first_seen_cpu_s"), "wall_s": f.extra.get("first_seen_s"),
                      "scenarios": f.extra.get("first_seen_scenarios")})
 print(json.dumps({"version": version, "present": [d.row for d in KNOWN_DEFECTS if d.present_in(version)],
-                  "rows": rows}))
+                  "runs": runs}))
 """
 
 
@@ -91,18 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         runs = dict(zip(tasks, pool.map(run_one, tasks)))
     for i, (python, source) in enumerate(specs):
-        per_seed: list[list[dict]] = []  # the classified findings of each seed's campaign
-        version, present = "?", []
-        for seed in range(1, args.seeds + 1):
-            run = runs[(i, seed)]
-            if not run:
-                per_seed.append([])
-                continue
-            p = subprocess.run([python, "-c", _PROBE, run], cwd=ROOT, env=_env(source or None),
-                               capture_output=True, text=True)
-            data = json.loads(p.stdout.strip().splitlines()[-1])
-            version, present = data["version"] + (" (source)" if source else ""), data["present"]
-            per_seed.append(data["rows"])
+        # One probe per release (its vLLM imported once) classifies every seed's findings.
+        seed_runs = [runs[(i, seed)] for seed in range(1, args.seeds + 1)]
+        p = subprocess.run([python, "-c", _PROBE, *[r for r in seed_runs if r]], cwd=ROOT,
+                           env=_env(source or None), capture_output=True, text=True)
+        data = json.loads(p.stdout.strip().splitlines()[-1])
+        version, present = data["version"] + (" (source)" if source else ""), data["present"]
+        # the classified findings of each seed's campaign
+        per_seed: list[list[dict]] = [data["runs"].get(r, []) if r else [] for r in seed_runs]
         for d in KNOWN_DEFECTS:
             firsts = [min((r for r in rows if r["defect"] == d.row and r["cpu_s"] is not None), key=lambda r: r["cpu_s"])
                       for rows in per_seed if any(r["defect"] == d.row and r["cpu_s"] is not None for r in rows)]
