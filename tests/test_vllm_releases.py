@@ -171,6 +171,32 @@ def test_a_finding_is_labelled_with_its_defect():
         assert label(f, outside[0])["known_defect"] in (None, *[k.name for k in present_in(outside[0])])
 
 
+def _dbo_dispatch_finding(fits: str) -> Finding:
+    from cgsim.properties.registry import Violation
+    from cgsim.scenario import Scenario, Step
+
+    cfg = ManagerConfig(mode="FULL", capture_sizes=(1, 2, 4, 8, 216, 512), max_num_reqs=128, decode_query_len=4,
+                        lora_cases=(0, 4), num_ubatches=2, ubatch_threshold=128)
+    from cgsim.descriptors import Batch
+
+    batch = Batch((4,) * 54, num_active_loras=1, num_ubatches=2)
+    scenario = Scenario(cfg, (Step.capture(), Step.dispatch(batch)), ruleset="vllm-0.32")
+    msg = ("Batch(reqs=54 tokens=216 query_lens=[4, 4, 4, 4, 4, 4, 4, 4, '...'] loras=1 ubatches=2) ran eagerly "
+           f"(Desc(NONE tokens=216 reqs=54 loras=4 ubatches=2)) although 1 captured descriptor(s) fit it, e.g. {fits}")
+    return Finding.from_violation(Violation("DISPATCH-COMPLETE", msg, 1), scenario.to_json(), "vllm", "mock", "")
+
+
+def test_dbo_decode_batches_missing_a_larger_full_graph_are_the_nearest_group_defect():
+    """Found unaided on 0.30 and 0.31 (docs/findings.md #1, its DBO paragraph):
+    no speculative schedule, the nearest group holds only twins of mixed
+    descriptors, a larger micro-batched FULL graph fits."""
+    found = _dbo_dispatch_finding("Desc(FULL tokens=512 reqs=128 uniform=4 loras=4 ubatches=2)")
+    for version in ("0.30.0", "0.31.0", "0.32.0"):
+        assert classify(found, version).row == 1, version
+    # a PIECEWISE graph that fits is not that defect's shape
+    assert classify(_dbo_dispatch_finding("Desc(PIECEWISE tokens=224)"), "0.32.0") is None
+
+
 # -- the source overlay -----------------------------------------------------------------
 
 

@@ -76,8 +76,13 @@ def _fitting_full(f: Finding) -> bool:
 
 
 def _nearest_group(f: Finding, c: ManagerConfig) -> bool:
-    """#1: a decode batch of one of several scheduled lengths misses a larger FULL graph of its length."""
-    return c.spec_schedule is not None and _decode_lengths(c) > 1 and _decode_batch(f) and _fitting_full(f)
+    """#1: a decode batch misses a larger FULL graph of its shape because its
+    candidates are only the nearest group by token count: one of several
+    scheduled lengths (dynamic speculative decoding), or a micro-batched
+    batch whose nearest group holds only twins of mixed descriptors (DBO)."""
+    several = (c.spec_schedule is not None and _decode_lengths(c) > 1) or (
+        c.num_ubatches > 1 and "ubatches=" in _batch_text(f))
+    return several and _decode_batch(f) and _fitting_full(f)
 
 
 def _uniforms(f: Finding) -> set[int]:
