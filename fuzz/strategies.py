@@ -77,21 +77,22 @@ def spec_schedules(draw, max_spec_tokens: int, max_num_reqs: int):
     fewer speculative tokens for larger batches, each tier its own decode
     length (a schedule with one length is plain speculative decoding).  A
     schedule is written for batch sizes, not for this engine's max_num_seqs:
-    its tiers may run past it, whole tiers included (vLLM 0.25-0.28 took
-    decode lengths from such unreachable tiers, docs/findings.md #5)."""
-    top = max_num_reqs
-    if draw(_BOOLS):
-        top += draw(_ints(1, 4 * max(1, max_num_reqs)))
-    tiers = min(draw(_ints(2, 4)), top, max_spec_tokens + 1)
+    a tier may lie past it (vLLM 0.25-0.28 took decode lengths from such
+    unreachable tiers, docs/findings.md #5)."""
+    tiers = min(draw(_ints(2, 4)), max_num_reqs, max_spec_tokens + 1)
     if tiers < 2:
-        return ((1, max(1, top), max_spec_tokens),)
-    ends = sorted(draw(_lists(_ints(1, top - 1), min_size=tiers - 1, max_size=tiers - 1, unique=True)))
-    ends.append(top)
+        return ((1, max(1, max_num_reqs), max_spec_tokens),)
+    ends = sorted(draw(_lists(_ints(1, max_num_reqs - 1), min_size=tiers - 1, max_size=tiers - 1, unique=True)))
+    ends.append(max_num_reqs)
     ks = sorted(draw(_lists(_ints(0, max_spec_tokens), min_size=tiers, max_size=tiers, unique=True)), reverse=True)
     entries, start = [], 1
     for end, k in zip(ends, ks):
         entries.append((start, end, k))
         start = end + 1
+    # A tier for larger batches than this engine schedules, with fewer tokens
+    # still; the tiers it can reach are drawn as without it.
+    if ks[-1] > 0 and draw(_BOOLS):
+        entries.append((start, start - 1 + draw(_ints(1, 4 * max_num_reqs)), draw(_ints(0, ks[-1] - 1))))
     return tuple(entries)
 
 

@@ -40,7 +40,7 @@ TestLifecycle.settings = settings(settings(), stateful_step_count=6, max_example
 def test_spec_schedules_run_past_max_num_seqs_as_users_write_them():
     """A schedule is written for batch sizes, not for one engine's
     max_num_seqs: the strategy draws tiers that end at it and tiers past it,
-    whole tiers included, and each is a config cgsim accepts."""
+    and each is a config cgsim accepts."""
     from hypothesis import find
 
     from cgsim.config import ManagerConfig
