@@ -246,15 +246,8 @@ def recorder(monkeypatch):
     return recorder
 '''
 
-HELPER_CAPTURE = '''
-def capture(manager, recorder):
-    """What the model runner's capture_model() hands the manager; the model
-    state records the dummy batches its attention metadata is built from.
-    Returns what the manager's capture returns (0.21-0.25: the attention
-    states its graphs were captured with, which the speculator is handed)."""
-    recorder.descs.clear()
-    recorder.max_query_len.clear()
-    model_state = MagicMock()
+# The dummy inputs a manager's capture() is handed (the model runner's), as doubles.
+DUMMY_CAPTURE_INPUTS = '''    model_state = MagicMock()
     model_state.prepare_dummy_inputs.return_value = {}
     model_state.prepare_attn.side_effect = recorder.prepare_attn
     block_tables = MagicMock(cp_size=1)
@@ -268,7 +261,17 @@ def capture(manager, recorder):
     kv_cache_config = KVCacheConfig(
         num_blocks=0, kv_cache_tensors=[], kv_cache_groups=[]
     )
-    return manager.capture(
+'''
+
+HELPER_CAPTURE = '''
+def capture(manager, recorder):
+    """What the model runner's capture_model() hands the manager; the model
+    state records the dummy batches its attention metadata is built from.
+    Returns what the manager's capture returns (0.21-0.25: the attention
+    states its graphs were captured with, which the speculator is handed)."""
+    recorder.descs.clear()
+    recorder.max_query_len.clear()
+''' + DUMMY_CAPTURE_INPUTS + '''    return manager.capture(
         ToyModel(),
         model_state,
         input_buffers,

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cgsim.modes import CUDAGraphMode
+from fuzz.export_test.vllm_code import DUMMY_CAPTURE_INPUTS
 
 if TYPE_CHECKING:  # the writer that mixes these in
     from fuzz.export_test.vllm import _Parts
@@ -584,21 +585,7 @@ def capture_draft_prefill(prefill_manager, forward_fn, target_states, recorder):
     if "full_cg_attn_states" in params or "attn_states" in params:
         prefill_manager.capture(forward_fn, target_states)
         return True
-    model_state = MagicMock()
-    model_state.prepare_dummy_inputs.return_value = {}
-    model_state.prepare_attn.side_effect = recorder.prepare_attn
-    block_tables = MagicMock(cp_size=1)
-    block_tables.get_dummy_block_tables.return_value = ()
-    block_tables.get_dummy_slot_mappings.side_effect = lambda num_tokens: torch.zeros(
-        1, num_tokens, dtype=torch.int64
-    )
-    input_buffers = InputBuffers(
-        MAX_NUM_REQS, MAX_NUM_BATCHED_TOKENS, torch.device("cpu")
-    )
-    kv_cache_config = KVCacheConfig(
-        num_blocks=0, kv_cache_tensors=[], kv_cache_groups=[]
-    )
-    prefill_manager.capture(
+''' + DUMMY_CAPTURE_INPUTS + '''    prefill_manager.capture(
         forward_fn, model_state, input_buffers, block_tables, [[]], kv_cache_config
     )
     return False
