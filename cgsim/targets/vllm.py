@@ -33,6 +33,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import sys
 import types
 from typing import Any, Callable, Iterator, Sequence
 
@@ -283,9 +284,8 @@ def _forget_failed_breakable_capture() -> None:
     fail with "Nested BreakableCUDAGraphCapture is not supported" for no fault
     of its own.  Only after a failure: a capture vLLM left marked after
     succeeding would be vLLM's bug, and must show."""
-    mod = importlib.util.find_spec("vllm.compilation.breakable_cudagraph") and importlib.import_module(
-        "vllm.compilation.breakable_cudagraph")
-    capture_cls = getattr(mod, "BreakableCUDAGraphCapture", None) if mod else None
+    mod = sys.modules.get("vllm.compilation.breakable_cudagraph")  # not imported: nothing was captured
+    capture_cls = getattr(mod, "BreakableCUDAGraphCapture", None)
     tls = getattr(capture_cls, "_tls", None)
     if tls is not None and getattr(tls, "active", None) is not None:
         tls.active = None

@@ -314,8 +314,8 @@ class Worker:
         if key not in self.first_seen:
             wall, cpu = self._fuzz_started
             self.first_seen[key] = {"first_seen_s": round(time.time() - wall, 3),
-                                     "first_seen_cpu_s": round(time.process_time() - cpu, 3),
-                                     "first_seen_scenarios": self.scenarios}
+                                    "first_seen_cpu_s": round(time.process_time() - cpu, 3),
+                                    "first_seen_scenarios": self.scenarios}
         return self.first_seen[key]
 
     def _finalise(self, key: str, best: tuple, first: Finding, status: str, flaky: str | None = None) -> None:
