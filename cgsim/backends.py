@@ -39,6 +39,12 @@ class GraphBackend:
     _activate: Callable[[], ContextManager[None]]
     _host_buffer: Callable[[torch.Tensor, bool], torch.Tensor]
     _host_ops: Callable[[], ContextManager[None]]
+    # Whether a failed capture may leave the process unable to capture again
+    # (the campaign worker then restarts).  On a GPU it may: an invalidated
+    # capture can leave a sticky error in the CUDA context that no API reports
+    # as recovered.  The mock cannot: leaving activate() aborts a capture nobody
+    # ended (cuda_mock's uninstall), so the next scenario starts clean.
+    capture_failure_poisons: bool = False
 
     def activate(self) -> ContextManager[None]:
         """Context in which ``torch.cuda`` is this backend (mock: patched in)."""
@@ -100,6 +106,7 @@ def _cuda() -> GraphBackend:
         _activate=contextlib.nullcontext,
         _host_buffer=_cuda_host_buffer,
         _host_ops=contextlib.nullcontext,
+        capture_failure_poisons=True,
     )
 
 

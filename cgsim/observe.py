@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from cgsim.backends import get_backend
 from cgsim.finding import Finding
 from cgsim.properties import Verdict, check_scenario
 from cgsim.properties.harness import CHECK_CRASH, NO_CRASH, NO_HANG
@@ -136,11 +137,13 @@ def observe(scenario: Scenario, target: str, backend: str, timeout: float | None
         return outcome([finding(CHECK_CRASH, f"a property check raised {type(exc).__name__}: {exc}")])
     findings = [Finding.from_violation(v, scenario_json, target, backend, short) for v in verdict.violations]
     errors = trace.errors
-    # A target that failed mid-capture may keep process-wide capture state
-    # (vLLM's BreakableCUDAGraphCapture marks itself active before it begins
-    # the first segment and never unmarks if that raises): every later capture
-    # in this process would fail for no reason of its own.  A fresh process.
-    restart = any(e.error == "timeout" or (e.phase == "capture" and e.error != "corrupt") for e in errors) or (
+    # A failed capture on a GPU may leave the context unable to capture again:
+    # a fresh process.  On the mock the process is clean (targets forget their
+    # own capture state, base.py rule 6), and restarting there would cut the
+    # shrink of every campaign whose target fails captures often.
+    capture_failed = any(e.phase == "capture" and e.error != "corrupt" for e in errors)
+    restart = any(e.error == "timeout" for e in errors) or (
+        capture_failed and get_backend(backend).capture_failure_poisons) or (
         backend == "cuda" and any(any(p in f"{e.exc_type} {e.message}" for p in CUDA_POISON) for e in errors))
     covered = tuple(("dispatch_sweeps", e.coverage) for e in trace.of(Sweep) if e.captured_flag)
     return Outcome(tuple(findings), verdict.checked, time.perf_counter() - start, restart, covered)

@@ -4,6 +4,7 @@ timer and observe's backstop each catch what they are meant to."""
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import time
 
@@ -162,3 +163,41 @@ def test_backstop_fires_when_the_target_swallows_the_runner_timer(monkeypatch, w
     assert hang is not None and "did not finish within 1.45s" in hang.message, outcome
     assert 1.2 <= took < 4.0  # the backstop: 0.3 * 1.5 + 1 s
     _clean()
+
+
+def test_a_failed_capture_on_the_mock_keeps_the_worker_and_the_next_scenario_captures(monkeypatch, warm):
+    """The mock aborts a capture nobody ended when it is uninstalled, so a
+    target that raised mid-capture leaves the process able to capture: no
+    restart (it would cut the shrink of every such finding short)."""
+    from cgsim.observe import observe
+    from cgsim.targets.reference import ManagerHandle
+
+    real_capture = ManagerHandle.capture
+
+    def raise_mid_capture(self):
+        import torch
+
+        with torch.cuda.stream(torch.cuda.Stream()):
+            torch.cuda.CUDAGraph().capture_begin()  # begun, never ended
+            raise RuntimeError("the target failed mid-capture")
+
+    monkeypatch.setattr(ManagerHandle, "capture", raise_mid_capture)
+    with pytest.warns(RuntimeWarning, match="still under way"):
+        failed = observe(_scenario(), "reference", "mock", timeout=30)
+    assert failed.first("NO-CRASH") is not None and not failed.needs_restart
+    monkeypatch.setattr(ManagerHandle, "capture", real_capture)
+    assert observe(_scenario(), "reference", "mock", timeout=30).findings == ()
+
+
+def test_a_failed_capture_restarts_the_worker_where_the_backend_says_it_poisons(monkeypatch, warm):
+    from cgsim import backends
+    from cgsim.observe import observe
+    from cgsim.targets.reference import ManagerHandle
+
+    def poisoning(name):
+        return dataclasses.replace(real_get_backend(name), capture_failure_poisons=True)
+
+    real_get_backend = backends.get_backend
+    monkeypatch.setattr("cgsim.observe.get_backend", poisoning)
+    monkeypatch.setattr(ManagerHandle, "capture", lambda self: (_ for _ in ()).throw(RuntimeError("capture failed")))
+    assert observe(_scenario(), "reference", "mock", timeout=30).needs_restart

@@ -387,6 +387,32 @@ def test_release_and_recapture():
                 handle.capture()
 
 
+def test_a_failed_breakable_capture_leaves_the_process_able_to_capture(monkeypatch):
+    """A breakable capture whose first capture_begin raises leaves vLLM's
+    thread-local capture marker set (BreakableCUDAGraphCapture.__enter__ marks
+    itself active before it begins the first segment).  The target forgets
+    it (base.py rule 6), so the campaign worker need not restart and the next
+    scenario in the process runs as in a fresh one."""
+    from cgsim.cuda_mock._capture import CUDAGraph
+    from cgsim.observe import observe
+    from cgsim.scenario import Scenario, Step
+
+    cfg = ManagerConfig(mode="PIECEWISE", capture_sizes=(1,), max_num_reqs=1, breakable=True)
+    if not expressible(cfg):
+        return
+    scenario = Scenario(cfg, (Step.capture(), Step.dispatch(Batch((1,)))), ruleset=CAPS.ruleset)
+    fresh = observe(scenario, "vllm", "mock", timeout=60).properties
+
+    def fails_to_begin(self, *args, **kwargs):
+        raise RuntimeError("capture_begin failed (as #15's host-allocator assert does)")
+
+    monkeypatch.setattr(CUDAGraph, "capture_begin", fails_to_begin)
+    failed = observe(scenario, "vllm", "mock", timeout=60)
+    assert "capture_begin failed" in failed.first("NO-CRASH").message and not failed.needs_restart
+    monkeypatch.undo()
+    assert observe(scenario, "vllm", "mock", timeout=60).properties == fresh
+
+
 def test_draft_managers_are_built_for_speculative_decoding():
     cfg = ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 8), max_num_reqs=4, decode_query_len=3)
     _, _, _, handle = build(cfg)

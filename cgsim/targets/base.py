@@ -27,6 +27,10 @@ The recording contract (checked for every registered target by
    ``build`` (not judged); a broken environment raises
    ``TargetEnvironmentError`` from ``check_environment`` (exit 2, never a
    finding).
+6. A capture that fails leaves no process-wide capture state behind (vLLM's
+   thread-local BreakableCUDAGraphCapture marker, a global capture flag): on
+   the mock the campaign worker runs the next scenario in the same process.
+   On a GPU it restarts (``GraphBackend.capture_failure_poisons``).
 
 A handle may drive other managers beside the main one (a draft model's):
 its optional ``sub_managers()`` returns ``{name: SubManager}``; the runner
