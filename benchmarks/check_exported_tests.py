@@ -18,9 +18,9 @@ A cell is ``FAIL`` (the test's assertion failed: the finding reproduces),
 before 0.30) or ``ERROR`` (anything else: a test that broke, not a verdict).
 The expected matrix is docs/findings.md's release column ("?" outside the
 releases it documents, and on a release of another design than the finding's
-ruleset: the test writes that design's expectations as literals; tests of
-``DESIGN_FREE_PROPERTIES`` hold no such literals and are compared on every
-release).  Findings
+ruleset: the test writes that design's expectations as literals; tests
+that hold no such literals, ``fuzz.export_test.design_free``, are compared on
+every release).  Findings
 export-test cannot write (its properties, breakable graphs) are listed and
 left out.  A cell agrees when FAIL meets "reproduces" and
 pass/skip meet "does not".  Exit status: 0 every known cell agrees, 1 some
@@ -48,10 +48,10 @@ from cgsim.report.findings import load_finding  # noqa: E402
 from cgsim.targets.vllm_compat import design_for  # noqa: E402
 from cgsim.targets.vllm_source import describe_source  # noqa: E402
 from fuzz.export_test import (  # noqa: E402
-    DESIGN_FREE_PROPERTIES,
     FINDINGS_DOC,
     ExportError,
     default_test_name,
+    design_free,
     documented_findings,
     export_test,
 )
@@ -184,7 +184,8 @@ def finding_rulesets(findings_dir: str = FINDINGS_DIR) -> dict[str, str]:
     """finding id -> the ruleset (design) its exported test holds literals of:
     "" for a test of a design-free property (compared on every release)."""
     found = (load_finding(p) for p in sorted(glob.glob(os.path.join(findings_dir, "*.json"))))
-    return {f.id: "" if f.property in DESIGN_FREE_PROPERTIES else f.scenario.get("ruleset", "") for f in found}
+    return {f.id: "" if design_free(f.property, bool(f.scenario["config"].get("breakable"))) else
+            f.scenario.get("ruleset", "") for f in found}
 
 
 def expected(doc, release: str, ruleset: str | None = None) -> bool | None:

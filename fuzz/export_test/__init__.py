@@ -26,13 +26,14 @@ from typing import Callable
 from cgsim.finding import Finding
 from fuzz.export_test.docs import FINDINGS_DOC, DocumentedFinding, ExportError, documented_findings
 from fuzz.export_test.vllm import VLLM_PROPERTIES, write_vllm_test
-from fuzz.export_test.vllm_runtime import DESIGN_FREE_PROPERTIES
+from fuzz.export_test.vllm_runtime import DESIGN_FREE_PROPERTIES, design_free
 
 __all__ = [
     "ExportError",
     "DocumentedFinding",
     "VLLM_PROPERTIES",
     "DESIGN_FREE_PROPERTIES",
+    "design_free",
     "WRITERS",
     "documented_findings",
     "export_test",

@@ -16,8 +16,9 @@ kernel's launch arguments.
 None of these tests holds a design's literals (no spec capture list, no
 rounded sizes): what they assert holds under every ruleset, so the verdicts of
 the ``RUNTIME_PROPERTIES`` are compared on every release
-(``DESIGN_FREE_PROPERTIES``); NO-CRASH stays compared on its finding's design
-only, as the other NO-CRASH tests are.
+(``DESIGN_FREE_PROPERTIES``), and so is NO-CRASH of a breakable re-capture
+(``design_free``).  The other NO-CRASH tests run the finding's steps on the
+design's own capture list, and stay compared on its design only.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from fuzz.export_test.vllm_code import DUMMY_CAPTURE_INPUTS
 if TYPE_CHECKING:  # the writer that mixes these in
     from fuzz.export_test.vllm import _Parts
 
-__all__ = ["RUNTIME_PROPERTIES", "DESIGN_FREE_PROPERTIES", "BREAKABLE_PROPERTIES", "RuntimeTemplates"]
+__all__ = ["RUNTIME_PROPERTIES", "DESIGN_FREE_PROPERTIES", "BREAKABLE_PROPERTIES", "RuntimeTemplates", "design_free"]
 
 RUNTIME_PROPERTIES = ("DISPATCH-ROUNDTRIP", "FRESH-METADATA", "REPLAY-EQUALS-EAGER", "SKIP-ATTN")
 # Properties whose test asserts nothing design-specific: compared on every release.
@@ -40,6 +41,14 @@ DESIGN_FREE_PROPERTIES = frozenset(RUNTIME_PROPERTIES)
 BREAKABLE_PROPERTIES = frozenset({"FRESH-METADATA", "NO-CRASH", "REPLAY-EQUALS-EAGER", "SKIP-ATTN"})
 
 F, P = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE
+
+
+def design_free(prop: str, breakable: bool) -> bool:
+    """Whether the exported test of a finding of ``prop`` holds no design's
+    literals (its verdict is compared on every release): a runtime property's,
+    or NO-CRASH with breakable graphs (always the re-capture template, which
+    asserts only that the re-capture does not raise)."""
+    return prop in DESIGN_FREE_PROPERTIES or (prop == "NO-CRASH" and breakable)
 
 
 class RuntimeTemplates:
