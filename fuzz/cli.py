@@ -107,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-examples", type=_count(1), default=None, help="stop after this many scenarios (over all workers); with --seed the run is exactly repeatable")
     run.add_argument("--chunk-examples", type=_count(1), default=None, help=argparse.SUPPRESS)
     run.add_argument("--shrink-grace", default=None, help="extra time a shrink under way may take after the budget (e.g. 10s)")
+    run.add_argument("--shrink-limit", default=None, help="longest one shrink may take before its smallest failure so far is "
+                     "recorded and the search goes on (default: a tenth of the budget, at least 5s; 0: no limit)")
     run.add_argument("--gpus", default=None, help="auto or 0,1,...: workers get one GPU each (round robin) through CUDA_VISIBLE_DEVICES; without --workers, one worker per GPU")
     run.add_argument("--start-method", default=None, help=argparse.SUPPRESS)
     run.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS|auto|local",
@@ -297,7 +299,8 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     from fuzz.campaign import options_for_profile, parse_budget, run_campaign
 
     budget = parse_budget(args.budget) if args.budget is not None else None
-    grace = parse_budget(args.shrink_grace, flag="--shrink-grace") if args.shrink_grace is not None else None
+    grace = parse_budget(args.shrink_grace, flag="--shrink-grace", zero=True) if args.shrink_grace is not None else None
+    limit = parse_budget(args.shrink_limit, flag="--shrink-limit", zero=True) if args.shrink_limit is not None else None
     options = options_for_profile(
         args.profile,
         target=args.target,
@@ -311,6 +314,7 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         max_examples=args.max_examples,
         chunk_examples=args.chunk_examples,
         shrink_grace_s=grace,
+        shrink_limit_s=limit,
         gpus=args.gpus,
         one_per_gpu=bool(args.gpus) and args.workers is None,
         start_method=args.start_method,

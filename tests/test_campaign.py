@@ -64,7 +64,8 @@ class FakePipeline:
     - "segv": the process dies with SIGSEGV for >= 6 tokens;
     - "corrupt": the trace records a corrupted state for >= 4 tokens;
     - "none": no bug;
-    - "slow": no bug, each scenario sleeps 20 ms (for interruption tests).
+    - "slow": no bug, each scenario sleeps 20 ms (for interruption tests);
+    - "two-slow": "two", each scenario sleeping 20 ms (for the shrink limit).
     """
 
     def __init__(self, bug: str = "big"):
@@ -94,7 +95,7 @@ class FakePipeline:
             time.sleep(3600)
         if self.bug == "segv" and tokens >= 6:
             os.kill(os.getpid(), signal.SIGSEGV)
-        if self.bug == "slow":
+        if self.bug in ("slow", "two-slow"):
             time.sleep(0.02)
         if self.bug == "corrupt" and tokens >= 4:
             trace.add(Error(step=1, phase="dispatch", error="corrupt", exc_type="CorruptState",
@@ -108,7 +109,7 @@ class FakePipeline:
         # The harness properties judge the fake's Error events for real.
         harness = check_scenario(scenario, trace, only=["NO-CRASH", "NO-HANG"])
         viol = list(harness.violations)
-        if self.bug in ("big", "two"):
+        if self.bug in ("big", "two", "two-slow"):
             for i, b in enumerate(scenario.batches):
                 if b.num_tokens >= 3:
                     viol.append(Violation("FAKE-BIG", f"batch of {b.num_tokens} tokens", i))
@@ -130,7 +131,7 @@ class FakePipeline:
             if big:
                 viol.append(Violation("FAKE-BIG", "batch of many tokens", big[0]))
                 viol.append(Violation("FAKE-BIG", "... and 3 more violations of this property", None))
-        if self.bug == "two":
+        if self.bug in ("two", "two-slow"):
             for i, b in enumerate(scenario.batches):
                 if b.num_active_loras:
                     viol.append(Violation("FAKE-LORA", f"batch with {b.num_active_loras} adapters", i))
@@ -240,6 +241,25 @@ def test_a_propertys_overflow_note_is_no_finding_of_its_own(tmp_path, monkeypatc
     result = run(tmp_path, bug="overflow", max_examples=200)
     findings = scan_findings(os.path.join(result.run_dir, "findings"))
     assert [(f.property, f.extra["known_defect"]) for f in findings] == [("FAKE-BIG", "big")]
+
+
+def test_a_shrink_past_its_limit_is_recorded_and_the_search_goes_on(tmp_path):
+    """A slow shrink stops at --shrink-limit: its smallest failure so far is
+    final (shrink-interrupted, saying why) and the worker fuzzes on, so a
+    second defect is still found within the budget."""
+    result = run(tmp_path, bug="two-slow", budget_s=4.0, shrink_limit_s=0.15)
+    found = {f.property: f for f in scan_findings(at(result, "findings"))}
+    assert set(found) == {"FAKE-BIG", "FAKE-LORA"}
+    limited = [f for f in found.values() if "--shrink-limit" in f.extra.get("note", "")]
+    assert limited and all(f.status == "shrink-interrupted" for f in limited)
+
+
+def test_the_shrink_limit_is_a_tenth_of_the_budget_and_off_for_repeatable_runs(tmp_path):
+    from fuzz.campaign import CampaignOptions
+
+    assert CampaignOptions(budget_s=600).shrink_limit == 60 and CampaignOptions(budget_s=10).shrink_limit == 5
+    assert CampaignOptions(budget_s=600, max_examples=100).shrink_limit is None  # no time in a repeatable run
+    assert CampaignOptions(budget_s=600, shrink_limit_s=0).shrink_limit is None
 
 
 def test_without_a_classifier_one_finding_per_property(tmp_path):

@@ -30,8 +30,9 @@ _BUDGET_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def parse_budget(text: str, flag: str = "--budget") -> float:
-    """'60s', '5m', '1h30m', '250ms', '90' (plain seconds) -> seconds."""
+def parse_budget(text: str, flag: str = "--budget", zero: bool = False) -> float:
+    """'60s', '5m', '1h30m', '250ms', '90' (plain seconds) -> seconds; with
+    ``zero``, 0 is taken too (a flag whose 0 means "none")."""
     raw = str(text).strip().lower()
     if re.fullmatch(r"\d+(?:\.\d+)?", raw):
         total = float(raw)
@@ -41,7 +42,7 @@ def parse_budget(text: str, flag: str = "--budget") -> float:
         raise UsageError(f"{flag} {text!r} is negative; give a positive duration, e.g. 60s, 5m or 1h")
     else:
         raise UsageError(f"{flag} {text!r} is not a duration; write e.g. 60s, 5m, 1h30m or 90 (seconds)")
-    if total <= 0:
+    if total <= 0 and not (zero and total == 0):
         raise UsageError(f"{flag} {text!r} is not a positive duration; write e.g. 60s, 5m or 1h")
     return total
 
@@ -60,6 +61,7 @@ class CampaignOptions:
     chunk_examples: int = 25
     max_examples: int | None = None  # total over workers; makes a run independent of speed
     shrink_grace_s: float | None = None  # default: min(30s, max(2s, budget/4))
+    shrink_limit_s: float | None = None  # default: max(5s, budget/10); 0: none
     gpus: str | None = None  # None: leave CUDA_VISIBLE_DEVICES alone; "auto" or "0,1,..."
     one_per_gpu: bool = False  # with gpus: as many workers as GPUs (--gpus without --workers)
     start_method: str | None = None  # default: fork for mock, spawn for cuda
@@ -85,6 +87,19 @@ class CampaignOptions:
         if self.shrink_grace_s is not None:
             return self.shrink_grace_s
         return min(30.0, max(2.0, self.budget_s / 4))
+
+    @property
+    def shrink_limit(self) -> float | None:
+        """How long one shrink may run before its smallest failure so far is
+        recorded and the search goes on (None: as long as Hypothesis takes).
+        A shrink of an engine-sized config can take a third of a short
+        budget, and every defect not yet seen waits for it.  None with
+        --max-examples: a time limit would make the run depend on speed."""
+        if self.shrink_limit_s is not None:
+            return self.shrink_limit_s or None
+        if self.max_examples is not None:
+            return None
+        return max(5.0, self.budget_s / 10)
 
     @property
     def method(self) -> str:
@@ -118,6 +133,8 @@ def validate(o: CampaignOptions) -> CampaignOptions:
         raise UsageError(f"--timeout {o.timeout_s:g}: give a positive number of seconds")
     if o.shrink_grace_s is not None and o.shrink_grace_s < 0:
         raise UsageError(f"--shrink-grace {o.shrink_grace_s:g}s: give a duration of 0 or more")
+    if o.shrink_limit_s is not None and o.shrink_limit_s < 0:
+        raise UsageError(f"--shrink-limit {o.shrink_limit_s:g}s: give a duration, or 0 for no limit")
     if o.chunk_examples < 1:
         raise UsageError(f"--chunk-examples {o.chunk_examples}: give at least 1")
     if o.max_examples is not None and o.max_examples < 1:

@@ -14,9 +14,9 @@ Life of a finding inside a worker:
    to a different bug that happens to have a smaller example;
 2. other new properties seen meanwhile are written at once too (status
    "pending"); a later chunk pins and shrinks them if they recur;
-3. when Hypothesis finishes (or the deadline/a stop interrupts shrinking), the
-   smallest failing Scenario is written (status "shrunk" or
-   "shrink-interrupted"), and only then is the first sighting removed (or, when
+3. when Hypothesis finishes (or the deadline, a stop or the shrink limit
+   interrupts shrinking), the smallest failing Scenario is written (status
+   "shrunk" or "shrink-interrupted"), and only then is the first sighting removed (or, when
    shrinking found nothing smaller, replaced by its own shrunk version).
 
 Every finding file has its ``repro_<id>.py`` beside it, written first.
@@ -132,6 +132,11 @@ class _Abort(BaseException):
 
 class _Restart(BaseException):
     """The target left this process unusable; finish up and exit for a restart."""
+
+
+class _ShrinkLimit(BaseException):
+    """The shrink under way reached --shrink-limit: record its smallest
+    failure so far and go on searching in the next chunk."""
 
 
 class _StoreFailed(BaseException):
@@ -318,13 +323,16 @@ class Worker:
                                     "first_seen_scenarios": self.scenarios}
         return self.first_seen[key]
 
-    def _finalise(self, key: str, best: tuple, first: Finding, status: str, flaky: str | None = None) -> None:
+    def _finalise(self, key: str, best: tuple, first: Finding, status: str, flaky: str | None = None,
+                  note: str | None = None) -> None:
         _, found = best
         # found_at: when the failure was first confirmed (recorded_at: when this, the shrunk one, was).
         extra = {"first_id": first.id, "original_scenario": first.scenario, "found_at": first.extra.get("recorded_at"),
                  **{k: v for k, v in first.extra.items() if k.startswith("first_seen")}}
         if flaky:
             extra["flaky"] = flaky
+        if note:
+            extra["note"] = note
         final = self._record(found, status, extra=extra)
         # Only once the shrunk version is on disk does its first sighting go.
         if first.id != final.id:
@@ -474,10 +482,13 @@ class Worker:
     def _run_chunk(self, given: Any, seed_dec: Any, base: Any, strategy: Any) -> bool:
         spec = self.spec
         st: dict[str, Any] = {"pinned": None, "best": None, "first": None, "restart": False}
+        limit = self.o.shrink_limit
 
         def body(scenario: Any) -> None:
             if self._over(pinned=st["pinned"] is not None):
                 raise _Abort()
+            if st["pinned"] is not None and limit is not None and time.monotonic() - st["pinned_at"] > limit:
+                raise _ShrinkLimit()
             outcome = self._run_one(scenario)
             keyed = self._keyed(outcome) if outcome.findings else {}
             pinned = st["pinned"]
@@ -494,6 +505,7 @@ class Worker:
                     self.found.add(key)
                 elif pinned is None:
                     st["pinned"] = pinned = key
+                    st["pinned_at"] = time.monotonic()
                     st["best"] = (scenario, seen)
                     st["first"] = self._record(seen, "shrinking", extra=self._first_seen(key))
                 elif key not in self.provisional:
@@ -510,6 +522,9 @@ class Worker:
             test()
         except (_Abort, _Restart):
             status = "shrink-interrupted"
+        except _ShrinkLimit:
+            status = "shrink-interrupted"
+            st["limited"] = True
         except _PropertyFailed:
             pass
         except Exception as exc:  # Flaky, an error in the strategy: keep what we have
@@ -522,7 +537,8 @@ class Worker:
                 self._send("note", spec.index, f"chunk seed {self._chunk_seed}: {type(exc).__name__}: {first_line(exc, 300)}")
         if st["pinned"] is not None and not self.orphaned():
             try:
-                self._finalise(st["pinned"], st["best"], st["first"], status, st.get("flaky"))
+                self._finalise(st["pinned"], st["best"], st["first"], status, st.get("flaky"),
+                               note=f"shrink stopped at its {limit:g}s limit (--shrink-limit)" if st.get("limited") else None)
             except _Abort:
                 pass
         return bool(st["restart"])
