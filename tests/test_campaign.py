@@ -424,6 +424,27 @@ def test_interrupt_leaves_a_valid_partial_report(tmp_path, sig):
     assert (run_dir / "junit.xml").exists() and (run_dir / "index.md").exists()
 
 
+def test_time_to_find_counts_the_earlier_incarnations_of_a_restarted_worker(tmp_path):
+    """A restarted worker's first sighting counts from the worker's first
+    start: what its slot's earlier incarnations fuzzed comes with the spec."""
+    from fuzz.campaign import CampaignOptions
+    from fuzz.campaign.supervisor import Slot
+    from fuzz.campaign.worker import Worker, WorkerSpec
+
+    slot = Slot(index=0, gpu=None, share=None, incarnation=2)
+    slot.stats = {0: {"scenarios": 40, "fuzz_s": 3.0, "fuzz_cpu_s": 2.5},
+                  1: {"scenarios": 10, "fuzz_s": 1.0, "fuzz_cpu_s": 0.5},
+                  2: {"scenarios": 7, "fuzz_s": 9.0, "fuzz_cpu_s": 9.0}}  # the running one
+    assert slot.fuzzed_before() == (4.0, 3.0, 50)
+    spec = WorkerSpec(options=CampaignOptions(), index=0, incarnation=2, run_id="r", run_dir=str(tmp_path),
+                      parent_pid=os.getpid(), deadline=time.time() + 60, max_examples=None,
+                      fuzzed_before=slot.fuzzed_before())
+    worker = Worker(spec, queue=None, stop_event=None, heartbeat=None)
+    worker.scenarios = 5
+    seen = worker._first_seen("FAKE-BIG")
+    assert seen["first_seen_scenarios"] == 55 and seen["first_seen_cpu_s"] >= 3.0 and seen["first_seen_s"] >= 4.0
+
+
 def test_an_orphaned_worker_never_writes_or_removes_a_finding(tmp_path):
     from cgsim.finding import Finding
     from cgsim.report.findings import FindingStore

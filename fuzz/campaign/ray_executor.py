@@ -196,7 +196,7 @@ class RayExecutor(ExecutorCommon):
             options=self.o, index=slot.index, incarnation=slot.incarnation, run_id=self.run_id, run_dir=self.run_dir,
             parent_pid=os.getpid(), deadline=self.deadline, max_examples=share,
             skip_properties=tuple(sorted(slot.found)), pipeline=self.pipeline, strategy=self.strategy,
-            replay=self.replay if slot.incarnation == 0 else (),
+            replay=self.replay if slot.incarnation == 0 else (), fuzzed_before=slot.fuzzed_before(),
         )
 
     def _start(self, slot: RaySlot) -> None:

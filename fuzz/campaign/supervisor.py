@@ -66,6 +66,12 @@ class Slot:
     def scenarios(self) -> int:
         return sum(s.get("scenarios", 0) for s in self.stats.values())
 
+    def fuzzed_before(self) -> tuple[float, float, int]:
+        """Wall s, CPU s and scenarios of the incarnations before this one (their last snapshots)."""
+        earlier = [s for k, s in self.stats.items() if k < self.incarnation]
+        return (round(sum(s.get("fuzz_s", 0.0) for s in earlier), 3),
+                round(sum(s.get("fuzz_cpu_s", 0.0) for s in earlier), 3), sum(s.get("scenarios", 0) for s in earlier))
+
     def row(self, t0: float) -> dict:
         spans = [{"incarnation": k, "start_s": round(a - t0, 3), "end_s": None if b is None else round(b - t0, 3), "end": how}
                  for k, a, b, how in self.spans]
@@ -132,7 +138,7 @@ class Supervisor(ExecutorCommon):
             options=self.o, index=slot.index, incarnation=slot.incarnation, run_id=self.run_id, run_dir=self.run_dir,
             parent_pid=os.getpid(), deadline=self.deadline, max_examples=share, gpu=slot.gpu,
             skip_properties=tuple(sorted(slot.found)), pipeline=self.pipeline, strategy=self.strategy,
-            replay=self.replay if slot.incarnation == 0 else (),
+            replay=self.replay if slot.incarnation == 0 else (), fuzzed_before=slot.fuzzed_before(),
         )
 
     def _start(self, slot: Slot) -> None:

@@ -123,6 +123,9 @@ class WorkerSpec:
     strategy: Callable[[str | None, str | None], Any] = default_strategy
     stats_interval_s: float = 0.5
     replay: tuple = ()  # SavedFailure entries (example_db) to run before fuzzing
+    # Wall s, CPU s and scenarios the earlier incarnations of this worker
+    # fuzzed: a finding's time-to-find counts from the worker's first start.
+    fuzzed_before: tuple[float, float, int] = (0.0, 0.0, 0)
 
 
 class _Abort(BaseException):
@@ -191,6 +194,7 @@ class Worker:
             "stats", self.spec.index, self.spec.incarnation,
             {
                 "scenarios": self.scenarios,
+                **self._fuzzed(),
                 "checks": dict(self.checks),
                 "failures": dict(self.failures),
                 "coverage": {k: dict(v) for k, v in self.coverage.items()},
@@ -313,14 +317,20 @@ class Worker:
             out.setdefault(self.finding_key(f), f)
         return out
 
+    def _fuzzed(self) -> dict:
+        """How long this incarnation has fuzzed (after the target's one-time set-up)."""
+        wall, cpu = self._fuzz_started
+        return {"fuzz_s": round(time.time() - wall, 3), "fuzz_cpu_s": round(time.process_time() - cpu, 3)}
+
     def _first_seen(self, key: str) -> dict:
-        """How long this worker fuzzed (after the target's one-time set-up) before
-        it first saw a failure of this key: wall and CPU seconds, scenarios run."""
+        """How long this worker fuzzed, over all its incarnations, before it
+        first saw a failure of this key: wall and CPU seconds, scenarios run."""
         if key not in self.first_seen:
-            wall, cpu = self._fuzz_started
-            self.first_seen[key] = {"first_seen_s": round(time.time() - wall, 3),
-                                    "first_seen_cpu_s": round(time.process_time() - cpu, 3),
-                                    "first_seen_scenarios": self.scenarios}
+            now = self._fuzzed()
+            wall, cpu, scenarios = self.spec.fuzzed_before
+            self.first_seen[key] = {"first_seen_s": round(wall + now["fuzz_s"], 3),
+                                    "first_seen_cpu_s": round(cpu + now["fuzz_cpu_s"], 3),
+                                    "first_seen_scenarios": scenarios + self.scenarios}
         return self.first_seen[key]
 
     def _finalise(self, key: str, best: tuple, first: Finding, status: str, flaky: str | None = None,
