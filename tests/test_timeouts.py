@@ -201,3 +201,20 @@ def test_a_failed_capture_restarts_the_worker_where_the_backend_says_it_poisons(
     monkeypatch.setattr("cgsim.observe.get_backend", poisoning)
     monkeypatch.setattr(ManagerHandle, "capture", lambda self: (_ for _ in ()).throw(RuntimeError("capture failed")))
     assert observe(_scenario(), "reference", "mock", timeout=30).needs_restart
+
+
+def test_the_timeout_grows_with_the_graphs_of_the_requested_mode():
+    """A 51-size ladder with five LoRA cases is 255 graphs per capture: slow,
+    not hung.  Without a piecewise runner the spec drops PIECEWISE (nothing to
+    capture), but a target that keeps it (vLLM before 0.30, docs/findings.md
+    #9) still runs every capture: its limit must count them too."""
+    from cgsim.observe import GRAPHS_PER_TIMEOUT, scenario_timeout
+
+    sizes = tuple(range(8, 409, 8))
+    kept = ManagerConfig(mode="PIECEWISE", capture_sizes=sizes, max_num_reqs=64, lora_cases=(0, 1, 2, 4, 8))
+    dropped = dataclasses.replace(kept, compiled_piecewise=False)
+    steps = (Step.capture(), Step.release(), Step.capture())
+    expected = 10 * len(sizes) * 5 * 2 / GRAPHS_PER_TIMEOUT
+    assert scenario_timeout(Scenario(kept, steps), 10) == pytest.approx(expected)
+    assert scenario_timeout(Scenario(dropped, steps), 10) == pytest.approx(expected)
+    assert scenario_timeout(Scenario(ManagerConfig(capture_sizes=(1, 2)), steps), 10) == 10
