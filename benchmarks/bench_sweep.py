@@ -14,6 +14,7 @@ engine configs mixed in, as a campaign draws them (derandomized).
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import statistics
 import sys
@@ -57,10 +58,14 @@ class _Timer:
     def __enter__(self):
         timer = self
 
-        def sweep(handle, scenario, trace, step, known, light):
+        # Bound by name: the runner's signature may grow without breaking the timer.
+        signature = inspect.signature(timer._sweep)
+
+        def sweep(*args, **kwargs):
+            trace = signature.bind(*args, **kwargs).arguments["trace"]
             t0 = time.process_time()
             try:
-                return timer._sweep(handle, scenario, trace, step, known, light)
+                return timer._sweep(*args, **kwargs)
             finally:
                 timer.sweep_s += time.process_time() - t0
                 timer.swept += len(trace.events[-1].batches) if trace.events and trace.events[-1].kind == "sweep" else 0
@@ -121,6 +126,9 @@ def bench(target: str, n: int, max_size: int) -> dict | None:
         sweep_s.append(timer.sweep_s)
         capture_s.append(timer.capture_s)
         shapes += timer.swept
+    if not shapes:
+        raise SystemExit(f"{target}: no sweep was timed (every swept run failed?): check that _Timer still "
+                         "wraps cgsim.runner._sweep and the targets' build as the runner calls them")
     med = statistics.median
     return {
         "target": target, "scenarios": len(scs),
