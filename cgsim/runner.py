@@ -215,8 +215,21 @@ class _SweepFailed(Exception):
         self.shape, self.exc = shape, exc
 
 
-@lru_cache(maxsize=64)
 def _plan(config: ManagerConfig, ruleset: str, known: tuple[BatchDescriptor, ...], seed: int, light: bool) -> SweepPlan:
+    # A campaign runs one config under many scenario seeds, and most plans
+    # (every exhaustive one) do not depend on the seed: those are made once.
+    plan = _seedless_plan(config, ruleset, known, light)
+    return _seeded_plan(config, ruleset, known, seed, light) if plan.seeded and seed != 0 else plan
+
+
+@lru_cache(maxsize=64)
+def _seedless_plan(config: ManagerConfig, ruleset: str, known: tuple[BatchDescriptor, ...], light: bool) -> SweepPlan:
+    return _seeded_plan(config, ruleset, known, 0, light)
+
+
+@lru_cache(maxsize=64)
+def _seeded_plan(config: ManagerConfig, ruleset: str, known: tuple[BatchDescriptor, ...], seed: int,
+                 light: bool) -> SweepPlan:
     # Boundaries from the spec's descriptors and the target's own: a sweep
     # probes around both, so a target that captures other sizes is probed
     # where its dispatch changes too.

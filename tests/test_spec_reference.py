@@ -143,3 +143,19 @@ def test_pr48822_ordering_case_changes_piecewise_descriptors():
     except ImportError:  # properties land separately
         return
     assert "CAND-ORDER" in {v.property for v in check_scenario(scenario, trace).violations}
+
+
+def test_a_sweep_plan_says_whether_the_seed_chose_its_shapes():
+    """The runner makes a plan the seed did not shape once for every scenario
+    seed of its config (a campaign runs one config under many seeds)."""
+    from cgsim.runner import _plan
+    from cgsim.spec.scheduler import sweep_plan
+
+    small = ManagerConfig(capture_sizes=(1, 2, 4, 8), max_num_reqs=4)
+    assert sweep_plan(small, seed=3).coverage == "exhaustive" and not sweep_plan(small, seed=3).seeded
+    assert _plan(small, "pr48822", (), 3, False) is _plan(small, "pr48822", (), 5, False)
+    big = ManagerConfig(capture_sizes=tuple(range(8, 2049, 8)), max_num_reqs=1024, lora_cases=(0, 1, 2, 4, 8),
+                        decode_query_len=4)
+    one, other = sweep_plan(big, seed=1), sweep_plan(big, seed=2)
+    assert one.coverage == "boundary+sample" and one.seeded and one.shapes != other.shapes
+    assert _plan(big, "pr48822", (), 1, False).shapes != _plan(big, "pr48822", (), 2, False).shapes

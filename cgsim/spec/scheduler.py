@@ -194,6 +194,7 @@ class SweepPlan:
     shapes: tuple[BatchShape, ...]
     coverage: str  # "exhaustive" | "boundary" | "boundary+sample"
     space: int  # distinct dispatch inputs the scheduler can produce for the config
+    seeded: bool = False  # whether the seed chose any of the shapes (a sample, or a subset of the boundaries)
 
 
 def sweep_token_limit(config: ManagerConfig) -> int:
@@ -326,4 +327,5 @@ def sweep_plan(config: ManagerConfig, descriptors: Iterable[BatchDescriptor] = (
     out = list(shapes)
     if len(out) > bound:  # the boundary classes of a huge config: a seeded subset of them
         out = rng.sample(out, bound)
-    return SweepPlan(tuple(out), "boundary" if light else "boundary+sample", space)
+    return SweepPlan(tuple(out), "boundary" if light else "boundary+sample", space,
+                     seeded=not light or len(shapes) > bound)
