@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Protocol
 
 from cgsim.backends import get_backend
+from cgsim.config import AttentionSupport, ManagerConfig
 from cgsim.finding import Finding
 from cgsim.properties import Verdict, check_scenario
 from cgsim.properties.harness import CHECK_CRASH, NO_CRASH, NO_HANG
@@ -51,25 +53,32 @@ def scenario_timeout(scenario: Scenario, timeout: float | None) -> float | None:
     that work to do, and it is not a hang."""
     if not timeout:
         return timeout
-    from cgsim.config import AttentionSupport  # noqa: PLC0415
+    graphs = _graphs_per_capture(scenario.config, scenario.ruleset)
+    captures = sum(1 for s in scenario.steps if s.kind == "capture")
+    return timeout * max(1.0, graphs * max(1, captures) / GRAPHS_PER_TIMEOUT)
+
+
+@lru_cache(maxsize=256)
+def _graphs_per_capture(config: ManagerConfig, ruleset: str) -> int:
+    """The larger of the spec's capture list for ``config`` and for its
+    requested mode kept as requested (cached: the worker and the runner both
+    ask, and an engine-sized config's list takes milliseconds)."""
     from cgsim.spec import expected_capture_descs  # noqa: PLC0415
 
-    def graphs_of(config) -> int:
+    def graphs_of(c: ManagerConfig) -> int:
         try:
-            return sum(len(d) for d in expected_capture_descs(config, scenario.ruleset).values())
+            return sum(len(d) for d in expected_capture_descs(c, ruleset).values())
         except Exception:  # noqa: BLE001 - a rejected config captures nothing
             return 0
 
-    c = scenario.config
-    graphs = graphs_of(c)
-    if c.attention_support != AttentionSupport.ALWAYS or not c.piecewise_available:
+    graphs = graphs_of(config)
+    if config.attention_support != AttentionSupport.ALWAYS or not config.piecewise_available:
         try:
-            as_requested = replace(c, attention_support=AttentionSupport.ALWAYS, compiled_piecewise=True)
+            as_requested = replace(config, attention_support=AttentionSupport.ALWAYS, compiled_piecewise=True)
         except Exception:  # noqa: BLE001 - no such variant: the config's own count
-            as_requested = c
+            return graphs
         graphs = max(graphs, graphs_of(as_requested))
-    captures = sum(1 for s in scenario.steps if s.kind == "capture")
-    return timeout * max(1.0, graphs * max(1, captures) / GRAPHS_PER_TIMEOUT)
+    return graphs
 
 
 def backstop_timeout(timeout: float | None) -> float | None:

@@ -218,13 +218,8 @@ class _SweepFailed(Exception):
 def _plan(config: ManagerConfig, ruleset: str, known: tuple[BatchDescriptor, ...], seed: int, light: bool) -> SweepPlan:
     # A campaign runs one config under many scenario seeds, and most plans
     # (every exhaustive one) do not depend on the seed: those are made once.
-    plan = _seedless_plan(config, ruleset, known, light)
+    plan = _seeded_plan(config, ruleset, known, 0, light)
     return _seeded_plan(config, ruleset, known, seed, light) if plan.seeded and seed != 0 else plan
-
-
-@lru_cache(maxsize=64)
-def _seedless_plan(config: ManagerConfig, ruleset: str, known: tuple[BatchDescriptor, ...], light: bool) -> SweepPlan:
-    return _seeded_plan(config, ruleset, known, 0, light)
 
 
 @lru_cache(maxsize=64)
