@@ -56,6 +56,11 @@ def _lists(elements: st.SearchStrategy, min_size: int = 0, max_size: int | None 
 _BOOLS = st.booleans()
 _SUPPORTS = {mode: tuple(s for s in AttentionSupport if not (mode == CUDAGraphMode.FULL and s == AttentionSupport.NEVER))
              for mode in CUDAGraphMode}
+# FULL over attention that is not ALWAYS resolves to a mode drawn anyway
+# (FULL_DECODE_ONLY, FULL_AND_PIECEWISE); FULL over ALWAYS is a design of its
+# own (mixed FULL graphs, their micro-batched twins: docs/findings.md #1, #8),
+# so tiny configs draw it half the time.
+_TINY_SUPPORTS = {**_SUPPORTS, CUDAGraphMode.FULL: _SUPPORTS[CUDAGraphMode.FULL] + (AttentionSupport.ALWAYS,) * 2}
 
 
 @st.composite
@@ -74,17 +79,24 @@ def capture_sizes(draw, max_size: int = 512) -> tuple[int, ...]:
 @st.composite
 def spec_schedules(draw, max_spec_tokens: int, max_num_reqs: int):
     """Dynamic speculative decoding as users set it: 2-4 tiers of batch sizes,
-    fewer speculative tokens for larger batches, each tier its own decode
-    length (a schedule with one length is plain speculative decoding).  A
-    schedule is written for batch sizes, not for this engine's max_num_seqs:
-    a tier may lie past it (vLLM 0.25-0.28 took decode lengths from such
-    unreachable tiers, docs/findings.md #5)."""
+    fewer speculative tokens for larger batches (halved from tier to tier, or
+    any fewer), each tier its own decode length (a schedule with one length
+    is plain speculative decoding).  A schedule is written for batch sizes,
+    not for this engine's max_num_seqs: a tier may lie past it (vLLM
+    0.25-0.28 took decode lengths from such unreachable tiers,
+    docs/findings.md #5)."""
     tiers = min(draw(_ints(2, 4)), max_num_reqs, max_spec_tokens + 1)
-    if tiers < 2:
-        return ((1, max(1, max_num_reqs), max_spec_tokens),)
-    ends = sorted(draw(_lists(_ints(1, max_num_reqs - 1), min_size=tiers - 1, max_size=tiers - 1, unique=True)))
+    if draw(_BOOLS):
+        ks = sorted(draw(_lists(_ints(0, max_spec_tokens), min_size=tiers, max_size=tiers, unique=True)), reverse=True)
+    else:
+        # Halving (4, 2, 1, 0) never schedules K - 1 tokens for K > 2: on vLLM
+        # 0.25-0.31 such a tier kills every Eagle/MTP engine at start-up
+        # (#3), hiding what else its schedule shows.
+        ladder = sorted({max_spec_tokens >> i for i in range(8)}, reverse=True)
+        ks = ladder[:tiers]
+    ends = sorted(draw(_lists(_ints(1, max_num_reqs - 1), min_size=len(ks) - 1, max_size=len(ks) - 1, unique=True))
+                  if len(ks) > 1 else ())
     ends.append(max_num_reqs)
-    ks = sorted(draw(_lists(_ints(0, max_spec_tokens), min_size=tiers, max_size=tiers, unique=True)), reverse=True)
     entries, start = [], 1
     for end, k in zip(ends, ks):
         entries.append((start, end, k))
@@ -100,6 +112,8 @@ def spec_schedules(draw, max_spec_tokens: int, max_num_reqs: int):
 ENGINE_MODES = (CUDAGraphMode.FULL_AND_PIECEWISE, CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL,
                 CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE)
 EngineSizes = Callable[[int, int, "tuple | None"], tuple]
+# A target's ``unsupported_reason``: why it cannot be given a config at all (None: it can).
+Refusal = Callable[[ManagerConfig], "str | None"]
 _MAX_NUM_SEQS = st.one_of(st.integers(1, 1024), st.sampled_from((8, 16, 32, 64, 128, 256, 512, 1024)))
 
 
@@ -135,7 +149,7 @@ def configs(draw, max_size: int = 512, engine_sizes: EngineSizes | None = None) 
     if engine_sizes is not None and draw(_ints(0, 7)) == 7:
         return draw(_once(("engine_configs", engine_sizes), lambda: engine_configs(engine_sizes)))
     mode = draw(_sampled(MODES))
-    support = draw(_sampled(_SUPPORTS[mode]))
+    support = draw(_sampled(_TINY_SUPPORTS[mode]))
     sizes = draw(_once(("capture_sizes", max_size), lambda: capture_sizes(max_size)))
     max_num_reqs = draw(_ints(1, max(1, min(64, max(sizes)))))
     q = draw(_ints(1, 5))
@@ -144,8 +158,14 @@ def configs(draw, max_size: int = 512, engine_sizes: EngineSizes | None = None) 
     schedule = None
     if q > 1 and not varlen and draw(_ints(0, 2)) == 0:
         schedule = draw(_once(("spec_schedules", q - 1, max_num_reqs), lambda: spec_schedules(q - 1, max_num_reqs)))
+    if q > 1 and draw(_ints(0, 1)) == 1:
+        # Speculative-decoding engines add the uniform-decode sizes (requests
+        # x query length) to their ladder; the largest, the full decode batch,
+        # is the graph a micro-batched decode misses when its nearest size
+        # holds none of its shape (docs/findings.md #1).
+        sizes = tuple(sorted(set(sizes) | {max_num_reqs * q}))
     lora_cases = draw(_sampled(((0,), (0,), (0,), (0, 1), (0, 1, 2), (0, 2, 4))))
-    num_ubatches = draw(_sampled((1, 1, 1, 2)))
+    num_ubatches = draw(_sampled((1, 1, 2)))
     ubatch_threshold = draw(_sampled((4, 8, 32)))
     compiled = draw(_ints(0, 4)) > 0
     split = draw(_ints(0, 4)) > 0
@@ -190,16 +210,26 @@ def batches(draw, config: ManagerConfig) -> Batch:
     return scheduler.make_batch(config, lens, loras, has_prefill=prefill)
 
 
+def _takes(refusal: Refusal) -> Callable[[ManagerConfig], bool]:
+    return lambda config: refusal(config) is None
+
+
 @st.composite
 def scenarios(draw, ruleset: str | None = None, max_size: int = 128, config: ManagerConfig | None = None,
-              engine_sizes: EngineSizes | None = None) -> Scenario:
+              engine_sizes: EngineSizes | None = None, refusal: Refusal | None = None) -> Scenario:
+    """Scenarios of a config (``config``, or drawn); with ``refusal`` (a
+    target's ``unsupported_reason``) only configs the target can be given: a
+    scenario it refuses costs a run and judges nothing (on vLLM, tiny configs
+    whose max_capture_size exceeds their largest size were a third of all)."""
     if config is None and ruleset is not None and get_ruleset(ruleset).engine == "sglang":
         from fuzz.sglang_strategies import sglang_configs
 
         size = min(max_size, 64)
         config = draw(_once(("sglang-configs", size), lambda: sglang_configs(size)))
-    cfg = config if config is not None else draw(_once(("configs", max_size, engine_sizes),
-                                                       lambda: configs(max_size, engine_sizes)))
+    cfg = config if config is not None else draw(_once(
+        ("configs", max_size, engine_sizes, refusal),
+        lambda: configs(max_size, engine_sizes) if refusal is None else configs(max_size, engine_sizes).filter(
+            _takes(refusal))))
     rs = ruleset if ruleset is not None else draw(_sampled(RULESET_NAMES))
     batch = batches(cfg)  # one strategy object for every batch of this scenario
     steps: list[Step] = []

@@ -51,3 +51,56 @@ def test_spec_schedules_run_past_max_num_seqs_as_users_write_them():
     for schedule in (within, beyond):
         ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 8), max_num_reqs=8, decode_query_len=4,
                       spec_schedule=schedule)
+
+
+def test_spec_schedules_halve_and_reach_past_a_one_request_engine():
+    """Halved schedules (K, K/2, ...) never schedule K - 1 tokens for K > 2,
+    the tier that stops vLLM 0.25-0.31's Eagle/MTP engines at start-up (#3),
+    so what else a schedule shows gets seen; and an engine of one request still
+    gets the tiers past it that users write (#5 needs one)."""
+    from hypothesis import find
+
+    from fuzz.strategies import spec_schedules
+
+    halved = find(spec_schedules(4, 8), lambda s: [k for _, _, k in s[:3]] == [4, 2, 1])
+    assert all(k != 3 for _, _, k in halved)
+    beyond = find(spec_schedules(3, 1), lambda s: len(s) == 2)
+    assert beyond[0] == (1, 1, 3) and beyond[1][0] == 2 and beyond[1][2] < 3
+
+
+def test_scenarios_draw_only_configs_the_target_can_be_given(monkeypatch):
+    """With a target's unsupported_reason, no drawn scenario is one the target
+    refuses (a refused scenario costs a run and judges nothing), and the
+    campaign's default strategy passes the target's own."""
+    from hypothesis import HealthCheck, Phase
+
+    from fuzz.campaign import worker
+
+    def refusal(config):
+        return "no micro-batching here" if config.num_ubatches > 1 else None
+
+    seen = []
+
+    @settings(max_examples=150, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(scenarios(ruleset="vllm-0.32", refusal=refusal))
+    def draw(scenario):
+        seen.append(scenario.config.num_ubatches)
+
+    draw()
+    assert seen and set(seen) == {1}
+
+    class Refusing:
+        engine_capture_sizes = None
+
+        def unsupported_reason(self, config):
+            return refusal(config)
+
+    import cgsim.targets as targets
+
+    monkeypatch.setattr(targets, "get_target", lambda name: Refusing())
+    strategy = worker.default_strategy("vllm-0.32", "refusing")
+    seen.clear()
+    given(strategy)(settings(max_examples=100, database=None, phases=[Phase.generate],
+                             suppress_health_check=list(HealthCheck))(lambda scenario: seen.append(
+                                 scenario.config.num_ubatches)))()
+    assert seen and set(seen) == {1}

@@ -541,3 +541,28 @@ def test_a_missing_compiled_op_is_an_environment_error():
 
     with pytest.raises(VllmAdapterError, match="lacks a compiled op"):
         Handle().capture()
+
+
+def test_the_strategy_draws_no_config_this_vllm_refuses():
+    """The campaign strategy asks the target what it cannot be given: a tiny
+    config whose max_capture_size exceeds its largest size (a third of the
+    tiny configs once) never reaches vLLM, nor a feature this release lacks."""
+    from hypothesis import HealthCheck, Phase, given, settings
+
+    from fuzz.campaign.worker import default_strategy
+
+    target = VllmTarget(warm=False)
+    slack = ManagerConfig(mode="FULL", capture_sizes=(1, 2, 4), max_capture_size=5, max_num_reqs=4)
+    assert "max_capture_size 5" in target.unsupported_reason(slack)
+    assert target.unsupported_reason(slack.with_(max_capture_size=4)) is None
+    refused = []
+
+    @settings(max_examples=200, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(default_strategy(target.default_ruleset(), "vllm"))
+    def draw(scenario):
+        reason = target.unsupported_reason(scenario.config)
+        if reason is not None:
+            refused.append(reason)
+
+    draw()
+    assert not refused, refused[:3]

@@ -165,4 +165,9 @@ class Target(Protocol):
         """The capture sizes the engine picks by default for such a config (the
         strategies draw configs as engines run them from this)."""
 
+    def unsupported_reason(self, config: ManagerConfig) -> str | None:
+        """Optional: why this target cannot be given ``config`` at all, known
+        without building anything (None: it may take it; ``build`` still has
+        the last word).  Campaign strategies draw only configs it may take."""
+
     def build(self, config: ManagerConfig, ruleset: Ruleset, backend, workload) -> ManagerUnderTest: ...

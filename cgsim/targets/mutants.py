@@ -20,7 +20,7 @@ from typing import Callable
 
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor, compatible
-from cgsim.modes import CUDAGraphMode
+from cgsim.modes import AttentionSupport, CUDAGraphMode
 from cgsim.scenario import Scenario, Step
 from cgsim.targets.reference import ModelCudaGraphManager, ReferenceTarget
 from cgsim.targets.registry import TargetFamily
@@ -199,7 +199,10 @@ class RangeOffByOne(ModelCudaGraphManager):
     # PIECEWISE, though FULL(12, reqs=4, uniform=3) fits them.
     example=lambda: _scenario([C()], mode=FAP, capture_sizes=(1, 2, 4, 10, 16), max_num_reqs=4, decode_query_len=5,
                               spec_schedule=((1, 2, 4), (3, 4, 2))),
-    fuzz=Fuzz({"DISPATCH-PRIORITY", "DISPATCH-COMPLETE"}, configs=lambda c: len(c.scheduler_decode_query_lens()) > 1),
+    # Several decode lengths, each with FULL graphs of its own.
+    fuzz=Fuzz({"DISPATCH-PRIORITY", "DISPATCH-COMPLETE"},
+              configs=lambda c: len(c.scheduler_decode_query_lens()) > 1 and c.mode.has_full()
+              and c.attention_support >= AttentionSupport.UNIFORM_BATCH),
 )
 class NearestGroupCandidates(ModelCudaGraphManager):
     """Each token count lists only the nearest group of graphs of a mode.

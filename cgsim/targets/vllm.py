@@ -1072,6 +1072,14 @@ class VllmTarget:
         raises VllmEnvironmentError naming what drifted.  Once per process."""
         _self_check(self.caps.version, self.caps.location)
 
+    def unsupported_reason(self, config: ManagerConfig) -> str | None:
+        """What this vLLM's manager cannot be given (features it lacks, config
+        rules of vLLM's that the adapter's offline VllmConfig does not run)."""
+        try:
+            return unsupported_reason(config, self.caps)
+        except VllmEnvironmentError:
+            return None  # the campaign's environment check reports it
+
     def engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
                              spec_schedule: tuple | None) -> tuple[int, ...]:
         """The capture sizes this vLLM picks by default (VllmConfig._set_cudagraph_sizes)."""

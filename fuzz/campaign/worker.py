@@ -96,15 +96,18 @@ def capture_size_range(largest: int) -> str:
 
 def default_strategy(ruleset: str | None, target: str | None = None) -> Any:
     """Scenarios for a campaign against ``target``: tiny configs, and configs
-    as the target's engine runs them (its own default capture sizes)."""
+    as the target's engine runs them (its own default capture sizes), of
+    those the target can be given at all (its ``unsupported_reason``)."""
     from fuzz.strategies import scenarios
 
-    engine_sizes = None
+    engine_sizes = refusal = None
     if target is not None:
         from cgsim.targets import get_target
 
-        engine_sizes = getattr(get_target(target), "engine_capture_sizes", None)
-    return scenarios(ruleset=ruleset, engine_sizes=engine_sizes)
+        t = get_target(target)
+        engine_sizes = getattr(t, "engine_capture_sizes", None)
+        refusal = getattr(t, "unsupported_reason", None)
+    return scenarios(ruleset=ruleset, engine_sizes=engine_sizes, refusal=refusal)
 
 
 @dataclass(frozen=True)
