@@ -9,7 +9,7 @@ from typing import Iterable, Sequence
 
 from cgsim.modes import CUDAGraphMode
 
-__all__ = ["BatchDescriptor", "Batch", "BatchShape", "lora_case", "compatible", "padding_waste"]
+__all__ = ["BatchDescriptor", "Batch", "BatchShape", "lora_case", "compatible", "padding_waste", "empty_second_ubatch"]
 
 
 @dataclass(frozen=True)
@@ -238,6 +238,14 @@ def _lora_case(num_active_loras: int, lora_cases: tuple[int, ...]) -> int:
     return cases[-1]
 
 
+def empty_second_ubatch(graph_tokens: int, batch_tokens: int, num_ubatches: int) -> bool:
+    """Whether a micro-batched batch padded to a graph of ``graph_tokens``
+    leaves its second micro-batch empty.  vLLM's runner then runs it eagerly
+    whatever the manager dispatched (``dp_utils``, 0.30-0.33: ``2 *
+    num_tokens < ubatch_desc.num_tokens``): such a graph cannot run it."""
+    return num_ubatches > 1 and 2 * batch_tokens < graph_tokens
+
+
 def compatible(desc: BatchDescriptor, batch: Batch, lora_cases: Sequence[int] = (0,)) -> bool:
     """Whether a graph captured for ``desc`` can run ``batch`` (SPEC §2)."""
     if desc.uniform_token_count is not None and desc.uniform_token_count != batch.uniform_token_count:
@@ -252,7 +260,8 @@ def compatible(desc: BatchDescriptor, batch: Batch, lora_cases: Sequence[int] = 
         return False
     if desc.num_active_loras != lora_case(batch.num_active_loras, lora_cases):
         return False
-    return desc.num_ubatches == batch.num_ubatches
+    return desc.num_ubatches == batch.num_ubatches and not empty_second_ubatch(
+        desc.num_tokens, batch.num_tokens, desc.num_ubatches)
 
 
 def padding_waste(desc: BatchDescriptor, batch: Batch) -> tuple[int, int]:

@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 from cgsim.config import ManagerConfig
 from bisect import bisect_left
 
-from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, lora_case
+from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, empty_second_ubatch, lora_case
 from cgsim.modes import RUNTIME_RANK, CUDAGraphMode, ModeResolutionError
 from cgsim.properties.registry import Violation
 from cgsim.scenario import Scenario, Step
@@ -192,7 +192,9 @@ class SweepView:
                         dt, du, dm, dr, d = entries[j]
                         if got is not None and dt != got[0][0] + bt:
                             break
-                        # _fits(d, b), inlined (the hot path of a sweep)
+                        if empty_second_ubatch(dt, bt, b.num_ubatches):
+                            break  # nor any larger one
+                        # compatible(d, b), inlined (the hot path of a sweep)
                         if (du is not None and du != bu) or (dm is not None and (bp or bm > dm)) or (
                                 dr is not None and dr < br):
                             continue
@@ -213,16 +215,6 @@ class SweepView:
             return ()
         top = max(best, key=lambda m: RUNTIME_RANK[m])
         return best[top][1]
-
-
-def _fits(d: BatchDescriptor, b) -> bool:
-    """compatible() for a descriptor already in the batch's LoRA case and
-    micro-batch bucket with at least its tokens (the hot path of a sweep)."""
-    if d.uniform_token_count is not None and d.uniform_token_count != b.uniform_token_count:
-        return False
-    if d.max_query_len is not None and (b.has_prefill or b.max_query_len > d.max_query_len):
-        return False
-    return d.num_reqs is None or d.num_reqs >= b.num_reqs
 
 
 def is_warmup(f: Forward) -> bool:

@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor, BatchShape
+from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, empty_second_ubatch
 from cgsim.modes import CUDAGraphMode, ModeResolutionError
 from cgsim.spec.rulesets import Ruleset
 from cgsim.targets.base import CandidateSnapshot, Execution, TargetUnsupported
@@ -656,8 +656,14 @@ class VllmManagerHandle:
         offered = {"num_reqs": batch.num_reqs, "num_tokens": batch.num_tokens, "uniform_token_count": uniform,
                    "num_active_loras": self._lora_count(batch.num_active_loras), "max_query_len": max_q,
                    "num_ubatches": batch.num_ubatches}
-        d = self.manager.dispatch(**{k: offered[k] for k in self.caps.dispatch_params if k in offered})
-        return from_vllm_desc(d)
+        d = from_vllm_desc(self.manager.dispatch(**{k: offered[k] for k in self.caps.dispatch_params if k in offered}))
+        if empty_second_ubatch(d.num_tokens, batch.num_tokens, batch.num_ubatches):
+            # The runner's own rule after the manager's choice (dp_utils,
+            # 0.30+): a graph that leaves the second micro-batch empty runs
+            # nothing; the batch runs eagerly.
+            return BatchDescriptor(CUDAGraphMode.NONE, batch.num_tokens, batch.num_reqs,
+                                   num_active_loras=d.num_active_loras, num_ubatches=batch.num_ubatches)
+        return d
 
     @functools.cached_property
     def _uniform_count(self) -> Callable[[int, int, int, bool], int | None]:
