@@ -53,20 +53,21 @@ def decode_query_lens(config: ManagerConfig) -> tuple[int, ...]:
     return config.scheduler_decode_query_lens()
 
 
-def ubatches_for(config: ManagerConfig, query_lens: tuple[int, ...], has_prefill: bool) -> int:
-    """How many micro-batches the runner splits a batch into (DBO)."""
-    if config.num_ubatches < 2 or has_prefill or len(set(query_lens)) != 1:
-        return 1
-    if sum(query_lens) < max(config.ubatch_threshold, config.num_ubatches):
-        return 1
-    return config.num_ubatches
+def ubatches_for(config: ManagerConfig, query_lens: tuple[int, ...]) -> int:
+    """How many micro-batches the runner splits a batch into (DBO): every
+    batch of at least ``ubatch_threshold`` tokens.  vLLM's runner holds
+    uniform decodes of the full speculative length to
+    dbo_decode_token_threshold and every other batch (prefills, shorter
+    decodes) to dbo_prefill_token_threshold (``dp_utils``, 0.30+); cgsim's
+    config has one threshold, and the vLLM target sets both to it."""
+    return _eligible_ubatches(config, sum(query_lens))[-1]
 
 
 def make_batch(config: ManagerConfig, query_lens: Iterable[int], num_active_loras: int = 0,
                has_prefill: bool = False) -> Batch:
     """The batch the scheduler hands in for these requests, micro-batch count included."""
     lens = tuple(query_lens)
-    return Batch(lens, num_active_loras, ubatches_for(config, lens, has_prefill), has_prefill=has_prefill)
+    return Batch(lens, num_active_loras, ubatches_for(config, lens), has_prefill=has_prefill)
 
 
 def why_unschedulable(config: ManagerConfig, batch: Batch) -> str | None:
@@ -203,8 +204,8 @@ def sweep_token_limit(config: ManagerConfig) -> int:
     return config.max_capture_size + config.decode_query_len + 1
 
 
-def _eligible_ubatches(config: ManagerConfig, tokens: int, uniform: bool, prefill: bool) -> tuple[int, ...]:
-    if config.num_ubatches < 2 or prefill or not uniform or tokens < max(config.ubatch_threshold, config.num_ubatches):
+def _eligible_ubatches(config: ManagerConfig, tokens: int) -> tuple[int, ...]:
+    if config.num_ubatches < 2 or tokens < max(config.ubatch_threshold, config.num_ubatches):
         return (1,)
     # The runner may also run an eligible batch whole (DP ranks that cannot split).
     return (1, config.num_ubatches)
@@ -252,8 +253,9 @@ def _prefill_reqs(config: ManagerConfig, t: int, marks: Iterable[int] = ()) -> l
 def _space(config: ManagerConfig, limit: int, marks: Iterable[int]) -> int:
     marks = tuple(marks)
     L = max(config.lora_cases)
-    prefill = sum(min(r, L) + 1 for t in range(1, limit + 1) for r in _prefill_reqs(config, t, marks))
-    decode = sum((min(r, L) + 1) * len(_eligible_ubatches(config, t, u is not None, False))
+    prefill = sum((min(r, L) + 1) * len(_eligible_ubatches(config, t))
+                  for t in range(1, limit + 1) for r in _prefill_reqs(config, t, marks))
+    decode = sum((min(r, L) + 1) * len(_eligible_ubatches(config, t))
                  for r, t, _, u in _decode_shapes(config, limit, range(1, config.max_num_reqs + 1)))
     return prefill + decode
 
@@ -285,7 +287,7 @@ def sweep_plan(config: ManagerConfig, descriptors: Iterable[BatchDescriptor] = (
 
     def add(r: int, t: int, m: int, uniform: int | None, prefill: bool, loras: Iterable[int] | None = None) -> None:
         for a in (loras if loras is not None else _lora_counts(config, r, exhaustive)):
-            for ub in _eligible_ubatches(config, t, uniform is not None, prefill):
+            for ub in _eligible_ubatches(config, t):
                 shapes[BatchShape(r, t, m, uniform, prefill, a, ub)] = None
 
     if exhaustive:
