@@ -159,3 +159,21 @@ def test_a_sweep_plan_says_whether_the_seed_chose_its_shapes():
     one, other = sweep_plan(big, seed=1), sweep_plan(big, seed=2)
     assert one.coverage == "boundary+sample" and one.seeded and one.shapes != other.shapes
     assert _plan(big, "pr48822", (), 1, False).shapes != _plan(big, "pr48822", (), 2, False).shapes
+
+
+def test_varlen_decode_graphs_get_micro_batched_twins_only_where_the_design_makes_them():
+    """vLLM 0.30+ twins uniform decode and mixed FULL descriptors, never a
+    varlen decode one (adaptive verification): under its ruleset the spec and
+    the reference capture none, so a vLLM without them shows no CAND-ORDER;
+    under a design with varlen twins, the full-length varlen graph gets one."""
+    from cgsim.spec import expected_capture_descs
+
+    cfg = ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(8, 16, 32, 40), max_num_reqs=8, decode_query_len=5,
+                        varlen_decode=True, num_ubatches=2, ubatch_threshold=32, attention_support=S.ALWAYS)
+    for ruleset, twinned in (("vllm-0.32", False), ("vllm-0.25", True)):
+        spec = expected_capture_descs(cfg, ruleset).get(M.FULL, ())
+        varlen_twins = [d for d in spec if d.num_ubatches > 1 and d.max_query_len is not None]
+        assert bool(varlen_twins) == twinned, (ruleset, spec)
+        trace = run_scenario(Scenario(cfg, (Step.capture(),), ruleset=ruleset), target="reference")
+        stored = [e.desc for e in trace.of(GraphStored)]
+        assert bool([d for d in stored if d.num_ubatches > 1 and d.max_query_len is not None]) == twinned, stored

@@ -56,8 +56,10 @@ def desc_sort_key(d: BatchDescriptor) -> tuple:
     )
 
 
-def _ubatch_twin(desc: BatchDescriptor, config: ManagerConfig) -> BatchDescriptor | None:
+def _ubatch_twin(desc: BatchDescriptor, config: ManagerConfig, varlen_twins: bool = True) -> BatchDescriptor | None:
     if config.num_ubatches < 2 or desc.cg_mode != F or desc.num_reqs is None:
+        return None
+    if desc.max_query_len is not None and not varlen_twins:  # a varlen decode descriptor
         return None
     per_req, rem = divmod(desc.num_tokens, desc.num_reqs)
     if rem or desc.uniform_token_count not in (None, per_req):
@@ -92,7 +94,7 @@ def expected_capture_descs(config: ManagerConfig, ruleset: "Ruleset | str") -> d
     def add(desc: BatchDescriptor) -> None:
         out[desc.cg_mode].add(desc)
         if rs.ubatch_twins:
-            twin = _ubatch_twin(desc, config)
+            twin = _ubatch_twin(desc, config, rs.varlen_ubatch_twins)
             if twin is not None:
                 out[desc.cg_mode].add(twin)
 

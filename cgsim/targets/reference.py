@@ -81,6 +81,8 @@ class CudaGraphManager:
         c = self.config
         if not self.ruleset.ubatch_twins or c.num_ubatches < 2 or desc.cg_mode != F or desc.num_reqs is None:
             return None
+        if desc.max_query_len is not None and not self.ruleset.varlen_ubatch_twins:  # a varlen decode graph
+            return None
         per_req, rem = divmod(desc.num_tokens, desc.num_reqs)
         if rem or desc.uniform_token_count not in (None, per_req):
             return None
