@@ -31,12 +31,13 @@ def _scenarios(target: str, n: int, max_size: int) -> list:
     from cgsim.targets import get_target
     from fuzz.strategies import scenarios
 
-    sizes = get_target(target).engine_capture_sizes
+    t = get_target(target)
     out: list = []
 
     @settings(max_examples=n, database=None, deadline=None, suppress_health_check=list(HealthCheck),
               phases=(Phase.generate,), derandomize=True)
-    @given(scenarios(max_size=max_size, engine_sizes=sizes))
+    @given(scenarios(max_size=max_size, engine_sizes=t.engine_capture_sizes,
+                     refusal=getattr(t, "unsupported_reason", None)))
     def collect(sc):
         out.append(sc)
 

@@ -9,7 +9,8 @@ from typing import Iterable, Sequence
 
 from cgsim.modes import CUDAGraphMode
 
-__all__ = ["BatchDescriptor", "Batch", "BatchShape", "lora_case", "compatible", "padding_waste", "empty_second_ubatch"]
+__all__ = ["BatchDescriptor", "Batch", "BatchShape", "lora_case", "compatible", "fits_in_case", "padding_waste",
+           "empty_second_ubatch"]
 
 
 @dataclass(frozen=True)
@@ -248,6 +249,12 @@ def empty_second_ubatch(graph_tokens: int, batch_tokens: int, num_ubatches: int)
 
 def compatible(desc: BatchDescriptor, batch: Batch, lora_cases: Sequence[int] = (0,)) -> bool:
     """Whether a graph captured for ``desc`` can run ``batch`` (SPEC §2)."""
+    return desc.num_active_loras == lora_case(batch.num_active_loras, lora_cases) and fits_in_case(desc, batch)
+
+
+def fits_in_case(desc: BatchDescriptor, batch: Batch) -> bool:
+    """compatible() for a batch already known to be in ``desc``'s LoRA case
+    (a dispatcher walking one case's candidates checks that once per batch)."""
     if desc.uniform_token_count is not None and desc.uniform_token_count != batch.uniform_token_count:
         return False
     if desc.max_query_len is not None and (
@@ -257,8 +264,6 @@ def compatible(desc: BatchDescriptor, batch: Batch, lora_cases: Sequence[int] = 
     if desc.num_reqs is not None and desc.num_reqs < batch.num_reqs:
         return False
     if desc.num_tokens < batch.num_tokens:
-        return False
-    if desc.num_active_loras != lora_case(batch.num_active_loras, lora_cases):
         return False
     return desc.num_ubatches == batch.num_ubatches and not empty_second_ubatch(
         desc.num_tokens, batch.num_tokens, desc.num_ubatches)

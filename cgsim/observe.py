@@ -61,8 +61,9 @@ def scenario_timeout(scenario: Scenario, timeout: float | None) -> float | None:
 @lru_cache(maxsize=256)
 def _graphs_per_capture(config: ManagerConfig, ruleset: str) -> int:
     """The larger of the spec's capture list for ``config`` and for its
-    requested mode kept as requested (cached: the worker and the runner both
-    ask, and an engine-sized config's list takes milliseconds)."""
+    requested mode kept as requested, with a drafter's lists where it has one
+    (cached: the worker and the runner both ask, and an engine-sized config's
+    list takes milliseconds)."""
     from cgsim.spec import expected_capture_descs  # noqa: PLC0415
 
     def graphs_of(c: ManagerConfig) -> int:
@@ -78,6 +79,11 @@ def _graphs_per_capture(config: ManagerConfig, ruleset: str) -> int:
         except Exception:  # noqa: BLE001 - no such variant: the config's own count
             return graphs
         graphs = max(graphs, graphs_of(as_requested))
+    if config.decode_query_len > 1:
+        # A speculative-decoding engine captures its drafter's graphs too
+        # (vLLM's Eagle/MTP speculator: a prefill and a decode manager, each
+        # at most the main manager's list).
+        graphs *= 3
     return graphs
 
 

@@ -218,3 +218,6 @@ def test_the_timeout_grows_with_the_graphs_of_the_requested_mode():
     assert scenario_timeout(Scenario(kept, steps), 10) == pytest.approx(expected)
     assert scenario_timeout(Scenario(dropped, steps), 10) == pytest.approx(expected)
     assert scenario_timeout(Scenario(ManagerConfig(capture_sizes=(1, 2)), steps), 10) == 10
+    # With speculative decoding the drafter's prefill and decode managers capture as well.
+    drafted = dataclasses.replace(kept, decode_query_len=2)
+    assert scenario_timeout(Scenario(drafted, steps), 10) >= 3 * expected * 0.9

@@ -204,8 +204,14 @@ def sweep_token_limit(config: ManagerConfig) -> int:
     return config.max_capture_size + config.decode_query_len + 1
 
 
+def _ubatch_floor(config: ManagerConfig) -> int | None:
+    """The fewest tokens the runner micro-batches (None: no DBO)."""
+    return max(config.ubatch_threshold, config.num_ubatches) if config.num_ubatches > 1 else None
+
+
 def _eligible_ubatches(config: ManagerConfig, tokens: int) -> tuple[int, ...]:
-    if config.num_ubatches < 2 or tokens < max(config.ubatch_threshold, config.num_ubatches):
+    floor = _ubatch_floor(config)
+    if floor is None or tokens < floor:
         return (1,)
     # The runner may also run an eligible batch whole (DP ranks that cannot split).
     return (1, config.num_ubatches)
@@ -253,9 +259,10 @@ def _prefill_reqs(config: ManagerConfig, t: int, marks: Iterable[int] = ()) -> l
 def _space(config: ManagerConfig, limit: int, marks: Iterable[int]) -> int:
     marks = tuple(marks)
     L = max(config.lora_cases)
-    prefill = sum((min(r, L) + 1) * len(_eligible_ubatches(config, t))
+    split = _ubatch_floor(config) or limit + 1  # from here on, whole and micro-batched
+    prefill = sum((min(r, L) + 1) * (1 + (t >= split))
                   for t in range(1, limit + 1) for r in _prefill_reqs(config, t, marks))
-    decode = sum((min(r, L) + 1) * len(_eligible_ubatches(config, t))
+    decode = sum((min(r, L) + 1) * (1 + (t >= split))
                  for r, t, _, u in _decode_shapes(config, limit, range(1, config.max_num_reqs + 1)))
     return prefill + decode
 

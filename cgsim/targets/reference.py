@@ -16,7 +16,7 @@ from itertools import groupby
 from typing import Callable, Sequence
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, compatible, lora_case
+from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, fits_in_case, lora_case
 from cgsim.modes import CUDAGraphMode, resolve_mode
 from cgsim.spec.candidates import drop_unscheduled_decode
 from cgsim.spec.engine_configs import vllm_capture_sizes
@@ -201,10 +201,12 @@ class CudaGraphManager:
 
     def dispatch(self, batch: Batch) -> BatchDescriptor:
         loras = self.effective_lora_case(batch.num_active_loras)
-        key = (batch.num_tokens, loras)
-        if self._graphs_captured and key in self._candidates:
-            for desc in self._candidates[key]:
-                if compatible(desc, batch, self.lora_cases):
+        candidates = self._candidates.get((batch.num_tokens, loras)) if self._graphs_captured else None
+        if candidates:
+            # compatible(desc, batch, self.lora_cases), its LoRA case computed once per batch
+            case = lora_case(batch.num_active_loras, self.lora_cases)
+            for desc in candidates:
+                if desc.num_active_loras == case and fits_in_case(desc, batch):
                     return desc
         return BatchDescriptor(N, batch.num_tokens, batch.num_reqs, num_active_loras=loras,
                                num_ubatches=batch.num_ubatches)

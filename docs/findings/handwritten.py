@@ -95,6 +95,16 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "dbo-twin-capture-useful": ("CAPTURE-USEFUL", Scenario(
         ManagerConfig(mode="FULL", capture_sizes=(16,), max_num_reqs=1, num_ubatches=2, ubatch_threshold=2),
         (C, D(1)), ruleset="vllm-0.32")),
+    # 1c. nearest-group candidate lists under DBO, no speculative schedule: a
+    #     micro-batched 2x2 decode finds only FULL(6, r4) at 6 tokens (6 is no
+    #     multiple of 4 requests: no twin) and runs eagerly, though the twin
+    #     FULL(8, r4, u2, ubatches=2) fits it (4 of its 8 tokens: the second
+    #     micro-batch is not empty)
+    "dbo-nearest-group": ("DISPATCH-PRIORITY", Scenario(
+        ManagerConfig(mode="FULL", capture_sizes=(6, 8), max_num_reqs=4, decode_query_len=2, num_ubatches=2,
+                      ubatch_threshold=4, attention_support="ALWAYS", attention_split=False,
+                      compiled_piecewise=False),
+        (C, D(2, 2, num_ubatches=2)), ruleset="vllm-0.32")),
 }
 
 
