@@ -713,6 +713,34 @@ def test_mock_graph_does_not_keep_callers_tensor_objects_alive():
         assert y.tolist() == [2.0] * 4
 
 
+def test_a_pool_that_dies_in_one_cycle_with_its_graph_and_tensors_is_erased():
+    # A manager holding its pool, its graphs and their outputs usually dies as
+    # one reference cycle.  Its blocks are free then (no user storage is left)
+    # and empty_cache must erase the pool: the pool id names a fresh pool, as
+    # it does on a GPU once the memory is gone.
+    from cgsim.cuda_mock import _memory
+
+    class Manager:
+        pass
+
+    with cuda_mock.patched_torch_cuda():
+        x = torch.ones(256)
+        pool = torch.cuda.graph_pool_handle()
+        m = Manager()
+        m.me, m.graph = m, torch.cuda.CUDAGraph()
+        with torch.cuda.graph(m.graph, pool=pool):
+            m.out = x * 2
+        del m
+        gc.collect()
+        torch.cuda.empty_cache()
+        assert pool not in _memory._released
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, pool=pool):
+            y = x * 3
+        g.replay()
+        assert y.tolist() == [3.0] * 256
+
+
 def test_leaving_the_mock_discards_an_unended_capture():
     with pytest.warns(RuntimeWarning, match="still under way"):
         with cuda_mock.patched_torch_cuda():

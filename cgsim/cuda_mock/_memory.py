@@ -152,6 +152,7 @@ def erase_freeable_pools() -> None:
     """empty_cache's part for graph pools: erase every released pool none of
     whose blocks is in use (its id then names a fresh pool)."""
     for pool_id, pool in list(_released.items()):
+        pool.reap()
         if pool.allocated_bytes == 0:
             del _released[pool_id]
             if _pools.get(pool_id) is pool:
@@ -175,6 +176,7 @@ def release_pool(pool: "Pool") -> None:
     """A graph that captured into ``pool`` is reset or destroyed."""
     pool.use_count -= 1
     if pool.use_count == 0:
+        pool.reap()
         _released[pool.id] = pool
         if HOST_GRAPH_POOLS:
             _host_released.add(pool.id)
@@ -193,6 +195,20 @@ class Pool:
         used = sum(b.nbytes for b in self._blocks if b.in_use)
         total = sum(b.nbytes for b in self._blocks)
         return f"<cgsim mock Pool {self.id}: {len(self._blocks)} blocks, {used}/{total} bytes in use>"
+
+    def reap(self) -> None:
+        """Free every block whose user storage is gone but was never seen go.
+        When a manager, its graphs and their tensors die together as one
+        reference cycle, the collector clears the blocks' weak references
+        without calling them (the blocks are part of the same garbage); the
+        graphs' finalizers then release the pool and bring it and its blocks
+        back, still marked in use.  Without this every such pool stayed
+        registered as released for good, and each empty_cache scanned all of
+        them (a campaign of thousands of scenarios slowed down as it ran)."""
+        for blk in self._blocks:
+            if blk.in_use and (blk._user is None or blk._user() is None):
+                blk._user = None
+                _release(blk)
 
     @property
     def reserved_bytes(self) -> int:
