@@ -32,6 +32,11 @@ class CUDAGraphMode(enum.Enum):
     FULL_DECODE_ONLY = "FULL_DECODE_ONLY"  # (FULL, NONE)
     FULL_AND_PIECEWISE = "FULL_AND_PIECEWISE"  # (FULL, PIECEWISE)
 
+    # Members are singletons (and compare by identity), so the identity hash
+    # is a valid one.  Enum's own hashes the name in Python, and a dispatch
+    # sweep hashes a descriptor, mode included, for every batch it asks.
+    __hash__ = object.__hash__
+
     @classmethod
     def parse(cls, value: "str | CUDAGraphMode") -> "CUDAGraphMode":
         if isinstance(value, CUDAGraphMode):

@@ -254,11 +254,20 @@ def _sweep(handle: ManagerUnderTest, config: ManagerConfig, scenario: Scenario, 
         raise
     if len(descs) != len(plan.shapes):
         raise _Corrupt(f"dispatch_all returned {len(descs)} decisions for {len(plan.shapes)} batches")
+    # Equal decisions share one object in the Trace (a sweep's few graphs
+    # answer thousands of batches).  The same object answering twice needs
+    # no hash: most targets return their stored descriptors.
     interned: dict[BatchDescriptor, BatchDescriptor] = {}
+    by_id: dict[int, BatchDescriptor] = {}
+    decisions = []
     for i, d in enumerate(descs):
-        if not isinstance(d, BatchDescriptor):
-            raise _Corrupt(f"dispatch returned {d!r} for {plan.shapes[i].short()}, not a batch descriptor")
-    decisions = tuple(interned.setdefault(d, d) for d in descs)
+        same = by_id.get(id(d))
+        if same is None:
+            if not isinstance(d, BatchDescriptor):
+                raise _Corrupt(f"dispatch returned {d!r} for {plan.shapes[i].short()}, not a batch descriptor")
+            same = by_id[id(d)] = interned.setdefault(d, d)
+        decisions.append(same)
+    decisions = tuple(decisions)
     trace.add(Sweep(step=step, captured_flag=handle.captured_flag(), batches=plan.shapes, descs=decisions,
                     coverage=plan.coverage, space=plan.space))
 

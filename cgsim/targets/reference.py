@@ -58,6 +58,7 @@ class CudaGraphManager:
         self._graphs_captured = False
         self._capture_descs: dict[CUDAGraphMode, list[BatchDescriptor]] = {}
         self._candidates: dict[tuple[int, int], list[BatchDescriptor]] = {}
+        self._eager: dict[tuple[int, int, int, int], BatchDescriptor] = {}
         # Candidate init reads the breakable flag: it must run after every flag is final.
         self._init_candidates()
 
@@ -208,8 +209,14 @@ class CudaGraphManager:
             for desc in candidates:
                 if desc.num_active_loras == case and fits_in_case(desc, batch):
                     return desc
-        return BatchDescriptor(N, batch.num_tokens, batch.num_reqs, num_active_loras=loras,
-                               num_ubatches=batch.num_ubatches)
+        # Eager descriptors are values: one object per shape serves every
+        # batch of a dispatch sweep that runs eagerly with it.
+        key = (batch.num_tokens, batch.num_reqs, loras, batch.num_ubatches)
+        eager = self._eager.get(key)
+        if eager is None:
+            eager = self._eager[key] = BatchDescriptor(N, batch.num_tokens, batch.num_reqs, num_active_loras=loras,
+                                                       num_ubatches=batch.num_ubatches)
+        return eager
 
     def run_fullgraph(self, desc: BatchDescriptor) -> None:
         if desc.cg_mode != F:
