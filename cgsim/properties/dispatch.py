@@ -103,8 +103,8 @@ def dispatch_priority(run: RunView) -> list[Violation]:
             ))
     for sv in run.captured_sweeps:
         failures = []
-        for i, b, d in sv.entries():
-            full = sv.best(i).get(F) if d.cg_mode != F else None
+        for b, d, fit in sv.judged():
+            full = fit.by_mode.get(F) if d.cg_mode is not F else None
             if full:
                 failures.append((b, f"{b.short()} dispatched to {d.cg_mode.value} {d.short()} although the captured FULL "
                                     f"{min(full[1], key=desc_sort_key).short()} fits it (expected FULL over PIECEWISE over NONE)"))
@@ -131,10 +131,10 @@ def dispatch_complete(run: RunView) -> list[Violation]:
             ))
     for sv in run.captured_sweeps:
         failures = []
-        for i, b, d in sv.entries():
-            if d.cg_mode == N and sv.best(i):
+        for b, d, fit in sv.judged():
+            if d.cg_mode is N and fit.choices:
                 failures.append((b, f"{b.short()} ran eagerly ({d.short()}) although the captured "
-                                    f"{min(sv.choices(i), key=desc_sort_key).short()} fits it"))
+                                    f"{min(fit.choices, key=desc_sort_key).short()} fits it"))
         out += sweep_violations("DISPATCH-COMPLETE", sv, failures)
     return group(out)
 
@@ -163,9 +163,9 @@ def dispatch_minimal(run: RunView) -> list[Violation]:
             ))
     for sv in run.captured_sweeps:
         failures = []
-        for i, b, d in sv.entries():
-            same = sv.best(i).get(d.cg_mode) if d.cg_mode != N else None
-            if same and compatible(d, b, cases) and padding_key(d, b) > same[0]:
+        for b, d, fit in sv.judged():
+            same = fit.by_mode.get(d.cg_mode) if d.cg_mode is not N else None
+            if same and padding_key(d, b) > same[0] and compatible(d, b, cases):
                 failures.append((b, f"{b.short()} dispatched to {d.short()} padding (tokens, reqs) = {padding_key(d, b)}; "
                                     f"captured {min(same[1], key=desc_sort_key).short()} pads only {same[0]}"))
         out += sweep_violations("DISPATCH-MINIMAL", sv, failures)
@@ -176,15 +176,10 @@ def _exact_shape(d: BatchDescriptor, b: Batch, cases: Sequence[int]) -> bool:
     return compatible(d, b, cases) and d.num_tokens == b.num_tokens and d.num_reqs in (None, b.num_reqs)
 
 
-def _exact_in_sweep(sv, i: int) -> tuple[BatchDescriptor, ...]:
-    """Captured descriptors of exactly the swept batch's shape (no padding at all)."""
-    return tuple(d for pad, ds in sv.best(i).values() if pad == (0, 0) for d in ds)
-
-
 def _applies_roundtrip(run: RunView) -> bool:
     cases = run.config.lora_cases
     return any(_exact_shape(c, v.dispatch.batch, cases) for v in run.captured_dispatches for c in v.captured.descs) or any(
-        _exact_in_sweep(sv, i) for sv in run.captured_sweeps for i in range(len(sv.sweep.batches)))
+        fit.exact for sv in run.captured_sweeps for fit in sv.fits())
 
 
 def _roundtrip_ok(d: BatchDescriptor, b, target: BatchDescriptor, cases) -> bool:
@@ -217,8 +212,8 @@ def dispatch_roundtrip(run: RunView) -> list[Violation]:
             ))
     for sv in run.captured_sweeps:
         failures = []
-        for i, b, d in sv.entries():
-            exact = _exact_in_sweep(sv, i)
+        for b, d, fit in sv.judged():
+            exact = fit.exact
             if not exact:
                 continue
             target = max(exact, key=lambda c: RUNTIME_RANK[c.cg_mode])
@@ -322,8 +317,8 @@ def capture_useful(run: RunView) -> list[Violation]:
         judged.add(cap.descs)
         # Every batch the sweep after this capture asked about is a batch the
         # scheduler can produce: its unique best graph is useful.
-        useful = {c[0] for sv in run.sweeps if sv.captured is cap
-                  for c in (sv.choices(i) for i in range(len(sv.sweep.batches))) if len(c) == 1}
+        useful = {fit.choices[0] for sv in run.sweeps if sv.captured is cap
+                  for fit in sv.fits() if len(fit.choices) == 1}
         for d, why in useless_descriptors(cfg, cap.descs, useful).items():
             out.append(Violation(
                 "CAPTURE-USEFUL",
@@ -360,9 +355,15 @@ def _question(b) -> tuple:
 def dispatch_stable(run: RunView) -> list[Violation]:
     out: list[Violation] = []
     answers: dict[int, dict[tuple, BatchDescriptor]] = {}
-    for v, sweep in _step_and_sweep(run):
+    steps = list(_step_and_sweep(run))
+    # Only the swept batches of a dispatched batch's token count can be its question.
+    tokens = {v.dispatch.batch.num_tokens for v, _ in steps}
+    for v, sweep in steps:
         b, d = v.dispatch.batch, v.dispatch.desc
-        said = answers.setdefault(id(sweep), {_question(s): x for s, x in zip(sweep.sweep.batches, sweep.sweep.descs)})
+        said = answers.get(id(sweep))
+        if said is None:
+            said = answers[id(sweep)] = {_question(s): x for s, x in zip(sweep.sweep.batches, sweep.sweep.descs)
+                                         if s.num_tokens in tokens}
         swept = said.get(_question(b))
         if swept is not None and swept != d:
             out.append(Violation(

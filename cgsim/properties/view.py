@@ -52,6 +52,7 @@ from cgsim.trace import (
 __all__ = [
     "RunView",
     "SweepView",
+    "Fit",
     "Session",
     "Captured",
     "DispatchView",
@@ -127,6 +128,38 @@ class DispatchView:
     runtime_forwards: list[Forward] = field(default_factory=list)
 
 
+class Fit:
+    """The captured graphs that fit one swept batch best, per mode.  Shared
+    by every swept batch with the same shape and LoRA case (most of a
+    sweep's batches share one with a neighbour)."""
+
+    __slots__ = ("by_mode", "choices", "exact")
+
+    def __init__(self, by_mode: dict[CUDAGraphMode, tuple[tuple[int, int], tuple[BatchDescriptor, ...]]]):
+        # mode -> ((token padding, request padding), the descriptors padding that little)
+        self.by_mode = by_mode
+        # What a correct dispatcher may return (empty: nothing fits, run
+        # eagerly): the best fits of the highest-priority mode that fits.
+        self.choices: tuple[BatchDescriptor, ...] = ()
+        for mode in _BY_PRIORITY:
+            got = by_mode.get(mode)
+            if got is not None:
+                self.choices = got[1]
+                break
+        # Descriptors of exactly the batch's shape (no padding at all).
+        exact: tuple[BatchDescriptor, ...] = ()
+        for pad, ds in by_mode.values():
+            if pad == (0, 0):
+                exact += ds
+        self.exact = exact
+
+
+_BY_PRIORITY = sorted(RUNTIME_RANK, key=RUNTIME_RANK.get, reverse=True)
+
+
+_NO_FIT = Fit({})
+
+
 class SweepView:
     """One sweep with the captured state it saw, and, for each swept batch,
     the best fitting captured graphs per mode (computed once, shared by every
@@ -142,7 +175,7 @@ class SweepView:
         self.captured = captured
         self.lora_cases = tuple(lora_cases)
         self.after = after  # "capture" | "release" | "start"
-        self._best: list[dict[CUDAGraphMode, tuple[tuple[int, int], tuple[BatchDescriptor, ...]]]] | None = None
+        self._fits: list[Fit] | None = None
 
     @property
     def step(self) -> int:
@@ -151,38 +184,51 @@ class SweepView:
     def entries(self) -> Iterable[tuple[int, BatchShape, BatchDescriptor]]:
         return ((i, b, d) for i, (b, d) in enumerate(zip(self.sweep.batches, self.sweep.descs)))
 
+    def judged(self) -> Iterable[tuple[BatchShape, BatchDescriptor, Fit]]:
+        """(batch, what dispatch returned, what fits it best), for every swept batch."""
+        return zip(self.sweep.batches, self.sweep.descs, self.fits())
+
     def when(self) -> str:
         if self.after == "start":
             return "in the dispatch sweep before the first capture"
         return f"in the dispatch sweep after the {self.after} at step {self.step}"
 
-    def best(self, i: int) -> dict[CUDAGraphMode, tuple[tuple[int, int], tuple[BatchDescriptor, ...]]]:
-        if self._best is None:
-            self._best = self._compute()
-        return self._best[i]
+    def fits(self) -> list[Fit]:
+        if self._fits is None:
+            self._fits = self._compute()
+        return self._fits
 
-    def _compute(self) -> list[dict]:
+    def best(self, i: int) -> dict[CUDAGraphMode, tuple[tuple[int, int], tuple[BatchDescriptor, ...]]]:
+        return self.fits()[i].by_mode
+
+    def choices(self, i: int) -> tuple[BatchDescriptor, ...]:
+        """What a correct dispatcher may return (empty: nothing fits, run eagerly)."""
+        return self.fits()[i].choices
+
+    def _compute(self) -> list[Fit]:
+        if not (self.captured and self.captured.descs):
+            return [_NO_FIT] * len(self.sweep.batches)
         cases = sorted(set(self.lora_cases))
         case_of = {a: lora_case(a, cases) for a in range(max(cases) + 2)}
         # Per (LoRA case, micro-batches) and mode: the descriptors by
         # increasing tokens, as (tokens, uniform, max_query_len, reqs, descriptor).
         buckets: dict[tuple[int, int], dict[CUDAGraphMode, tuple[list[int], list[tuple]]]] = {}
-        for d in sorted(self.captured.descs if self.captured else (), key=lambda d: d.num_tokens):
+        for d in sorted(self.captured.descs, key=lambda d: d.num_tokens):
             by_mode = buckets.setdefault((d.num_active_loras, d.num_ubatches), {})
             tokens, entries = by_mode.setdefault(d.cg_mode, ([], []))
             tokens.append(d.num_tokens)
             entries.append((d.num_tokens, d.uniform_token_count, d.max_query_len, d.num_reqs, d))
         # The best fits depend on a batch's shape and its LoRA case only, not
         # on its exact LoRA count: batches that differ only there share them.
-        seen: dict[tuple, dict] = {}
+        seen: dict[tuple, Fit] = {}
         out = []
         for b in self.sweep.batches:
             case = case_of.get(b.num_active_loras, cases[-1])
             bt, br, bu, bp, bm = b.num_tokens, b.num_reqs, b.uniform_token_count, b.has_prefill, b.max_query_len
             shape = (case, b.num_ubatches, bt, br, bu, bp, bm)
-            best = seen.get(shape)
-            if best is None:
-                best = seen[shape] = {}
+            fit = seen.get(shape)
+            if fit is None:
+                best = {}
                 for mode, (tokens, entries) in buckets.get((case, b.num_ubatches), {}).items():
                     # By increasing tokens, the first fit pads the fewest
                     # tokens; only descriptors of that many tokens can tie or
@@ -205,16 +251,9 @@ class SweepView:
                             got = (pad, got[1] + (d,))
                     if got is not None:
                         best[mode] = got
-            out.append(best)
+                fit = seen[shape] = Fit(best) if best else _NO_FIT
+            out.append(fit)
         return out
-
-    def choices(self, i: int) -> tuple[BatchDescriptor, ...]:
-        """What a correct dispatcher may return (empty: nothing fits, run eagerly)."""
-        best = self.best(i)
-        if not best:
-            return ()
-        top = max(best, key=lambda m: RUNTIME_RANK[m])
-        return best[top][1]
 
 
 def is_warmup(f: Forward) -> bool:
