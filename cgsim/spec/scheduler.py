@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterable
 
 from cgsim.config import ManagerConfig
@@ -256,8 +257,10 @@ def _prefill_reqs(config: ManagerConfig, t: int, marks: Iterable[int] = ()) -> l
     return sorted(r for r in wanted if 1 <= r <= top)
 
 
-def _space(config: ManagerConfig, limit: int, marks: Iterable[int]) -> int:
-    marks = tuple(marks)
+@lru_cache(maxsize=256)
+def _space(config: ManagerConfig, limit: int, marks: tuple[int, ...]) -> int:
+    # Cached: a config's light and full plans (and every plan of a config a
+    # campaign draws again) count the same space.
     L = max(config.lora_cases)
     split = _ubatch_floor(config) or limit + 1  # from here on, whole and micro-batched
     prefill = sum((min(r, L) + 1) * (1 + (t >= split))
@@ -265,6 +268,25 @@ def _space(config: ManagerConfig, limit: int, marks: Iterable[int]) -> int:
     decode = sum((min(r, L) + 1) * (1 + (t >= split))
                  for r, t, _, u in _decode_shapes(config, limit, range(1, config.max_num_reqs + 1)))
     return prefill + decode
+
+
+# Shapes are values, and the plans of a campaign's configs share most of
+# theirs (small token counts especially): each is built once.  Bounded, so a
+# long campaign of huge configs does not keep every shape it ever swept.
+_SHAPES: dict[tuple, BatchShape] = {}
+_SHAPES_BOUND = 500_000
+
+
+def _shapes(keys: Iterable[tuple]) -> tuple[BatchShape, ...]:
+    if len(_SHAPES) > _SHAPES_BOUND:
+        _SHAPES.clear()
+    get, out = _SHAPES.get, []
+    for k in keys:
+        shape = get(k)
+        if shape is None:
+            shape = _SHAPES[k] = BatchShape(*k)
+        out.append(shape)
+    return tuple(out)
 
 
 def sweep_plan(config: ManagerConfig, descriptors: Iterable[BatchDescriptor] = (), bound: int = SWEEP_BOUND,
@@ -288,14 +310,24 @@ def sweep_plan(config: ManagerConfig, descriptors: Iterable[BatchDescriptor] = (
     R = config.max_num_reqs
     descs = list(descriptors)
     reqs_marks = sorted({d.num_reqs for d in descs if d.num_reqs is not None})
-    space = _space(config, limit, reqs_marks)
+    space = _space(config, limit, tuple(reqs_marks))
     exhaustive = space <= bound and not light
-    shapes: dict[BatchShape, None] = {}
+    # Plain tuples until the end: a plan adds most shapes more than once, and
+    # a tuple hashes far faster than a dataclass.
+    shapes: dict[tuple, None] = {}
+    lora_counts: dict[int, list[int]] = {}
+    floor = _ubatch_floor(config)
+    whole, split = (1,), (1, config.num_ubatches)
 
     def add(r: int, t: int, m: int, uniform: int | None, prefill: bool, loras: Iterable[int] | None = None) -> None:
-        for a in (loras if loras is not None else _lora_counts(config, r, exhaustive)):
-            for ub in _eligible_ubatches(config, t):
-                shapes[BatchShape(r, t, m, uniform, prefill, a, ub)] = None
+        if loras is None:
+            loras = lora_counts.get(r)
+            if loras is None:
+                loras = lora_counts[r] = _lora_counts(config, r, exhaustive)
+        ubs = split if floor is not None and t >= floor else whole  # _eligible_ubatches(config, t)
+        for a in loras:
+            for ub in ubs:
+                shapes[(r, t, m, uniform, prefill, a, ub)] = None
 
     if exhaustive:
         for r, t, m, u in _decode_shapes(config, limit, range(1, R + 1)):
@@ -303,7 +335,7 @@ def sweep_plan(config: ManagerConfig, descriptors: Iterable[BatchDescriptor] = (
         for t in range(1, limit + 1):
             for r in _prefill_reqs(config, t, reqs_marks):
                 add(r, t, t - r + 1, None, True)
-        return SweepPlan(tuple(shapes), "exhaustive", space)
+        return SweepPlan(_shapes(shapes), "exhaustive", space)
 
     sizes = set(config.capture_sizes) | {d.num_tokens for d in descs}
     tokens = sorted(t for t in {1, 2, limit} | sizes | {s + 1 for s in sizes} if 1 <= t <= limit)
@@ -336,5 +368,5 @@ def sweep_plan(config: ManagerConfig, descriptors: Iterable[BatchDescriptor] = (
     out = list(shapes)
     if len(out) > bound:  # the boundary classes of a huge config: a seeded subset of them
         out = rng.sample(out, bound)
-    return SweepPlan(tuple(out), "boundary" if light else "boundary+sample", space,
+    return SweepPlan(_shapes(out), "boundary" if light else "boundary+sample", space,
                      seeded=not light or len(shapes) > bound)
