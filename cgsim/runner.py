@@ -255,19 +255,16 @@ def _sweep(handle: ManagerUnderTest, config: ManagerConfig, scenario: Scenario, 
     if len(descs) != len(plan.shapes):
         raise _Corrupt(f"dispatch_all returned {len(descs)} decisions for {len(plan.shapes)} batches")
     # Equal decisions share one object in the Trace (a sweep's few graphs
-    # answer thousands of batches).  The same object answering twice needs
-    # no hash: most targets return their stored descriptors.
+    # answer thousands of batches).  Each distinct object is checked and
+    # hashed once: most targets return their stored descriptors.
+    by_id = dict(zip(map(id, descs), descs))
     interned: dict[BatchDescriptor, BatchDescriptor] = {}
-    by_id: dict[int, BatchDescriptor] = {}
-    decisions = []
-    for i, d in enumerate(descs):
-        same = by_id.get(id(d))
-        if same is None:
-            if not isinstance(d, BatchDescriptor):
-                raise _Corrupt(f"dispatch returned {d!r} for {plan.shapes[i].short()}, not a batch descriptor")
-            same = by_id[id(d)] = interned.setdefault(d, d)
-        decisions.append(same)
-    decisions = tuple(decisions)
+    for key, d in by_id.items():
+        if not isinstance(d, BatchDescriptor):
+            i = next(i for i, x in enumerate(descs) if x is d)
+            raise _Corrupt(f"dispatch returned {d!r} for {plan.shapes[i].short()}, not a batch descriptor")
+        by_id[key] = interned.setdefault(d, d)
+    decisions = tuple(map(by_id.__getitem__, map(id, descs)))
     trace.add(Sweep(step=step, captured_flag=handle.captured_flag(), batches=plan.shapes, descs=decisions,
                     coverage=plan.coverage, space=plan.space))
 

@@ -1122,3 +1122,22 @@ def test_dispatch_stable_tells_prefill_splits_by_their_longest_request():
     changed = Trace(trace.target, trace.backend, trace.resolved_mode, trace.uses_breakable,
                     trace.has_piecewise_runner, events, trace.metadata)
     assert "DISPATCH-STABLE" not in ids(check_scenario(sc, changed).violations)
+
+
+def test_a_sweep_answer_that_is_no_descriptor_is_a_corrupt_state_naming_its_batch(monkeypatch):
+    from cgsim.runner import run_scenario
+    from cgsim.targets import reference
+
+    handle = next(c for c in vars(reference).values() if isinstance(c, type) and "dispatch_all" in vars(c))
+    real = handle.dispatch_all
+
+    def dispatch_all(self, shapes):
+        out = real(self, shapes)
+        return out[:-1] + ["not a descriptor"] if self.m._graphs_captured else out
+
+    monkeypatch.setattr(handle, "dispatch_all", dispatch_all)
+    sc = scenario(BASE, cap(), disp(1, 1))
+    trace = run_scenario(sc)
+    errors = [e for e in trace.events if getattr(e, "kind", "") == "error"]
+    assert errors and errors[0].exc_type == "CorruptState"
+    assert "dispatch returned 'not a descriptor' for" in errors[0].message
