@@ -59,6 +59,7 @@ class CudaGraphManager:
         self._capture_descs: dict[CUDAGraphMode, list[BatchDescriptor]] = {}
         self._candidates: dict[tuple[int, int], list[BatchDescriptor]] = {}
         self._eager: dict[tuple[int, int, int, int], BatchDescriptor] = {}
+        self._case_of: dict[int, int] = {}  # active LoRA count -> its LoRA case
         # Candidate init reads the breakable flag: it must run after every flag is final.
         self._init_candidates()
 
@@ -205,7 +206,9 @@ class CudaGraphManager:
         candidates = self._candidates.get((batch.num_tokens, loras)) if self._graphs_captured else None
         if candidates:
             # compatible(desc, batch, self.lora_cases), its LoRA case computed once per batch
-            case = lora_case(batch.num_active_loras, self.lora_cases)
+            case = self._case_of.get(batch.num_active_loras)
+            if case is None:
+                case = self._case_of[batch.num_active_loras] = lora_case(batch.num_active_loras, self.lora_cases)
             for desc in candidates:
                 if desc.num_active_loras == case and fits_in_case(desc, batch):
                     return desc
