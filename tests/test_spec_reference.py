@@ -177,3 +177,16 @@ def test_varlen_decode_graphs_get_micro_batched_twins_only_where_the_design_make
         trace = run_scenario(Scenario(cfg, (Step.capture(),), ruleset=ruleset), target="reference")
         stored = [e.desc for e in trace.of(GraphStored)]
         assert bool([d for d in stored if d.num_ubatches > 1 and d.max_query_len is not None]) == twinned, stored
+
+
+def test_a_micro_batched_decode_graph_that_only_half_empty_batches_reach_is_not_captured():
+    # Dynamic speculative decoding gives q = 5 to at most 7 requests (35
+    # tokens), and a 35-token batch would leave the second micro-batch of an
+    # 80-token graph empty (it runs eagerly): a micro-batched FULL(80, 16
+    # requests, q = 5) would be reached by no batch, and the reference must
+    # not capture it (it did: CAPTURE-USEFUL on the reference, 1 scenario in
+    # 2000 of the throughput benchmark).
+    from cgsim.properties import check_scenario
+
+    sc = Scenario.from_json({'schema_version': 1, 'ruleset': 'vllm-0.21', 'workload': 'toy', 'seed': 0, 'config': {'mode': 'FULL', 'capture_sizes': [17, 24, 80], 'max_num_reqs': 16, 'max_capture_size': 88, 'decode_query_len': 5, 'spec_schedule': [[1, 7, 4], [8, 14, 2], [15, 16, 1]], 'lora_cases': [0], 'breakable': True, 'varlen_decode': False, 'num_ubatches': 2, 'ubatch_threshold': 32, 'attention_support': 'ALWAYS', 'attention_split': False, 'compiled_piecewise': True}, 'steps': [{'kind': 'capture'}, {'kind': 'dispatch', 'batch': {'query_lens': [4, 4], 'num_active_loras': 0, 'num_ubatches': 1, 'has_prefill': True}}, {'kind': 'release'}, {'kind': 'capture'}, {'kind': 'dispatch', 'batch': {'query_lens': [5], 'num_active_loras': 0, 'num_ubatches': 1, 'has_prefill': False}}, {'kind': 'dispatch', 'batch': {'query_lens': [3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3], 'num_active_loras': 0, 'num_ubatches': 2, 'has_prefill': False}}]})
+    assert not check_scenario(sc, run_scenario(sc)).violations

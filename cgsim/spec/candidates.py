@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import BatchDescriptor
+from cgsim.descriptors import BatchDescriptor, empty_second_ubatch
 from cgsim.modes import CUDAGraphMode, resolve_mode
 from cgsim.spec.rulesets import Ruleset, get_ruleset
 
@@ -143,10 +143,13 @@ def drop_unscheduled_decode(config: ManagerConfig, full_descs) -> list[BatchDesc
             continue
         group = (d.uniform_token_count, d.num_active_loras, d.num_ubatches)
         lo = previous.get(group, 0)
-        # A micro-batched graph only sees batches at or above the DBO threshold.
+        # A micro-batched graph only sees batches at or above the DBO
+        # threshold, and none it would leave an empty second micro-batch
+        # (those run eagerly: empty_second_ubatch).
         least = max(config.ubatch_threshold, config.num_ubatches) if d.num_ubatches > 1 else 1
         if any(
             config.scheduler_decode_query_len(r) == d.uniform_token_count and r * d.uniform_token_count >= least
+            and not empty_second_ubatch(d.num_tokens, r * d.uniform_token_count, d.num_ubatches)
             for r in range(lo + 1, d.num_reqs + 1)
         ):
             kept.append(d)
