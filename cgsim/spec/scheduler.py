@@ -315,16 +315,18 @@ def sweep_plan(config: ManagerConfig, descriptors: Iterable[BatchDescriptor] = (
     # Plain tuples until the end: a plan adds most shapes more than once, and
     # a tuple hashes far faster than a dataclass.
     shapes: dict[tuple, None] = {}
+    # Per request count and per token count: a plan asks them for every shape.
     lora_counts: dict[int, list[int]] = {}
-    floor = _ubatch_floor(config)
-    whole, split = (1,), (1, config.num_ubatches)
+    ubatch_counts: dict[int, tuple[int, ...]] = {}
 
     def add(r: int, t: int, m: int, uniform: int | None, prefill: bool, loras: Iterable[int] | None = None) -> None:
         if loras is None:
             loras = lora_counts.get(r)
             if loras is None:
                 loras = lora_counts[r] = _lora_counts(config, r, exhaustive)
-        ubs = split if floor is not None and t >= floor else whole  # _eligible_ubatches(config, t)
+        ubs = ubatch_counts.get(t)
+        if ubs is None:
+            ubs = ubatch_counts[t] = _eligible_ubatches(config, t)
         for a in loras:
             for ub in ubs:
                 shapes[(r, t, m, uniform, prefill, a, ub)] = None
