@@ -566,3 +566,31 @@ def test_the_strategy_draws_no_config_this_vllm_refuses():
 
     draw()
     assert not refused, refused[:3]
+
+
+def test_target_coverage_is_measured_inside_the_manager_calls_only(tmp_path, monkeypatch):
+    """A campaign worker traces vLLM's CUDA-graph modules while the adapter
+    calls into the manager (build, capture, the sweep, replays) and nowhere
+    else: the dispatch lines run in a scenario count as executed, and once
+    the scenario returns nothing traces (Hypothesis and the properties ran
+    twice as slowly under the tracer)."""
+    import sys
+
+    from cgsim.runner import run_scenario
+    from cgsim.scenario import Scenario, Step
+    from cgsim.targets import get_target, vllm_coverage
+
+    monkeypatch.setenv(vllm_coverage.COVERAGE_ENV, str(tmp_path))
+    monkeypatch.setenv(vllm_coverage.PARENT_ENV, "0")  # not the campaign process
+    monkeypatch.setattr(vllm_coverage, "_cov", None)
+    vllm_coverage.start_in_worker()
+    assert vllm_coverage._cov is not None and sys.gettrace() is None
+    cfg = ManagerConfig(mode=CUDAGraphMode.FULL_AND_PIECEWISE, capture_sizes=(1, 2, 4), max_num_reqs=4)
+    scenario = Scenario(cfg, (Step.capture(), Step.dispatch(Batch((1, 1)))), ruleset="vllm-0.32")
+    trace = run_scenario(scenario, target="vllm")
+    assert not trace.errors and sys.gettrace() is None
+    vllm_coverage.checkpoint(force=True)
+    target = get_target("vllm")
+    section = target.coverage_report(str(tmp_path))
+    (utils,) = [f for f in section["files"] if f["path"] == "vllm/v1/worker/gpu/cudagraph_utils.py"]
+    assert utils["executed"] > 0.5 * utils["statements"], utils

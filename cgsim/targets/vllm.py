@@ -45,6 +45,7 @@ from cgsim.modes import CUDAGraphMode, ModeResolutionError
 from cgsim.spec.rulesets import Ruleset
 from cgsim.targets.base import CandidateSnapshot, Execution, TargetUnsupported
 from cgsim.targets.registry import TargetFamily
+from cgsim.targets.vllm_coverage import measuring
 from cgsim.targets.vllm_compat import (
     Capabilities,
     VllmEnvironmentError,
@@ -408,7 +409,8 @@ def _guarded(method: Callable) -> Callable:
     @functools.wraps(method)
     def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            return method(self, *args, **kwargs)
+            with measuring():  # every call into vLLM's manager goes through here
+                return method(self, *args, **kwargs)
         except (TargetUnsupported, ModeResolutionError, VllmEnvironmentError):
             raise
         except Exception as exc:
@@ -1038,7 +1040,7 @@ class VllmTarget:
         source = source_from_environment()
         if source:
             apply_source(source)  # before measuring: the tree's files are what is measured
-        vllm_coverage.start_in_worker()  # a campaign worker measures from its first import on
+        vllm_coverage.start_in_worker()  # measured from the first scenario on
         self.caps  # noqa: B018
         if self._warm:
             _warm_up()

@@ -7,7 +7,10 @@ The campaign names a directory (``CGSIM_TARGET_COVERAGE``) and its own pid
 (``CGSIM_TARGET_COVERAGE_PARENT``); every worker process measures the
 modules in ``MODULES`` from its first scenario on and saves its data there
 every few seconds (a worker may be killed at any time; it loses at most the
-last interval).  The campaign process itself measures nothing: the adapter's
+last interval).  It measures only while the adapter runs vLLM (``measuring``,
+around each call the runner makes into the manager): the measured modules
+run nowhere else, and tracing every call of Hypothesis and of the
+properties as well doubled the cost of a scenario.  The campaign process itself measures nothing: the adapter's
 self-check runs there and is not the campaign's exploration.  Lines that run
 when a module is imported (imports, def and class statements) count as
 executed for every measured module: forked workers inherit the import.
@@ -19,6 +22,7 @@ report says so and nothing is measured.
 from __future__ import annotations
 
 import ast
+import contextlib
 import glob
 import importlib.util
 import os
@@ -28,7 +32,7 @@ import time
 from typing import Any, Iterable
 
 __all__ = ["COVERAGE_ENV", "PARENT_ENV", "MODULES", "coverage_available", "request", "start_in_worker",
-           "checkpoint", "summarize", "changed_lines"]
+           "measuring", "checkpoint", "summarize", "changed_lines"]
 
 COVERAGE_ENV = "CGSIM_TARGET_COVERAGE"
 PARENT_ENV = "CGSIM_TARGET_COVERAGE_PARENT"
@@ -43,6 +47,7 @@ _INSTALL = "pip install 'cgsim[coverage]' (coverage.py)"
 
 _cov: Any = None
 _last_save = 0.0
+_depth = 0  # nesting of measuring(): a capture dispatches, a target's capture captures its drafts
 
 
 def coverage_available() -> bool:
@@ -71,8 +76,8 @@ def module_files(package_dir: str) -> list[str]:
 
 
 def start_in_worker() -> None:
-    """Start measuring in this process if a campaign asked for it and this
-    is one of its workers; idempotent."""
+    """Set up measuring in this process if a campaign asked for it and this
+    is one of its workers; idempotent.  Nothing is traced until ``measuring``."""
     global _cov, _last_save
     data_dir = os.environ.get(COVERAGE_ENV)
     if _cov is not None or not data_dir or os.environ.get(PARENT_ENV) == str(os.getpid()):
@@ -88,8 +93,25 @@ def start_in_worker() -> None:
     cov = coverage.Coverage(data_file=os.path.join(data_dir, ".coverage"), data_suffix=True,
                             include=[os.path.join(pkg, p) for p in MODULES], config_file=False)
     cov.set_option("run:disable_warnings", ["no-data-collected", "module-not-measured"])
-    cov.start()
     _cov, _last_save = cov, time.monotonic()
+
+
+@contextlib.contextmanager
+def measuring() -> Any:
+    """Trace the measured modules while the body runs (nested uses trace once)."""
+    global _depth
+    if _cov is None:
+        yield
+        return
+    if _depth == 0:
+        _cov.start()
+    _depth += 1
+    try:
+        yield
+    finally:
+        _depth -= 1
+        if _depth == 0:
+            _cov.stop()
 
 
 def checkpoint(force: bool = False) -> None:
