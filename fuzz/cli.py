@@ -109,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shrink-grace", default=None, help="extra time a shrink under way may take after the budget (e.g. 10s)")
     run.add_argument("--shrink-limit", default=None, help="longest one shrink may take before its smallest failure so far is "
                      "recorded and the search goes on (default: a tenth of the budget, at least 5s; 0: no limit)")
+    run.add_argument("--shrink-share", type=float, default=None,
+                     help="share of each worker's time that shrinking may take; a failure seen while it is spent is "
+                          "written at once and shrunk when it recurs (default 0.25; 1: shrink every failure at once)")
     run.add_argument("--gpus", default=None, help="auto or 0,1,...: workers get one GPU each (round robin) through CUDA_VISIBLE_DEVICES; without --workers, one worker per GPU")
     run.add_argument("--start-method", default=None, help=argparse.SUPPRESS)
     run.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS|auto|local",
@@ -315,6 +318,7 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         chunk_examples=args.chunk_examples,
         shrink_grace_s=grace,
         shrink_limit_s=limit,
+        shrink_time_share=args.shrink_share,
         gpus=args.gpus,
         one_per_gpu=bool(args.gpus) and args.workers is None,
         start_method=args.start_method,

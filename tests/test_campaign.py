@@ -254,6 +254,47 @@ def test_a_shrink_past_its_limit_is_recorded_and_the_search_goes_on(tmp_path):
     assert limited and all(f.status == "shrink-interrupted" for f in limited)
 
 
+def test_a_documented_defect_is_shrunk_once_over_all_its_properties(tmp_path, monkeypatch):
+    """Two properties of one documented defect (a cascade: vLLM's #7 shows
+    through five): the first is shrunk; the other is written final as it was
+    seen, naming the shrunk finding, instead of costing a shrink of its own."""
+    from cgsim.targets import get_target
+
+    monkeypatch.setattr(type(get_target("reference")), "classify", lambda self, f: {"known_defect": "one-cause"},
+                        raising=False)
+    result = run(tmp_path, bug="two", max_examples=200)
+    found = {f.property: f for f in scan_findings(os.path.join(result.run_dir, "findings"))}
+    assert set(found) == {"FAKE-BIG", "FAKE-LORA"}
+    (shrunk,) = [f for f in found.values() if f.status == "shrunk"]
+    (other,) = [f for f in found.values() if f is not shrunk]
+    assert other.status == "unshrunk" and shrunk.id in other.extra["note"] and "one-cause" in other.extra["note"]
+    assert "first_seen_scenarios" in other.extra
+
+
+def test_shrinking_takes_at_most_its_share_of_the_time(tmp_path):
+    """With the share spent, a new failure is written at once ("pending",
+    with its time to find) and the search goes on instead of shrinking it;
+    with a share of 1 every failure is shrunk when it is found."""
+    capped = run(tmp_path / "capped", bug="two-slow", budget_s=3.0, shrink_time_share=0.001)
+    found = scan_findings(os.path.join(capped.run_dir, "findings"))
+    assert sorted(f.property for f in found) == ["FAKE-BIG", "FAKE-LORA"]
+    assert sorted(f.status for f in found) == ["pending", "shrunk"]
+    assert all("first_seen_cpu_s" in f.extra for f in found)
+    free = run(tmp_path / "free", bug="two-slow", budget_s=3.0, shrink_time_share=1.0)
+    assert sorted(f.status for f in scan_findings(os.path.join(free.run_dir, "findings"))) == ["shrunk", "shrunk"]
+
+
+def test_the_shrink_share_is_a_quarter_and_off_for_repeatable_runs():
+    from fuzz.campaign import CampaignOptions, UsageError
+    from fuzz.campaign.options import validate
+
+    assert CampaignOptions(budget_s=60).shrink_share == 0.25
+    assert CampaignOptions(budget_s=60, max_examples=100).shrink_share is None
+    for bad in (0.0, -1.0, 1.5):
+        with pytest.raises(UsageError, match="--shrink-share"):
+            validate(CampaignOptions(budget_s=60, shrink_time_share=bad))
+
+
 def test_the_shrink_limit_is_a_tenth_of_the_budget_and_off_for_repeatable_runs(tmp_path):
     from fuzz.campaign import CampaignOptions
 

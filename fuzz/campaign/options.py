@@ -20,6 +20,7 @@ __all__ = ["UsageError", "CampaignOptions", "parse_budget", "options_for_profile
            "START_METHODS"]
 
 START_METHODS = ("fork", "spawn", "forkserver")
+DEFAULT_SHRINK_SHARE = 0.25
 
 
 class UsageError(Exception):
@@ -62,6 +63,7 @@ class CampaignOptions:
     max_examples: int | None = None  # total over workers; makes a run independent of speed
     shrink_grace_s: float | None = None  # default: min(30s, max(2s, budget/4))
     shrink_limit_s: float | None = None  # default: max(5s, budget/10); 0: none
+    shrink_time_share: float | None = None  # default: 0.25 of a worker's time (none with max_examples); 1: no cap
     gpus: str | None = None  # None: leave CUDA_VISIBLE_DEVICES alone; "auto" or "0,1,..."
     one_per_gpu: bool = False  # with gpus: as many workers as GPUs (--gpus without --workers)
     start_method: str | None = None  # default: fork for mock, spawn for cuda
@@ -102,6 +104,18 @@ class CampaignOptions:
         return max(5.0, self.budget_s / 10)
 
     @property
+    def shrink_share(self) -> float | None:
+        """The share of a worker's time that shrinking may take; a failure
+        seen while it is spent waits ("pending") for a recurrence (None: no
+        cap).  None with --max-examples: a time share would make the run
+        depend on speed."""
+        if self.shrink_time_share is not None:
+            return self.shrink_time_share
+        if self.max_examples is not None:
+            return None
+        return DEFAULT_SHRINK_SHARE
+
+    @property
     def method(self) -> str:
         # CUDA cannot be used in a forked child once the parent touched it.
         return self.start_method or ("spawn" if self.backend == "cuda" or self.gpu_list else "fork")
@@ -135,6 +149,9 @@ def validate(o: CampaignOptions) -> CampaignOptions:
         raise UsageError(f"--shrink-grace {o.shrink_grace_s:g}s: give a duration of 0 or more")
     if o.shrink_limit_s is not None and o.shrink_limit_s < 0:
         raise UsageError(f"--shrink-limit {o.shrink_limit_s:g}s: give a duration, or 0 for no limit")
+    if o.shrink_time_share is not None and not 0 < o.shrink_time_share <= 1:
+        raise UsageError(f"--shrink-share {o.shrink_time_share:g}: give a share of the time above 0 and at most 1 "
+                         "(1: shrink every failure when it is found)")
     if o.chunk_examples < 1:
         raise UsageError(f"--chunk-examples {o.chunk_examples}: give at least 1")
     if o.max_examples is not None and o.max_examples < 1:

@@ -168,6 +168,8 @@ class Worker:
         # defect of the code under test a finding of it is an instance of.
         self.found: set[str] = set(spec.skip_properties)  # finalised by this worker
         self.provisional: dict[str, str] = {}  # key -> id of its unshrunk file
+        self.shrunk_defects: dict[str, str] = {}  # documented defect -> id of its finalised (shrunk) finding
+        self.shrink_spent = 0.0  # seconds this incarnation spent shrinking
         self._classify: Callable[[Finding], dict] | None = None
         self.scenarios = 0
         self.checks: Counter = Counter()
@@ -295,6 +297,15 @@ class Worker:
         self._send("finding", spec.index, finding.id, finding.property, status)
         return finding
 
+    def defect_of(self, finding: Finding) -> str | None:
+        """The documented defect of the code under test that ``finding`` is an
+        instance of, as the target's optional ``classify`` names it."""
+        if self._classify is None:
+            from cgsim.targets import get_target
+
+            self._classify = getattr(get_target(self.o.target), "classify", None) or (lambda f: {})
+        return self._classify(finding).get("known_defect")
+
     def finding_key(self, finding: Finding) -> str:
         """What makes a failure new to this worker.  A property once found is
         not searched for again, except for an instance of another documented
@@ -303,12 +314,21 @@ class Worker:
         dead decode graph of dynamic speculative decoding within a second,
         the micro-batched twin of a mixed graph much later), and stopping at
         the first would hide the second for the whole campaign."""
-        if self._classify is None:
-            from cgsim.targets import get_target
-
-            self._classify = getattr(get_target(self.o.target), "classify", None) or (lambda f: {})
-        defect = self._classify(finding).get("known_defect")
+        defect = self.defect_of(finding)
         return f"{finding.property}:{defect}" if defect else finding.property
+
+    def _shrink_allowed(self) -> bool:
+        """Whether a new failure may be shrunk now: shrinking takes at most
+        ``shrink_share`` of the time this worker fuzzed.  Every defect not
+        yet seen waits while one is shrunk; on a release with many defects
+        (vLLM 0.25 has ten) shrinks took four fifths of a 60 s budget, and
+        the last defects were seen late or not at all.  A failure seen while
+        the share is spent is written at once all the same ("pending") and
+        shrunk when it recurs with share to spare."""
+        share = self.o.shrink_share
+        if share is None or share >= 1:
+            return True
+        return self.shrink_spent <= share * self._fuzzed()["fuzz_s"]
 
     def _keyed(self, outcome: Outcome) -> dict[str, Finding]:
         """The outcome's first finding of each key, in order; a property's
@@ -351,8 +371,24 @@ class Worker:
         if first.id != final.id:
             self._remove_own(first.id)
         self.found.add(key)
+        defect = self.defect_of(final)
+        if defect is not None:
+            self.shrunk_defects.setdefault(defect, final.id)
         old = self.provisional.pop(key, None)
         if old and old not in (final.id, first.id):
+            self._remove_own(old)
+
+    def _record_same_defect(self, key: str, seen: Finding, defect: str) -> None:
+        """A failure of another property of a documented defect this worker
+        already shrank: final as it is (one scenario of a defect often
+        violates five properties, vLLM's #7 among them, and five shrinks of
+        one known cause would cost a short campaign most of its budget)."""
+        shrunk = self.shrunk_defects[defect]
+        note = f"not shrunk: an instance of the documented defect {defect}, shrunk in {shrunk}"
+        recorded = self._record(seen, "unshrunk", extra={"note": note, **self._first_seen(key)})
+        self.found.add(key)
+        old = self.provisional.pop(key, None)
+        if old and old != recorded.id:
             self._remove_own(old)
 
     def _remove_own(self, fid: str) -> None:
@@ -488,6 +524,8 @@ class Worker:
                     self.provisional[key] = recorded.id
                 else:
                     self.found.add(key)
+                    if status in FINAL and self.defect_of(recorded) is not None:
+                        self.shrunk_defects.setdefault(self.defect_of(recorded), recorded.id)
             if outcome.needs_restart:
                 return True
         return False
@@ -512,11 +550,14 @@ class Worker:
             for key, seen in keyed.items():
                 if key in self.found or key == pinned:
                     continue
+                defect = self.defect_of(seen)
                 if not seen.shrinkable:
                     self._record(seen, "unshrunk", extra={"note": f"{seen.property} findings are not shrunk",
                                                           **self._first_seen(key)})
                     self.found.add(key)
-                elif pinned is None:
+                elif defect in self.shrunk_defects:
+                    self._record_same_defect(key, seen, defect)
+                elif pinned is None and self._shrink_allowed():
                     st["pinned"] = pinned = key
                     st["pinned_at"] = time.monotonic()
                     st["best"] = (scenario, seen)
@@ -548,6 +589,8 @@ class Worker:
                 st["flaky"] = f"{type(exc).__name__}: {first_line(exc, 300)}"
             if st["pinned"] is None:
                 self._send("note", spec.index, f"chunk seed {self._chunk_seed}: {type(exc).__name__}: {first_line(exc, 300)}")
+        if st["pinned"] is not None:
+            self.shrink_spent += time.monotonic() - st["pinned_at"]
         if st["pinned"] is not None and not self.orphaned():
             try:
                 self._finalise(st["pinned"], st["best"], st["first"], status, st.get("flaky"),
