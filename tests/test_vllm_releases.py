@@ -171,6 +171,16 @@ def test_a_finding_is_labelled_with_its_defect():
         assert label(f, outside[0])["known_defect"] in (None, *[k.name for k in present_in(outside[0])])
 
 
+def test_on_releases_with_cross_mode_lists_a_lost_full_graph_is_their_finding():
+    """#1's documented finding on 0.25-0.28, where #2's cross-mode candidate
+    lists lose the same FULL graph (0.28 dispatches the batch to PIECEWISE,
+    0.29 to the FULL graph): #2's there, #1's from 0.29 on."""
+    (f,) = [f for f in _doc_findings() if f.id == "dispatch-priority-29225784ff"]
+    assert classify(f).row == 1
+    for version, row in (("0.25.0", 2), ("0.28.0", 2), ("0.29.0", 1), ("0.32.0", 1)):
+        assert classify(f, version).row == row, version
+
+
 def _dbo_dispatch_finding(fits: str) -> Finding:
     from cgsim.properties.registry import Violation
     from cgsim.scenario import Scenario, Step

@@ -38,6 +38,9 @@ class KnownDefect:
     # (None: ``first``).  The defect is in the code from ``first``: other
     # properties, or a speculator cgsim does not drive, may show it earlier.
     reachable_from: str | None = None
+    # A documented defect whose findings, where both are in a release, look
+    # like this one's and have that one's cause there: they are its findings.
+    shadowed_by: int | None = None
 
     def present_in(self, version: str) -> bool:
         v = _v(version)
@@ -160,6 +163,9 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
     KnownDefect(
         1, "dynsd-nearest-group", "dynamic speculative decoding: the nearest FULL group lacks the batch's decode length",
         "0.25.0", None, frozenset({"DISPATCH-PRIORITY", "DISPATCH-COMPLETE"}), _nearest_group, reachable_from="0.32.0",
+        # On 0.25-0.28 #2's cross-mode lists lose the same FULL graph (and 0.29,
+        # which groups per mode, dispatches those batches to it).
+        shadowed_by=2,
     ),
     KnownDefect(
         2, "cross-mode-candidates", "candidate lists keyed by the nearest token count over all modes",
@@ -248,8 +254,13 @@ def classify(finding: Finding, version: str | None = None) -> KnownDefect | None
         config = ManagerConfig.from_json(finding.scenario["config"])
     except Exception:  # noqa: BLE001 - an unreadable scenario matches nothing
         return None
-    for d in (present_in(version) if version is not None else KNOWN_DEFECTS):
+    candidates = present_in(version) if version is not None else list(KNOWN_DEFECTS)
+    by_row = {d.row: d for d in candidates}
+    for d in candidates:
         if finding.property in d.properties and d.matches(finding, config):
+            other = by_row.get(d.shadowed_by) if d.shadowed_by is not None and version is not None else None
+            if other is not None and finding.property in other.properties and other.matches(finding, config):
+                return other
             return d
     return None
 
