@@ -9,7 +9,7 @@ show none of it; any finding that matches no documented defect is listed
 (it is a new defect to document, or a cgsim bug).
 
     python benchmarks/bench_vllm_detect.py --python /path/to/venv/bin/python [--python ...] \\
-        [--seeds 5] [--budget 60s] [--jobs N] [--out DIR] [--markdown FILE]
+        [--seeds 5] [--budget 60s] [--jobs N] [--out DIR [--reuse]] [--markdown FILE]
 
 Each ``--python`` is an interpreter with a vLLM installed; ``--python
 PY::SOURCE`` runs it with ``--vllm-source SOURCE``.  Campaigns run ``--jobs``
@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="keep the campaign reports here")
     ap.add_argument("--markdown", default=None, help="also write the table as Markdown")
     ap.add_argument("--jobs", type=int, default=1, help="campaigns at a time (one core each)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="with --out: classify the campaigns already there again instead of re-running them "
+                         "(after a change to the classifier)")
     args = ap.parse_args(argv)
     out_root = args.out or tempfile.mkdtemp(prefix="cgsim-detect-")
     table: list[tuple] = []
@@ -86,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         python, source = specs[i]
         d = os.path.join(out_root, f"{i}-{os.path.basename(os.path.dirname(os.path.dirname(python)))}-seed{seed}")
         os.makedirs(d, exist_ok=True)
+        done = sorted(r for r in os.listdir(d) if r[:1].isdigit())
+        if args.reuse and done:
+            return os.path.join(d, done[-1])
         return campaign(python, source or None, seed, args.budget, d)
 
     # Campaigns in parallel (--jobs) each take one core; CPU seconds stay each worker's own.

@@ -179,6 +179,17 @@ def test_on_releases_with_cross_mode_lists_a_lost_full_graph_is_their_finding():
     assert classify(f).row == 1
     for version, row in (("0.25.0", 2), ("0.28.0", 2), ("0.29.0", 1), ("0.32.0", 1)):
         assert classify(f, version).row == row, version
+    # With FULL graphs only no list can mix modes: #1's on every release
+    # (found unaided on 0.25; 0.29-0.32 dispatch the batch the same way).
+    cfg = ManagerConfig.from_json({**f.scenario["config"], "mode": "FULL_DECODE_ONLY", "capture_sizes": [25, 30, 55],
+                                   "max_num_reqs": 11, "max_capture_size": 55,
+                                   "spec_schedule": [[1, 4, 4], [5, 7, 2], [8, 11, 1], [12, 47, 0]],
+                                   "attention_support": "UNIFORM_BATCH"})
+    msg = ("Batch(reqs=5 tokens=15 query_lens=[3, 3, 3, 3, 3]) dispatched to NONE Desc(NONE tokens=15 reqs=5) although "
+           "the captured FULL Desc(FULL tokens=27 reqs=9 uniform=3) fits it (expected FULL over PIECEWISE over NONE)")
+    fdo = f.with_(message=msg, scenario={**f.scenario, "config": cfg.to_json()})
+    for version in ("0.25.0", "0.28.0", "0.31.0", "0.32.0"):
+        assert classify(fdo, version).row == 1, version
 
 
 def _dbo_dispatch_finding(fits: str) -> Finding:
