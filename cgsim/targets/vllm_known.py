@@ -152,7 +152,8 @@ def _cross_mode(f: Finding, c: ManagerConfig) -> bool:
     from cgsim.spec.candidates import resolved_mode  # noqa: PLC0415 - the spec, only when asked
 
     try:
-        both = resolved_mode(c).has_full() and resolved_mode(c).has_piecewise()
+        mode = resolved_mode(c)
+        both = mode.has_full() and mode.has_piecewise()
     except Exception:  # noqa: BLE001 - a config the spec cannot resolve: judge by the message
         both = c.mode.value == "FULL_AND_PIECEWISE"
     return both or "PIECEWISE" in f.message.split("(expected", 1)[0]

@@ -524,8 +524,9 @@ class Worker:
                     self.provisional[key] = recorded.id
                 else:
                     self.found.add(key)
-                    if status in FINAL and self.defect_of(recorded) is not None:
-                        self.shrunk_defects.setdefault(self.defect_of(recorded), recorded.id)
+                    defect = self.defect_of(recorded) if status in FINAL else None
+                    if defect is not None:
+                        self.shrunk_defects.setdefault(defect, recorded.id)
             if outcome.needs_restart:
                 return True
         return False
