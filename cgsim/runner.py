@@ -215,16 +215,31 @@ class _SweepFailed(Exception):
         self.shape, self.exc = shape, exc
 
 
+# A light sweep (before the first capture, after a release: everything must
+# run eagerly) of a config this small sweeps every batch, with the plan its
+# capture sweeps use: one plan a scenario instead of two, which costs less
+# than the extra dispatches (most fuzzed configs are this small).
+LIGHT_EXHAUSTIVE_BOUND = 1_000
+
+
 def _plan(config: ManagerConfig, ruleset: str, known: tuple[BatchDescriptor, ...], seed: int, light: bool) -> SweepPlan:
     # A campaign runs one config under many scenario seeds, and most plans
     # (every exhaustive one) do not depend on the seed: those are made once.
-    plan = _seeded_plan(config, ruleset, known, 0, light)
-    return _seeded_plan(config, ruleset, known, seed, light) if plan.seeded and seed != 0 else plan
+    full = _seeded_plan(config, ruleset, known, 0, False)
+    if light and not (full.coverage == "exhaustive" and len(full.shapes) <= LIGHT_EXHAUSTIVE_BOUND):
+        plan = _seeded_plan(config, ruleset, known, 0, True)
+        return _seeded_plan(config, ruleset, known, seed, True) if plan.seeded and seed != 0 else plan
+    return _seeded_plan(config, ruleset, known, seed, False) if full.seeded and seed != 0 else full
+
+
+@lru_cache(maxsize=128)
+def _seeded_plan(config: ManagerConfig, ruleset: str, known: tuple[BatchDescriptor, ...], seed: int,
+                 light: bool) -> SweepPlan:
+    return sweep_plan(config, _boundary_descs(config, ruleset, known), seed=seed, light=light)
 
 
 @lru_cache(maxsize=64)
-def _seeded_plan(config: ManagerConfig, ruleset: str, known: tuple[BatchDescriptor, ...], seed: int,
-                 light: bool) -> SweepPlan:
+def _boundary_descs(config: ManagerConfig, ruleset: str, known: tuple[BatchDescriptor, ...]) -> tuple[BatchDescriptor, ...]:
     # Boundaries from the spec's descriptors and the target's own: a sweep
     # probes around both, so a target that captures other sizes is probed
     # where its dispatch changes too.
@@ -232,7 +247,7 @@ def _seeded_plan(config: ManagerConfig, ruleset: str, known: tuple[BatchDescript
         spec = [d for ds in expected_capture_descs(config, ruleset).values() for d in ds]
     except (ModeResolutionError, ValueError):
         spec = []
-    return sweep_plan(config, tuple(dict.fromkeys(spec + list(known))), seed=seed, light=light)
+    return tuple(dict.fromkeys(spec + list(known)))
 
 
 def _sweep(handle: ManagerUnderTest, config: ManagerConfig, scenario: Scenario, trace: Trace, step: int,

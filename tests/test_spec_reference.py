@@ -161,6 +161,34 @@ def test_a_sweep_plan_says_whether_the_seed_chose_its_shapes():
     assert _plan(big, "pr48822", (), 1, False).shapes != _plan(big, "pr48822", (), 2, False).shapes
 
 
+def test_a_light_sweep_of_a_small_config_sweeps_every_batch_with_its_capture_sweeps_plan():
+    """Before the first capture and after a release a small config's sweep
+    is its capture sweeps' exhaustive plan (made once), a large one's the
+    boundary classes."""
+    from cgsim.runner import LIGHT_EXHAUSTIVE_BOUND, _plan
+
+    small = ManagerConfig(capture_sizes=(1, 2, 4, 8), max_num_reqs=4)
+    light, full = _plan(small, "pr48822", (), 3, True), _plan(small, "pr48822", (), 3, False)
+    assert light is full and light.coverage == "exhaustive" and len(light.shapes) <= LIGHT_EXHAUSTIVE_BOUND
+    big = ManagerConfig(capture_sizes=tuple(range(8, 257, 8)), max_num_reqs=64, lora_cases=(0, 1, 2))
+    light, full = _plan(big, "pr48822", (), 3, True), _plan(big, "pr48822", (), 3, False)
+    assert light.coverage == "boundary" and set(light.shapes) < set(full.shapes)
+    assert len(full.shapes) > LIGHT_EXHAUSTIVE_BOUND
+
+
+@settings(max_examples=60)
+@given(configs(max_size=48), st.lists(st.integers(1, 40), max_size=5))
+def test_a_plans_request_splits_are_those_of_each_token_count(config, marks):
+    """The splits a plan counts and adds, made once for every token count,
+    are ``_prefill_reqs`` of each."""
+    from cgsim.spec.scheduler import _prefill_reqs, _prefill_splits, sweep_token_limit
+
+    limit = sweep_token_limit(config)
+    splits = _prefill_splits(config, limit, tuple(marks))
+    assert len(splits) == limit
+    assert all(splits[t - 1] == tuple(_prefill_reqs(config, t, marks)) for t in range(1, limit + 1))
+
+
 def test_varlen_decode_graphs_get_micro_batched_twins_only_where_the_design_makes_them():
     """vLLM 0.30+ twins uniform decode and mixed FULL descriptors, never a
     varlen decode one (adaptive verification): under its ruleset the spec and

@@ -258,13 +258,28 @@ def _prefill_reqs(config: ManagerConfig, t: int, marks: Iterable[int] = ()) -> l
 
 
 @lru_cache(maxsize=256)
+def _prefill_splits(config: ManagerConfig, limit: int, marks: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """``_prefill_reqs`` of every token count from 1 to ``limit`` (index t - 1).
+    Cached: a plan counts its space with them and then adds them."""
+    R, q = config.max_num_reqs, config.decode_query_len
+    edges = sorted({m for m in marks} | {m + 1 for m in marks})
+    out = []
+    for t in range(1, limit + 1):
+        top = min(R, t)
+        wanted = {1, top, min(R, 1 + (t - 1) // q)}
+        wanted.update(m for m in edges if 1 <= m <= top)
+        out.append(tuple(sorted(wanted)))
+    return tuple(out)
+
+
+@lru_cache(maxsize=256)
 def _space(config: ManagerConfig, limit: int, marks: tuple[int, ...]) -> int:
     # Cached: a config's light and full plans (and every plan of a config a
     # campaign draws again) count the same space.
     L = max(config.lora_cases)
     split = _ubatch_floor(config) or limit + 1  # from here on, whole and micro-batched
     prefill = sum((min(r, L) + 1) * (1 + (t >= split))
-                  for t in range(1, limit + 1) for r in _prefill_reqs(config, t, marks))
+                  for t, reqs in enumerate(_prefill_splits(config, limit, marks), 1) for r in reqs)
     decode = sum((min(r, L) + 1) * (1 + (t >= split))
                  for r, t, _, u in _decode_shapes(config, limit, range(1, config.max_num_reqs + 1)))
     return prefill + decode
@@ -334,8 +349,8 @@ def sweep_plan(config: ManagerConfig, descriptors: Iterable[BatchDescriptor] = (
     if exhaustive:
         for r, t, m, u in _decode_shapes(config, limit, range(1, R + 1)):
             add(r, t, m, u, False)
-        for t in range(1, limit + 1):
-            for r in _prefill_reqs(config, t, reqs_marks):
+        for t, reqs in enumerate(_prefill_splits(config, limit, tuple(reqs_marks)), 1):
+            for r in reqs:
                 add(r, t, t - r + 1, None, True)
         return SweepPlan(_shapes(shapes), "exhaustive", space)
 

@@ -27,6 +27,13 @@ from cgsim.workload.context import set_forward_context
 
 __all__ = ["CudaGraphManager", "ModelCudaGraphManager", "ReferenceTarget", "ManagerHandle", "FAMILY"]
 
+# Eager descriptors are values, equal for every manager: one per shape for
+# the whole process, not per manager (each scenario builds a manager, and
+# building the descriptors of its sweeps cost as much as dispatching them).
+# Bounded, so a long campaign of huge configs does not keep them all.
+_EAGER: dict[tuple[int, int, int, int], BatchDescriptor] = {}
+_EAGER_BOUND = 200_000
+
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 ForwardFn = Callable[[CUDAGraphMode], None]
 CreateForward = Callable[[BatchDescriptor, bool], ForwardFn]
@@ -58,7 +65,7 @@ class CudaGraphManager:
         self._graphs_captured = False
         self._capture_descs: dict[CUDAGraphMode, list[BatchDescriptor]] = {}
         self._candidates: dict[tuple[int, int], list[BatchDescriptor]] = {}
-        self._eager: dict[tuple[int, int, int, int], BatchDescriptor] = {}
+        self._eager = _EAGER
         self._case_of: dict[int, int] = {}  # active LoRA count -> its LoRA case
         # Candidate init reads the breakable flag: it must run after every flag is final.
         self._init_candidates()
@@ -199,7 +206,11 @@ class CudaGraphManager:
 
     # -- dispatch and replay --------------------------------------------------------------
     def effective_lora_case(self, num_active_loras: int) -> int:
-        return lora_case(num_active_loras, self.lora_cases)
+        # Per manager and count: dispatch asks it for every batch of a sweep.
+        case = self._case_of.get(num_active_loras)
+        if case is None:
+            case = self._case_of[num_active_loras] = lora_case(num_active_loras, self.lora_cases)
+        return case
 
     def dispatch(self, batch: Batch) -> BatchDescriptor:
         loras = self.effective_lora_case(batch.num_active_loras)
@@ -217,6 +228,8 @@ class CudaGraphManager:
         key = (batch.num_tokens, batch.num_reqs, loras, batch.num_ubatches)
         eager = self._eager.get(key)
         if eager is None:
+            if len(self._eager) > _EAGER_BOUND:
+                self._eager.clear()
             eager = self._eager[key] = BatchDescriptor(N, batch.num_tokens, batch.num_reqs, num_active_loras=loras,
                                                        num_ubatches=batch.num_ubatches)
         return eager
