@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor, compatible
+from cgsim.descriptors import Batch, BatchDescriptor, compatible, fits_in_case, lora_case
 from cgsim.modes import RUNTIME_RANK, CUDAGraphMode
 from cgsim.properties.registry import Violation, declare
 from cgsim.properties.view import RunView, group, incompat_reason, shorts, sweep_violations
@@ -64,23 +64,42 @@ def dispatch_sound(run: RunView) -> list[Violation]:
                     "DISPATCH-SOUND", f"{b.short()} dispatched to PIECEWISE {d.short()}, which was not captured", step))
     for sv in run.sweeps:
         failures = []
+        # A sweep's thousands of decisions are a few distinct descriptors:
+        # whether something runs each is asked once per descriptor.
+        missing: dict[int, str | None] = {}
+        case_of: dict[int, int] = {}
         for _, b, d in sv.entries():
-            if d.cg_mode == N:
+            if d.cg_mode is N:
                 if d.num_tokens < b.num_tokens:
                     failures.append((b, f"{b.short()} dispatched to eager {d.short()} with fewer tokens than the batch"))
                 continue
-            if not compatible(d, b, cases):
+            # compatible(d, b, cases), the batch's LoRA case looked up once per count
+            case = case_of.get(b.num_active_loras)
+            if case is None:
+                case = case_of[b.num_active_loras] = lora_case(b.num_active_loras, cases)
+            if not (d.num_active_loras == case and fits_in_case(d, b)):
                 failures.append((b, f"{b.short()} dispatched to incompatible {d.short()}: {incompat_reason(d, b, cases)}"))
-            elif sv.captured is None:
                 continue
-            elif d.cg_mode == F and d not in sv.captured.stored:
-                failures.append((b, f"{b.short()} dispatched to FULL {d.short()}, but no graph is stored for it"))
-            elif d.cg_mode == P and not run.trace.has_piecewise_runner:
-                failures.append((b, f"{b.short()} dispatched to PIECEWISE {d.short()}, but nothing runs piecewise graphs"))
-            elif d.cg_mode == P and d not in sv.captured.piecewise:
-                failures.append((b, f"{b.short()} dispatched to PIECEWISE {d.short()}, which was not captured"))
+            if sv.captured is None:
+                continue
+            why = missing.get(id(d), "")
+            if why == "":
+                why = missing[id(d)] = _not_run(d, sv.captured, run.trace.has_piecewise_runner)
+            if why is not None:
+                failures.append((b, f"{b.short()} dispatched to {why}"))
         out += sweep_violations("DISPATCH-SOUND", sv, failures)
     return group(out)
+
+
+def _not_run(d: BatchDescriptor, captured, has_piecewise_runner: bool) -> str | None:
+    """Why nothing runs graph ``d`` in a captured state (None: something does)."""
+    if d.cg_mode is F and d not in captured.stored:
+        return f"FULL {d.short()}, but no graph is stored for it"
+    if d.cg_mode is P and not has_piecewise_runner:
+        return f"PIECEWISE {d.short()}, but nothing runs piecewise graphs"
+    if d.cg_mode is P and d not in captured.piecewise:
+        return f"PIECEWISE {d.short()}, which was not captured"
+    return None
 
 
 @declare("DISPATCH-PRIORITY", "if a captured FULL descriptor fits the batch, dispatch returns FULL",

@@ -114,7 +114,7 @@ class Captured:
     stored: frozenset[BatchDescriptor]
     piecewise: frozenset[BatchDescriptor]
 
-    @property
+    @cached_property
     def descs(self) -> frozenset[BatchDescriptor]:
         return self.stored | self.piecewise
 
@@ -158,6 +158,12 @@ _BY_PRIORITY = sorted(RUNTIME_RANK, key=RUNTIME_RANK.get, reverse=True)
 
 
 _NO_FIT = Fit({})
+
+# Best fits of recent sweeps, oldest first: (swept batches' identity, captured
+# descriptors, LoRA cases) -> (those batches, their fits).  The batches are
+# kept so that their identity cannot be reused while the entry lives.
+_FITS: dict[tuple, tuple[tuple[BatchShape, ...], list[Fit]]] = {}
+_FITS_BOUND = 64
 
 
 class SweepView:
@@ -208,6 +214,21 @@ class SweepView:
     def _compute(self) -> list[Fit]:
         if not (self.captured and self.captured.descs):
             return [_NO_FIT] * len(self.sweep.batches)
+        # The runner plans a config's sweep once, so a config drawn again (or
+        # captured again in one run) sweeps the very same batches into the same
+        # graphs: their best fits are the same too.
+        batches = self.sweep.batches
+        key = (id(batches), self.captured.descs, self.lora_cases)
+        hit = _FITS.get(key)
+        if hit is not None and hit[0] is batches:
+            return hit[1]
+        fits = self._best_fits()
+        if len(_FITS) >= _FITS_BOUND:
+            del _FITS[next(iter(_FITS))]
+        _FITS[key] = (batches, fits)
+        return fits
+
+    def _best_fits(self) -> list[Fit]:
         cases = sorted(set(self.lora_cases))
         case_of = {a: lora_case(a, cases) for a in range(max(cases) + 2)}
         # Per (LoRA case, micro-batches) and mode: the descriptors by
