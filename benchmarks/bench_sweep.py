@@ -4,6 +4,7 @@ sweep adds to a scenario (run + check), for the reference target and, where
 vLLM imports, the vLLM target.
 
     python benchmarks/bench_sweep.py [--examples 200] [--max-size 64] [--targets reference,vllm] [--repeat 3]
+                                      [--plans campaign|cold|warm]
 
 CPU time of this process (time.process_time), so a busy shared machine
 inflates nothing; each scenario runs with and without the sweep,
@@ -103,12 +104,13 @@ def _forget_plans() -> None:
     import cgsim.runner as runner
     from cgsim.spec import scheduler
 
-    for cached in (getattr(runner, "_seeded_plan", None), getattr(scheduler, "_space", None)):
+    for cached in (getattr(runner, "_seeded_plan", None), getattr(runner, "_boundary_descs", None),
+                   getattr(scheduler, "_space", None), getattr(scheduler, "_prefill_splits", None)):
         if hasattr(cached, "cache_clear"):
             cached.cache_clear()
 
 
-def bench(target: str, n: int, max_size: int, repeat: int = 3, cold: bool = True) -> dict | None:
+def bench(target: str, n: int, max_size: int, repeat: int = 3, plans: str = "campaign") -> dict | None:
     import torch
 
     from cgsim.properties import check_scenario
@@ -124,30 +126,39 @@ def bench(target: str, n: int, max_size: int, repeat: int = 3, cold: bool = True
     scs = _scenarios(target, n, max_size)
     for sc in scs[:10]:
         check_scenario(sc, run_scenario(sc, target=target, timeout=600))  # warm
-    plain, swept, sweep_s, capture_s, shapes = [], [], [], [], 0
+    runs: dict[tuple[int, bool], list[float]] = {}
+    sweep_s: list[list[float]] = [[] for _ in scs]
+    capture_s: list[list[float]] = [[] for _ in scs]
+    shapes = 0
     med = statistics.median
-    for sc in scs:
-        # Each scenario ``repeat`` times each way, interleaved, and its median:
-        # one run of a few milliseconds moves by as much as the sweep costs
-        # whenever a garbage collection lands in it.
-        runs: dict[bool, list[float]] = {False: [], True: []}
-        for _ in range(repeat):
+    # ``repeat`` passes over the scenarios, each one with and without the
+    # sweep, interleaved: one run of a few milliseconds moves by as much as
+    # the sweep costs whenever a garbage collection lands in it, so each
+    # scenario's median counts.  Plans: "campaign" starts every pass with
+    # none cached and keeps what the pass makes (a campaign draws a config
+    # again, and plans it once); "cold" plans every swept run afresh (an
+    # upper bound); "warm" keeps every plan of the earlier passes (a lower one).
+    for rep in range(repeat):
+        if plans == "campaign" or (plans == "warm" and rep == 0):
+            _forget_plans()
+        for i, sc in enumerate(scs):
             t0 = time.process_time()
             check_scenario(sc, run_scenario(sc, target=target, timeout=600, sweep=False))
-            runs[False].append(time.process_time() - t0)
-            # Every run plans its sweeps afresh (a campaign finds about two
-            # thirds of its plans cached: a config is drawn again): an upper bound.
-            if cold:
+            runs.setdefault((i, False), []).append(time.process_time() - t0)
+            if plans == "cold":
                 _forget_plans()
             with _Timer() as timer:
                 t0 = time.process_time()
                 check_scenario(sc, run_scenario(sc, target=target, timeout=600, sweep=True))
-                runs[True].append(time.process_time() - t0)
-        plain.append(med(runs[False]))
-        swept.append(med(runs[True]))
-        sweep_s.append(timer.sweep_s)
-        capture_s.append(timer.capture_s)
-        shapes += timer.swept
+                runs.setdefault((i, True), []).append(time.process_time() - t0)
+            sweep_s[i].append(timer.sweep_s)
+            capture_s[i].append(timer.capture_s)
+            shapes += timer.swept
+    plain = [med(runs[(i, False)]) for i in range(len(scs))]
+    swept = [med(runs[(i, True)]) for i in range(len(scs))]
+    sweep_s = [med(x) for x in sweep_s]
+    capture_s = [med(x) for x in capture_s]
+    shapes //= repeat
     if not shapes:
         raise SystemExit(f"{target}: no sweep was timed (every swept run failed?): check that _Timer still "
                          "wraps cgsim.runner._sweep and the targets' build as the runner calls them")
@@ -159,7 +170,7 @@ def bench(target: str, n: int, max_size: int, repeat: int = 3, cold: bool = True
         "total_added_pct": 100 * (sum(swept) / sum(plain) - 1),
         "median_sweep_ms": 1000 * med(sweep_s), "median_capture_ms": 1000 * med(capture_s),
         "sweep_over_capture": sum(sweep_s) / max(1e-9, sum(capture_s)),
-        "shapes_per_s": shapes / max(1e-9, sum(sweep_s)), "shapes": shapes,
+        "shapes_per_s": shapes / max(1e-9, sum(sweep_s)), "shapes": shapes, "plans": plans,
     }
 
 
@@ -169,13 +180,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-size", type=int, default=64)
     ap.add_argument("--targets", default="reference,vllm")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each scenario each way (their median counts)")
-    ap.add_argument("--warm-plans", action="store_true",
-                    help="keep sweep plans cached between runs of a scenario (as for a config a campaign draws again)")
+    ap.add_argument("--plans", choices=("campaign", "cold", "warm"), default="campaign",
+                    help="sweep plans cached as a campaign caches them (default), made afresh for every swept run "
+                         "(an upper bound), or all cached (a lower bound)")
     args = ap.parse_args(argv)
     print(f"{'target':10} {'n':>4} {'med w/o':>8} {'med with':>9} {'+med':>6} {'med+':>6} {'+total':>7} {'sweep':>7} "
           f"{'capture':>8} {'sweep/capt':>10} {'shapes/s':>9}")
     for target in args.targets.split(","):
-        r = bench(target.strip(), args.examples, args.max_size, args.repeat, not args.warm_plans)
+        r = bench(target.strip(), args.examples, args.max_size, args.repeat, args.plans)
         if r is None:
             continue
         print(f"{r['target']:10} {r['scenarios']:>4} {r['median_ms_without']:>7.1f}ms {r['median_ms_with']:>8.1f}ms "
