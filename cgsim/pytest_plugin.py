@@ -190,8 +190,14 @@ def _adapt_vllm(stack: contextlib.ExitStack) -> None:
     set_attr(cls, "graph_pool_handle", lambda self: torch.cuda.graph_pool_handle())
     set_attr(cls, "_global_graph_pool", None)
     # weak-ref-tensor
+    # The platform's own loader registers the namespace's ops: on x86 it picks
+    # the build this CPU runs (vllm._C needs AVX-512 with BF16, and importing
+    # it on another CPU dies of an illegal instruction).
     try:
-        import vllm._C  # noqa: F401  (registers the namespace's ops)
+        if hasattr(cls, "import_kernels"):
+            current_platform.import_kernels()
+        else:
+            import vllm._C  # noqa: F401
     except ImportError:
         pass
     if not hasattr(torch.ops._C, "weak_ref_tensor"):
