@@ -77,20 +77,36 @@ def to_vllm_mode(mode: CUDAGraphMode) -> Any:
     return VMode[mode.value]
 
 
+# vLLM's modes in ours, by the identity of vLLM's enum member (kept beside
+# it, so the identity cannot be reused): a dispatch sweep converts thousands
+# of descriptors, and an enum's name and our parse of it cost more than
+# vLLM's own dispatch.
+_MODES: dict[int, tuple[Any, CUDAGraphMode]] = {}
+
+
 def from_vllm_mode(mode: Any) -> CUDAGraphMode:
-    return CUDAGraphMode.parse(mode.name)
+    hit = _MODES.get(id(mode))
+    if hit is None or hit[0] is not mode:
+        hit = _MODES[id(mode)] = (mode, CUDAGraphMode.parse(mode.name))
+    return hit[1]
+
+
+# Our descriptors are values: one per field tuple for the whole process
+# (building a frozen dataclass costs more than looking one up).  Bounded, so
+# a long campaign of huge configs does not keep them all.
+_DESCS: dict[tuple, BatchDescriptor] = {}
+_DESCS_BOUND = 200_000
 
 
 def from_vllm_desc(d: Any) -> BatchDescriptor:
-    return BatchDescriptor(
-        cg_mode=from_vllm_mode(d.cg_mode),
-        num_tokens=d.num_tokens,
-        num_reqs=d.num_reqs,
-        uniform_token_count=d.uniform_token_count,
-        max_query_len=getattr(d, "max_query_len", None),
-        num_active_loras=getattr(d, "num_active_loras", 0),
-        num_ubatches=getattr(d, "num_ubatches", 1),
-    )
+    key = (from_vllm_mode(d.cg_mode), d.num_tokens, d.num_reqs, d.uniform_token_count,
+           getattr(d, "max_query_len", None), getattr(d, "num_active_loras", 0), getattr(d, "num_ubatches", 1))
+    ours = _DESCS.get(key)
+    if ours is None:
+        if len(_DESCS) > _DESCS_BOUND:
+            _DESCS.clear()
+        ours = _DESCS[key] = BatchDescriptor(*key)
+    return ours
 
 
 def to_vllm_desc(d: BatchDescriptor, caps: Capabilities) -> Any:
@@ -698,9 +714,16 @@ class VllmManagerHandle:
             return lambda n: n
         lora_config = types.SimpleNamespace(max_loras=max(self.config.lora_cases)) if self.has_lora else None
 
+        if lora_config is None:
+            return lambda n: n
+        counts: dict[int, int] = {}  # per active count: a sweep asks for every batch
+
         def count(n: int) -> int:
-            state = types.SimpleNamespace(get_activate_loras=lambda req_ids: set(range(n)))
-            return fn(lora_config, state, [], False) if lora_config is not None else n
+            got = counts.get(n)
+            if got is None:
+                state = types.SimpleNamespace(get_activate_loras=lambda req_ids: set(range(n)))
+                got = counts[n] = fn(lora_config, state, [], False)
+            return got
 
         return count
 
