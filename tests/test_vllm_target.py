@@ -594,3 +594,30 @@ def test_target_coverage_is_measured_inside_the_manager_calls_only(tmp_path, mon
     section = target.coverage_report(str(tmp_path))
     (utils,) = [f for f in section["files"] if f["path"] == "vllm/v1/worker/gpu/cudagraph_utils.py"]
     assert utils["executed"] > 0.5 * utils["statements"], utils
+
+
+def test_the_patches_quiet_every_vllm_logger_for_the_block_and_restore_its_level():
+    """quiet-logs sets "vllm" to ERROR clearing only vLLM's loggers' level
+    caches: a child logger that answered INFO before answers ERROR inside,
+    and INFO again after; a logger outside vLLM is untouched."""
+    import logging
+
+    from cgsim.targets.vllm_compat import vllm_process_patches
+
+    vlog, child = logging.getLogger("vllm"), logging.getLogger("vllm.cgsim_test_child")
+    other = logging.getLogger("cgsim_test_other")
+    old = vlog.level
+    vlog.setLevel(logging.INFO)
+    other.setLevel(logging.INFO)
+    try:
+        assert child.isEnabledFor(logging.INFO) and other.isEnabledFor(logging.INFO)  # cached now
+        with vllm_process_patches(get_backend("mock")):
+            assert vlog.level == logging.ERROR
+            assert not child.isEnabledFor(logging.INFO) and child.isEnabledFor(logging.ERROR)
+            assert other.isEnabledFor(logging.INFO)
+            late = logging.getLogger("vllm.cgsim_test_late")  # a logger made inside the block
+            assert not late.isEnabledFor(logging.WARNING)
+        assert vlog.level == logging.INFO
+        assert child.isEnabledFor(logging.INFO) and late.isEnabledFor(logging.INFO)
+    finally:
+        vlog.setLevel(old)
