@@ -605,6 +605,7 @@ def test_the_patches_quiet_every_vllm_logger_for_the_block_and_restore_its_level
     from cgsim.targets.vllm_compat import vllm_process_patches
 
     vlog, child = logging.getLogger("vllm"), logging.getLogger("vllm.cgsim_test_child")
+    logging.getLogger("vllm.cgsim_test_parent.leaf")  # "vllm.cgsim_test_parent" is a placeholder now
     other = logging.getLogger("cgsim_test_other")
     old = vlog.level
     vlog.setLevel(logging.INFO)
@@ -612,12 +613,17 @@ def test_the_patches_quiet_every_vllm_logger_for_the_block_and_restore_its_level
     try:
         assert child.isEnabledFor(logging.INFO) and other.isEnabledFor(logging.INFO)  # cached now
         with vllm_process_patches(get_backend("mock")):
+            pass
+        parent = logging.getLogger("vllm.cgsim_test_parent")  # the placeholder becomes a logger ...
+        assert parent.isEnabledFor(logging.INFO)  # ... and caches INFO
+        with vllm_process_patches(get_backend("mock")):
             assert vlog.level == logging.ERROR
             assert not child.isEnabledFor(logging.INFO) and child.isEnabledFor(logging.ERROR)
+            assert not parent.isEnabledFor(logging.INFO)
             assert other.isEnabledFor(logging.INFO)
             late = logging.getLogger("vllm.cgsim_test_late")  # a logger made inside the block
             assert not late.isEnabledFor(logging.WARNING)
         assert vlog.level == logging.INFO
-        assert child.isEnabledFor(logging.INFO) and late.isEnabledFor(logging.INFO)
+        assert child.isEnabledFor(logging.INFO) and late.isEnabledFor(logging.INFO) and parent.isEnabledFor(logging.INFO)
     finally:
         vlog.setLevel(old)

@@ -535,7 +535,10 @@ def _set_env(stack: contextlib.ExitStack, name: str, value: str | None) -> None:
     stack.callback(restore)
 
 
-_VLLM_LOGGERS: tuple[int, list[dict] | None] = (-1, None)
+# (size of logging's registry, the level caches of vLLM's loggers, the
+# names of vLLM's placeholders): a placeholder becomes a logger without the
+# registry growing.  Caches None: a logging module without them.
+_VLLM_LOGGERS: tuple[int, list[dict] | None, tuple[str, ...]] = (-1, None, ())
 
 
 def _set_vllm_level(vlog: Any, level: int) -> None:
@@ -548,13 +551,14 @@ def _set_vllm_level(vlog: Any, level: int) -> None:
 
     global _VLLM_LOGGERS
     registry = logging.Logger.manager.loggerDict
-    if _VLLM_LOGGERS[0] != len(registry):  # loggers are only ever added
-        loggers = [lg for name, lg in list(registry.items())
-                   if (name == "vllm" or name.startswith("vllm.")) and isinstance(lg, logging.Logger)]
+    size, caches, placeholders = _VLLM_LOGGERS
+    if size != len(registry) or any(isinstance(registry.get(n), logging.Logger) for n in placeholders):
+        names = [n for n in list(registry) if n == "vllm" or n.startswith("vllm.")]
+        loggers = [registry[n] for n in names if isinstance(registry[n], logging.Logger)]
         caches = [getattr(lg, "_cache", None) for lg in loggers]
-        # None: a logging module without per-logger caches (setLevel then).
-        _VLLM_LOGGERS = (len(registry), caches if all(isinstance(c, dict) for c in caches) else None)
-    caches = _VLLM_LOGGERS[1]
+        _VLLM_LOGGERS = (len(registry), caches if all(isinstance(c, dict) for c in caches) else None,
+                         tuple(n for n in names if not isinstance(registry[n], logging.Logger)))
+        caches = _VLLM_LOGGERS[1]
     if caches is None or registry.get("vllm") is not vlog:
         vlog.setLevel(level)
         return
