@@ -261,15 +261,7 @@ def _prefill_reqs(config: ManagerConfig, t: int, marks: Iterable[int] = ()) -> l
 def _prefill_splits(config: ManagerConfig, limit: int, marks: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     """``_prefill_reqs`` of every token count from 1 to ``limit`` (index t - 1).
     Cached: a plan counts its space with them and then adds them."""
-    R, q = config.max_num_reqs, config.decode_query_len
-    edges = sorted({m for m in marks} | {m + 1 for m in marks})
-    out = []
-    for t in range(1, limit + 1):
-        top = min(R, t)
-        wanted = {1, top, min(R, 1 + (t - 1) // q)}
-        wanted.update(m for m in edges if 1 <= m <= top)
-        out.append(tuple(sorted(wanted)))
-    return tuple(out)
+    return tuple(tuple(_prefill_reqs(config, t, marks)) for t in range(1, limit + 1))
 
 
 @lru_cache(maxsize=256)

@@ -712,10 +712,9 @@ class VllmManagerHandle:
             fn = lu.get_num_active_loras_for_dispatch
         except (ImportError, AttributeError):
             return lambda n: n
-        lora_config = types.SimpleNamespace(max_loras=max(self.config.lora_cases)) if self.has_lora else None
-
-        if lora_config is None:
+        if not self.has_lora:
             return lambda n: n
+        lora_config = types.SimpleNamespace(max_loras=max(self.config.lora_cases))
         counts: dict[int, int] = {}  # per active count: a sweep asks for every batch
 
         def count(n: int) -> int:
