@@ -627,3 +627,20 @@ def test_the_patches_quiet_every_vllm_logger_for_the_block_and_restore_its_level
         assert child.isEnabledFor(logging.INFO) and late.isEnabledFor(logging.INFO) and parent.isEnabledFor(logging.INFO)
     finally:
         vlog.setLevel(old)
+
+
+def test_the_patches_give_dummy_requests_unique_ids_without_uuid4_and_restore_random_uuid():
+    """dummy-request-ids: inside the block make_dummy's random_uuid is a
+    counter in uuid's 16-hex-digit form (unique across blocks), outside it
+    is vLLM's own function again."""
+    input_batch = importlib.import_module("vllm.v1.worker.gpu.input_batch")
+    own = input_batch.random_uuid
+    from cgsim.targets.vllm_compat import vllm_process_patches
+
+    ids = []
+    for _ in range(2):
+        with vllm_process_patches(get_backend("mock")):
+            assert input_batch.random_uuid is not own
+            ids += [input_batch.random_uuid() for _ in range(3)]
+        assert input_batch.random_uuid is own
+    assert len(set(ids)) == len(ids) and all(len(i) == 16 and int(i, 16) >= 0 for i in ids)

@@ -27,6 +27,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import inspect
+import itertools
 import os
 import re
 import sys
@@ -59,6 +60,7 @@ __all__ = [
 
 BREAKABLE_ENV = "VLLM_USE_BREAKABLE_CUDAGRAPH"
 CU = "vllm.v1.worker.gpu.cudagraph_utils"
+INPUT_BATCH = "vllm.v1.worker.gpu.input_batch"
 
 
 class VllmEnvironmentError(TargetEnvironmentError):
@@ -492,6 +494,14 @@ PATCHES: tuple[Patch, ...] = (
         "the config's breakable flag is what vLLM sees. vllm.envs' cache, if enabled, is cleared.",
     ),
     Patch(
+        "dummy-request-ids",
+        "InputBatch.make_dummy names each dummy request req_{i}_{random_uuid()}: a uuid4 per "
+        "request of every captured descriptor, a sixth of an engine-sized config's capture on CPU "
+        "(half a million per dozen scenarios). Inside vllm.v1.worker.gpu.input_batch only, "
+        "random_uuid is a counter of the same 16-hex-digit form: the ids stay unique, and nothing "
+        "that is captured or dispatched reads them.",
+    ),
+    Patch(
         "torch-cuda",
         "The backend's activate(): for the mock backend, cgsim.cuda_mock's patched torch.cuda "
         "(CUDAGraph, graph, graph_pool_handle, Stream ...) so vLLM's own `torch.cuda.graph(...)` "
@@ -651,6 +661,16 @@ def vllm_process_patches(backend: Any, breakable: bool = False) -> Iterator[None
                                    "enable": staticmethod(_gc.enable)})
             _set_attr(stack, bcg_mod, "gc", shim)
 
+        # dummy-request-ids
+        input_batch = sys.modules.get(INPUT_BATCH)
+        if input_batch is None:
+            try:
+                input_batch = importlib.import_module(INPUT_BATCH)
+            except ImportError:
+                input_batch = None
+        if input_batch is not None:
+            _set_attr(stack, input_batch, "random_uuid", _dummy_request_id)
+
         # weak-ref-tensors
         if not _has_weak_ref_op():
             try:
@@ -662,6 +682,10 @@ def vllm_process_patches(backend: Any, breakable: bool = False) -> Iterator[None
                 _set_attr(stack, bcg, "weak_ref_tensors", _identity)
                 _set_attr(stack, bcg, "_weak_ref_capture_arg", _identity)
         yield
+
+
+# Unique within the process, in random_uuid's form (16 hex digits).
+_dummy_request_id = functools.partial(next, map("{:016x}".format, itertools.count()))
 
 
 def _accelerator_present() -> bool:
