@@ -534,3 +534,49 @@ def test_real_pipeline_finds_a_mutant(tmp_path):
     from cgsim.replay import reproduce
 
     assert reproduce(load_finding(at(result, f["path"]))).reproduced
+
+
+def _one_config_strategy(ruleset, target=None):
+    """One config through three lifecycles (one to three dispatches), any batches."""
+    from hypothesis import strategies as st
+
+    from cgsim.config import ManagerConfig
+    from cgsim.descriptors import Batch
+    from cgsim.scenario import Scenario, Step
+
+    batch = st.builds(Batch, st.lists(st.integers(1, 4), min_size=1, max_size=4).map(tuple))
+    return st.lists(batch, min_size=1, max_size=3).map(lambda batches: Scenario(
+        ManagerConfig(capture_sizes=(4, 8)), (Step.capture(),) + tuple(Step.dispatch(b) for b in batches),
+        ruleset=ruleset or "pr48822"))
+
+
+def test_a_worker_runs_each_config_and_lifecycle_once_until_nothing_new_is_drawn(tmp_path):
+    """Scenarios that differ only in their batches are one run to the
+    dispatch sweep: a worker rejects the repeats (counted in the report's
+    coverage), so its time goes to configs it has not run.  Once a whole
+    chunk draws nothing new, it runs repeats again rather than nothing, and
+    says no more about it than that it ran them."""
+    from cgsim.config import ManagerConfig
+    from cgsim.descriptors import Batch
+    from cgsim.scenario import Scenario, Step
+    from fuzz.campaign import CampaignOptions, run_campaign
+    from fuzz.campaign.worker import Worker, WorkerSpec, repeat_key
+
+    def scenario(*lens):
+        return Scenario(ManagerConfig(capture_sizes=(4, 8)), (Step.capture(), Step.dispatch(Batch(lens))),
+                        ruleset="pr48822")
+
+    assert repeat_key(scenario(1, 2)) == repeat_key(scenario(3))
+    spec = WorkerSpec(options=CampaignOptions(), index=0, incarnation=0, run_id="r", run_dir=str(tmp_path / "w"),
+                      parent_pid=os.getppid(), deadline=time.time() + 60, max_examples=None)
+    worker = Worker(spec, None, None, None)
+    assert not worker._repeat(scenario(1, 2)) and worker._repeat(scenario(3))
+    worker.repeats = True
+    assert not worker._repeat(scenario(3))
+
+    few = run_campaign(options(tmp_path, max_examples=3, budget_s=5.0), pipeline=FakePipeline("none"),
+                       strategy=_one_config_strategy)
+    assert few.summary["scenarios"] == 3 and few.summary["coverage"]["repeats"]["rejected"] > 0
+    more = run_campaign(options(tmp_path, max_examples=40, budget_s=10.0), pipeline=FakePipeline("none"),
+                        strategy=_one_config_strategy)
+    assert more.summary["scenarios"] == 40 and not more.summary["notes"], more.summary["notes"]

@@ -179,6 +179,8 @@ class Worker:
         self.started = time.time()
         self._fuzz_started = (time.time(), time.process_time())  # reset once the target is warm
         self.first_seen: dict[str, dict] = {}
+        self.ran: set[tuple] = set()  # repeat_key of every scenario this worker ran
+        self.repeats = False  # True once the strategy offers nothing new: repeats run again
         self._inflight = None
         self._chunk_seed: int | None = 0
         self.replayed: dict | None = None  # digests of the saved failures replayed: {"passed": [...], "failed": [...]}
@@ -448,6 +450,32 @@ class Worker:
         limit = self.spec.deadline + (self.o.shrink_grace if pinned else 0.0)
         return time.time() >= limit
 
+    def _repeat(self, scenario: Any) -> bool:
+        """Whether this worker already ran a scenario of the same config and
+        ruleset through the same steps (batches aside); else remember it.
+
+        The dispatch sweep judges every batch a config's scheduler can
+        produce after each capture, so a scenario that differs only in its
+        batches judges little that the first did not, at the full price of
+        building and capturing the config again.  Hypothesis's generate
+        phase mutates each example into a few more (about 1.7 scenarios a
+        config in vLLM campaigns, over half of their CPU on configs already
+        run); rejected, those cost a draw instead, and the rare configs a
+        documented defect needs come that much sooner.  Shrinking (a pinned
+        failure) runs repeats as it must, and so does a worker whose
+        strategy had nothing new in a whole chunk (a space that small is
+        better fuzzed over its batches than not at all)."""
+        if self.repeats:
+            return False
+        key = repeat_key(scenario)
+        if key in self.ran:
+            self.coverage.setdefault("repeats", Counter())["rejected"] += 1
+            return True
+        if len(self.ran) > _RAN_BOUND:
+            self.ran.clear()
+        self.ran.add(key)
+        return False
+
     def _run_one(self, scenario: Any) -> Outcome:
         """Run and judge one scenario, announced in flight first; count it."""
         spec = self.spec
@@ -532,6 +560,8 @@ class Worker:
         return False
 
     def _run_chunk(self, given: Any, seed_dec: Any, base: Any, strategy: Any) -> bool:
+        from hypothesis import reject
+
         spec = self.spec
         st: dict[str, Any] = {"pinned": None, "best": None, "first": None, "restart": False}
         limit = self.o.shrink_limit
@@ -539,6 +569,8 @@ class Worker:
         def body(scenario: Any) -> None:
             if self._over(pinned=st["pinned"] is not None):
                 raise _Abort()
+            if st["pinned"] is None and self._repeat(scenario):
+                reject()
             if st["pinned"] is not None and limit is not None and time.monotonic() - st["pinned_at"] > limit:
                 raise _ShrinkLimit()
             outcome = self._run_one(scenario)
@@ -573,6 +605,7 @@ class Worker:
 
         test = base(seed_dec(self._chunk_seed)(given(strategy)(body)))
         status = "shrunk"
+        ran_before = self.scenarios
         try:
             test()
         except (_Abort, _Restart):
@@ -583,6 +616,9 @@ class Worker:
         except _PropertyFailed:
             pass
         except Exception as exc:  # Flaky, an error in the strategy: keep what we have
+            if type(exc).__name__ == "Unsatisfiable" and self.scenarios == ran_before and not self.repeats:
+                self.repeats = True  # every draw was a repeat (_repeat): nothing failed
+                return False
             status = "shrink-interrupted"
             if type(exc).__name__.startswith("Flaky"):
                 # The failure did not reproduce on replay: the target depends on
@@ -599,6 +635,16 @@ class Worker:
             except _Abort:
                 pass
         return bool(st["restart"])
+
+
+# Scenario keys a worker remembers (a config is a few hundred bytes).
+_RAN_BOUND = 100_000
+
+
+def repeat_key(scenario: Any) -> tuple:
+    """What makes two scenarios the same run to the dispatch sweep: config,
+    ruleset and the kinds of their steps."""
+    return scenario.config, scenario.ruleset, tuple(step.kind for step in scenario.steps)
 
 
 def _die_with_parent() -> None:
