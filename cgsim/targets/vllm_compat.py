@@ -496,10 +496,10 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "dummy-request-ids",
         "InputBatch.make_dummy names each dummy request req_{i}_{random_uuid()}: a uuid4 per "
-        "request of every captured descriptor, a sixth of an engine-sized config's capture on CPU "
-        "(half a million per dozen scenarios). Inside vllm.v1.worker.gpu.input_batch only, "
-        "random_uuid is a counter of the same 16-hex-digit form: the ids stay unique, and nothing "
-        "that is captured or dispatched reads them.",
+        "request of every captured descriptor, half a million for a dozen engine-sized configs, "
+        "about a tenth of their CPU (3.1 against 1.2 us an id). Inside vllm.v1.worker.gpu.input_batch "
+        "only, random_uuid is a counter of the same 16-hex-digit form: the ids stay unique, and "
+        "nothing that is captured or dispatched reads them.",
     ),
     Patch(
         "torch-cuda",
