@@ -9,7 +9,10 @@ vLLM imports, the vLLM target.
 CPU time of this process (time.process_time), so a busy shared machine
 inflates nothing; each scenario runs with and without the sweep,
 interleaved.  Scenarios: ``fuzz.strategies.scenarios`` with the target's
-engine configs mixed in, as a campaign draws them (derandomized).
+engine configs mixed in, as a campaign draws them (derandomized), and as
+a campaign worker runs them: each (config, ruleset, lifecycle) once
+(``fuzz.campaign.worker.repeat_key``), so ``--plans campaign`` caches the
+plans of a config drawn again with another lifecycle only.
 """
 
 from __future__ import annotations
@@ -27,19 +30,27 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
 
 def _scenarios(target: str, n: int, max_size: int) -> list:
-    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import HealthCheck, Phase, given, reject, settings
 
     from cgsim.targets import get_target
     from fuzz.strategies import scenarios
 
     t = get_target(target)
     out: list = []
+    try:  # a campaign worker runs each (config, ruleset, lifecycle) once: so do these scenarios
+        from fuzz.campaign.worker import repeat_key
+    except ImportError:  # a tree from before that rule: its campaigns ran repeats
+        repeat_key = None
+    ran: set = set()
 
     @settings(max_examples=n, database=None, deadline=None, suppress_health_check=list(HealthCheck),
               phases=(Phase.generate,), derandomize=True)
     @given(scenarios(max_size=max_size, engine_sizes=t.engine_capture_sizes,
                      refusal=getattr(t, "unsupported_reason", None)))
     def collect(sc):
+        if repeat_key is not None:
+            key = repeat_key(sc)
+            reject() if key in ran else ran.add(key)
         out.append(sc)
 
     collect()
