@@ -49,8 +49,9 @@ def _scenarios(target: str, n: int, max_size: int) -> list:
                      refusal=getattr(t, "unsupported_reason", None)))
     def collect(sc):
         if repeat_key is not None:
-            key = repeat_key(sc)
-            reject() if key in ran else ran.add(key)
+            if repeat_key(sc) in ran:
+                reject()
+            ran.add(repeat_key(sc))
         out.append(sc)
 
     collect()

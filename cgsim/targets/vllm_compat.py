@@ -662,14 +662,10 @@ def vllm_process_patches(backend: Any, breakable: bool = False) -> Iterator[None
             _set_attr(stack, bcg_mod, "gc", shim)
 
         # dummy-request-ids
-        input_batch = sys.modules.get(INPUT_BATCH)
-        if input_batch is None:
-            try:
-                input_batch = importlib.import_module(INPUT_BATCH)
-            except ImportError:
-                input_batch = None
-        if input_batch is not None:
-            _set_attr(stack, input_batch, "random_uuid", _dummy_request_id)
+        try:
+            _set_attr(stack, importlib.import_module(INPUT_BATCH), "random_uuid", _dummy_request_id)
+        except ImportError:
+            pass
 
         # weak-ref-tensors
         if not _has_weak_ref_op():
