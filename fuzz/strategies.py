@@ -16,7 +16,7 @@ from cgsim.spec import scheduler
 from cgsim.spec.engine_configs import vllm_lora_cases
 from cgsim.spec.rulesets import get_ruleset, rulesets_of
 
-__all__ = ["capture_sizes", "configs", "engine_configs", "batches", "scenarios", "RULESET_NAMES"]
+__all__ = ["capture_sizes", "configs", "engine_configs", "surviving_dynamic_sd_configs", "batches", "scenarios", "RULESET_NAMES"]
 
 # The strategy picks among vLLM's designs; an engine's own ruleset is pinned
 # (--ruleset, or the target's default) and brings that engine's configs.
@@ -77,14 +77,15 @@ def capture_sizes(draw, max_size: int = 512) -> tuple[int, ...]:
 
 
 @st.composite
-def spec_schedules(draw, max_spec_tokens: int, max_num_reqs: int):
+def spec_schedules(draw, max_spec_tokens: int, max_num_reqs: int, halving_only: bool = False):
     """Dynamic speculative decoding as users set it: 2-4 tiers of batch sizes,
     fewer speculative tokens for larger batches (halved from tier to tier, or
     any fewer), each tier its own decode length (a schedule with one length
     is plain speculative decoding).  A schedule is written for batch sizes,
     not for this engine's max_num_seqs: a tier may lie past it (vLLM
     0.25-0.28 took decode lengths from such unreachable tiers,
-    docs/findings.md #5)."""
+    docs/findings.md #5).  ``halving_only``: the halving ladder always, so
+    that no tier has K - 1 tokens."""
     tiers = min(draw(_ints(2, 4)), max_num_reqs, max_spec_tokens + 1)
     # Three times in four a tier for larger batches than this engine
     # schedules, with fewer tokens still: a schedule is usually written for
@@ -95,7 +96,7 @@ def spec_schedules(draw, max_spec_tokens: int, max_num_reqs: int):
     # fifth of all schedules had one).  Where K leaves too few values for
     # both, the engine reaches one tier fewer.
     past = 1 if draw(_ints(0, 3)) else 0
-    if draw(_BOOLS):
+    if not halving_only and draw(_BOOLS):
         # K - 1 tokens in one tier in four: on vLLM 0.25-0.31 that tier kills
         # every Eagle/MTP engine at start-up (#3), and drawn as freely as the
         # others it was in over half of all schedules, hiding what else they show.
@@ -171,6 +172,8 @@ def configs(draw, max_size: int = 512, engine_sizes: EngineSizes | None = None) 
     one in sixteen each kind gets about half."""
     if engine_sizes is not None and draw(_ints(0, 15)) == 15:
         return draw(_once(("engine_configs", engine_sizes), lambda: engine_configs(engine_sizes)))
+    if draw(_ints(0, 15)) == 15 and max_size >= 20:
+        return draw(_once(("surviving_dynamic_sd_configs", max_size), lambda: surviving_dynamic_sd_configs(max_size)))
     mode = draw(_sampled(MODES))
     support = draw(_sampled(_TINY_SUPPORTS[mode]))
     sizes = draw(_once(("capture_sizes", max_size), lambda: capture_sizes(max_size)))
@@ -184,7 +187,7 @@ def configs(draw, max_size: int = 512, engine_sizes: EngineSizes | None = None) 
         # draft decode manager alive with a dynamic schedule: its lengths
         # k + 1 - K <= 0 leave no descriptor past max_num_reqs tokens, and
         # give one of non-positive size (a crash, #3) below it; so only
-        # here do #1 and #6 show there.
+        # here (and in surviving_dynamic_sd_configs) do #1 and #6 show there.
         max_num_reqs = draw(_ints(low, top))
         sizes = tuple(s for s in sizes if s > max_num_reqs + q)
     else:
@@ -207,17 +210,61 @@ def configs(draw, max_size: int = 512, engine_sizes: EngineSizes | None = None) 
         # graph spans twice the decode length per request, and micro-batched
         # it becomes a twin no decode batch can use (docs/findings.md #8).
         sizes = tuple(sorted(set(sizes) | {2 * max_num_reqs * q}))
-    lora_cases = draw(_sampled(((0,), (0,), (0,), (0, 1), (0, 1, 2), (0, 2, 4))))
-    num_ubatches = draw(_sampled((1, 1, 2)))
-    ubatch_threshold = draw(_sampled((4, 8, 32)))
-    compiled = draw(_ints(0, 4)) > 0
-    split = draw(_ints(0, 4)) > 0
-    max_capture = max(sizes) + draw(_sampled((0, 0, 0, 1, 8)))
     return ManagerConfig(
-        mode=mode, capture_sizes=sizes, max_num_reqs=max_num_reqs, max_capture_size=max_capture,
-        decode_query_len=q, spec_schedule=schedule, lora_cases=lora_cases, breakable=breakable,
-        varlen_decode=varlen, num_ubatches=num_ubatches, ubatch_threshold=ubatch_threshold,
-        attention_support=support, attention_split=split, compiled_piecewise=compiled,
+        mode=mode, capture_sizes=sizes, max_num_reqs=max_num_reqs, decode_query_len=q, spec_schedule=schedule,
+        breakable=breakable, varlen_decode=varlen, attention_support=support,
+        **draw(_once(("tiny_extras", max(sizes)), lambda: _tiny_extras(max(sizes)))),
+    )
+
+
+@st.composite
+def _tiny_extras(draw, largest_size: int) -> dict:
+    """The fields a tiny config draws last: LoRA cases, micro-batching, how
+    attention is compiled, and a max_capture_size at or past its largest size."""
+    return dict(
+        lora_cases=draw(_sampled(((0,), (0,), (0,), (0, 1), (0, 1, 2), (0, 2, 4)))),
+        num_ubatches=draw(_sampled((1, 1, 2))), ubatch_threshold=draw(_sampled((4, 8, 32))),
+        compiled_piecewise=draw(_ints(0, 4)) > 0, attention_split=draw(_ints(0, 4)) > 0,
+        max_capture_size=largest_size + draw(_sampled((0, 0, 0, 1, 8))),
+    )
+
+
+@st.composite
+def surviving_dynamic_sd_configs(draw, max_size: int = 128) -> ManagerConfig:
+    """Tiny dynamic speculative-decoding engines that vLLM 0.25-0.31 can start.
+
+    There the Eagle/MTP draft decode manager (decode_query_len 1) takes the
+    target's tiers as decode lengths k + 1 - K (docs/findings.md #3): a tier
+    of K - 1 tokens divides by zero at start-up, and a smaller k gives a
+    negative length whose rounded sizes become graphs of negative size
+    unless every capture size lies past max_num_reqs + K.  Drawn freely,
+    few tiny configs survive that with FULL decode graphs of two lengths
+    (one in about 600), so what those releases do wrong behind #3 (the
+    dispatch of #1, the graphs of #6) went unseen for minutes.  Every draw
+    here survives: K of 3-6 with a halving schedule (never K - 1 tokens,
+    two lengths of at least two tokens), FULL decode graphs over attention
+    that allows uniform batches, and sizes from max_num_reqs + K + 1 up to
+    the full decode batch, where two lengths round one size apart (the
+    request limit past K + 1: below it no size reaches a 2-token graph)."""
+    # Within max_size: K + 2 requests of K + 1 tokens, at least.
+    k = draw(_ints(3, max(k for k in range(3, 7) if (k + 2) * (k + 1) <= max_size)))
+    max_num_reqs = draw(_ints(k + 2, min(16, max_size // (k + 1))))
+    schedule = draw(_once(("spec_schedules", k, max_num_reqs, True),
+                          lambda: spec_schedules(k, max_num_reqs, halving_only=True)))
+    # The full decode batch is the largest size, as speculative engines add
+    # it: vLLM drops every rounded size past the largest, so without a larger
+    # one no size could round up to another length's graph.
+    low, top = max_num_reqs + k + 1, max_num_reqs * (k + 1)
+    sizes = tuple(sorted({top, *draw(_lists(_ints(low, top - 1), min_size=1, max_size=3, unique=True))}))
+    extras = draw(_once(("tiny_extras", max(sizes)), lambda: _tiny_extras(max(sizes))))
+    return ManagerConfig(
+        mode=draw(_sampled((CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL_AND_PIECEWISE))),
+        attention_support=draw(_sampled((AttentionSupport.ALWAYS, AttentionSupport.UNIFORM_BATCH))),
+        capture_sizes=sizes, max_num_reqs=max_num_reqs, decode_query_len=k + 1, spec_schedule=schedule,
+        # An engine that starts: vLLM asserts max_capture_size ==
+        # max(capture_sizes), and 0.25-0.29 have no micro-batching (a config
+        # the target refuses is drawn again from all configs, not from these).
+        breakable=draw(_BOOLS), **{**extras, "max_capture_size": max(sizes), "num_ubatches": 1},
     )
 
 

@@ -96,6 +96,62 @@ def test_speculative_configs_capture_past_their_request_limit_as_often_as_a_draf
     assert len(dynamic) > 500 and len(past) > 0.25 * len(dynamic), (len(past), len(dynamic))
 
 
+def test_surviving_dynamic_sd_configs_start_on_releases_whose_draft_decode_manager_takes_the_targets_lengths():
+    """vLLM 0.25-0.31 give the draft decode manager (decode_query_len 1) the
+    target's tiers as lengths k + 1 - K and round every capture size up to
+    each (#3): a zero length divides by zero, and a negative one whose
+    rounded size is within max_num_reqs tokens becomes a graph of negative
+    size.  Every draw of the family survives that rounding, has FULL decode
+    graphs of two lengths that round some size apart, and is about one tiny
+    config in sixteen."""
+    from hypothesis import Phase
+
+    from fuzz.strategies import configs, surviving_dynamic_sd_configs
+
+    def round_up(n, m):  # vLLM's round_up, with the draft's non-positive lengths
+        return (n + m - 1) // m * m
+
+    family = []
+
+    @settings(max_examples=400, database=None, phases=(Phase.generate,), deadline=None, derandomize=True)
+    @given(surviving_dynamic_sd_configs(max_size=64))
+    def draw(config):
+        family.append(config)
+
+    draw()
+    apart = 0
+    for c in family:
+        big_k = c.decode_query_len - 1
+        assert c.mode.value in ("FULL_DECODE_ONLY", "FULL_AND_PIECEWISE") and c.num_ubatches == 1, c
+        assert c.attention_support.name in ("ALWAYS", "UNIFORM_BATCH") and max(c.capture_sizes) <= 64, c
+        for _, _, k in c.spec_schedule:
+            draft_len = k + 1 - big_k
+            assert draft_len != 0, c.spec_schedule
+            if draft_len < 0:
+                assert all(round_up(s, draft_len) > c.max_num_reqs for s in c.capture_sizes), c
+        lengths = {k + 1 for start, _, k in c.spec_schedule if start <= c.max_num_reqs and k >= 1}
+        assert len(lengths) >= 2, c.spec_schedule
+        graphs = {(n, s) for s in c.capture_sizes for n in lengths
+                  if round_up(s, n) <= max(c.capture_sizes) and round_up(s, n) // n <= c.max_num_reqs}
+        apart += any(round_up(s, a) != round_up(s, b) for a, s in graphs for b, t in graphs if s == t and a != b)
+    assert apart > 0.5 * len(family), (apart, len(family))
+
+    drawn = []
+
+    @settings(max_examples=4000, database=None, phases=(Phase.generate,), deadline=None, derandomize=True)
+    @given(configs(max_size=64))
+    def draw_all(config):
+        drawn.append(config)
+
+    draw_all()
+    # The family's K - 1 is never a tier and its sizes start past max_num_reqs + K.
+    share = sum(c.spec_schedule is not None and c.decode_query_len >= 4 and c.num_ubatches == 1
+                and min(c.capture_sizes) > c.max_num_reqs + c.decode_query_len - 1
+                and max(c.capture_sizes) == c.max_num_reqs * c.decode_query_len
+                and all(k != c.decode_query_len - 2 for _, _, k in c.spec_schedule) for c in drawn) / len(drawn)
+    assert 1 / 32 < share < 1 / 8, share
+
+
 def test_scenarios_draw_only_configs_the_target_can_be_given(monkeypatch):
     """With a target's unsupported_reason, no drawn scenario is one the target
     refuses (a refused scenario costs a run and judges nothing), and the
