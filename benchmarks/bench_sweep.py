@@ -3,7 +3,7 @@ against the time spent capturing, batches swept per second, and how much the
 sweep adds to a scenario (run + check), for the reference target and, where
 vLLM imports, the vLLM target.
 
-    python benchmarks/bench_sweep.py [--examples 200] [--max-size 64] [--targets reference,vllm] [--repeat 3]
+    python benchmarks/bench_sweep.py [--examples 200] [--max-size 64] [--targets reference,vllm] [--repeat 3] [--seed N]
                                       [--plans campaign|cold|warm]
 
 CPU time of this process (time.process_time), so a busy shared machine
@@ -29,8 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
 
-def _scenarios(target: str, n: int, max_size: int) -> list:
-    from hypothesis import HealthCheck, Phase, given, reject, settings
+def _scenarios(target: str, n: int, max_size: int, sample_seed: int | None = None) -> list:
+    from hypothesis import HealthCheck, Phase, given, reject, seed, settings
 
     from cgsim.targets import get_target
     from fuzz.strategies import scenarios
@@ -44,7 +44,7 @@ def _scenarios(target: str, n: int, max_size: int) -> list:
     ran: set = set()
 
     @settings(max_examples=n, database=None, deadline=None, suppress_health_check=list(HealthCheck),
-              phases=(Phase.generate,), derandomize=True)
+              phases=(Phase.generate,), derandomize=sample_seed is None)
     @given(scenarios(max_size=max_size, engine_sizes=t.engine_capture_sizes,
                      refusal=getattr(t, "unsupported_reason", None)))
     def collect(sc):
@@ -54,7 +54,7 @@ def _scenarios(target: str, n: int, max_size: int) -> list:
             ran.add(repeat_key(sc))
         out.append(sc)
 
-    collect()
+    (collect if sample_seed is None else seed(sample_seed)(collect))()
     return out
 
 
@@ -122,7 +122,8 @@ def _forget_plans() -> None:
             cached.cache_clear()
 
 
-def bench(target: str, n: int, max_size: int, repeat: int = 3, plans: str = "campaign") -> dict | None:
+def bench(target: str, n: int, max_size: int, repeat: int = 3, plans: str = "campaign",
+          sample_seed: int | None = None) -> dict | None:
     import torch
 
     from cgsim.properties import check_scenario
@@ -135,7 +136,7 @@ def bench(target: str, n: int, max_size: int, repeat: int = 3, plans: str = "cam
         print(f"{target}: skipped ({exc})")
         return None
     torch.set_num_threads(1)
-    scs = _scenarios(target, n, max_size)
+    scs = _scenarios(target, n, max_size, sample_seed)
     for sc in scs[:10]:
         check_scenario(sc, run_scenario(sc, target=target, timeout=600))  # warm
     runs: dict[tuple[int, bool], list[float]] = {}
@@ -192,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-size", type=int, default=64)
     ap.add_argument("--targets", default="reference,vllm")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each scenario each way (their median counts)")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="draw this seed's sample of scenarios instead of the derandomized one (the same every run)")
     ap.add_argument("--plans", choices=("campaign", "cold", "warm"), default="campaign",
                     help="sweep plans cached as a campaign caches them (default), made afresh for every swept run "
                          "(an upper bound), or all cached (a lower bound)")
@@ -199,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'target':10} {'n':>4} {'med w/o':>8} {'med with':>9} {'+med':>6} {'med+':>6} {'+total':>7} {'sweep':>7} "
           f"{'capture':>8} {'sweep/capt':>10} {'shapes/s':>9}")
     for target in args.targets.split(","):
-        r = bench(target.strip(), args.examples, args.max_size, args.repeat, args.plans)
+        r = bench(target.strip(), args.examples, args.max_size, args.repeat, args.plans, args.seed)
         if r is None:
             continue
         print(f"{r['target']:10} {r['scenarios']:>4} {r['median_ms_without']:>7.1f}ms {r['median_ms_with']:>8.1f}ms "
