@@ -254,6 +254,17 @@ def test_a_shrink_past_its_limit_is_recorded_and_the_search_goes_on(tmp_path):
     assert limited and all(f.status == "shrink-interrupted" for f in limited)
 
 
+def test_a_failure_whose_run_outlasts_the_shrink_limit_waits_for_a_cheaper_recurrence(tmp_path):
+    """A run longer than --shrink-limit leaves no time to shrink: Hypothesis
+    would run that scenario again first.  Such a failure is written at once
+    ("pending", with its time to find) and no shrink starts."""
+    result = run(tmp_path, bug="two-slow", budget_s=2.0, shrink_limit_s=0.005)
+    found = scan_findings(at(result, "findings"))
+    assert sorted(f.property for f in found) == ["FAKE-BIG", "FAKE-LORA"]
+    assert [f.status for f in found] == ["pending", "pending"], [(f.property, f.status) for f in found]
+    assert all("first_seen_cpu_s" in f.extra for f in found)
+
+
 def test_a_documented_defect_is_shrunk_once_over_all_its_properties(tmp_path, monkeypatch):
     """Two properties of one documented defect (a cascade: vLLM's #7 shows
     through five): the first is shrunk; the other is written final as it was
