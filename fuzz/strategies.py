@@ -16,7 +16,8 @@ from cgsim.spec import scheduler
 from cgsim.spec.engine_configs import vllm_lora_cases
 from cgsim.spec.rulesets import get_ruleset, rulesets_of
 
-__all__ = ["capture_sizes", "configs", "engine_configs", "surviving_dynamic_sd_configs", "batches", "scenarios", "RULESET_NAMES"]
+__all__ = ["capture_sizes", "configs", "engine_configs", "surviving_dynamic_sd_configs", "batches", "scenarios",
+           "RULESET_NAMES"]
 
 # The strategy picks among vLLM's designs; an engine's own ruleset is pinned
 # (--ruleset, or the target's default) and brings that engine's configs.
