@@ -23,6 +23,21 @@ def _check(scenario):
     assert verdict.ok, scenario.dumps() + "\n" + "\n".join(f"{v.property}: {v.message}" for v in verdict.violations)
 
 
+def _derandomized_draws(strategy, n):
+    """The first ``n`` values Hypothesis generates from ``strategy``, the same every run."""
+    from hypothesis import Phase
+
+    drawn = []
+
+    @settings(max_examples=n, database=None, phases=(Phase.generate,), deadline=None, derandomize=True)
+    @given(strategy)
+    def draw(value):
+        drawn.append(value)
+
+    draw()
+    return drawn
+
+
 @given(scenarios(ruleset=settings_ruleset() or "pr48822", max_size=64))
 def test_properties_hold_pr48822(scenario):
     _check(scenario)
@@ -76,20 +91,11 @@ def test_speculative_configs_capture_past_their_request_limit_as_often_as_a_draf
     size past max_num_reqs + q, and a size within a decode of every request
     (a FULL decode graph).  Drawn only by chance, under a fifth of the
     dynamic schedules were such engines."""
-    from hypothesis import Phase
-
     from fuzz.strategies import configs
-
-    drawn = []
 
     # 6000 draws: about 850 distinct dynamic schedules, so the share is
     # within a few points of its mean (0.34 drawn so, 0.18 by chance alone).
-    @settings(max_examples=6000, database=None, phases=(Phase.generate,), deadline=None, derandomize=True)
-    @given(configs(max_size=32))
-    def draw(config):
-        drawn.append(config)
-
-    draw()
+    drawn = _derandomized_draws(configs(max_size=32), 6000)
     dynamic = {c for c in drawn if c.spec_schedule is not None}  # distinct: Hypothesis repeats some
     past = [c for c in dynamic if min(c.capture_sizes) > c.max_num_reqs + c.decode_query_len - 1
             and min(c.capture_sizes) <= c.max_num_reqs * c.decode_query_len]
@@ -104,21 +110,12 @@ def test_surviving_dynamic_sd_configs_start_on_releases_whose_draft_decode_manag
     size.  Every draw of the family survives that rounding, has FULL decode
     graphs of two lengths that round some size apart, and is about one tiny
     config in sixteen."""
-    from hypothesis import Phase
-
     from fuzz.strategies import configs, surviving_dynamic_sd_configs
 
     def round_up(n, m):  # vLLM's round_up, with the draft's non-positive lengths
         return (n + m - 1) // m * m
 
-    family = []
-
-    @settings(max_examples=400, database=None, phases=(Phase.generate,), deadline=None, derandomize=True)
-    @given(surviving_dynamic_sd_configs(max_size=64))
-    def draw(config):
-        family.append(config)
-
-    draw()
+    family = _derandomized_draws(surviving_dynamic_sd_configs(max_size=64), 400)
     apart = 0
     for c in family:
         big_k = c.decode_query_len - 1
@@ -136,14 +133,7 @@ def test_surviving_dynamic_sd_configs_start_on_releases_whose_draft_decode_manag
         apart += any(round_up(s, a) != round_up(s, b) for a, s in graphs for b, t in graphs if s == t and a != b)
     assert apart > 0.5 * len(family), (apart, len(family))
 
-    drawn = []
-
-    @settings(max_examples=4000, database=None, phases=(Phase.generate,), deadline=None, derandomize=True)
-    @given(configs(max_size=64))
-    def draw_all(config):
-        drawn.append(config)
-
-    draw_all()
+    drawn = _derandomized_draws(configs(max_size=64), 4000)
     # The family's K - 1 is never a tier and its sizes start past max_num_reqs + K.
     share = sum(c.spec_schedule is not None and c.decode_query_len >= 4 and c.num_ubatches == 1
                 and min(c.capture_sizes) > c.max_num_reqs + c.decode_query_len - 1
