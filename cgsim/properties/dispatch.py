@@ -10,7 +10,7 @@ from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor, compatible, fits_in_case, lora_case
 from cgsim.modes import RUNTIME_RANK, CUDAGraphMode
 from cgsim.properties.registry import Violation, declare
-from cgsim.properties.view import RunView, group, incompat_reason, shorts, sweep_violations
+from cgsim.properties.view import RunView, group, incompat_reason, not_run, shorts, sweep_violations
 from cgsim.spec import desc_sort_key, dispatch_choices, expected_dispatch, padding_key
 from cgsim.spec import scheduler
 from cgsim.trace import CaptureDone, Dispatch, Release
@@ -68,7 +68,7 @@ def dispatch_sound(run: RunView) -> list[Violation]:
         # whether something runs each is asked once per descriptor.
         missing: dict[int, str | None] = {}
         case_of: dict[int, int] = {}
-        for _, b, d in sv.entries():
+        for b, d, _ in sv.disputed():
             if d.cg_mode is N:
                 if d.num_tokens < b.num_tokens:
                     failures.append((b, f"{b.short()} dispatched to eager {d.short()} with fewer tokens than the batch"))
@@ -84,22 +84,11 @@ def dispatch_sound(run: RunView) -> list[Violation]:
                 continue
             why = missing.get(id(d), "")
             if why == "":
-                why = missing[id(d)] = _not_run(d, sv.captured, run.trace.has_piecewise_runner)
+                why = missing[id(d)] = not_run(d, sv.captured, run.trace.has_piecewise_runner)
             if why is not None:
                 failures.append((b, f"{b.short()} dispatched to {why}"))
         out += sweep_violations("DISPATCH-SOUND", sv, failures)
     return group(out)
-
-
-def _not_run(d: BatchDescriptor, captured, has_piecewise_runner: bool) -> str | None:
-    """Why nothing runs graph ``d`` in a captured state (None: something does)."""
-    if d.cg_mode is F and d not in captured.stored:
-        return f"FULL {d.short()}, but no graph is stored for it"
-    if d.cg_mode is P and not has_piecewise_runner:
-        return f"PIECEWISE {d.short()}, but nothing runs piecewise graphs"
-    if d.cg_mode is P and d not in captured.piecewise:
-        return f"PIECEWISE {d.short()}, which was not captured"
-    return None
 
 
 @declare("DISPATCH-PRIORITY", "if a captured FULL descriptor fits the batch, dispatch returns FULL",
@@ -122,7 +111,7 @@ def dispatch_priority(run: RunView) -> list[Violation]:
             ))
     for sv in run.captured_sweeps:
         failures = []
-        for b, d, fit in sv.judged():
+        for b, d, fit in sv.disputed():
             full = fit.by_mode.get(F) if d.cg_mode is not F else None
             if full:
                 failures.append((b, f"{b.short()} dispatched to {d.cg_mode.value} {d.short()} although the captured FULL "
@@ -150,7 +139,7 @@ def dispatch_complete(run: RunView) -> list[Violation]:
             ))
     for sv in run.captured_sweeps:
         failures = []
-        for b, d, fit in sv.judged():
+        for b, d, fit in sv.disputed():
             if d.cg_mode is N and fit.choices:
                 failures.append((b, f"{b.short()} ran eagerly ({d.short()}) although the captured "
                                     f"{min(fit.choices, key=desc_sort_key).short()} fits it"))
@@ -182,7 +171,7 @@ def dispatch_minimal(run: RunView) -> list[Violation]:
             ))
     for sv in run.captured_sweeps:
         failures = []
-        for b, d, fit in sv.judged():
+        for b, d, fit in sv.disputed():
             same = fit.by_mode.get(d.cg_mode) if d.cg_mode is not N else None
             if same and padding_key(d, b) > same[0] and compatible(d, b, cases):
                 failures.append((b, f"{b.short()} dispatched to {d.short()} padding (tokens, reqs) = {padding_key(d, b)}; "
@@ -278,7 +267,7 @@ def before_capture(run: RunView) -> list[Violation]:
             continue
         when = "after a release" if sv.after == "release" else "before any successful capture"
         failures = [(b, f"{b.short()} dispatched {when} returned {d.short()} (expected NONE; manager captured_flag="
-                        f"{sv.sweep.captured_flag})") for _, b, d in sv.entries() if d.cg_mode != N]
+                        f"{sv.sweep.captured_flag})") for b, d, _ in sv.disputed() if d.cg_mode != N]
         out += sweep_violations("BEFORE-CAPTURE", sv, failures)
     return group(out)
 

@@ -18,14 +18,15 @@ anywhere.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import repeat
+from operator import attrgetter, ge, is_
 from typing import Iterable, Sequence
 
 from cgsim.config import ManagerConfig
-from bisect import bisect_left
-
-from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, empty_second_ubatch, lora_case
+from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, lora_case
 from cgsim.modes import RUNTIME_RANK, CUDAGraphMode, ModeResolutionError
 from cgsim.properties.registry import Violation
 from cgsim.scenario import Scenario, Step
@@ -66,10 +67,12 @@ __all__ = [
     "group",
     "size_key",
     "sweep_violations",
+    "not_run",
     "MAX_PER_GROUP",
 ]
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
+_MODE, _TOKENS = attrgetter("cg_mode"), attrgetter("num_tokens")
 
 # At most this many violations of one kind per capture session / per property,
 # so a systematically broken target gives a readable finding, not thousands.
@@ -135,22 +138,26 @@ class Fit:
 
     __slots__ = ("by_mode", "choices", "exact")
 
-    def __init__(self, by_mode: dict[CUDAGraphMode, tuple[tuple[int, int], tuple[BatchDescriptor, ...]]]):
+    def __init__(self, by_mode: dict[CUDAGraphMode, tuple[tuple[int, int], tuple[BatchDescriptor, ...]]],
+                 choices: tuple[BatchDescriptor, ...] | None = None, exact: tuple[BatchDescriptor, ...] | None = None):
         # mode -> ((token padding, request padding), the descriptors padding that little)
         self.by_mode = by_mode
         # What a correct dispatcher may return (empty: nothing fits, run
         # eagerly): the best fits of the highest-priority mode that fits.
-        self.choices: tuple[BatchDescriptor, ...] = ()
-        for mode in _BY_PRIORITY:
-            got = by_mode.get(mode)
-            if got is not None:
-                self.choices = got[1]
-                break
+        if choices is None:
+            choices = ()
+            for mode in _BY_PRIORITY:
+                got = by_mode.get(mode)
+                if got is not None:
+                    choices = got[1]
+                    break
+        self.choices = choices
         # Descriptors of exactly the batch's shape (no padding at all).
-        exact: tuple[BatchDescriptor, ...] = ()
-        for pad, ds in by_mode.values():
-            if pad == (0, 0):
-                exact += ds
+        if exact is None:
+            exact = ()
+            for pad, ds in by_mode.values():
+                if pad == (0, 0):
+                    exact += ds
         self.exact = exact
 
 
@@ -176,12 +183,15 @@ class SweepView:
     (tokens, then requests) - scanned by increasing token count, so only the
     smallest fitting token groups are ever looked at."""
 
-    def __init__(self, sweep: Sweep, captured: Captured | None, lora_cases: Sequence[int], after: str):
+    def __init__(self, sweep: Sweep, captured: Captured | None, lora_cases: Sequence[int], after: str,
+                 has_piecewise_runner: bool = False):
         self.sweep = sweep
         self.captured = captured
         self.lora_cases = tuple(lora_cases)
         self.after = after  # "capture" | "release" | "start"
+        self.has_piecewise_runner = has_piecewise_runner
         self._fits: list[Fit] | None = None
+        self._disputed: list[tuple[BatchShape, BatchDescriptor, Fit]] | None = None
 
     @property
     def step(self) -> int:
@@ -193,6 +203,45 @@ class SweepView:
     def judged(self) -> Iterable[tuple[BatchShape, BatchDescriptor, Fit]]:
         """(batch, what dispatch returned, what fits it best), for every swept batch."""
         return zip(self.sweep.batches, self.sweep.descs, self.fits())
+
+    def disputed(self) -> list[tuple[BatchShape, BatchDescriptor, Fit]]:
+        """The swept batches whose decision is not the oracle's, as ``judged``.
+
+        The oracle's decisions: one of ``Fit.choices`` (the best fits of the
+        highest-priority mode that fits) that something runs, or, where
+        nothing fits, an eager run of at least the batch's tokens.  Such a
+        decision is sound, prioritized, complete and minimal by construction
+        of the fit, so DISPATCH-SOUND, -PRIORITY, -COMPLETE, -MINIMAL and
+        BEFORE-CAPTURE judge only these (most of a sweep agrees; each
+        property still judges a disputed batch by its own rule).  A property
+        that may fault one of the oracle's own choices (DISPATCH-ROUNDTRIP)
+        reads ``judged``."""
+        if self._disputed is None and not (self.captured and self.captured.descs):
+            # Nothing fits anything (before a capture, after a release, nothing
+            # captured): agreed where every decision is eager and at least as
+            # large as its batch, which C-level passes see for a whole sweep.
+            sw = self.sweep
+            if all(map(is_, map(_MODE, sw.descs), repeat(N))) and all(
+                    map(ge, map(_TOKENS, sw.descs), map(_TOKENS, sw.batches))):
+                self._disputed = []
+        if self._disputed is None:
+            out = []
+            runs: dict[int, bool] = {}  # per distinct decision: does something run it
+            for b, d, fit in zip(self.sweep.batches, self.sweep.descs, self.fits()):
+                choices = fit.choices
+                if choices:
+                    if d.cg_mode is not N and d in choices:
+                        ok = runs.get(id(d))
+                        if ok is None:
+                            ok = runs[id(d)] = self.captured is not None and not_run(
+                                d, self.captured, self.has_piecewise_runner) is None
+                        if ok:
+                            continue
+                elif d.cg_mode is N and d.num_tokens >= b.num_tokens:
+                    continue
+                out.append((b, d, fit))
+            self._disputed = out
+        return self._disputed
 
     def when(self) -> str:
         if self.after == "start":
@@ -231,50 +280,92 @@ class SweepView:
     def _best_fits(self) -> list[Fit]:
         cases = sorted(set(self.lora_cases))
         case_of = {a: lora_case(a, cases) for a in range(max(cases) + 2)}
-        # Per (LoRA case, micro-batches) and mode: the descriptors by
-        # increasing tokens, as (tokens, uniform, max_query_len, reqs, descriptor).
-        buckets: dict[tuple[int, int], dict[CUDAGraphMode, tuple[list[int], list[tuple]]]] = {}
+        # Per (LoRA case, micro-batches, mode): the descriptors by what they
+        # admit - any batch; decodes of one uniform length (per length);
+        # decodes up to a max_query_len - each list by increasing tokens, as
+        # (tokens, max_query_len, reqs, descriptor).  A batch searches only
+        # the lists it can fit: a prefill never walks the decode graphs.
+        lists: dict[tuple[int, int], dict[CUDAGraphMode, tuple[list, dict[int, list], list]]] = {}
         for d in sorted(self.captured.descs, key=lambda d: d.num_tokens):
-            by_mode = buckets.setdefault((d.num_active_loras, d.num_ubatches), {})
-            tokens, entries = by_mode.setdefault(d.cg_mode, ([], []))
-            tokens.append(d.num_tokens)
-            entries.append((d.num_tokens, d.uniform_token_count, d.max_query_len, d.num_reqs, d))
+            by_mode = lists.setdefault((d.num_active_loras, d.num_ubatches), {})
+            admits_any, by_uniform, bounded = by_mode.setdefault(d.cg_mode, ([], {}, []))
+            entry = (d.num_tokens, d.max_query_len, d.num_reqs, d)
+            if d.uniform_token_count is not None:
+                by_uniform.setdefault(d.uniform_token_count, []).append(entry)
+            elif d.max_query_len is not None:
+                bounded.append(entry)
+            else:
+                admits_any.append(entry)
+        # Highest priority first: a batch's first mode that fits gives its choices.
+        lists = {key: {m: by_mode[m] for m in _BY_PRIORITY if m in by_mode} for key, by_mode in lists.items()}
         # The best fits depend on a batch's shape and its LoRA case only, not
-        # on its exact LoRA count: batches that differ only there share them.
-        seen: dict[tuple, Fit] = {}
+        # on its exact LoRA count: batches that differ only there share them
+        # (where a case serves more than one count).
+        seen: dict[tuple, Fit] | None = {} if max(cases) + 1 > len(cases) else None
+        # (LoRA case, micro-batches) where some graph admits a prefill: elsewhere
+        # (decode-only graphs) every prefill runs eagerly.
+        prefill_fits = {key: any(lst[0] for lst in by_mode.values()) for key, by_mode in lists.items()}
         out = []
+        none: dict[CUDAGraphMode, tuple[list, dict[int, list], list]] = {}
         for b in self.sweep.batches:
             case = case_of.get(b.num_active_loras, cases[-1])
-            bt, br, bu, bp, bm = b.num_tokens, b.num_reqs, b.uniform_token_count, b.has_prefill, b.max_query_len
-            shape = (case, b.num_ubatches, bt, br, bu, bp, bm)
-            fit = seen.get(shape)
-            if fit is None:
-                best = {}
-                for mode, (tokens, entries) in buckets.get((case, b.num_ubatches), {}).items():
-                    # By increasing tokens, the first fit pads the fewest
-                    # tokens; only descriptors of that many tokens can tie or
-                    # pad fewer requests.
-                    got = None
-                    for j in range(bisect_left(tokens, bt), len(entries)):
-                        dt, du, dm, dr, d = entries[j]
-                        if got is not None and dt != got[0][0] + bt:
+            bt, br, bu, bp, bm, ub = b.num_tokens, b.num_reqs, b.uniform_token_count, b.has_prefill, b.max_query_len, b.num_ubatches
+            if bp and not prefill_fits.get((case, ub)):
+                out.append(_NO_FIT)
+                continue
+            if seen is not None:
+                shape = (case, ub, bt, br, bu, bp, bm)
+                fit = seen.get(shape)
+                if fit is not None:
+                    out.append(fit)
+                    continue
+            best = {}
+            choices: tuple[BatchDescriptor, ...] = ()
+            exact: tuple[BatchDescriptor, ...] = ()
+            start = (bt,)
+            for mode, (admits_any, by_uniform, bounded) in lists.get((case, ub), none).items():
+                searched = (admits_any,) if bp else (admits_any, by_uniform.get(bu, ()), bounded)
+                got = None
+                for entries in searched:
+                    # By increasing tokens, a list's first fit pads the
+                    # fewest tokens; past the best so far nothing can tie.
+                    for j in range(bisect_left(entries, start), len(entries)):
+                        dt, dm, dr, d = entries[j]
+                        if got is not None and dt > got[0][0] + bt:
                             break
-                        if empty_second_ubatch(dt, bt, b.num_ubatches):
-                            break  # nor any larger one
-                        # compatible(d, b), inlined (the hot path of a sweep)
-                        if (du is not None and du != bu) or (dm is not None and (bp or bm > dm)) or (
-                                dr is not None and dr < br):
+                        if ub > 1 and 2 * bt < dt:
+                            break  # an empty second micro-batch, and so for any larger graph
+                        # the rest of compatible(d, b): the lists hold only d's LoRA case,
+                        # micro-batch count, uniform length and no token count below bt
+                        if (dm is not None and (bp or bm > dm)) or (dr is not None and dr < br):
                             continue
                         pad = (dt - bt, 0 if dr is None else dr - br)
                         if got is None or pad < got[0]:
                             got = (pad, (d,))
                         elif pad == got[0]:
                             got = (pad, got[1] + (d,))
-                    if got is not None:
-                        best[mode] = got
-                fit = seen[shape] = Fit(best) if best else _NO_FIT
+                if got is not None:
+                    best[mode] = got
+                    if not choices:
+                        choices = got[1]
+                    if got[0] == (0, 0):
+                        exact += got[1]
+            fit = Fit(best, choices, exact) if best else _NO_FIT
+            if seen is not None:
+                seen[shape] = fit
             out.append(fit)
         return out
+
+
+def not_run(d: BatchDescriptor, captured: Captured, has_piecewise_runner: bool) -> str | None:
+    """Why nothing runs graph ``d`` in a captured state (None: something does)."""
+    if d.cg_mode is F and d not in captured.stored:
+        return f"FULL {d.short()}, but no graph is stored for it"
+    if d.cg_mode is P and not has_piecewise_runner:
+        return f"PIECEWISE {d.short()}, but nothing runs piecewise graphs"
+    if d.cg_mode is P and d not in captured.piecewise:
+        return f"PIECEWISE {d.short()}, which was not captured"
+    return None
 
 
 def is_warmup(f: Forward) -> bool:
@@ -439,7 +530,7 @@ class RunView:
                     v.runtime_forwards.append(e)
             elif isinstance(e, Sweep):
                 after = "start" if e.step < 0 or e.step >= len(steps) else steps[e.step].kind
-                sweeps.append(SweepView(e, captured, self.config.lora_cases, after))
+                sweeps.append(SweepView(e, captured, self.config.lora_cases, after, self.trace.has_piecewise_runner))
         return views, finished, sweeps
 
     @property
