@@ -122,6 +122,17 @@ def _forget_plans() -> None:
             cached.cache_clear()
 
 
+def _forget_spec() -> None:
+    # A run's sweep plan and its checks share the spec's capture descriptors
+    # (one computation a run): forgotten before every run, so the run with the
+    # sweep does not find them already made by the run without.
+    from cgsim.spec import candidates
+
+    cached = getattr(candidates, "_expected_capture_descs", None)
+    if hasattr(cached, "cache_clear"):
+        cached.cache_clear()
+
+
 def bench(target: str, n: int, max_size: int, repeat: int = 3, plans: str = "campaign",
           sample_seed: int | None = None) -> dict | None:
     import torch
@@ -155,11 +166,13 @@ def bench(target: str, n: int, max_size: int, repeat: int = 3, plans: str = "cam
         if plans == "campaign" or (plans == "warm" and rep == 0):
             _forget_plans()
         for i, sc in enumerate(scs):
+            _forget_spec()
             t0 = time.process_time()
             check_scenario(sc, run_scenario(sc, target=target, timeout=600, sweep=False))
             runs.setdefault((i, False), []).append(time.process_time() - t0)
             if plans == "cold":
                 _forget_plans()
+            _forget_spec()
             with _Timer() as timer:
                 t0 = time.process_time()
                 check_scenario(sc, run_scenario(sc, target=target, timeout=600, sweep=True))

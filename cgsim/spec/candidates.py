@@ -8,6 +8,7 @@ loop is wrong disagrees with it.
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import lru_cache
 
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import BatchDescriptor, empty_second_ubatch
@@ -80,11 +81,18 @@ def expected_capture_descs(config: ManagerConfig, ruleset: "Ruleset | str") -> d
     ``config`` as given or as the ruleset's design sees it (its effective
     config: rounded capture sizes, the adaptive-verification route); raises
     RulesetRejects (a ValueError) for a config the design refuses."""
+    # Cached, per effective config: a run plans its dispatch sweep around
+    # them and its checks ask again; each caller gets its own dict.
     rs = get_ruleset(ruleset)
-    config = rs.effective_config(config)
+    return dict(_expected_capture_descs(rs.effective_config(config), rs))
+
+
+@lru_cache(maxsize=256)
+def _expected_capture_descs(config: ManagerConfig, rs: "Ruleset") -> tuple[tuple[CUDAGraphMode, tuple[BatchDescriptor, ...]], ...]:
+    # ``config``: the ruleset's effective config (``effective_config`` is idempotent).
     mode = resolved_mode(config)
     if mode == N:
-        return {}
+        return ()
     decode_mode, mixed_mode = mode.decode_mode(), mode.mixed_mode()
     separate = mode.separate_routine()
     max_reqs, max_size = config.max_num_reqs, config.max_capture_size
@@ -121,7 +129,7 @@ def expected_capture_descs(config: ManagerConfig, ruleset: "Ruleset | str") -> d
                 add(BatchDescriptor(mixed_mode, size, reqs, None, None, lora))
     if F in out:
         out[F] = set(drop_unscheduled_decode(config, out[F]))
-    return {m: tuple(sorted(ds, key=desc_sort_key)) for m, ds in out.items() if ds}
+    return tuple((m, tuple(sorted(ds, key=desc_sort_key))) for m, ds in out.items() if ds)
 
 
 def drop_unscheduled_decode(config: ManagerConfig, full_descs) -> list[BatchDescriptor]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import groupby
 from typing import Iterable
 
 from cgsim.config import ManagerConfig
@@ -261,7 +262,26 @@ def _prefill_reqs(config: ManagerConfig, t: int, marks: Iterable[int] = ()) -> l
 def _prefill_splits(config: ManagerConfig, limit: int, marks: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     """``_prefill_reqs`` of every token count from 1 to ``limit`` (index t - 1).
     Cached: a plan counts its space with them and then adds them."""
-    return tuple(tuple(_prefill_reqs(config, t, marks)) for t in range(1, limit + 1))
+    R, q = config.max_num_reqs, config.decode_query_len
+    around = sorted({x for m in marks for x in (m, m + 1) if x >= 1})
+    # A token count's splits depend on (the most requests, the chunk's) only,
+    # and past max_num_reqs * q both are max_num_reqs: few distinct tuples.
+    made: dict[tuple[int, int], tuple[int, ...]] = {}
+    out: list[tuple[int, ...]] = []
+    for t in range(1, min(limit, max(R, (R - 1) * q + 1)) + 1):
+        top, chunk = min(R, t), min(R, 1 + (t - 1) // q)
+        reqs = made.get((top, chunk))
+        if reqs is None:
+            wanted = {1, top, chunk}
+            for r in around:
+                if r > top:
+                    break
+                wanted.add(r)
+            reqs = made[(top, chunk)] = tuple(sorted(wanted))
+        out.append(reqs)
+    # From here on both are max_num_reqs.
+    out += [out[-1]] * (limit - len(out))
+    return tuple(out)
 
 
 @lru_cache(maxsize=256)
@@ -270,9 +290,15 @@ def _space(config: ManagerConfig, limit: int, marks: tuple[int, ...]) -> int:
     # campaign draws again) count the same space.
     L = max(config.lora_cases)
     split = _ubatch_floor(config) or limit + 1  # from here on, whole and micro-batched
-    prefill = sum((min(r, L) + 1) * (1 + (t >= split))
-                  for t, reqs in enumerate(_prefill_splits(config, limit, marks), 1) for r in reqs)
-    decode = sum((min(r, L) + 1) * (1 + (t >= split))
+    # Inputs per request count: each LoRA count it can carry.
+    loras = [min(r, L) + 1 for r in range(config.max_num_reqs + 1)].__getitem__
+    prefill, t = 0, 1
+    # Runs of token counts with the same splits (see _prefill_splits): long ones.
+    for reqs, run in groupby(_prefill_splits(config, limit, marks)):
+        k = len(list(run))
+        prefill += sum(map(loras, reqs)) * (k + max(0, t + k - max(t, split)))
+        t += k
+    decode = sum(loras(r) * (1 + (t >= split))
                  for r, t, _, u in _decode_shapes(config, limit, range(1, config.max_num_reqs + 1)))
     return prefill + decode
 
@@ -282,6 +308,44 @@ def _space(config: ManagerConfig, limit: int, marks: tuple[int, ...]) -> int:
 # long campaign of huge configs does not keep every shape it ever swept.
 _SHAPES: dict[tuple, BatchShape] = {}
 _SHAPES_BOUND = 500_000
+
+
+def _space_at_most(config: ManagerConfig, limit: int, marks: int) -> int:
+    """An upper bound of ``_space``, counted from the config's sizes alone."""
+    decode = config.max_num_reqs * (1 + 2 * config.decode_query_len if config.varlen_decode else 1)
+    prefill = limit * (3 + 2 * marks)
+    return (decode + prefill) * (max(config.lora_cases) + 1) * (2 if _ubatch_floor(config) is not None else 1)
+
+
+def _exhaustive(config: ManagerConfig, limit: int, marks: tuple[int, ...]) -> tuple[BatchShape, ...]:
+    """Every dispatch input the scheduler can produce, in ``sweep_plan``'s
+    order: decodes by request count, then prefills by token count, each
+    with every LoRA count it can carry and every micro-batch count.  No
+    input comes twice (decodes and prefills differ in has_prefill, a token
+    count's splits are distinct), so their number is the space."""
+    L = max(config.lora_cases)
+    floor = _ubatch_floor(config)
+    keys: list[tuple] = []
+    append = keys.append
+    if L == 0 and floor is None:  # one input per shape: no LoRA, no micro-batching
+        for r, t, m, u in _decode_shapes(config, limit, range(1, config.max_num_reqs + 1)):
+            append((r, t, m, u, False, 0, 1))
+        for t, reqs in enumerate(_prefill_splits(config, limit, marks), 1):
+            for r in reqs:
+                append((r, t, t - r + 1, None, True, 0, 1))
+        return _shapes(keys)
+    whole, split = (1,), (1, config.num_ubatches)
+    for r, t, m, u in _decode_shapes(config, limit, range(1, config.max_num_reqs + 1)):
+        for a in range(min(r, L) + 1):
+            for ub in (whole if floor is None or t < floor else split):
+                append((r, t, m, u, False, a, ub))
+    for t, reqs in enumerate(_prefill_splits(config, limit, marks), 1):
+        ubs = whole if floor is None or t < floor else split
+        for r in reqs:
+            for a in range(min(r, L) + 1):
+                for ub in ubs:
+                    append((r, t, t - r + 1, None, True, a, ub))
+    return _shapes(keys)
 
 
 def _shapes(keys: Iterable[tuple]) -> tuple[BatchShape, ...]:
@@ -317,6 +381,10 @@ def sweep_plan(config: ManagerConfig, descriptors: Iterable[BatchDescriptor] = (
     R = config.max_num_reqs
     descs = list(descriptors)
     reqs_marks = sorted({d.num_reqs for d in descs if d.num_reqs is not None})
+    if not light and _space_at_most(config, limit, len(reqs_marks)) <= bound:
+        # Most fuzzed configs: every input, without counting them first.
+        shapes = _exhaustive(config, limit, tuple(reqs_marks))
+        return SweepPlan(shapes, "exhaustive", len(shapes))
     space = _space(config, limit, tuple(reqs_marks))
     exhaustive = space <= bound and not light
     # Plain tuples until the end: a plan adds most shapes more than once, and
@@ -339,12 +407,7 @@ def sweep_plan(config: ManagerConfig, descriptors: Iterable[BatchDescriptor] = (
                 shapes[(r, t, m, uniform, prefill, a, ub)] = None
 
     if exhaustive:
-        for r, t, m, u in _decode_shapes(config, limit, range(1, R + 1)):
-            add(r, t, m, u, False)
-        for t, reqs in enumerate(_prefill_splits(config, limit, tuple(reqs_marks)), 1):
-            for r in reqs:
-                add(r, t, t - r + 1, None, True)
-        return SweepPlan(_shapes(shapes), "exhaustive", space)
+        return SweepPlan(_exhaustive(config, limit, tuple(reqs_marks)), "exhaustive", space)
 
     sizes = set(config.capture_sizes) | {d.num_tokens for d in descs}
     tokens = sorted(t for t in {1, 2, limit} | sizes | {s + 1 for s in sizes} if 1 <= t <= limit)
