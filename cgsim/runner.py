@@ -13,15 +13,16 @@ broken environment is the exception: ``TargetEnvironmentError`` propagates
 from __future__ import annotations
 
 import math
+from functools import lru_cache
+from itertools import compress, repeat
+from operator import attrgetter, is_not
 
 import torch
 
 from cgsim.backends import get_backend
-from functools import lru_cache
-
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import BatchDescriptor
-from cgsim.modes import ModeResolutionError
+from cgsim.modes import CUDAGraphMode, ModeResolutionError
 from cgsim.scenario import Scenario
 from cgsim.spec import expected_capture_descs
 from cgsim.spec.rulesets import get_ruleset
@@ -120,16 +121,18 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
     known = tuple(snap.capture_descs)
     subs = _SubRuns(handle, trace, scenario)
 
-    def swept(step: int, light: bool = False) -> bool:
+    def swept(step: int, light: bool = False, stored: tuple = ()) -> bool:
         """Sweep; False when dispatch failed (the Error is recorded).  Before
         a capture and after a release the manager must return NONE for
-        everything: the boundary classes suffice to see it does not."""
+        everything (``light``): the boundary classes suffice to see it does
+        not.  So too after a capture (``light`` False) of a manager that
+        planned no graph and stored none (``stored``)."""
         if not sweep:
             return True
         workload.phase = "runtime"
         subs.sweep(step, light)
         try:
-            _sweep(handle, scenario.config, scenario, trace, step, known, light)
+            _sweep(handle, scenario.config, scenario, trace, step, known, light or not (known or stored))
         except (ScenarioTimeout, TargetEnvironmentError, KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # noqa: BLE001
@@ -154,11 +157,13 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
         try:
             if step.kind == "capture":
                 workload.phase = "capture"
+                stored: tuple = ()
                 try:
                     handle.capture()
                 finally:
                     workload.current_desc = None
-                    for desc in handle.stored_graphs():
+                    stored = tuple(handle.stored_graphs())
+                    for desc in stored:
                         trace.add(GraphStored(desc=desc, step=i))
                 trace.add(CaptureDone(step=i, ok=True, captured_flag=handle.captured_flag()))
                 subs.captured(i, first=not recomputed)
@@ -167,7 +172,7 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
                     trace.add(Candidates(phase="recomputed", capture_descs=snap.capture_descs,
                                          candidates=snap.candidates, step=i))
                     recomputed = True
-                if not swept(i):
+                if not swept(i, stored=stored):
                     return
             elif step.kind == "dispatch":
                 workload.phase = "runtime"
@@ -205,6 +210,9 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
             return
 
 
+_MODE = attrgetter("cg_mode")
+
+
 class _Corrupt(Exception):
     pass
 
@@ -218,18 +226,20 @@ class _SweepFailed(Exception):
 # A light sweep (before the first capture, after a release: everything must
 # run eagerly) of a config this small sweeps every batch, with the plan its
 # capture sweeps use: one plan a scenario instead of two, which costs less
-# than the extra dispatches (most fuzzed configs are this small).
+# than the extra dispatches (most fuzzed configs are this small).  A manager
+# that plans no graph has only light sweeps: they take the boundary plan.
 LIGHT_EXHAUSTIVE_BOUND = 1_000
 
 
 def _plan(config: ManagerConfig, ruleset: str, known: tuple[BatchDescriptor, ...], seed: int, light: bool) -> SweepPlan:
     # A campaign runs one config under many scenario seeds, and most plans
     # (every exhaustive one) do not depend on the seed: those are made once.
-    full = _seeded_plan(config, ruleset, known, 0, False)
-    if light and not (full.coverage == "exhaustive" and len(full.shapes) <= LIGHT_EXHAUSTIVE_BOUND):
-        plan = _seeded_plan(config, ruleset, known, 0, True)
-        return _seeded_plan(config, ruleset, known, seed, True) if plan.seeded and seed != 0 else plan
-    return _seeded_plan(config, ruleset, known, seed, False) if full.seeded and seed != 0 else full
+    if light and known:
+        full = _seeded_plan(config, ruleset, known, 0, False)
+        if full.coverage == "exhaustive" and len(full.shapes) <= LIGHT_EXHAUSTIVE_BOUND:
+            return full
+    plan = _seeded_plan(config, ruleset, known, 0, light)
+    return _seeded_plan(config, ruleset, known, seed, light) if plan.seeded and seed != 0 else plan
 
 
 @lru_cache(maxsize=128)
@@ -269,17 +279,22 @@ def _sweep(handle: ManagerUnderTest, config: ManagerConfig, scenario: Scenario, 
         raise
     if len(descs) != len(plan.shapes):
         raise _Corrupt(f"dispatch_all returned {len(descs)} decisions for {len(plan.shapes)} batches")
-    # Equal decisions share one object in the Trace (a sweep's few graphs
-    # answer thousands of batches).  Each distinct object is checked and
-    # hashed once: most targets return their stored descriptors.
-    by_id = dict(zip(map(id, descs), descs))
-    interned: dict[BatchDescriptor, BatchDescriptor] = {}
-    for key, d in by_id.items():
-        if not isinstance(d, BatchDescriptor):
-            i = next(i for i, x in enumerate(descs) if x is d)
-            raise _Corrupt(f"dispatch returned {d!r} for {plan.shapes[i].short()}, not a batch descriptor")
-        by_id[key] = interned.setdefault(d, d)
-    decisions = tuple(map(by_id.__getitem__, map(id, descs)))
+    # Equal graph decisions share one object in the Trace (a sweep's few
+    # graphs answer thousands of batches).  Eager decisions carry the batch's
+    # own counts, so few are equal: they are kept as returned.  C-level passes
+    # over the decisions: most targets return their stored descriptors, and
+    # then there is nothing to share.
+    if not set(map(type, descs)) <= {BatchDescriptor}:
+        for shape, d in zip(plan.shapes, descs):
+            if not isinstance(d, BatchDescriptor):
+                raise _Corrupt(f"dispatch returned {d!r} for {shape.short()}, not a batch descriptor")
+    graphs = list(compress(descs, map(is_not, map(_MODE, descs), repeat(CUDAGraphMode.NONE))))
+    distinct = dict(zip(map(id, graphs), graphs))
+    if len(set(distinct.values())) == len(distinct):
+        decisions = tuple(descs)
+    else:
+        interned: dict[BatchDescriptor, BatchDescriptor] = {}
+        decisions = tuple(d if d.cg_mode is CUDAGraphMode.NONE else interned.setdefault(d, d) for d in descs)
     trace.add(Sweep(step=step, captured_flag=handle.captured_flag(), batches=plan.shapes, descs=decisions,
                     coverage=plan.coverage, space=plan.space))
 
@@ -315,8 +330,12 @@ class _SubRuns:
                 del self.subs[name]
 
     def sweep(self, step: int, light: bool) -> None:
-        self._each(step, "dispatch", lambda sub, st, known: _sweep(sub.handle, sub.config, self.scenario, st, step,
-                                                                     known, light))
+        def one(sub, st, known) -> None:
+            # Light, as the main manager's: also after a capture where this one planned and stored nothing.
+            _sweep(sub.handle, sub.config, self.scenario, st, step, known,
+                   light or not (known or sub.handle.stored_graphs()))
+
+        self._each(step, "dispatch", one)
 
     def captured(self, step: int, first: bool) -> None:
         def record(sub, st, known) -> None:

@@ -164,14 +164,19 @@ def test_a_sweep_plan_says_whether_the_seed_chose_its_shapes():
 def test_a_light_sweep_of_a_small_config_sweeps_every_batch_with_its_capture_sweeps_plan():
     """Before the first capture and after a release a small config's sweep
     is its capture sweeps' exhaustive plan (made once), a large one's the
-    boundary classes."""
+    boundary classes; so is every sweep of a manager that plans no graph
+    (it has no capture sweep to share a plan with)."""
     from cgsim.runner import LIGHT_EXHAUSTIVE_BOUND, _plan
 
     small = ManagerConfig(capture_sizes=(1, 2, 4, 8), max_num_reqs=4)
-    light, full = _plan(small, "pr48822", (), 3, True), _plan(small, "pr48822", (), 3, False)
+    known = tuple(d for ds in expected_capture_descs(small, "pr48822").values() for d in ds)
+    light, full = _plan(small, "pr48822", known, 3, True), _plan(small, "pr48822", known, 3, False)
     assert light is full and light.coverage == "exhaustive" and len(light.shapes) <= LIGHT_EXHAUSTIVE_BOUND
+    nothing = _plan(small, "pr48822", (), 3, True)
+    assert nothing.coverage == "boundary" and set(nothing.shapes) < set(full.shapes)
     big = ManagerConfig(capture_sizes=tuple(range(8, 257, 8)), max_num_reqs=64, lora_cases=(0, 1, 2))
-    light, full = _plan(big, "pr48822", (), 3, True), _plan(big, "pr48822", (), 3, False)
+    known = tuple(d for ds in expected_capture_descs(big, "pr48822").values() for d in ds)
+    light, full = _plan(big, "pr48822", known, 3, True), _plan(big, "pr48822", known, 3, False)
     assert light.coverage == "boundary" and set(light.shapes) < set(full.shapes)
     assert len(full.shapes) > LIGHT_EXHAUSTIVE_BOUND
 

@@ -213,26 +213,48 @@ class CudaGraphManager:
         return case
 
     def dispatch(self, batch: Batch) -> BatchDescriptor:
-        loras = self.effective_lora_case(batch.num_active_loras)
-        candidates = self._candidates.get((batch.num_tokens, loras)) if self._graphs_captured else None
-        if candidates:
-            # compatible(desc, batch, self.lora_cases), its LoRA case computed once per batch
-            case = self._case_of.get(batch.num_active_loras)
-            if case is None:
-                case = self._case_of[batch.num_active_loras] = lora_case(batch.num_active_loras, self.lora_cases)
-            for desc in candidates:
-                if desc.num_active_loras == case and fits_in_case(desc, batch):
-                    return desc
-        # Eager descriptors are values: one object per shape serves every
-        # batch of a dispatch sweep that runs eagerly with it.
-        key = (batch.num_tokens, batch.num_reqs, loras, batch.num_ubatches)
-        eager = self._eager.get(key)
-        if eager is None:
-            if len(self._eager) > _EAGER_BOUND:
-                self._eager.clear()
-            eager = self._eager[key] = BatchDescriptor(N, batch.num_tokens, batch.num_reqs, num_active_loras=loras,
-                                                       num_ubatches=batch.num_ubatches)
-        return eager
+        return self._dispatch_each((batch,))[0]
+
+    def dispatch_each(self, batches: Sequence[Batch | BatchShape]) -> list[BatchDescriptor]:
+        """dispatch() of every batch, in order: what a dispatch sweep asks,
+        thousands of batches at once.  A manager that decides differently
+        (overrides dispatch) is asked batch by batch."""
+        if type(self).dispatch is not CudaGraphManager.dispatch:
+            return [self.dispatch(b) for b in batches]
+        return self._dispatch_each(batches)
+
+    def _dispatch_each(self, batches: Sequence[Batch | BatchShape]) -> list[BatchDescriptor]:
+        # Per LoRA count, once per call: the case its candidates are looked up
+        # under, and the case a graph must be to run it (compatible(), the two
+        # agree unless effective_lora_case is wrong).
+        lookup: dict[int, int] = {}
+        must: dict[int, int] = {}
+        candidates = self._candidates if self._graphs_captured else {}
+        eager = self._eager
+        out: list[BatchDescriptor] = []
+        for batch in batches:
+            count, tokens = batch.num_active_loras, batch.num_tokens
+            loras = lookup.get(count)
+            if loras is None:
+                loras = lookup[count] = self.effective_lora_case(count)
+                must[count] = lora_case(count, self.lora_cases)
+            found = None
+            for desc in candidates.get((tokens, loras), ()):
+                if desc.num_active_loras == must[count] and fits_in_case(desc, batch):
+                    found = desc
+                    break
+            if found is None:
+                # Eager descriptors are values: one object per shape serves every
+                # batch of a dispatch sweep that runs eagerly with it.
+                key = (tokens, batch.num_reqs, loras, batch.num_ubatches)
+                found = eager.get(key)
+                if found is None:
+                    if len(eager) > _EAGER_BOUND:
+                        eager.clear()
+                    found = eager[key] = BatchDescriptor(N, tokens, batch.num_reqs, num_active_loras=loras,
+                                                         num_ubatches=batch.num_ubatches)
+            out.append(found)
+        return out
 
     def run_fullgraph(self, desc: BatchDescriptor) -> None:
         if desc.cg_mode != F:
@@ -370,8 +392,7 @@ class ManagerHandle:
         return self.m.dispatch(batch)
 
     def dispatch_all(self, shapes: Sequence[BatchShape]) -> list[BatchDescriptor]:
-        dispatch = self.m.dispatch
-        return [dispatch(b) for b in shapes]
+        return self.m.dispatch_each(shapes)
 
     def execute(self, batch: Batch, desc: BatchDescriptor) -> Execution:
         return self.m.execute(batch, desc)
