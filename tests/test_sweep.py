@@ -187,3 +187,19 @@ def test_a_graph_captured_for_fewer_requests_than_a_batch_does_not_fit_it():
     view = SweepView(sweep, Captured(0, frozenset({few, many}), frozenset()), (0,), "capture")
     assert [f.choices for f in view.fits()] == [(many,), (few,)]
     assert [(b, d) for b, d, _ in view.disputed()] == [(shapes[0], few)]
+
+
+def test_a_chosen_graph_that_nothing_runs_is_disputed():
+    """The best fit is a stored PIECEWISE graph, but nothing runs piecewise
+    graphs: returning it agrees with no oracle (DISPATCH-SOUND judges it)."""
+    from cgsim.descriptors import BatchShape
+    from cgsim.properties.view import Captured
+
+    piece = BatchDescriptor(M.PIECEWISE, 8)
+    shapes = (BatchShape(2, 8, 7, None, True),)
+    sweep = Sweep(step=0, captured_flag=True, batches=shapes, descs=(piece,), coverage="exhaustive", space=1)
+    captured = Captured(0, frozenset({piece}), frozenset())
+    assert [f.choices for f in SweepView(sweep, captured, (0,), "capture").fits()] == [(piece,)]
+    assert [d for _, d, _ in SweepView(sweep, captured, (0,), "capture", has_piecewise_runner=False).disputed()] == [piece]
+    assert not SweepView(sweep, Captured(0, frozenset(), frozenset({piece})), (0,), "capture",
+                         has_piecewise_runner=True).disputed()

@@ -4,6 +4,8 @@ CAPTURE-USEFUL (a graph no batch is dispatched to is dead)."""
 
 from __future__ import annotations
 
+from itertools import compress
+from operator import attrgetter
 from typing import Iterable, Sequence
 
 from cgsim.config import ManagerConfig
@@ -187,7 +189,7 @@ def _exact_shape(d: BatchDescriptor, b: Batch, cases: Sequence[int]) -> bool:
 def _applies_roundtrip(run: RunView) -> bool:
     cases = run.config.lora_cases
     return any(_exact_shape(c, v.dispatch.batch, cases) for v in run.captured_dispatches for c in v.captured.descs) or any(
-        fit.exact for sv in run.captured_sweeps for fit in sv.fits())
+        sv.exact() for sv in run.captured_sweeps)
 
 
 def _roundtrip_ok(d: BatchDescriptor, b, target: BatchDescriptor, cases) -> bool:
@@ -220,10 +222,8 @@ def dispatch_roundtrip(run: RunView) -> list[Violation]:
             ))
     for sv in run.captured_sweeps:
         failures = []
-        for b, d, fit in sv.judged():
+        for b, d, fit in sv.exact():
             exact = fit.exact
-            if not exact:
-                continue
             target = max(exact, key=lambda c: RUNTIME_RANK[c.cg_mode])
             if not _roundtrip_ok(d, b, target, cases):
                 failures.append((b, f"{b.short()} has exactly the shape of captured {target.short()} but dispatched to "
@@ -370,8 +370,9 @@ def dispatch_stable(run: RunView) -> list[Violation]:
         b, d = v.dispatch.batch, v.dispatch.desc
         said = answers.get(id(sweep))
         if said is None:
-            said = answers[id(sweep)] = {_question(s): x for s, x in zip(sweep.sweep.batches, sweep.sweep.descs)
-                                         if s.num_tokens in tokens}
+            sw = sweep.sweep
+            asked = compress(zip(sw.batches, sw.descs), map(tokens.__contains__, map(attrgetter("num_tokens"), sw.batches)))
+            said = answers[id(sweep)] = {_question(s): x for s, x in asked}
         swept = said.get(_question(b))
         if swept is not None and swept != d:
             out.append(Violation(

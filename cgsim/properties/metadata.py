@@ -86,8 +86,8 @@ def pad_consistent(run: RunView) -> list[Violation]:
     # graph was captured with: a replay would read exactly that.
     for sv in run.captured_sweeps:
         failures = []
-        for _, b, d in sv.entries():
-            if d.cg_mode != F or d not in sv.captured.stored:
+        for b, d in sv.landing(F):
+            if d not in sv.captured.stored:
                 continue
             g = run.captured_with(d, sv.step)
             if g is None:

@@ -21,8 +21,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import repeat
-from operator import attrgetter, ge, is_
+from itertools import compress, repeat
+from operator import and_, attrgetter, contains, ge, is_, not_, or_
 from typing import Iterable, Sequence
 
 from cgsim.config import ManagerConfig
@@ -73,6 +73,7 @@ __all__ = [
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 _MODE, _TOKENS = attrgetter("cg_mode"), attrgetter("num_tokens")
+_CHOICES, _EXACT = attrgetter("choices"), attrgetter("exact")
 
 # At most this many violations of one kind per capture session / per property,
 # so a systematically broken target gives a readable finding, not thousands.
@@ -192,6 +193,7 @@ class SweepView:
         self.has_piecewise_runner = has_piecewise_runner
         self._fits: list[Fit] | None = None
         self._disputed: list[tuple[BatchShape, BatchDescriptor, Fit]] | None = None
+        self._exact: list[tuple[BatchShape, BatchDescriptor, Fit]] | None = None
 
     @property
     def step(self) -> int:
@@ -216,32 +218,35 @@ class SweepView:
         property still judges a disputed batch by its own rule).  A property
         that may fault one of the oracle's own choices (DISPATCH-ROUNDTRIP)
         reads ``judged``."""
-        if self._disputed is None and not (self.captured and self.captured.descs):
-            # Nothing fits anything (before a capture, after a release, nothing
-            # captured): agreed where every decision is eager and at least as
-            # large as its batch, which C-level passes see for a whole sweep.
-            sw = self.sweep
-            if all(map(is_, map(_MODE, sw.descs), repeat(N))) and all(
-                    map(ge, map(_TOKENS, sw.descs), map(_TOKENS, sw.batches))):
-                self._disputed = []
         if self._disputed is None:
-            out = []
-            runs: dict[int, bool] = {}  # per distinct decision: does something run it
-            for b, d, fit in zip(self.sweep.batches, self.sweep.descs, self.fits()):
-                choices = fit.choices
-                if choices:
-                    if d.cg_mode is not N and d in choices:
-                        ok = runs.get(id(d))
-                        if ok is None:
-                            ok = runs[id(d)] = self.captured is not None and not_run(
-                                d, self.captured, self.has_piecewise_runner) is None
-                        if ok:
-                            continue
-                elif d.cg_mode is N and d.num_tokens >= b.num_tokens:
-                    continue
-                out.append((b, d, fit))
-            self._disputed = out
+            sw, fits = self.sweep, self.fits()
+            descs, batches = sw.descs, sw.batches
+            # Per batch, in C-level passes over the whole sweep: the decision is
+            # one of the choices, or nothing fits and it runs the batch eagerly, whole.
+            chosen = list(map(contains, map(_CHOICES, fits), descs))
+            eager_whole = map(and_, map(is_, map(_MODE, descs), repeat(N)),
+                              map(ge, map(_TOKENS, descs), map(_TOKENS, batches)))
+            agreed = list(map(or_, chosen, map(and_, map(not_, map(_CHOICES, fits)), eager_whole)))
+            # A chosen graph that nothing runs is no agreement (asked once per distinct decision).
+            picked = list(compress(descs, chosen))
+            idle = {key for key, d in dict(zip(map(id, picked), picked)).items()
+                    if self.captured is None or not_run(d, self.captured, self.has_piecewise_runner) is not None}
+            if idle:
+                agreed = [a and id(d) not in idle for a, d in zip(agreed, descs)]
+            self._disputed = list(compress(zip(batches, descs, fits), map(not_, agreed)))
         return self._disputed
+
+    def landing(self, mode: CUDAGraphMode) -> Iterable[tuple[BatchShape, BatchDescriptor]]:
+        """(batch, decision) of the swept batches dispatched to a ``mode`` graph."""
+        sw = self.sweep
+        return compress(zip(sw.batches, sw.descs), map(is_, map(_MODE, sw.descs), repeat(mode)))
+
+    def exact(self) -> list[tuple[BatchShape, BatchDescriptor, Fit]]:
+        """``judged`` of the swept batches some captured graph has exactly the shape of."""
+        if self._exact is None:
+            fits = self.fits()
+            self._exact = list(compress(zip(self.sweep.batches, self.sweep.descs, fits), map(_EXACT, fits)))
+        return self._exact
 
     def when(self) -> str:
         if self.after == "start":
