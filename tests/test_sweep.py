@@ -200,6 +200,7 @@ def test_a_chosen_graph_that_nothing_runs_is_disputed():
     sweep = Sweep(step=0, captured_flag=True, batches=shapes, descs=(piece,), coverage="exhaustive", space=1)
     captured = Captured(0, frozenset({piece}), frozenset())
     assert [f.choices for f in SweepView(sweep, captured, (0,), "capture").fits()] == [(piece,)]
-    assert [d for _, d, _ in SweepView(sweep, captured, (0,), "capture", has_piecewise_runner=False).disputed()] == [piece]
+    idle = SweepView(sweep, captured, (0,), "capture", has_piecewise_runner=False)
+    assert [d for _, d, _ in idle.disputed()] == [piece]
     assert not SweepView(sweep, Captured(0, frozenset(), frozenset({piece})), (0,), "capture",
                          has_piecewise_runner=True).disputed()

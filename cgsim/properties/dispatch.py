@@ -371,7 +371,8 @@ def dispatch_stable(run: RunView) -> list[Violation]:
         said = answers.get(id(sweep))
         if said is None:
             sw = sweep.sweep
-            asked = compress(zip(sw.batches, sw.descs), map(tokens.__contains__, map(attrgetter("num_tokens"), sw.batches)))
+            asked = compress(zip(sw.batches, sw.descs),
+                             map(tokens.__contains__, map(attrgetter("num_tokens"), sw.batches)))
             said = answers[id(sweep)] = {_question(s): x for s, x in asked}
         swept = said.get(_question(b))
         if swept is not None and swept != d:

@@ -314,7 +314,8 @@ class SweepView:
         none: dict[CUDAGraphMode, tuple[list, dict[int, list], list]] = {}
         for b in self.sweep.batches:
             case = case_of.get(b.num_active_loras, cases[-1])
-            bt, br, bu, bp, bm, ub = b.num_tokens, b.num_reqs, b.uniform_token_count, b.has_prefill, b.max_query_len, b.num_ubatches
+            bt, br, bu, bm = b.num_tokens, b.num_reqs, b.uniform_token_count, b.max_query_len
+            bp, ub = b.has_prefill, b.num_ubatches
             if bp and not prefill_fits.get((case, ub)):
                 out.append(_NO_FIT)
                 continue

@@ -88,7 +88,8 @@ def expected_capture_descs(config: ManagerConfig, ruleset: "Ruleset | str") -> d
 
 
 @lru_cache(maxsize=256)
-def _expected_capture_descs(config: ManagerConfig, rs: "Ruleset") -> tuple[tuple[CUDAGraphMode, tuple[BatchDescriptor, ...]], ...]:
+def _expected_capture_descs(config: ManagerConfig,
+                            rs: "Ruleset") -> tuple[tuple[CUDAGraphMode, tuple[BatchDescriptor, ...]], ...]:
     # ``config``: the ruleset's effective config (``effective_config`` is idempotent).
     mode = resolved_mode(config)
     if mode == N:

@@ -292,12 +292,13 @@ def _space(config: ManagerConfig, limit: int, marks: tuple[int, ...]) -> int:
     split = _ubatch_floor(config) or limit + 1  # from here on, whole and micro-batched
     # Inputs per request count: each LoRA count it can carry.
     loras = [min(r, L) + 1 for r in range(config.max_num_reqs + 1)].__getitem__
-    prefill, t = 0, 1
-    # Runs of token counts with the same splits (see _prefill_splits): long ones.
+    prefill, first = 0, 1
+    # Runs of token counts with the same splits (see _prefill_splits): long
+    # ones; those of the run at or past ``split`` count twice.
     for reqs, run in groupby(_prefill_splits(config, limit, marks)):
         k = len(list(run))
-        prefill += sum(map(loras, reqs)) * (k + max(0, t + k - max(t, split)))
-        t += k
+        prefill += sum(map(loras, reqs)) * (k + max(0, first + k - max(first, split)))
+        first += k
     decode = sum(loras(r) * (1 + (t >= split))
                  for r, t, _, u in _decode_shapes(config, limit, range(1, config.max_num_reqs + 1)))
     return prefill + decode
