@@ -140,32 +140,20 @@ class Fit:
     __slots__ = ("by_mode", "choices", "exact")
 
     def __init__(self, by_mode: dict[CUDAGraphMode, tuple[tuple[int, int], tuple[BatchDescriptor, ...]]],
-                 choices: tuple[BatchDescriptor, ...] | None = None, exact: tuple[BatchDescriptor, ...] | None = None):
+                 choices: tuple[BatchDescriptor, ...], exact: tuple[BatchDescriptor, ...]):
         # mode -> ((token padding, request padding), the descriptors padding that little)
         self.by_mode = by_mode
         # What a correct dispatcher may return (empty: nothing fits, run
         # eagerly): the best fits of the highest-priority mode that fits.
-        if choices is None:
-            choices = ()
-            for mode in _BY_PRIORITY:
-                got = by_mode.get(mode)
-                if got is not None:
-                    choices = got[1]
-                    break
         self.choices = choices
         # Descriptors of exactly the batch's shape (no padding at all).
-        if exact is None:
-            exact = ()
-            for pad, ds in by_mode.values():
-                if pad == (0, 0):
-                    exact += ds
         self.exact = exact
 
 
 _BY_PRIORITY = sorted(RUNTIME_RANK, key=RUNTIME_RANK.get, reverse=True)
 
 
-_NO_FIT = Fit({})
+_NO_FIT = Fit({}, (), ())
 
 # Best fits of recent sweeps, oldest first: (swept batches' identity, captured
 # descriptors, LoRA cases) -> (those batches, their fits).  The batches are

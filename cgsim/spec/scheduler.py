@@ -263,21 +263,15 @@ def _prefill_splits(config: ManagerConfig, limit: int, marks: tuple[int, ...]) -
     """``_prefill_reqs`` of every token count from 1 to ``limit`` (index t - 1).
     Cached: a plan counts its space with them and then adds them."""
     R, q = config.max_num_reqs, config.decode_query_len
-    around = sorted({x for m in marks for x in (m, m + 1) if x >= 1})
     # A token count's splits depend on (the most requests, the chunk's) only,
     # and past max_num_reqs * q both are max_num_reqs: few distinct tuples.
     made: dict[tuple[int, int], tuple[int, ...]] = {}
     out: list[tuple[int, ...]] = []
     for t in range(1, min(limit, max(R, (R - 1) * q + 1)) + 1):
-        top, chunk = min(R, t), min(R, 1 + (t - 1) // q)
-        reqs = made.get((top, chunk))
+        key = (min(R, t), min(R, 1 + (t - 1) // q))
+        reqs = made.get(key)
         if reqs is None:
-            wanted = {1, top, chunk}
-            for r in around:
-                if r > top:
-                    break
-                wanted.add(r)
-            reqs = made[(top, chunk)] = tuple(sorted(wanted))
+            reqs = made[key] = tuple(_prefill_reqs(config, t, marks))
         out.append(reqs)
     # From here on both are max_num_reqs.
     out += [out[-1]] * (limit - len(out))
