@@ -3,7 +3,7 @@
     python .ci/check_vllm_report.py REPORT_DIR/latest
 
 Every finding of a campaign against vLLM carries ``known_defect`` (recorded
-when it was found, cgsim.targets.vllm_known): a documented defect of that
+when it was found, cgsim.targets.vllm.known): a documented defect of that
 release, or null.  A null one is a new vLLM defect to document or a cgsim
 bug to fix: exit 1, naming it.  No report (the campaign could not run):
 exit 2.

@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from cgsim.properties import check_scenario
     from cgsim.runner import run_scenario
-    from cgsim.targets import get_target, vllm_coverage
+    from cgsim.targets import get_target
+    from cgsim.targets.vllm import coverage as vllm_coverage
 
     get_target("vllm").check_environment()
     scenarios = _scenarios(args.examples)

@@ -1,6 +1,6 @@
 """How fast an unaided campaign finds each documented vLLM defect.
 
-For every row of docs/findings.md (``cgsim.targets.vllm_known``) and every
+For every row of docs/findings.md (``cgsim.targets.vllm.known``) and every
 vLLM environment given, run ``--seeds`` one-worker campaigns of ``--budget``
 and report, per (defect, release): in how many seeds a finding recognised as
 that defect appeared, and the median CPU seconds and scenarios before it was
@@ -33,8 +33,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PROBE = r"""
 import json, sys
 from cgsim.report.findings import scan_findings
-from cgsim.targets.vllm_compat import installed_version
-from cgsim.targets.vllm_known import KNOWN_DEFECTS, classify
+from cgsim.targets.vllm.compat import installed_version
+from cgsim.targets.vllm.known import KNOWN_DEFECTS, classify
 version = installed_version()
 runs = {}
 for run in sys.argv[1:]:
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     out_root = args.out or tempfile.mkdtemp(prefix="cgsim-detect-")
     table: list[tuple] = []
     unlabelled: list[tuple] = []
-    from cgsim.targets.vllm_known import KNOWN_DEFECTS  # noqa: PLC0415
+    from cgsim.targets.vllm.known import KNOWN_DEFECTS  # noqa: PLC0415
 
     specs = [spec.partition("::")[::2] for spec in args.python]
     tasks = [(i, seed) for i in range(len(specs)) for seed in range(1, args.seeds + 1)]

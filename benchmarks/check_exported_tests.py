@@ -45,8 +45,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 from cgsim.report.findings import load_finding  # noqa: E402
-from cgsim.targets.vllm_compat import design_for  # noqa: E402
-from cgsim.targets.vllm_source import describe_source  # noqa: E402
+from cgsim.targets.vllm.compat import design_for  # noqa: E402
+from cgsim.targets.vllm.source import describe_source  # noqa: E402
 from fuzz.export_test import (  # noqa: E402
     FINDINGS_DOC,
     ExportError,
@@ -125,7 +125,7 @@ def release_of(python: str, tree: str | None = None) -> str | None:
 # pytest with a vLLM source tree laid over the install first (argv[1]).
 _OVER_TREE = (
     "import sys\n"
-    "from cgsim.targets.vllm_source import apply_source\n"
+    "from cgsim.targets.vllm.source import apply_source\n"
     "apply_source(sys.argv[1])\n"
     "import pytest\n"
     "sys.exit(pytest.main(sys.argv[2:]))\n"

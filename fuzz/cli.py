@@ -181,7 +181,7 @@ def _apply_source_flag(args: argparse.Namespace) -> None:
     path = getattr(args, "vllm_source", None)
     if path is None:
         return
-    from cgsim.targets.vllm_source import SOURCE_ENV
+    from cgsim.targets.vllm.source import SOURCE_ENV
 
     if not path.strip():
         raise _Exit(2, "--vllm-source is empty; give the root of a vLLM checkout or unpacked release")
@@ -347,7 +347,7 @@ def _cmd_replay(args: argparse.Namespace, argv: list[str]) -> int:
         return _replay_script(path, args)
     from cgsim.replay import describe, reproduce
     from cgsim.report.findings import load_finding
-    from cgsim.targets.vllm_source import SOURCE_ENV
+    from cgsim.targets.vllm.source import SOURCE_ENV
 
     finding = load_finding(path)
     recorded = finding.extra.get("vllm_source")

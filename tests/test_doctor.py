@@ -14,15 +14,15 @@ import pytest
 
 if os.environ.get("CGSIM_REQUIRE_VLLM", "") in ("", "0"):
     try:  # the one allowed skip: vLLM is not importable in this interpreter
-        from cgsim.targets.vllm_compat import require_vllm as _require
+        from cgsim.targets.vllm.compat import require_vllm as _require
 
         _require()
     except Exception as exc:  # noqa: BLE001
         pytest.skip(f"vLLM is not importable here ({type(exc).__name__}: {exc})", allow_module_level=True)
 
-import cgsim.targets.vllm as adapter  # noqa: E402
-from cgsim.targets.vllm_compat import require_vllm  # noqa: E402
-from cgsim.targets.vllm_doctor import DoctorFailed, doctor_line, run_doctor, self_check  # noqa: E402
+import cgsim.targets.vllm.handle as adapter  # noqa: E402
+from cgsim.targets.vllm.compat import require_vllm  # noqa: E402
+from cgsim.targets.vllm.doctor import DoctorFailed, doctor_line, run_doctor, self_check  # noqa: E402
 from fuzz.cli import main  # noqa: E402
 
 pytestmark = pytest.mark.vllm

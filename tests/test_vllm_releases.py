@@ -22,9 +22,9 @@ from cgsim.finding import Finding
 from cgsim.modes import CUDAGraphMode
 from cgsim.spec import expected_capture_descs
 from cgsim.spec.rulesets import RULES, RULESETS, RulesetRejects, get_ruleset
-from cgsim.targets.vllm_compat import DESIGNS, design_for, ruleset_for_version, version_key
-from cgsim.targets.vllm_known import KNOWN_DEFECTS, classify, label, present_in
-from cgsim.targets.vllm_source import SourceTree, VllmSourceError, _SourceFinder, apply_source, describe_source
+from cgsim.targets.vllm.compat import DESIGNS, design_for, ruleset_for_version, version_key
+from cgsim.targets.vllm.known import KNOWN_DEFECTS, classify, label, present_in
+from cgsim.targets.vllm.source import SourceTree, VllmSourceError, _SourceFinder, apply_source, describe_source
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FINDINGS = os.path.join(ROOT, "docs", "findings")

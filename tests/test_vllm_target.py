@@ -7,7 +7,7 @@ CGSIM_REQUIRE_VLLM=1 says vLLM must be there (then a missing vLLM is an
 error, not a skip).  Everything goes through vLLM's real constructors,
 capture loop and dispatch on the mock backend.  Each test asserts what this
 tree's design (its ruleset) says, and, where the tree has a documented
-defect (cgsim.targets.vllm_known), that the defect shows.
+defect (cgsim.targets.vllm.known), that the defect shows.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 if os.environ.get("CGSIM_REQUIRE_VLLM", "") in ("", "0"):
     try:  # the one allowed skip: vLLM is not importable in this interpreter
-        from cgsim.targets.vllm_compat import require_vllm as _require
+        from cgsim.targets.vllm.compat import require_vllm as _require
 
         _require()
     except Exception as exc:  # noqa: BLE001
@@ -32,8 +32,9 @@ from cgsim.descriptors import Batch  # noqa: E402
 from cgsim.modes import CUDAGraphMode  # noqa: E402
 from cgsim.spec import expected_capture_descs, get_ruleset, resolved_mode  # noqa: E402
 from cgsim.spec.rulesets import RULESETS  # noqa: E402
-from cgsim.targets.vllm import VllmAdapterError, VllmTarget, _guarded  # noqa: E402
-from cgsim.targets.vllm_compat import (  # noqa: E402
+from cgsim.targets.vllm import VllmAdapterError, VllmTarget  # noqa: E402
+from cgsim.targets.vllm.handle import _guarded  # noqa: E402
+from cgsim.targets.vllm.compat import (  # noqa: E402
     DESIGNS,
     PATCHES,
     VllmEnvironmentError,
@@ -43,7 +44,7 @@ from cgsim.targets.vllm_compat import (  # noqa: E402
     unsupported_reason,
 )
 from cgsim.finding import Finding  # noqa: E402
-from cgsim.targets.vllm_known import classify, present_in  # noqa: E402
+from cgsim.targets.vllm.known import classify, present_in  # noqa: E402
 from cgsim.trace import CreateForwardFn, Forward, Trace  # noqa: E402
 from cgsim.workload import Workload  # noqa: E402
 
@@ -530,7 +531,7 @@ def test_surviving_dynamic_sd_configs_start_and_show_the_nearest_group_defect():
 
 def classify_message(v, sc):
     from cgsim.finding import Finding
-    from cgsim.targets.vllm_known import classify
+    from cgsim.targets.vllm.known import classify
 
     return classify(Finding.from_violation(v, sc.to_json(), "vllm", "mock"), CAPS.version)
 
@@ -551,7 +552,7 @@ def test_an_adapter_error_is_an_environment_error():
 
     # As if raised in the adapter's own module.
     adapter_code.__code__ = adapter_code.__code__.replace(
-        co_filename=importlib.import_module("cgsim.targets.vllm").__file__)
+        co_filename=importlib.import_module("cgsim.targets.vllm.handle").__file__)
 
     class Handle:
         @_guarded
@@ -623,7 +624,8 @@ def test_target_coverage_is_measured_inside_the_manager_calls_only(tmp_path, mon
 
     from cgsim.runner import run_scenario
     from cgsim.scenario import Scenario, Step
-    from cgsim.targets import get_target, vllm_coverage
+    from cgsim.targets import get_target
+    from cgsim.targets.vllm import coverage as vllm_coverage
 
     monkeypatch.setenv(vllm_coverage.COVERAGE_ENV, str(tmp_path))
     monkeypatch.setenv(vllm_coverage.PARENT_ENV, "0")  # not the campaign process
@@ -647,7 +649,7 @@ def test_the_patches_quiet_every_vllm_logger_for_the_block_and_restore_its_level
     and INFO again after; a logger outside vLLM is untouched."""
     import logging
 
-    from cgsim.targets.vllm_compat import vllm_process_patches
+    from cgsim.targets.vllm.compat import vllm_process_patches
 
     vlog, child = logging.getLogger("vllm"), logging.getLogger("vllm.cgsim_test_child")
     logging.getLogger("vllm.cgsim_test_parent.leaf")  # "vllm.cgsim_test_parent" is a placeholder now
@@ -680,7 +682,7 @@ def test_the_patches_give_dummy_requests_unique_ids_without_uuid4_and_restore_ra
     is vLLM's own function again."""
     input_batch = importlib.import_module("vllm.v1.worker.gpu.input_batch")
     own = input_batch.random_uuid
-    from cgsim.targets.vllm_compat import vllm_process_patches
+    from cgsim.targets.vllm.compat import vllm_process_patches
 
     ids = []
     for _ in range(2):

@@ -5,7 +5,7 @@ release is a finding, not a new rule.
 Each rule below says what it changes in the spec and cites the vLLM code
 (file, function) that made the choice and, where there is one, the PR or
 issue behind it (``RULES``).  Which vLLM release follows which ruleset is
-``cgsim.targets.vllm_compat.DESIGNS``.
+``cgsim.targets.vllm.compat.DESIGNS``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
 imports here (CGSIM_VLLM_SOURCE for a source tree), each under the ruleset of
 that tree's design, with the code behind ``python -m fuzz replay``.  A cell
 is ``1`` when the finding's property is violated and recognised as its
-documented defect (cgsim.targets.vllm_known), ``0`` when it is not, ``(N)``
+documented defect (cgsim.targets.vllm.known), ``0`` when it is not, ``(N)``
 when the release has the defect but documented defect N stops the scenario
 before it shows, ``n/a`` when the tree cannot express the scenario's config
 (the feature is newer).
@@ -27,9 +27,9 @@ def row() -> dict:
     from cgsim.report.findings import load_finding
     from cgsim.scenario import Scenario
     from cgsim.targets import get_target
-    from cgsim.targets.vllm_compat import require_vllm
-    from cgsim.targets.vllm_doctor import _run
-    from cgsim.targets.vllm_known import classify, stopped_by
+    from cgsim.targets.vllm.compat import require_vllm
+    from cgsim.targets.vllm.doctor import _run
+    from cgsim.targets.vllm.known import classify, stopped_by
 
     get_target("vllm").check_environment()
     caps = require_vllm()
@@ -53,7 +53,7 @@ def row() -> dict:
 
 def markdown(rows: list[dict]) -> str:
     from cgsim.report.findings import load_finding
-    from cgsim.targets.vllm_known import classify
+    from cgsim.targets.vllm.known import classify
 
     rows = sorted(rows, key=lambda r: tuple(int(x) for x in r["release"].split(".")))
     ids = sorted({fid for r in rows for fid in r["cells"]},

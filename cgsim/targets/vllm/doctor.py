@@ -9,7 +9,7 @@ kinds of checks:
 
 - every documented finding (``docs/findings/*.json``) replayed under this
   tree's ruleset: where this release has the documented defect
-  (``cgsim.targets.vllm_known``) it must reproduce and be recognised as that
+  (``cgsim.targets.vllm.known``) it must reproduce and be recognised as that
   defect;
 - clean scenarios, one per capability the tree has (compiled and breakable
   PIECEWISE, FULL, speculative decoding with its draft managers, LoRA FULL
@@ -32,8 +32,8 @@ from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch
 from cgsim.finding import Finding
 from cgsim.scenario import Scenario, Step
-from cgsim.targets.vllm_compat import Capabilities, VllmEnvironmentError, require_vllm
-from cgsim.targets.vllm_known import classify, stopped_by
+from cgsim.targets.vllm.compat import Capabilities, VllmEnvironmentError, require_vllm
+from cgsim.targets.vllm.known import classify, stopped_by
 from cgsim.text import first_line
 
 __all__ = ["Check", "DoctorFailed", "run_doctor", "doctor_line", "default_findings_dir", "CLEAN_SCENARIOS"]
@@ -55,7 +55,7 @@ class Check:
 def default_findings_dir() -> str | None:
     """docs/findings of the cgsim checkout this module is in, if there is one."""
     here = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.normpath(os.path.join(here, "..", "..", "docs", "findings"))
+    path = os.path.normpath(os.path.join(here, "..", "..", "..", "docs", "findings"))
     return path if os.path.isdir(path) else None
 
 

@@ -15,7 +15,7 @@ vLLM code it comes from.  A tree newer than the last row follows the last
 row's design; one older than the first is refused.
 
 ``require_vllm`` lays a user's source tree over the install first when
-``CGSIM_VLLM_SOURCE`` names one (``cgsim.targets.vllm_source``).
+``CGSIM_VLLM_SOURCE`` names one (``cgsim.targets.vllm.source``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from cgsim.targets.base import TargetEnvironmentError, TargetUnsupported
-from cgsim.targets.vllm_source import SOURCE_ENV, SourceTree, active_source, apply_source, source_from_environment
+from cgsim.targets.vllm.source import SOURCE_ENV, SourceTree, active_source, apply_source, source_from_environment
 from cgsim.text import first_line
 
 __all__ = [

