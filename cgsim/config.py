@@ -108,6 +108,10 @@ class ManagerConfig:
     attention_support: AttentionSupport = AttentionSupport.ALWAYS
     attention_split: bool = True
     compiled_piecewise: bool = True
+    # Request counts of the uniform decode graphs where the engine sizes them
+    # apart from the token sizes (vLLM 0.34+: decode_cudagraph_capture_request_sizes);
+    # None: the design derives them from capture_sizes (and the JSON leaves it out).
+    decode_sizes: tuple[int, ...] | None = None
     # SGLang-only options; None for every other target (and left out of the JSON).
     sglang: SglangOptions | None = None
 
@@ -125,6 +129,8 @@ class ManagerConfig:
             raise ConfigError("attention_support", self.attention_support, "not a support level", str(exc)) from None
         set_("capture_sizes", _int_tuple("capture_sizes", self.capture_sizes))
         set_("lora_cases", _int_tuple("lora_cases", self.lora_cases))
+        if self.decode_sizes is not None:
+            set_("decode_sizes", _int_tuple("decode_sizes", self.decode_sizes))
         if self.spec_schedule is not None:
             set_("spec_schedule", _schedule_tuple(self.spec_schedule))
         self._validate()
@@ -141,6 +147,10 @@ class ManagerConfig:
             raise ConfigError("capture_sizes", list(sizes), f"has non-positive sizes {bad}", "use only sizes >= 1")
         if len(set(sizes)) != len(sizes):
             raise ConfigError("capture_sizes", list(sizes), "has duplicates", "list each size once")
+        ds = self.decode_sizes
+        if ds is not None and (any(s < 1 for s in ds) or len(set(ds)) != len(ds)):
+            raise ConfigError("decode_sizes", list(ds), "must be distinct request counts >= 1",
+                              "list each decode graph's request count once, or leave it out")
         if self.max_num_reqs < 1:
             raise ConfigError("max_num_reqs", self.max_num_reqs, "must be >= 1", "set it to the scheduler's max_num_seqs (e.g. 256)")
         if self.decode_query_len < 1:
@@ -213,6 +223,13 @@ class ManagerConfig:
             return self.decode_query_len
         return 1 + self._dense_schedule[min(num_reqs, self.max_num_reqs)]
 
+    @cached_property
+    def scheduler_decode_limits(self) -> dict[int, int]:
+        """Each decode query length -> the most requests a pure decode of it has."""
+        if self.spec_schedule is None:
+            return {self.decode_query_len: self.max_num_reqs}
+        return {1 + k: r for r, k in enumerate(self._dense_schedule) if r > 0}
+
     def scheduler_decode_query_lens(self) -> tuple[int, ...]:
         """Every decode query length the scheduler can produce, sorted."""
         if self.spec_schedule is None:
@@ -237,6 +254,8 @@ class ManagerConfig:
                 if v is None:
                     continue  # other targets' scenarios keep their JSON
                 v = v.to_json()
+            elif f.name == "decode_sizes" and v is None:
+                continue  # configs of designs without it keep their JSON
             elif isinstance(v, tuple):
                 v = list(v)
             out[f.name] = v

@@ -13,13 +13,24 @@ tier's decode batches land on a multiple of its length.
 ``vllm_lora_cases``: vLLM 0.32's ``get_lora_capture_cases``: [0, max_loras+1],
 or with ``specialize_active_lora`` the powers of two up to max_loras plus
 max_loras+1.
+
+vLLM 0.34 sizes uniform decode graphs by request count
+(``decode_request_sizes``: from the deprecated shared sizes,
+``VllmConfig._split_cudagraph_capture_sizes``), per decode query length
+(``decode_shapes``: ``config/compilation.py decode_cudagraph_capture_shapes``),
+and adaptive verification's varlen decode graphs on a token grid
+(``varlen_token_grid``: ``varlen_decode_cudagraph_capture_grid``).
 """
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Iterable, Mapping
+
 from cgsim.config import SpecSchedule, dense_spec_schedule
 
-__all__ = ["vllm_capture_sizes", "vllm_lora_cases", "DEFAULT_MAX_GRAPH_SIZE", "DEFAULT_MAX_BATCHED_TOKENS"]
+__all__ = ["vllm_capture_sizes", "vllm_lora_cases", "decode_request_sizes", "decode_shapes", "varlen_token_grid",
+           "DEFAULT_MAX_GRAPH_SIZE", "DEFAULT_MAX_BATCHED_TOKENS"]
 
 DEFAULT_MAX_GRAPH_SIZE = 512  # 1024 on data-centre Blackwell
 DEFAULT_MAX_BATCHED_TOKENS = 8192
@@ -66,3 +77,39 @@ def vllm_lora_cases(max_loras: int, specialize_active_lora: bool = False) -> tup
     if not specialize_active_lora:
         return (0, max_loras + 1)
     return (0,) + tuple(n for n in range(1, max_loras + 2) if (n & (n - 1)) == 0 or n == max_loras + 1)
+
+
+def decode_request_sizes(capture_sizes: Iterable[int], query_lens: Iterable[int], max_num_seqs: int,
+                         max_capture_size: int) -> tuple[int, ...]:
+    """The request count each decode query length rounds a shared size up
+    to, where that many requests of it fit in the largest size."""
+    return tuple(sorted({min(-(-s // q), max_num_seqs) for s in capture_sizes for q in query_lens
+                         if -(-s // q) * q <= max_capture_size}))
+
+
+def decode_shapes(sizes: Iterable[int], limits: Mapping[int, int], max_tokens: int) -> list[tuple[int, int]]:
+    """(num_reqs, query_len) of the uniform decode graphs: for each query
+    length, the sizes up to the most requests it runs at and the tokens a
+    decode graph holds, the first size past that limit captured at it."""
+    ordered = sorted(set(sizes))
+    shapes: set[tuple[int, int]] = set()
+    for q, max_reqs in limits.items():
+        limit = min(max_reqs, max_tokens // q)
+        if limit < 1:
+            continue
+        shapes.update((min(n, limit), q) for n in ordered[: bisect.bisect_left(ordered, limit) + 1])
+    return sorted(shapes, key=lambda shape: (shape[1], shape[0]))
+
+
+def varlen_token_grid(max_tokens: int) -> tuple[int, ...]:
+    """Token counts of varlen decode graphs: 1, 2, 4, four sizes per doubling
+    from 8 to 1024, every 128 up to 4096, every 256 beyond, and the largest."""
+    if max_tokens <= 0:
+        return ()
+    grid = {1, 2, 4, 8}
+    low = 8
+    while low < 1024:
+        grid.update(range(low + low // 4, 2 * low + 1, low // 4))
+        low *= 2
+    grid.update(range(1024, 4096, 128), range(4096, max_tokens, 256))
+    return tuple(sorted({s for s in grid if s < max_tokens} | {max_tokens}))

