@@ -25,6 +25,7 @@ from cgsim.properties.registry import Violation
 from cgsim.runner import run_scenario
 from cgsim.scenario import Scenario
 from cgsim.targets.base import TargetEnvironmentError
+from cgsim.text import reason_class
 from cgsim.timeouts import ScenarioTimeout, deadline
 from cgsim.trace import Sweep, Trace
 
@@ -176,4 +177,6 @@ def observe(scenario: Scenario, target: str, backend: str, timeout: float | None
         capture_failed and get_backend(backend).capture_failure_poisons) or (
         backend == "cuda" and any(any(p in f"{e.exc_type} {e.message}" for p in CUDA_POISON) for e in errors))
     covered = tuple(("dispatch_sweeps", e.coverage) for e in trace.of(Sweep) if e.captured_flag)
+    if trace.unsupported:
+        covered += (("not_reachable", reason_class(trace.unsupported)),)
     return Outcome(tuple(findings), verdict.checked, time.perf_counter() - start, restart, covered)

@@ -101,7 +101,12 @@ def _error(step: int, phase: str, exc: BaseException) -> Error:
 
 
 def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Trace, sweep: bool) -> None:
+    unreachable = getattr(target, "unreachable", None)  # optional: a lifecycle the engine cannot be driven through
     try:
+        reason = unreachable(scenario) if unreachable is not None else None
+        if reason is not None:
+            trace.unsupported = reason
+            return
         handle = target.build(scenario.config, ruleset, backend, workload)
     except (ScenarioTimeout, TargetEnvironmentError):
         raise

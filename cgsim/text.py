@@ -3,7 +3,9 @@ finding's summary line or a note shows."""
 
 from __future__ import annotations
 
-__all__ = ["first_line"]
+import re
+
+__all__ = ["first_line", "reason_class"]
 
 
 def first_line(value: object, limit: int | None = None) -> str:
@@ -14,3 +16,8 @@ def first_line(value: object, limit: int | None = None) -> str:
     if limit is not None and len(text) > limit:
         text = text[: limit - 3] + "..."
     return text
+
+
+def reason_class(reason: str) -> str:
+    """A refusal's reason without its numbers: one count per kind of reason."""
+    return re.sub(r"\b\d+\b", "N", first_line(reason, 160))

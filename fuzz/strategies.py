@@ -132,6 +132,8 @@ ENGINE_MODES = (CUDAGraphMode.FULL_AND_PIECEWISE, CUDAGraphMode.FULL_DECODE_ONLY
 EngineSizes = Callable[[int, int, "tuple | None"], tuple]
 # A target's ``unsupported_reason``: why it cannot be given a config at all (None: it can).
 Refusal = Callable[[ManagerConfig], "str | None"]
+# A target's ``engine_config``: the config its engine builds from a drawn one (None: refused).
+Engine = Callable[[ManagerConfig], "ManagerConfig | None"]
 _MAX_NUM_SEQS = st.one_of(st.integers(1, 1024), st.sampled_from((8, 16, 32, 64, 128, 256, 512, 1024)))
 
 
@@ -305,22 +307,35 @@ def _takes(refusal: Refusal) -> Callable[[ManagerConfig], bool]:
     return lambda config: refusal(config) is None
 
 
+def _engine_configs(max_size: int, engine_sizes: EngineSizes | None, refusal: Refusal | None,
+                    engine: Engine | None) -> st.SearchStrategy[ManagerConfig]:
+    drawn = configs(max_size, engine_sizes)
+    if refusal is not None:
+        drawn = drawn.filter(_takes(refusal))
+    if engine is not None:
+        drawn = drawn.map(engine).filter(lambda built: built is not None)
+    return drawn
+
+
 @st.composite
 def scenarios(draw, ruleset: str | None = None, max_size: int = 128, config: ManagerConfig | None = None,
-              engine_sizes: EngineSizes | None = None, refusal: Refusal | None = None) -> Scenario:
+              engine_sizes: EngineSizes | None = None, refusal: Refusal | None = None,
+              engine: Engine | None = None) -> Scenario:
     """Scenarios of a config (``config``, or drawn); with ``refusal`` (a
     target's ``unsupported_reason``) only configs the target can be given: a
     scenario it refuses costs a run and judges nothing (on vLLM, tiny configs
-    whose max_capture_size exceeds their largest size were a third of all)."""
+    whose max_capture_size exceeds their largest size were a third of all).
+    With ``engine`` (a target's ``engine_config``, None where the engine
+    refuses) a drawn config stands for the engine settings it is drawn as, and
+    the scenario judges the config the engine builds from them."""
     if config is None and ruleset is not None and get_ruleset(ruleset).engine == "sglang":
         from fuzz.sglang_strategies import sglang_configs
 
         size = min(max_size, 64)
         config = draw(_once(("sglang-configs", size), lambda: sglang_configs(size)))
     cfg = config if config is not None else draw(_once(
-        ("configs", max_size, engine_sizes, refusal),
-        lambda: configs(max_size, engine_sizes) if refusal is None else configs(max_size, engine_sizes).filter(
-            _takes(refusal))))
+        ("configs", max_size, engine_sizes, refusal, engine), lambda: _engine_configs(max_size, engine_sizes, refusal,
+                                                                                       engine)))
     rs = ruleset if ruleset is not None else draw(_sampled(RULESET_NAMES))
     batch = batches(cfg)  # one strategy object for every batch of this scenario
     steps: list[Step] = []

@@ -170,4 +170,17 @@ class Target(Protocol):
         without building anything (None: it may take it; ``build`` still has
         the last word).  Campaign strategies draw only configs it may take."""
 
+    def engine_config(self, config: ManagerConfig) -> ManagerConfig:
+        """Optional: the config the engine builds from the settings ``config``
+        stands for (raise TargetUnsupported, with the engine's reason, where
+        it refuses them).  Campaign strategies judge what the engine builds."""
+
+    def unreachable(self, scenario: Any) -> str | None:
+        """Optional: why no settings a user can type drive the engine through
+        ``scenario``'s lifecycle (None: they do).  Such a scenario is not judged."""
+
+    def launch(self, scenario: Any) -> dict | None:
+        """Optional: the launch that reaches ``scenario`` (the command line a
+        user types and its parts), recorded with every finding."""
+
     def build(self, config: ManagerConfig, ruleset: Ruleset, backend, workload) -> ManagerUnderTest: ...

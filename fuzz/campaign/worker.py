@@ -62,7 +62,8 @@ from cgsim.profiles import get_profile
 from cgsim.properties.view import is_overflow_note
 from cgsim.report.findings import FindingStore
 from cgsim.report.repro import write_repro
-from cgsim.text import first_line
+from cgsim.scenario import Scenario
+from cgsim.text import first_line, reason_class
 from fuzz.campaign.options import CampaignOptions
 
 __all__ = ["WorkerSpec", "worker_main", "derive_seed", "EXIT_DONE", "EXIT_RESTART", "EXIT_ERROR", "EXIT_STORE",
@@ -100,14 +101,38 @@ def default_strategy(ruleset: str | None, target: str | None = None) -> Any:
     those the target can be given at all (its ``unsupported_reason``)."""
     from fuzz.strategies import scenarios
 
-    engine_sizes = refusal = None
+    engine_sizes = refusal = engine = None
     if target is not None:
         from cgsim.targets import get_target
 
         t = get_target(target)
         engine_sizes = getattr(t, "engine_capture_sizes", None)
         refusal = getattr(t, "unsupported_reason", None)
-    return scenarios(ruleset=ruleset, engine_sizes=engine_sizes, refusal=refusal)
+        engine = _counted(getattr(t, "engine_config", None))
+    return scenarios(ruleset=ruleset, engine_sizes=engine_sizes, refusal=refusal, engine=engine)
+
+
+# Configs the target's engine refused while the strategy drew them (engine
+# settings it will not start with, or sends to another runner), by reason:
+# counted with the worker's coverage ("not_reachable"), never judged.
+NOT_REACHABLE: Counter = Counter()
+
+
+def _counted(engine_config: Callable | None) -> Callable | None:
+    if engine_config is None:
+        return None
+
+    def built(config: Any) -> Any:
+        from cgsim.targets.base import TargetUnsupported
+
+        try:
+            return engine_config(config)
+        except TargetUnsupported as exc:
+            NOT_REACHABLE[reason_class(str(exc))] += 1
+            return None
+
+    return built
+
 
 
 @dataclass(frozen=True)
@@ -204,7 +229,7 @@ class Worker:
                 **self._fuzzed(),
                 "checks": dict(self.checks),
                 "failures": dict(self.failures),
-                "coverage": {k: dict(v) for k, v in self.coverage.items()},
+                "coverage": {k: dict(v) for k, v in {**self.coverage, "not_reachable": NOT_REACHABLE}.items() if v},
                 "found": sorted(self.found),
                 "final": final,
                 **({"replayed": self.replayed} if self.replayed is not None else {}),
@@ -279,8 +304,12 @@ class Worker:
         # is (optional hook; e.g. vLLM's known defects), recorded with it.
         from cgsim.targets import get_target
 
-        classify = getattr(get_target(o.target), "classify", None)
+        target = get_target(o.target)
+        classify = getattr(target, "classify", None)
         labels = classify(finding) if classify is not None else {}
+        launch = getattr(target, "launch", None)  # the settings a user types to reach it
+        if launch is not None:
+            labels = {**labels, "launch": launch(Scenario.from_json(finding.scenario))}
         finding = finding.with_(
             status=status, run_id=spec.run_id, worker=spec.index, seed=self._chunk_seed,
             elapsed_s=time.time() - self.started,

@@ -190,8 +190,6 @@ class Capabilities:
     # resolve_adaptive_cudagraph_mode in it (a separate decode route).
     adaptive_verification: bool
     adaptive_resolution: bool
-    # _init_candidates reads num_speculative_tokens_per_batch_size (dynamic speculative decoding).
-    dynamic_sd: bool
     draft_module: str | None
     draft_classes: tuple[str, str] | None  # (prefill manager, decode manager)
     draft_capture_params: tuple[str, ...]
@@ -201,6 +199,14 @@ class Capabilities:
     @property
     def ruleset(self) -> str:
         return self.design.ruleset
+
+    @property
+    def dynamic_sd(self) -> bool:
+        """vLLM's config path takes a per-batch-size speculative schedule
+        (asked of vLLM, cgsim.targets.vllm.engine.takes_dynamic_schedule)."""
+        from cgsim.targets.vllm.engine import takes_dynamic_schedule  # noqa: PLC0415
+
+        return takes_dynamic_schedule()
 
     @property
     def lora(self) -> bool:
@@ -297,10 +303,6 @@ def probe() -> Capabilities:
     if av_spec is not None:
         av = importlib.import_module("vllm.v1.worker.gpu.spec_decode.adaptive_verification")
         adaptive_resolution = hasattr(av, "resolve_adaptive_cudagraph_mode")
-    try:
-        init_src = inspect.getsource(cu.CudaGraphManager._init_candidates)
-    except (OSError, TypeError):
-        init_src = ""
     draft_module, draft_classes, draft_capture = _draft_managers()
     pool_api = ("capture_pool" if hasattr(cu, "capture_pool") else
                 "set_graph_pool_id" if "set_graph_pool_id" in _source(cu.CudaGraphManager.capture) else
@@ -318,7 +320,6 @@ def probe() -> Capabilities:
         uniform_prefill_dispatch=hasattr(cu, "get_uniform_token_count"),
         adaptive_verification=av_spec is not None and "varlen_decode" in ctor,
         adaptive_resolution=adaptive_resolution,
-        dynamic_sd="num_speculative_tokens_per_batch_size" in init_src,
         draft_module=draft_module, draft_classes=draft_classes, draft_capture_params=draft_capture,
         pool_api=pool_api,
     )
@@ -425,9 +426,6 @@ def unsupported_reason(config: Any, caps: Capabilities) -> str | None:
         return f"breakable: vLLM {v}'s MRV2 manager has no breakable CUDA graphs (no run_pw_graph)"
     if config.num_ubatches > 1 and not caps.dbo:
         return f"num_ubatches {config.num_ubatches}: vLLM {v} has no micro-batching (DBO) in MRV2"
-    if config.spec_schedule is not None and not caps.dynamic_sd:
-        return (f"spec_schedule: vLLM {v}'s candidate init has no dynamic speculative decoding "
-                "(num_speculative_tokens_per_batch_size is not read)")
     return None
 
 

@@ -367,6 +367,9 @@ def _projection(config: ManagerConfig) -> tuple:
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     fields.pop("mode")
     fields.pop("compiled_piecewise")  # what it decides is in the resolved mode
+    if mode == CUDAGraphMode.NONE:  # nothing is captured: no size matters
+        for name in ("capture_sizes", "max_capture_size", "decode_sizes"):
+            fields.pop(name)
     if config.num_ubatches == 1:
         fields.pop("ubatch_threshold")
     if fields.get("decode_sizes") is None:
@@ -397,7 +400,7 @@ def check_reached(config: ManagerConfig, release: bool = False) -> Any:
     except RulesetRejects as exc:
         raise EngineRefused(f"not reachable: {exc}") from None
     if _projection(reached) != _projection(expected):
-        raise EngineRefused(f"not reachable: from these engine arguments vLLM builds {_difference(config, reached)}")
+        raise EngineRefused(f"not reachable: from these engine arguments vLLM builds {_difference(expected, reached)}")
     return vc
 
 
@@ -424,3 +427,16 @@ def default_capture_sizes(max_num_seqs: int, decode_query_len: int, spec_schedul
     cc = vc.compilation_config
     split = getattr(cc, "prefill_cudagraph_capture_token_sizes", None)
     return tuple(sorted(split if split is not None else cc.cudagraph_capture_sizes))
+
+
+@functools.lru_cache(maxsize=1)
+def takes_dynamic_schedule() -> bool:
+    """Whether vLLM's config path takes num_speculative_tokens_per_batch_size
+    (dynamic speculative decoding): a launch with one, built by vLLM."""
+    config = ManagerConfig(capture_sizes=(1, 2, 4, 8), max_num_reqs=4, decode_query_len=3,
+                           spec_schedule=((1, 2, 2), (3, 4, 1)))
+    try:
+        engine_config(launch_for(config))
+    except EngineRefused:
+        return False
+    return True

@@ -456,22 +456,35 @@ class VllmManagerHandle:
         k = self.config.num_speculative_tokens
         dmode = VMode.FULL_DECODE_ONLY if vmode.decode_mode() == VMode.FULL else VMode.NONE
         # The sizes the managers capture after vLLM's own rounding (shared CompilationConfig).
-        cc = self.vllm_config.compilation_config
-        sizes = tuple(sorted(cc.cudagraph_capture_sizes or self.config.capture_sizes))
+        vc = self.vllm_config
+        cc = vc.compilation_config
+        split = getattr(cc, "prefill_cudagraph_capture_token_sizes", None)
+        sizes = tuple(sorted((split if split is not None else cc.cudagraph_capture_sizes) or self.config.capture_sizes))
         base = self.config.with_(capture_sizes=sizes, max_capture_size=int(cc.max_cudagraph_capture_size or max(sizes)),
                                  lora_cases=(0,), varlen_decode=False, num_ubatches=1)
-        roles = (
-            ("prefill", prefill_cls, (vmode, k + 1), {}, base.with_(mode=self.resolved_mode), True),
-            ("decode", decode_cls, (dmode,), {"decode_query_len": 1},
-             base.with_(mode=from_vllm_mode(dmode), decode_query_len=1, spec_schedule=None), k > 1),
-        )
+        decode_cfg = base.with_(mode=from_vllm_mode(dmode), decode_query_len=1, spec_schedule=None)
+        if "decode_query_lens" in caps.ctor_params:
+            # 0.34+ (spec_decode/target_dependent_ar/speculator.py and autoregressive/speculator.py
+            # init_cudagraph_manager): the prefill manager takes the target's decode query lengths and,
+            # with adaptive verification, its varlen decode graphs; the decode manager one-token
+            # decodes of up to max_num_seqs requests, sized get_draft_decode_cudagraph_request_sizes.
+            draft_sizes = tuple(vc.get_draft_decode_cudagraph_request_sizes())
+            prefill = ((vmode, vc.get_decode_cudagraph_query_lens(k + 1)), {"varlen_decode": self.config.varlen_decode},
+                       base.with_(mode=self.resolved_mode, varlen_decode=self.config.varlen_decode))
+            decode = ((dmode,), {"decode_query_lens": {1: self.config.max_num_reqs},
+                                 "decode_request_sizes": list(draft_sizes)},
+                      decode_cfg.with_(decode_sizes=draft_sizes))
+        else:
+            prefill = ((vmode, k + 1), {}, base.with_(mode=self.resolved_mode))
+            decode = ((dmode,), {"decode_query_len": 1}, decode_cfg)
+        roles = (("prefill", prefill_cls, *prefill, True), ("decode", decode_cls, *decode, k > 1))
         for role, cls, args, kwargs, cfg, driven in roles:
             handle = _DraftHandle(self, role, cfg) if driven else None
             try:
                 make = _tapped_class(cls, handle) if handle is not None else cls
                 manager = make(self.vllm_config, self.device, *args, **kwargs)
             except Exception as exc:
-                q = args[1] if len(args) > 1 else kwargs["decode_query_len"]
+                q = cfg.decode_query_len
                 what = f"decode_query_len={q}" if role == "prefill" else f"{dmode.name}, decode_query_len={q}"
                 raise RuntimeError(f"draft {role} manager ({what}): {type(exc).__name__}: {exc}") from exc
             self.draft_managers[role] = manager

@@ -123,6 +123,39 @@ class VllmTarget:
         except VllmEnvironmentError:
             return None  # the campaign's environment check reports it
 
+    def engine_config(self, config: ManagerConfig) -> ManagerConfig:
+        """The manager config vLLM builds from the engine arguments ``config``
+        stands for (TargetUnsupported with vLLM's reason where it refuses
+        them): campaigns judge what vLLM builds, not what was drawn."""
+        from cgsim.targets.vllm.engine import reach  # noqa: PLC0415
+
+        reason = self.unsupported_reason(config)
+        if reason is not None:
+            raise TargetUnsupported(reason)
+        return reach(config)
+
+    def unreachable(self, scenario: Any) -> str | None:
+        """Why no launch reaches ``scenario``'s lifecycle: releasing graphs
+        and capturing them again is what elastic expert parallelism does, so
+        a scenario with a release needs vLLM to accept an elastic-EP launch
+        (the V2 runner refused it before 0.32)."""
+        from cgsim.targets.vllm.engine import check_reached  # noqa: PLC0415
+
+        if not _releases(scenario):
+            return None
+        try:
+            check_reached(scenario.config, release=True)
+        except TargetUnsupported as exc:
+            return f"releasing graphs needs elastic expert parallelism: {exc}"
+        return None
+
+    def launch(self, scenario: Any) -> dict | None:
+        """The ``vllm serve`` line (engine arguments and environment) that
+        reaches ``scenario``."""
+        from cgsim.targets.vllm.engine import launch_for  # noqa: PLC0415
+
+        return launch_for(scenario.config, release=_releases(scenario)).to_json()
+
     def engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
                              spec_schedule: tuple | None) -> tuple[int, ...]:
         """The capture sizes this vLLM picks by default (VllmConfig._set_cudagraph_sizes)."""
@@ -156,6 +189,10 @@ def _self_check(version: str, location: str) -> None:
     from cgsim.targets.vllm.doctor import self_check  # noqa: PLC0415
 
     self_check()
+
+
+def _releases(scenario: Any) -> bool:
+    return any(step.kind == "release" for step in scenario.steps)
 
 
 def _vllm_default_sizes(max_num_seqs: int, decode_query_len: int, spec_schedule: tuple | None) -> tuple[int, ...]:
