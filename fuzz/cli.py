@@ -158,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("list", help="targets, mutants, rulesets and properties")
 
-    doc = sub.add_parser("doctor", help="the target adapter's self-check on the engine here; exit 2 when it drifted")
+    doc = sub.add_parser("doctor", help="the target adapter's self-check on the engine here; exit 2 when a "
+                         "mechanism broke, 1 when the engine violates a property no documented defect explains")
     doc.add_argument("--target", default="vllm", help="the target to check (default vllm)")
     doc.add_argument("--findings", default=None, help="documented finding JSONs to replay (default: docs/findings)")
     _source_flag(doc)
@@ -380,11 +381,16 @@ def _cmd_doctor(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"{args.target}: nothing to check (no adapter between cgsim and the code under test)")
         return 0
     header, checks, failure = doctor(findings_dir=args.findings, progress=lambda c: print(
-        f"  {'ok  ' if c.ok else 'FAIL'}  {c.name}: {c.detail}", flush=True), announce=print)
+        f"  {c.label}  {c.name}: {c.detail}", flush=True), announce=print)
     failed = sum(1 for c in checks if not c.ok)
-    print(f"doctor: {len(checks)} checks, {failed} failed ({header})")
+    found = [f for c in checks for f in c.findings]
+    print(f"doctor: {len(checks)} checks, {failed} failed, {len(found)} finding(s) about the tree ({header})")
     if failure:
         raise _Exit(2, failure)
+    if found:
+        print(f"doctor: the tree violates {', '.join(sorted({f.property for f in found}))} in scenarios no "
+              "documented defect explains: python -m fuzz run --target vllm shrinks them and writes their repros")
+        return 1
     return 0
 
 

@@ -80,6 +80,8 @@ class CampaignOptions:
     gpu_list: tuple[str, ...] | None = None
     environment: tuple[tuple[str, Any], ...] = ()  # what the target reports about the code under test
     cluster: Any = None  # with ray: the ray_executor.Cluster connected to
+    # What the target's self-check met about the code under test (Findings): replayed first.
+    self_check_findings: tuple[Any, ...] = ()
 
     def with_(self, **changes: Any) -> "CampaignOptions":
         return replace(self, **changes)
@@ -178,10 +180,11 @@ def validate(o: CampaignOptions) -> CampaignOptions:
     target = _one_line(get_target, o.target)
     try:
         target.check_environment()
-        # The target adapter's self-check (optional hook): drift is exit 2, never a finding.
+        # The target adapter's self-check (optional hook): a broken mechanism is
+        # exit 2; what it met about the code under test is replayed first.
         self_check = getattr(target, "self_check", None)
         if self_check is not None:
-            self_check()
+            changes["self_check_findings"] = tuple(self_check() or ())
     except TargetEnvironmentError as exc:
         raise UsageError(first_line(exc)) from None
     if o.ray is None or o.backend != "cuda":

@@ -2,23 +2,24 @@
 that imports here, run before every vLLM campaign and by ``python -m fuzz
 doctor``.
 
-A vLLM change to a convention the adapter relies on (a forward-context
-field, a constructor argument, the capture loop's calls) must show up here,
-as one line and exit 2, before it shows up as a finding about vLLM.  Two
-kinds of checks:
+It proves the adapter's mechanics, not vLLM's correctness: that it builds
+the manager through vLLM's front door, captures, dispatches, replays and
+releases, and that the trace records every step.  A mechanism that broke (an
+adapter error, a trace with a step missing, the plainest config refused) is
+exit 2 with one line, before anything is reported about vLLM.  A property a
+scenario violates that no documented defect of this release explains is a
+finding about the tree (``Check.findings``): the doctor exits 1 with it, and
+a campaign replays it first, so it is written, shrunk and given a repro
+like any other.  Two kinds of scenarios:
 
-- every documented finding (``docs/findings/*.json``) replayed under this
-  tree's ruleset: where this release has the documented defect
-  (``cgsim.targets.vllm.known``) it must reproduce and be recognised as that
-  defect;
 - clean scenarios, one per capability the tree has (compiled and breakable
   PIECEWISE, FULL, speculative decoding with its draft managers, LoRA FULL
   replay, varlen decode, DBO, release and recapture); a capability the tree
-  lacks must be refused as unsupported.
-
-In both, every violation must be a documented defect of this release: any
-other is drift (or a new defect, which the campaign should not report as
-vLLM's until someone has looked at it).
+  lacks must be refused, not run;
+- every documented finding (``docs/findings/*.json``) replayed under this
+  tree's ruleset: whether it reproduces as its documented defect where the
+  release has it is reported (a note, since a tree under change may have
+  fixed it).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from cgsim.scenario import Scenario, Step
 from cgsim.targets.vllm.compat import Capabilities, VllmEnvironmentError, require_vllm
 from cgsim.targets.vllm.known import classify, stopped_by
 from cgsim.text import first_line
+from cgsim.trace import Candidates, CaptureDone, Dispatch, Release, Replay, Sweep
 
 __all__ = ["Check", "DoctorFailed", "run_doctor", "doctor_line", "default_findings_dir", "CLEAN_SCENARIOS"]
 
@@ -47,9 +49,18 @@ class DoctorFailed(VllmEnvironmentError):
 
 @dataclass(frozen=True)
 class Check:
+    """One scenario's result: ``ok`` False when a mechanism of the adapter
+    broke; ``findings``: violations no documented defect of the release
+    explains (findings about the tree, never a failed check)."""
+
     name: str
     ok: bool
     detail: str
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return "FAIL" if not self.ok else "FIND" if self.findings else "ok  "
 
 
 def default_findings_dir() -> str | None:
@@ -139,19 +150,22 @@ def _check_finding_json(path: str, caps: Capabilities) -> Check:
     scenario = Scenario.from_json({**doc.scenario, "ruleset": caps.ruleset})
     trace, found = _run(scenario)
     if trace.unsupported:
-        return Check(name, True, f"not expressible to vLLM {caps.version} ({first_line(trace.unsupported, 120)})")
-    bad = _unexplained(found, caps.version)
+        return Check(name, True, f"not reachable on vLLM {caps.version} ({first_line(trace.unsupported, 120)})")
+    broken = _incomplete(scenario, trace)
+    if broken:
+        return Check(name, False, broken)
+    bad = tuple(_unexplained(found, caps.version))
     if bad:
-        return Check(name, False, f"replay shows {_describe(bad[0])}, which is no documented defect of vLLM "
-                                  f"{caps.version}")
+        return Check(name, True, f"replay shows {_describe(bad[0])}, which is no documented defect of vLLM "
+                                 f"{caps.version}", bad)
     if defect is not None and defect.present_in(caps.version):
         hits = [f for f in found if f.property == doc.property and classify(f, caps.version) == defect]
         if hits:
             return Check(name, True, f"reproduces #{defect.row} {defect.name}")
         stoppers = stopped_by(found, defect, caps.version)
         if defect.reachable_in(caps.version) or not stoppers:
-            return Check(name, False, f"vLLM {caps.version} has documented defect #{defect.row} ({defect.name}) but "
-                                      f"its replay no longer shows {doc.property}")
+            return Check(name, True, f"documented defect #{defect.row} ({defect.name}) of vLLM {caps.version} is not "
+                                     f"shown: its replay holds {doc.property} here (fixed in this tree?)")
         return Check(name, True, f"#{defect.row} {defect.name} not reached: stopped first by "
                                  + ", ".join(f"#{r}" for r in stoppers))
     return Check(name, True, "holds" if not found else "only documented defects of this release")
@@ -161,13 +175,40 @@ def _check_clean(name: str, config: ManagerConfig, steps: tuple[Step, ...], caps
     scenario = Scenario(config, steps, ruleset=caps.ruleset)
     trace, found = _run(scenario)
     if trace.unsupported:
-        return Check(name, False, f"refused as unsupported although vLLM {caps.version} has the capability: "
-                                  f"{first_line(trace.unsupported, 200)}")
-    bad = _unexplained(found, caps.version)
+        # The plainest engine must start; another capability may be one this
+        # release's config path refuses (its reason is vLLM's).
+        plainest = name == CLEAN_SCENARIOS[0][0]
+        return Check(name, not plainest, f"not reachable on vLLM {caps.version}: {first_line(trace.unsupported, 200)}")
+    broken = _incomplete(scenario, trace)
+    if broken:
+        return Check(name, False, broken)
+    bad = tuple(_unexplained(found, caps.version))
     if bad:
-        return Check(name, False, f"{_describe(bad[0])} (no documented defect of vLLM {caps.version})")
+        return Check(name, True, f"{_describe(bad[0])} (no documented defect of vLLM {caps.version})", bad)
     known = sorted({classify(f, caps.version).name for f in found})  # type: ignore[union-attr]
     return Check(name, True, "clean" if not known else "only documented defects: " + ", ".join(known))
+
+
+# What each step of a run must leave in its trace, up to the first error the
+# target raised (after which the run stops: NO-CRASH and INIT-TOTAL judge it).
+_STEP_EVENTS = {"capture": (CaptureDone, Sweep), "dispatch": (Dispatch, Replay), "release": (Release, Sweep)}
+
+
+def _incomplete(scenario: Scenario, trace: Any) -> str | None:
+    """Which step of ``scenario`` the adapter ran without recording what it
+    must (a broken mechanism of the adapter), or None."""
+    errors = [e.step for e in trace.errors]
+    if errors and min(errors) < 0:
+        return None  # building failed: the run has no steps
+    stop = min(errors) if errors else len(scenario.steps)
+    for i, step in enumerate(scenario.steps[:stop]):
+        for kind in _STEP_EVENTS[step.kind]:
+            if not any(getattr(e, "step", None) == i for e in trace.of(kind)):
+                return (f"the trace has no {kind.__name__} event for step {i} ({step.kind}): the adapter ran a step "
+                        "it did not record")
+    if not trace.of(Candidates):
+        return "the trace has no candidate snapshot: the adapter built a manager it did not read"
+    return None
 
 
 def _check_refused(name: str, config: ManagerConfig, caps: Capabilities) -> Check:
@@ -210,19 +251,22 @@ def _guard(name: str, fn: Callable[[], Check]) -> Check:
 
 
 def doctor_line(caps: Capabilities, checks: list[Check]) -> str | None:
-    """The one line for a failed self-check, or None when everything held."""
+    """The one line for a broken mechanism, or None when the adapter works."""
     failed = [c for c in checks if not c.ok]
     if not failed:
         return None
     more = f" (+{len(failed) - 1} more; python -m fuzz doctor lists them)" if len(failed) > 1 else ""
     return (f"the vLLM adapter's self-check failed on vLLM {caps.version}: {failed[0].name}: {failed[0].detail}"
-            f"{more}; the adapter has drifted from this vLLM (or this is a new defect): no campaign finding "
-            "would be trustworthy")
+            f"{more}; the adapter cannot drive this vLLM as it must, so nothing it would report about it could "
+            "be trusted")
 
 
-def self_check() -> None:
-    """Raise DoctorFailed (one line) unless every check holds."""
+def self_check() -> tuple[Finding, ...]:
+    """Raise DoctorFailed (one line) when a mechanism broke; else the
+    findings about the tree the checks met (the campaign replays them)."""
     caps = require_vllm()
-    line = doctor_line(caps, run_doctor())
+    checks = run_doctor()
+    line = doctor_line(caps, checks)
     if line is not None:
         raise DoctorFailed(line)
+    return tuple(f for c in checks for f in c.findings)

@@ -366,7 +366,10 @@ def _projection(config: ManagerConfig) -> tuple:
         mode = f"unresolvable: {exc}"
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     fields.pop("mode")
-    fields.pop("compiled_piecewise")  # what it decides is in the resolved mode
+    # What these two decide is in the resolved mode (breakable graphs leave the
+    # splitting ops empty in vLLM's config, and break at attention themselves).
+    fields.pop("compiled_piecewise")
+    fields.pop("attention_split")
     if mode == CUDAGraphMode.NONE:  # nothing is captured: no size matters
         for name in ("capture_sizes", "max_capture_size", "decode_sizes"):
             fields.pop(name)

@@ -110,10 +110,12 @@ class VllmTarget:
         checks = run_doctor(findings_dir, progress)
         return header, checks, doctor_line(caps, checks)
 
-    def self_check(self) -> None:
-        """The adapter's self-check on this vLLM (cgsim.targets.vllm.doctor);
-        raises VllmEnvironmentError naming what drifted.  Once per process."""
-        _self_check(self.caps.version, self.caps.location)
+    def self_check(self) -> tuple:
+        """The adapter's self-check on this vLLM (cgsim.targets.vllm.doctor):
+        raises VllmEnvironmentError naming a broken mechanism; else the
+        findings about the tree it met, for the campaign to replay first.
+        Once per process."""
+        return _self_check(self.caps.version, self.caps.location)
 
     def unsupported_reason(self, config: ManagerConfig) -> str | None:
         """What this vLLM's manager cannot be given (features it lacks, config
@@ -185,10 +187,10 @@ class VllmTarget:
 
 
 @functools.lru_cache(maxsize=4)
-def _self_check(version: str, location: str) -> None:
+def _self_check(version: str, location: str) -> tuple:
     from cgsim.targets.vllm.doctor import self_check  # noqa: PLC0415
 
-    self_check()
+    return self_check()
 
 
 def _releases(scenario: Any) -> bool:
