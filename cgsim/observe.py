@@ -122,6 +122,9 @@ class Outcome:
     # (dimension, value) pairs for the campaign's coverage section: how each
     # dispatch sweep after a capture covered the schedulable batches.
     coverage: tuple[tuple[str, str], ...] = ()
+    # The target refused the scenario (the engine would not be started with
+    # its settings, or cannot be driven through its lifecycle): nothing ran.
+    unsupported: str | None = None
 
     @property
     def properties(self) -> list[str]:
@@ -179,4 +182,4 @@ def observe(scenario: Scenario, target: str, backend: str, timeout: float | None
     covered = tuple(("dispatch_sweeps", e.coverage) for e in trace.of(Sweep) if e.captured_flag)
     if trace.unsupported:
         covered += (("not_reachable", reason_class(trace.unsupported)),)
-    return Outcome(tuple(findings), verdict.checked, time.perf_counter() - start, restart, covered)
+    return Outcome(tuple(findings), verdict.checked, time.perf_counter() - start, restart, covered, trace.unsupported)

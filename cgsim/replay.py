@@ -15,8 +15,9 @@ from cgsim.observe import RUNNER, Outcome, Pipeline, observe
 from cgsim.properties.harness import NO_CRASH, NO_HANG
 from cgsim.scenario import Scenario
 from cgsim.targets import get_target
+from cgsim.targets.base import TargetEnvironmentError
 
-__all__ = ["ReplayResult", "reproduce", "describe", "DEFAULT_REPLAY_TIMEOUT", "ScriptVerdict", "script_verdict",
+__all__ = ["ReplayResult", "ScenarioNotRunnable", "reproduce", "describe", "DEFAULT_REPLAY_TIMEOUT", "ScriptVerdict", "script_verdict",
            "finding_in_repro", "script_time_limit", "CRASH_SIGNALS"]
 
 DEFAULT_REPLAY_TIMEOUT = 60.0
@@ -63,7 +64,15 @@ def reproduce(finding: Finding, backend: str | None = None, timeout: float | Non
     if timeout is None:
         timeout = float(finding.extra.get("timeout_s") or DEFAULT_REPLAY_TIMEOUT)
     outcome = observe(scenario, finding.target, backend, timeout, pipeline=pipeline)
+    if outcome.unsupported is not None:
+        # Nothing ran: neither a reproduction nor a fix.
+        raise ScenarioNotRunnable(f"{finding.id} cannot run on {finding.target} here: {outcome.unsupported}")
     return ReplayResult(finding.property, outcome.first(finding.property) is not None, outcome)
+
+
+class ScenarioNotRunnable(TargetEnvironmentError):
+    """The finding's scenario is one the target here refuses to run (its
+    engine would not start with those settings): exit 2, could not tell."""
 
 
 def finding_in_repro(path: str) -> Finding:

@@ -192,14 +192,18 @@ def _applies_roundtrip(run: RunView) -> bool:
         sv.exact() for sv in run.captured_sweeps)
 
 
-def _roundtrip_ok(d: BatchDescriptor, b, target: BatchDescriptor, cases) -> bool:
+def _roundtrip_ok(d: BatchDescriptor, b, target: BatchDescriptor, cases, choices) -> bool:
     rank, want = RUNTIME_RANK[d.cg_mode], RUNTIME_RANK[target.cg_mode]
     # Higher priority may pad requests (a FULL graph always fixes num_reqs)
     # but no tokens; the same priority must pad no more than the exact one.
-    return d.cg_mode != N and compatible(d, b, cases) and (
+    # The oracle's own choice is always right (a FULL graph that pads the
+    # tokens of a batch which has an exact PIECEWISE graph: DISPATCH-PRIORITY
+    # asks for it, and a design whose FULL and PIECEWISE graphs have sizes of
+    # their own, vllm-0.34's varlen decode grid, meets it).
+    return d in choices or (d.cg_mode != N and compatible(d, b, cases) and (
         (rank > want and d.num_tokens == b.num_tokens)
         or (rank == want and padding_key(d, b) <= padding_key(target, b))
-    )
+    ))
 
 
 @declare("DISPATCH-ROUNDTRIP", "a batch exactly the shape of a captured descriptor dispatches to it "
@@ -213,7 +217,7 @@ def dispatch_roundtrip(run: RunView) -> list[Violation]:
         if not exact:
             continue
         target = max(exact, key=lambda c: RUNTIME_RANK[c.cg_mode])
-        if not _roundtrip_ok(d, b, target, cases):
+        if not _roundtrip_ok(d, b, target, cases, dispatch_choices(b, v.captured.descs, cases)):
             out.append(Violation(
                 "DISPATCH-ROUNDTRIP",
                 f"{b.short()} has exactly the shape of captured {target.short()} but dispatched to {d.short()}"
@@ -225,7 +229,7 @@ def dispatch_roundtrip(run: RunView) -> list[Violation]:
         for b, d, fit in sv.exact():
             exact = fit.exact
             target = max(exact, key=lambda c: RUNTIME_RANK[c.cg_mode])
-            if not _roundtrip_ok(d, b, target, cases):
+            if not _roundtrip_ok(d, b, target, cases, fit.choices):
                 failures.append((b, f"{b.short()} has exactly the shape of captured {target.short()} but dispatched to "
                                     f"{d.short()}" + (f" (pads {padding_key(d, b)})" if d.cg_mode != N else "")))
         out += sweep_violations("DISPATCH-ROUNDTRIP", sv, failures)

@@ -20,6 +20,7 @@ and one line naming what could not be written.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import platform
 import secrets
@@ -174,12 +175,18 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
         from fuzz.campaign.example_db import open_example_db
 
         saved = open_example_db(o.example_db, o.target, o.backend)
-    replay = saved.entries() if saved is not None else ()
+    saved_entries = saved.entries() if saved is not None else ()
+    replay = saved_entries
     if o.self_check_findings:
         from fuzz.campaign.example_db import SavedFailure
 
-        # Findings of the self-check about the code under test: run first, recorded like any other.
-        replay += tuple(SavedFailure(f.id, f.property, "pending", dict(f.scenario)) for f in o.self_check_findings)
+        # Findings of the self-check about the code under test: run first (each
+        # scenario once: a run records every property it violates), recorded like any other.
+        first: dict[str, Any] = {}
+        for f in o.self_check_findings:
+            first.setdefault(json.dumps(f.scenario, sort_keys=True), f)
+        replay += tuple(SavedFailure(f.id, f.property, "pending", dict(f.scenario)) for f in first.values())
+    self_checked = len(replay) - len(saved_entries)
     run_id, run_dir = _make_run_dir(o.report_dir)
     lock_fd = hold_run_lock(run_dir)
     coverage = _TargetCoverage(o, run_dir)
@@ -202,12 +209,11 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
         notes = list(sup.notes) + [f"not on disk: {f.property} {f.id}: {first_line(f.message, 200)}; "
                                    f"scenario {f.scenario_short}" for f in sup.unwritten]
         notes += list(dict.fromkeys(sup.store_errors + report_errors + (saved.errors if saved is not None else [])))
-        if saved is not None and len(replay) > len(o.self_check_findings):
-            notes.append(f"example database: {len(replay) - len(o.self_check_findings)} saved failure(s) replayed "
-                         "first")
+        if saved_entries:
+            notes.append(f"example database: {len(saved_entries)} saved failure(s) replayed first")
         if o.self_check_findings:
             notes.append(f"the target's self-check met {len(o.self_check_findings)} violation(s) no documented "
-                         "defect explains; they were replayed first")
+                         f"defect explains, in {self_checked} scenario(s); they were replayed first")
         summary = build_summary(
             run_id=run_id, settings=settings_of(o, [s.gpu for s in sup.slots] if o.gpu_list else None),
             findings=findings, stats=sup.stats(), workers=sup.workers(), complete=complete,

@@ -365,10 +365,14 @@ def require_vllm() -> Capabilities:
 
 @functools.lru_cache(maxsize=4)
 def _require(source: str | None) -> Capabilities:
-    from cgsim.targets.vllm import platform  # noqa: PLC0415
+    from cgsim.targets.vllm import mutation, platform  # noqa: PLC0415
 
     if source:
         apply_source(source)
+    try:
+        mutation.install_from_environment()  # after the overlay: a mutated line is the tree's
+    except mutation.MutationError as exc:
+        raise VllmEnvironmentError(str(exc)) from None
     # cgsim's device is the platform of this process (cgsim.targets.vllm.platform);
     # an explicit VLLM_TARGET_DEVICE=cpu would skip the platform plugins.
     os.environ.setdefault(platform.PLATFORM_ENV, "cpu")

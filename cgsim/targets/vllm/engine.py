@@ -31,8 +31,8 @@ from cgsim.modes import AttentionSupport, CUDAGraphMode
 from cgsim.targets.base import TargetUnsupported
 from cgsim.text import first_line
 
-__all__ = ["EngineLaunch", "EngineRefused", "launch_for", "engine_config", "manager_config", "reach",
-           "default_capture_sizes", "TOY_ROOT", "CHECKPOINTS"]
+__all__ = ["EngineLaunch", "EngineRefused", "launch_for", "engine_config", "manager_config", "reach", "check_reached",
+           "token_sizes", "default_capture_sizes", "takes_dynamic_schedule", "TOY_ROOT", "CHECKPOINTS"]
 
 DENSE, MOE = "dense", "moe"
 TOY_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "toy")
@@ -292,6 +292,12 @@ def engine_config(launch: EngineLaunch) -> Any:
             return args.create_engine_config()
         except _REFUSALS as exc:
             raise EngineRefused(f"vLLM refuses these engine arguments: {_reason(exc)}") from None
+        except Exception as exc:  # noqa: BLE001 - before the manager: the install or the platform, never a finding
+            from cgsim.targets.vllm.compat import VllmEnvironmentError  # noqa: PLC0415
+
+            raise VllmEnvironmentError(
+                f"vLLM's config path failed here ({type(exc).__name__}: {first_line(exc, 200)}), before any "
+                "CUDA-graph code ran: the install or cgsim's platform, not the manager") from None
 
 
 def _reason(exc: BaseException) -> str:
@@ -318,16 +324,11 @@ def manager_config(vc: Any, requested: ManagerConfig) -> ManagerConfig:
     cc, pc, sc = vc.compilation_config, vc.parallel_config, vc.speculative_config
     mode = CUDAGraphMode.parse(cc.cudagraph_mode.name)
     changes: dict[str, Any] = {"mode": mode, "max_num_reqs": int(vc.scheduler_config.max_num_seqs)}
-    split_sizes = getattr(cc, "prefill_cudagraph_capture_token_sizes", None)
-    if mode != CUDAGraphMode.NONE:
-        if split_sizes is not None:  # 0.34+: token sizes of prefill graphs, request counts of decode graphs
-            sizes = tuple(sorted(split_sizes))
+    if mode != CUDAGraphMode.NONE and (cc.cudagraph_capture_sizes or getattr(cc, "prefill_cudagraph_capture_token_sizes",
+                                                                                None)):
+        changes["capture_sizes"], changes["max_capture_size"] = token_sizes(cc, requested.capture_sizes)
+        if hasattr(cc, "decode_cudagraph_capture_request_sizes"):  # 0.34+: decode graphs by request count
             changes["decode_sizes"] = tuple(sorted(cc.decode_cudagraph_capture_request_sizes or ()))
-        else:
-            sizes = tuple(sorted(cc.cudagraph_capture_sizes or ()))
-        if sizes:
-            changes["capture_sizes"] = sizes
-            changes["max_capture_size"] = int(cc.max_cudagraph_capture_size or max(sizes))
     k = int(sc.num_speculative_tokens) if sc is not None else 0
     changes["decode_query_len"] = 1 + k
     schedule = getattr(sc, "num_speculative_tokens_per_batch_size", None) if sc is not None else None
@@ -342,6 +343,20 @@ def manager_config(vc: Any, requested: ManagerConfig) -> ManagerConfig:
     vllm_compile = importlib.import_module("vllm.config.compilation").CompilationMode.VLLM_COMPILE
     changes["compiled_piecewise"] = cc.mode == vllm_compile
     return dataclasses.replace(requested, **changes)
+
+
+def token_sizes(cc: Any, fallback: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
+    """(token sizes of the token-keyed graphs, the most tokens a graph holds)
+    as the manager reads them: 0.34+ keys prefill graphs by
+    prefill_cudagraph_capture_token_sizes and records the largest of every
+    graph's tokens, which for FULL_DECODE_ONLY (no prefill graphs) may lie
+    below the prefill sizes: those are then cut to it (they size nothing)."""
+    split = getattr(cc, "prefill_cudagraph_capture_token_sizes", None)
+    sizes = tuple(sorted((split if split is not None else cc.cudagraph_capture_sizes) or fallback))
+    top = int(cc.max_cudagraph_capture_size or max(sizes))
+    if max(sizes) > top:
+        sizes = tuple(s for s in sizes if s <= top) or (top,)
+    return sizes, top
 
 
 def _lora_cases(vc: Any, requested: ManagerConfig) -> tuple[int, ...]:

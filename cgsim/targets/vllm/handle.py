@@ -44,7 +44,7 @@ from cgsim.modes import CUDAGraphMode, ModeResolutionError
 from cgsim.spec.rulesets import Ruleset
 from cgsim.targets.base import CandidateSnapshot, Execution, TargetUnsupported
 from cgsim.targets.vllm.coverage import measuring
-from cgsim.targets.vllm.engine import check_reached
+from cgsim.targets.vllm.engine import check_reached, token_sizes
 from cgsim.targets.vllm.compat import (
     Capabilities,
     VllmEnvironmentError,
@@ -458,10 +458,9 @@ class VllmManagerHandle:
         # The sizes the managers capture after vLLM's own rounding (shared CompilationConfig).
         vc = self.vllm_config
         cc = vc.compilation_config
-        split = getattr(cc, "prefill_cudagraph_capture_token_sizes", None)
-        sizes = tuple(sorted((split if split is not None else cc.cudagraph_capture_sizes) or self.config.capture_sizes))
-        base = self.config.with_(capture_sizes=sizes, max_capture_size=int(cc.max_cudagraph_capture_size or max(sizes)),
-                                 lora_cases=(0,), varlen_decode=False, num_ubatches=1)
+        sizes, top = token_sizes(cc, self.config.capture_sizes)
+        base = self.config.with_(capture_sizes=sizes, max_capture_size=top, lora_cases=(0,), varlen_decode=False,
+                                 num_ubatches=1)
         decode_cfg = base.with_(mode=from_vllm_mode(dmode), decode_query_len=1, spec_schedule=None)
         if "decode_query_lens" in caps.ctor_params:
             # 0.34+ (spec_decode/target_dependent_ar/speculator.py and autoregressive/speculator.py
@@ -675,9 +674,11 @@ class VllmManagerHandle:
             if desc.cg_mode == F:
                 out = self._full_output(desc)
                 return Execution(out[: batch.num_tokens].clone(), "full", md.id, desc)
-            key = (num_tokens, self.has_lora, desc.num_active_loras)
             bd_fields = {"num_tokens": num_tokens, "has_lora": self.has_lora, "num_active_loras": desc.num_active_loras}
             vbd = fc.BatchDescriptor(**{k: v for k, v in bd_fields.items() if k in _bd_fields(fc.BatchDescriptor)})
+            # Keyed as the capture's forward context keys it (cgsim_context): by
+            # what this tree's BatchDescriptor carries (0.34 has no has_lora).
+            key = (vbd.num_tokens, bool(getattr(vbd, "has_lora", False)), int(getattr(vbd, "num_active_loras", 0)))
             if desc.cg_mode == P and self.uses_breakable:
                 runner = self.manager.breakable_cg_runner
                 hit = runner is not None and vbd in runner.entries and runner.entries[vbd].capture is not None
