@@ -381,6 +381,8 @@ def _require(source: str | None) -> Capabilities:
     try:
         importlib.import_module("vllm")
         platform.install()
+    except platform.PlatformError as exc:
+        raise VllmEnvironmentError(f"{exc}; unset it, or add cgsim to it") from None
     except ModuleNotFoundError as exc:
         if exc.name == "vllm":
             raise VllmEnvironmentError(
@@ -498,9 +500,23 @@ PATCHES: tuple[Patch, ...] = (
     ),
     Patch(
         "breakable-gc-collect",
-        "The same pre-capture cleanup runs gc.collect() per descriptor (0.28-0.29 always): ~0.5 s "
-        "each in a process holding vLLM. Replaced by a no-op inside vllm.compilation."
-        "breakable_cudagraph only; collection frees memory, it changes nothing that is captured.",
+        "The same pre-capture cleanup runs gc.collect() per descriptor (0.28-0.29 always), and elastic "
+        "EP's release once: ~0.5 s each in a process holding vLLM. Replaced by a no-op inside "
+        "vllm.compilation.breakable_cudagraph and vllm.distributed.elastic_ep.elastic_execute only; "
+        "collection frees memory, it changes nothing that is captured.",
+    ),
+    Patch(
+        "accelerator-synchronize",
+        "Elastic EP's release synchronizes the accelerator before emptying its cache; with no "
+        "accelerator (CPU process, mock backend) torch raises. Routed to the backend's synchronize "
+        "while no accelerator is present.",
+    ),
+    Patch(
+        "device-has-triton",
+        "vLLM 0.24-0.33 route a config to the V1 model runner where HAS_TRITON is False "
+        "(config/vllm.py use_v2_model_runner); the GPU cgsim's platform presents has Triton, a CPU "
+        "host without triton-cpu does not. True while vLLM builds a config (engine.engine_config); "
+        "no Triton kernel runs on the capture path.",
     ),
     Patch(
         "breakable-env",
@@ -661,20 +677,24 @@ def vllm_process_patches(backend: Any, breakable: bool = False) -> Iterator[None
         accel = getattr(torch, "accelerator", None)
         if accel is not None and not _accelerator_present():
             _set_attr(stack, accel, "empty_cache", lambda: cuda.empty_cache())
+            # accelerator-synchronize
+            _set_attr(stack, accel, "synchronize", lambda *a: cuda.synchronize())
 
         # breakable-gc-collect
         try:
-            bcg_mod = importlib.import_module("vllm.compilation.breakable_cudagraph")
+            importlib.import_module("vllm.compilation.breakable_cudagraph")
         except ImportError:
-            bcg_mod = None
-        if bcg_mod is not None and hasattr(bcg_mod, "gc"):
-            import gc as _gc  # noqa: PLC0415
+            pass
+        import gc as _gc  # noqa: PLC0415
 
-            shim = type("gc", (), {"collect": staticmethod(lambda *a, **k: 0),
-                                   "isenabled": staticmethod(_gc.isenabled),
-                                   "disable": staticmethod(_gc.disable),
-                                   "enable": staticmethod(_gc.enable)})
-            _set_attr(stack, bcg_mod, "gc", shim)
+        shim = type("gc", (), {"collect": staticmethod(lambda *a, **k: 0),
+                               "isenabled": staticmethod(_gc.isenabled),
+                               "disable": staticmethod(_gc.disable),
+                               "enable": staticmethod(_gc.enable)})
+        for name in ("vllm.compilation.breakable_cudagraph", "vllm.distributed.elastic_ep.elastic_execute"):
+            mod = sys.modules.get(name)  # the release path is imported before its first release
+            if mod is not None and hasattr(mod, "gc"):
+                _set_attr(stack, mod, "gc", shim)
 
         # dummy-request-ids
         try:

@@ -308,7 +308,8 @@ _ADAPTER_FILES = frozenset(os.path.splitext(os.path.abspath(os.path.join(os.path
 # The stand-ins vLLM calls: a TypeError/AttributeError naming one is the
 # adapter's interface drifting from vLLM's, not a vLLM defect.
 _STAND_INS = ("_ModelState", "_BlockTables", "_KVCacheConfig", "_UBatchRunner", "_ToyModule", "VllmManagerHandle",
-              "CompiledPiecewiseMarker", "vllm_process_patches", "CgsimPlatform", "_DraftHandle")
+              "CompiledPiecewiseMarker", "vllm_process_patches", "CgsimPlatform", "_DraftHandle", "_RunnerView",
+              "_SpeculatorView", "SimpleNamespace")
 _MISSING_OP = ("No such operator _C", "'_OpNamespace' '_C' object has no attribute")
 
 
@@ -720,11 +721,25 @@ class VllmManagerHandle:
         and their _release_cuda_graphs only knows model-wrapping runners
         (CUDAGraphWrapper / UBatchWrapper), so the MRV2 manager keeps its graphs
         and its breakable runner; only the compiled wrappers are reset."""
-        if self.caps.has_release_graphs:
-            with self._patched():
+        if not self.caps.has_release_graphs:
+            return
+        elastic = _elastic_executor()  # imported before the patches: they reach into its module
+        with self._patched():
+            if elastic is None:
                 self.manager.release_graphs()
                 for m in self.draft_managers.values():
                     m.release_graphs()
+                return
+            # vLLM's own release path, on a view of the runner holding what it
+            # reads: the manager, the speculator's managers, the models
+            # (0.34: and a fresh graph pool for the next capture).
+            speculator = _SpeculatorView(self.draft_managers, self.drafts.get("prefill"))
+            runner = _RunnerView(self.manager, speculator, self.model)
+            worker = types.SimpleNamespace(model_runner=runner, vllm_config=self.vllm_config)
+            executor = types.SimpleNamespace(worker=worker)
+            if hasattr(elastic, "_switch_to_fresh_graph_pool"):
+                executor._switch_to_fresh_graph_pool = types.MethodType(elastic._switch_to_fresh_graph_pool, executor)
+            elastic._release_cuda_graphs(executor)
         # reset_compile_wrapper drops the compiled piecewise graphs: the runner
         # makes the workload forget every graph after a release.
 
@@ -759,6 +774,39 @@ class VllmManagerHandle:
             return self._snapshot(m._capture_descs, m._candidates)
         finally:
             m._capture_descs, m._candidates = saved
+
+
+def _elastic_executor() -> Any:
+    """The class whose _release_cuda_graphs elastic EP runs (0.28+), or None."""
+    try:
+        mod = importlib.import_module("vllm.distributed.elastic_ep.elastic_execute")
+    except ImportError:
+        return None
+    cls = getattr(mod, "ElasticEPScalingExecutor", None)
+    return cls if cls is not None and hasattr(cls, "_release_cuda_graphs") else None
+
+
+class _RunnerView:
+    """What elastic EP's release reads of the model runner."""
+
+    def __init__(self, manager: Any, speculator: Any, model: Any):
+        self.cudagraph_manager = manager
+        self.speculator = speculator
+        self.model = model
+
+    def get_model(self) -> Any:
+        return self.model
+
+
+class _SpeculatorView:
+    """The speculator as the release walks it: its managers as attributes
+    (vars(speculator)), and its draft model."""
+
+    def __init__(self, managers: dict[str, Any], prefill: Any):
+        for role, manager in managers.items():
+            setattr(self, f"{role}_cudagraph_manager", manager)
+        if prefill is not None:
+            self.model = prefill.model
 
 
 class _DraftHandle(VllmManagerHandle):

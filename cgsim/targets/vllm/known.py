@@ -178,7 +178,8 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
     # the draft decode manager of 0.25-0.31 (#3) in their documented scenarios.
     KnownDefect(
         1, "dynsd-nearest-group", "dynamic speculative decoding: the nearest FULL group lacks the batch's decode length",
-        "0.25.0", None, frozenset({"DISPATCH-PRIORITY", "DISPATCH-COMPLETE"}), _nearest_group, reachable_from="0.32.0",
+        "0.25.0", "0.34.0", frozenset({"DISPATCH-PRIORITY", "DISPATCH-COMPLETE"}), _nearest_group,
+        reachable_from="0.32.0",
         # On 0.25-0.28 #2's cross-mode lists lose the same FULL graph (and 0.29,
         # which groups per mode, dispatches those batches to it).
         shadowed_by=2,
@@ -214,7 +215,7 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
     KnownDefect(
         15, "breakable-recapture-into-host-pool",
         "breakable graphs re-captured into the released global pool without emptying the host cache (torch >= 2.11)",
-        "0.32.0", None, frozenset({"NO-CRASH"}),
+        "0.32.0", "0.34.0", frozenset({"NO-CRASH"}),
         lambda f, c: c.breakable and _after_release(f) and "CachingHostAllocator" in f.message,
     ),
     KnownDefect(

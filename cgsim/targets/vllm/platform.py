@@ -25,7 +25,7 @@ import functools
 import os
 from typing import Any
 
-__all__ = ["PLATFORM_ENV", "QUALNAME", "activate", "device_type", "install"]
+__all__ = ["PLATFORM_ENV", "QUALNAME", "PlatformError", "activate", "device_type", "install"]
 
 PLATFORM_ENV = "CGSIM_VLLM_PLATFORM"
 QUALNAME = "cgsim.targets.vllm.platform.CgsimPlatform"
@@ -62,8 +62,15 @@ def install() -> None:
         else:
             current = platforms._current_platform = _platform_class()()
     if type(current).__name__ != "CgsimPlatform":
-        raise RuntimeError(f"vLLM's platform is {type(current).__name__}, resolved before cgsim could present "
-                           "its device (something imported vLLM's current_platform first)")
+        allowed = os.environ.get("VLLM_PLUGINS")
+        why = (f"VLLM_PLUGINS={allowed!r} does not allow the platform plugin 'cgsim'" if allowed is not None
+               and "cgsim" not in allowed.split(",") else "something resolved vLLM's current_platform before cgsim "
+               "could present its device")
+        raise PlatformError(f"vLLM runs on the platform {type(current).__name__}, not cgsim's: {why}")
+
+
+class PlatformError(RuntimeError):
+    """vLLM took another platform than cgsim's device."""
 
 
 def __getattr__(name: str) -> Any:
