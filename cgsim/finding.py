@@ -123,6 +123,7 @@ class Finding:
         return cls(
             property=v.property, message=v.message, target=target, backend=backend, scenario=scenario_json,
             kind=prop.kind if prop is not None else "violation", step=v.step, scenario_short=scenario_short,
+            extra={"facts": dict(v.facts)} if v.facts else {},
         )
 
     # -- JSON -------------------------------------------------------------------

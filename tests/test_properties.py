@@ -870,12 +870,18 @@ def test_dispatch_roundtrip_allows_full_with_request_padding():
     assert_holds("DISPATCH-ROUNDTRIP", sc, t)
 
 
-def test_dispatch_roundtrip_higher_priority_may_not_pad_tokens():
+def test_dispatch_roundtrip_higher_priority_pads_tokens_only_as_the_oracle_chooses():
+    # A 4-token batch with an exact PIECEWISE graph and two larger FULL ones:
+    # the smaller FULL graph is what DISPATCH-PRIORITY and the oracle ask for
+    # (FULL over PIECEWISE, then least padding), so it is no roundtrip
+    # failure; the larger one is.
     sc = scenario(C(mode=CUDAGraphMode.FULL_AND_PIECEWISE), cap(), disp(3, 1))
     t = mutate(good_trace(sc), lambda e: True, lambda e: e)
-    t.events.insert(0, GraphStored(FD(8, 8), 0))  # a FULL mixed graph of 8 tokens
-    t = _redispatch(t, 1, FD(8, 8), "full")
-    assert_violates("DISPATCH-ROUNDTRIP", sc, t, "exactly the shape of captured", PD(4).short(), FD(8, 8).short())
+    t.events.insert(0, GraphStored(FD(8, 8), 0))  # FULL mixed graphs of 8 and 6 tokens
+    t.events.insert(0, GraphStored(FD(6, 6), 0))
+    assert_violates("DISPATCH-ROUNDTRIP", sc, _redispatch(t, 1, FD(8, 8), "full"), "exactly the shape of captured",
+                    PD(4).short(), FD(8, 8).short())
+    assert_holds("DISPATCH-ROUNDTRIP", sc, _redispatch(t, 1, FD(6, 6), "full"))
 
 
 def test_dispatch_roundtrip_exact_shape_goes_elsewhere():

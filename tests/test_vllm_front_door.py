@@ -31,7 +31,7 @@ from cgsim.scenario import Scenario, Step  # noqa: E402
 from cgsim.targets.base import TargetUnsupported  # noqa: E402
 from cgsim.targets.vllm import VllmTarget  # noqa: E402
 from cgsim.targets.vllm.compat import require_vllm  # noqa: E402
-from cgsim.targets.vllm.engine import EngineRefused, engine_config, launch_for, reach  # noqa: E402
+from cgsim.targets.vllm.engine import EngineRefused, engine_config, launch_for, reach, runs_v2_runner  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,12 +45,7 @@ def _v2_runner_builds(args: dict, env: dict, model: str) -> None:
     from cgsim.targets.vllm.engine import EngineLaunch, _text
 
     launch = EngineLaunch(model, tuple(sorted((k, _text(v)) for k, v in args.items())), tuple(sorted(env.items())))
-    vc = engine_config(launch)
-    runner = getattr(vc, "use_v2_model_runner", None)
-    if callable(runner):
-        assert runner(), args
-    elif runner is not None:
-        assert runner, args
+    assert runs_v2_runner(launch), (args, env)
 
 
 def test_a_config_is_the_engine_arguments_vllm_builds_it_from():

@@ -54,10 +54,15 @@ def test_a_campaign_on_a_mutated_tree_reports_the_bug(mutation, tmp_path):
     assert run.returncode == 1, (run.returncode, run.stderr[-2000:])
     summary = json.loads((reports / "latest" / "summary.json").read_text())
     caught = [f for f in summary["findings"] if f["property"] in CAUGHT_BY[mutation.name]]
-    assert caught, [(f["property"], f["message"][:120]) for f in summary["findings"]]
-    # The bug is new: no documented defect of the release claims it.
-    assert all(f.get("known_defect") is None for f in caught), [(f["property"], f["known_defect"]) for f in caught]
-    assert all(f["launch"]["line"].startswith(("vllm serve", "VLLM_")) for f in caught)
+    # The bug is new: no documented defect of the release claims it.  (The
+    # release's own documented defects may show beside it, each labelled by
+    # its cause: #1's fitting graph is missing from the manager's candidates.)
+    new = [f for f in caught if f.get("known_defect") is None]
+    assert new, [(f["property"], f.get("known_defect"), f["message"][:120]) for f in summary["findings"]]
+    for f in caught:
+        if f.get("known_defect") == "dynsd-nearest-group":
+            assert f["facts"]["fit_in_candidates"] is False, f["facts"]
+    assert all(f["launch"]["line"].startswith(("vllm serve", "VLLM_")) for f in new)
 
 
 def test_the_doctor_of_a_mutated_tree_reports_findings_not_a_broken_adapter(tmp_path):

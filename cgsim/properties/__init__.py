@@ -88,5 +88,6 @@ def check_scenario(scenario: Scenario, trace: Trace, only: Iterable[str] | None 
             if not prop.applies(sub):
                 continue
             checked.append(prop.id)
-            violations.extend(Violation(v.property, f"{name} manager: {v.message}", v.step) for v in prop.check(sub))
+            violations.extend(Violation(v.property, f"{name} manager: {v.message}", v.step, v.facts)
+                              for v in prop.check(sub))
     return Verdict(tuple(violations), tuple(dict.fromkeys(checked)))

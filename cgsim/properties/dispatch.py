@@ -12,7 +12,7 @@ from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor, compatible, fits_in_case, lora_case
 from cgsim.modes import RUNTIME_RANK, CUDAGraphMode
 from cgsim.properties.registry import Violation, declare
-from cgsim.properties.view import RunView, group, incompat_reason, not_run, shorts, sweep_violations
+from cgsim.properties.view import RunView, candidates_hold, group, incompat_reason, not_run, shorts, sweep_violations
 from cgsim.spec import desc_sort_key, dispatch_choices, expected_dispatch, padding_key
 from cgsim.spec import scheduler
 from cgsim.trace import CaptureDone, Dispatch, Release
@@ -109,17 +109,31 @@ def dispatch_priority(run: RunView) -> list[Violation]:
                 "DISPATCH-PRIORITY",
                 f"{b.short()} dispatched to {d.cg_mode.value} {d.short()} although the captured FULL {best.short()} fits it "
                 "(expected FULL over PIECEWISE over NONE)",
-                v.dispatch.step,
+                v.dispatch.step, _fit_facts(run, v.dispatch.step, b, d, full),
             ))
     for sv in run.captured_sweeps:
         failures = []
+        fulls: dict = {}
         for b, d, fit in sv.disputed():
             full = fit.by_mode.get(F) if d.cg_mode is not F else None
             if full:
+                fulls[b] = (d, full[1])
                 failures.append((b, f"{b.short()} dispatched to {d.cg_mode.value} {d.short()} although the captured FULL "
                                     f"{min(full[1], key=desc_sort_key).short()} fits it (expected FULL over PIECEWISE over NONE)"))
-        out += sweep_violations("DISPATCH-PRIORITY", sv, failures)
+        out += sweep_violations("DISPATCH-PRIORITY", sv, failures,
+                                lambda b, sv=sv, fulls=fulls: _fit_facts(run, sv.step, b, *fulls[b]))
     return group(out)
+
+
+def _fit_facts(run: RunView, step: int | None, b, got: BatchDescriptor, fitting: Iterable[BatchDescriptor]) -> tuple:
+    """A dispatch finding's facts: the batch, what it got, the graphs that fit
+    it, and whether the manager's own candidate list for the batch held one
+    of them (None: the manager records no candidate lists)."""
+    fitting = sorted(fitting, key=desc_sort_key)
+    held = [candidates_hold(run, step, b, c) for c in fitting]
+    listed = None if any(h is None for h in held) else any(held)
+    return (("batch", b.short()), ("got", got.short()), ("fits", [c.short() for c in fitting]),
+            ("fit_in_candidates", listed))
 
 
 @declare("DISPATCH-COMPLETE", "if any captured descriptor fits the batch, dispatch does not return NONE",
@@ -137,15 +151,18 @@ def dispatch_complete(run: RunView) -> list[Violation]:
             out.append(Violation(
                 "DISPATCH-COMPLETE",
                 f"{b.short()} ran eagerly ({d.short()}) although {len(fits)} captured descriptor(s) fit it, e.g. {best.short()}",
-                v.dispatch.step,
+                v.dispatch.step, _fit_facts(run, v.dispatch.step, b, d, fits),
             ))
     for sv in run.captured_sweeps:
         failures = []
+        eager: dict = {}
         for b, d, fit in sv.disputed():
             if d.cg_mode is N and fit.choices:
+                eager[b] = (d, [c for _, descs in fit.by_mode.values() for c in descs])
                 failures.append((b, f"{b.short()} ran eagerly ({d.short()}) although the captured "
                                     f"{min(fit.choices, key=desc_sort_key).short()} fits it"))
-        out += sweep_violations("DISPATCH-COMPLETE", sv, failures)
+        out += sweep_violations("DISPATCH-COMPLETE", sv, failures,
+                                lambda b, sv=sv, eager=eager: _fit_facts(run, sv.step, b, *eager[b]))
     return group(out)
 
 

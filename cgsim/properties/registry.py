@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import Any, TYPE_CHECKING, Callable, Iterable
 
 if TYPE_CHECKING:  # pragma: no cover
     from cgsim.properties.view import RunView
@@ -51,11 +51,14 @@ class InvalidProperty(TypeError):
 @dataclass(frozen=True)
 class Violation:
     """One thing a property saw go wrong: it names the descriptor, batch,
-    expected and actual values (``message``) and the scenario step."""
+    expected and actual values (``message``) and the scenario step.
+    ``facts``: (name, JSON value) pairs readers take instead of the message
+    (what a documented defect's cause is judged by)."""
 
     property: str
     message: str
     step: int | None = None
+    facts: tuple[tuple[str, Any], ...] = ()
 
     def __str__(self) -> str:
         where = f" (step {self.step})" if self.step is not None else ""

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress, repeat
 from operator import and_, attrgetter, contains, ge, is_, not_, or_
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, lora_case
@@ -655,8 +655,10 @@ def size_key(b) -> tuple:
     return (b.num_tokens, b.num_reqs, b.num_active_loras, b.num_ubatches, b.has_prefill, b.max_query_len)
 
 
-def sweep_violations(prop: str, sweep: SweepView, failures: list[tuple[BatchShape, str]]) -> list[Violation]:
-    """One violation per sweep: the smallest failing batch, and how many failed."""
+def sweep_violations(prop: str, sweep: SweepView, failures: list[tuple[BatchShape, str]],
+                     facts: Callable[[BatchShape], tuple] | None = None) -> list[Violation]:
+    """One violation per sweep: the smallest failing batch, and how many
+    failed; ``facts`` gives the smallest one's structured facts."""
     if not failures:
         return []
     b, msg = min(failures, key=lambda f: size_key(f[0]))
@@ -664,7 +666,20 @@ def sweep_violations(prop: str, sweep: SweepView, failures: list[tuple[BatchShap
     of = {"exhaustive": f"all {sw.space}", "boundary": f"{len(sw.batches)} (every boundary class) of the {sw.space}"}.get(
         sw.coverage, f"{len(sw.batches)} (every boundary class and a sample) of the {sw.space}")
     count = f"{len(failures)} of {of} schedulable batches fail; this is the smallest"
-    return [Violation(prop, f"{msg} ({sweep.when()}: {count})", sweep.step if sweep.step >= 0 else None)]
+    return [Violation(prop, f"{msg} ({sweep.when()}: {count})", sweep.step if sweep.step >= 0 else None,
+                      facts(b) if facts is not None else ())]
+
+
+def candidates_hold(run: "RunView", step: int | None, batch: Any, desc: BatchDescriptor) -> bool | None:
+    """Whether the manager's own candidate list for ``batch`` (its token count
+    and LoRA case, as the manager recorded it) holds ``desc``; None where the
+    manager recorded no candidate lists."""
+    cand = run.initial_candidates(step)
+    if cand is None or not cand.candidates:
+        return None
+    key = (batch.num_tokens, lora_case(batch.num_active_loras, run.config.lora_cases))
+    listed = dict(cand.candidates).get(key, ())
+    return desc in listed
 
 
 _OVERFLOW = " more violations of this property"

@@ -32,7 +32,8 @@ from cgsim.targets.base import TargetUnsupported
 from cgsim.text import first_line
 
 __all__ = ["EngineLaunch", "EngineRefused", "launch_for", "engine_config", "manager_config", "reach", "check_reached",
-           "token_sizes", "default_capture_sizes", "takes_dynamic_schedule", "TOY_ROOT", "CHECKPOINTS"]
+           "token_sizes", "default_capture_sizes", "takes_dynamic_schedule", "runs_v2_runner", "TOY_ROOT",
+           "CHECKPOINTS"]
 
 DENSE, MOE = "dense", "moe"
 TOY_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "toy")
@@ -458,3 +459,16 @@ def takes_dynamic_schedule() -> bool:
     except EngineRefused:
         return False
     return True
+
+
+def runs_v2_runner(launch: EngineLaunch) -> bool:
+    """Whether vLLM runs ``launch`` on the V2 model runner (whose manager
+    cgsim drives): its own routing (VllmConfig.use_v2_model_runner) under the
+    launch's environment; trees without the V1 runner have no other."""
+    vc = engine_config(launch)
+    route = getattr(type(vc), "use_v2_model_runner", None)
+    if route is None:
+        return True
+    with _launch_environment(launch), _device_has_triton():
+        value = vc.use_v2_model_runner
+        return bool(value() if callable(value) else value)

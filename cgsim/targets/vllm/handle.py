@@ -309,7 +309,7 @@ _ADAPTER_FILES = frozenset(os.path.splitext(os.path.abspath(os.path.join(os.path
 # adapter's interface drifting from vLLM's, not a vLLM defect.
 _STAND_INS = ("_ModelState", "_BlockTables", "_KVCacheConfig", "_UBatchRunner", "_ToyModule", "VllmManagerHandle",
               "CompiledPiecewiseMarker", "vllm_process_patches", "CgsimPlatform", "_DraftHandle", "_RunnerView",
-              "_SpeculatorView", "SimpleNamespace")
+              "_SpeculatorView", "SimpleNamespace", "tapped()")  # tapped(): the recorder between vLLM and its forward fn
 _MISSING_OP = ("No such operator _C", "'_OpNamespace' '_C' object has no attribute")
 
 

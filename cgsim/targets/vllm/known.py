@@ -87,6 +87,10 @@ def _nearest_group(f: Finding, c: ManagerConfig) -> bool:
     batch whose nearest group holds only twins of mixed descriptors (DBO)."""
     several = (c.spec_schedule is not None and _decode_lengths(c) > 1) or (
         c.num_ubatches > 1 and "ubatches=" in _batch_text(f))
+    # Its cause: the fitting graph is not in the manager's candidate list for
+    # the batch.  Where the list held one, something else rejected it.
+    if (f.extra.get("facts") or {}).get("fit_in_candidates") is True:
+        return False
     return several and _decode_batch(f) and _fitting_full(f)
 
 
