@@ -99,7 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", default="mock", help="mock (CPU, default) or cuda")
     run.add_argument("--ruleset", default=None, help="pin one ruleset (default: the strategy picks)")
     run.add_argument("--budget", default=None, help="wall-clock budget, e.g. 60s, 5m, 1h (default from --profile)")
-    run.add_argument("--workers", type=_count(1), default=None, help="worker processes (default from --profile)")
+    run.add_argument("--workers", type=_count(1), default=None,
+                     help="worker processes (default from --profile); at most one per CPU (per GPU with --backend cuda)")
+    run.add_argument("--force-workers", action="store_true",
+                     help="start --workers even where it is more than the CPUs (GPUs) here; memory still bounds them")
     run.add_argument("--seed", type=int, default=None, help="campaign seed (default 0; random for nightly)")
     run.add_argument("--report-dir", default="reports", help="where runs are written (default reports/)")
     run.add_argument("--profile", default="dev", choices=("dev", "ci", "nightly"), help="budget/worker defaults and Hypothesis profile")
@@ -275,12 +278,21 @@ def _main(argv: list[str], exiting: bool = False) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except _stop_signal() as exc:
+        print(f"stopped by {exc}", file=sys.stderr)
+        return 128 + exc.signum
     except Exception as exc:
         known = _known_errors()
         if isinstance(exc, known):
             print(f"error: {first_line(exc)}", file=sys.stderr)
             return 2
         raise
+
+
+def _stop_signal() -> type:
+    from fuzz.campaign.executor import StopSignal
+
+    return StopSignal
 
 
 def _known_errors() -> tuple[type, ...]:
@@ -311,6 +323,7 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         ruleset=args.ruleset,
         budget_s=budget,
         workers=args.workers,
+        force_workers=args.force_workers,
         seed=args.seed,
         report_dir=args.report_dir,
         timeout_s=args.timeout,

@@ -181,6 +181,7 @@ BAD_INPUTS = [
     (["run", "--budget"], "expected one argument"),
     (["run", "--workers", "0"], "--workers"),
     (["run", "--workers", "two"], "--workers"),
+    (["run", "--workers", "{cpus+1}"], "--force-workers"),
     (["run", "--timeout", "0"], "--timeout"),
     (["run", "--timeout", "-1"], "positive"),
     (["run", "--timeout", "abc"], "--timeout"),
@@ -270,7 +271,9 @@ def bad_files(tmp_path, monkeypatch):
 @pytest.mark.parametrize("argv, words", BAD_INPUTS, ids=[" ".join(a) or "(none)" for a, _ in BAD_INPUTS])
 def test_bad_input_is_one_line_and_exit_2(bad_files, capsys, argv, words):
     tmp = str(bad_files)
-    argv = [a.replace("{tmp}", tmp) for a in argv]
+    from fuzz.campaign.resources import cpu_count
+
+    argv = [a.replace("{tmp}", tmp).replace("{cpus+1}", str(cpu_count() + 1)) for a in argv]
     if argv[:1] == ["run"] and "--report-dir" not in argv:
         argv = argv[:1] + ["--report-dir", f"{tmp}/reports"] + argv[1:]
     before = sorted(os.listdir(tmp))

@@ -65,7 +65,7 @@ class FaultPipeline(FakePipeline):
 
 
 # -- a campaign in its own session ------------------------------------------------------------
-def start(tmp_path, bug, *, budget=60.0, workers=1, timeout=5.0, quiet=True, prelude=""):
+def start(tmp_path, bug, *, budget=60.0, workers=1, timeout=5.0, quiet=True, prelude="", extra=""):
     code = textwrap.dedent(
         f"""
         import sys, warnings
@@ -76,7 +76,7 @@ def start(tmp_path, bug, *, budget=60.0, workers=1, timeout=5.0, quiet=True, pre
         from fuzz.campaign import CampaignOptions, run_campaign
         opts = CampaignOptions(target="reference", budget_s={budget}, workers={workers}, seed=1,
                                report_dir={str(tmp_path / 'reports')!r}, quiet={quiet}, timeout_s={timeout},
-                               shrink_grace_s=5.0)
+                               shrink_grace_s=5.0{extra})
         # As the CLI runs it: a late Ctrl-C must not change the exit status.
         result = run_campaign(opts, pipeline=FaultPipeline({bug!r}), strategy=fake_strategy, ignore_late_signals=True)
         sys.exit(result.exit_code)
@@ -377,3 +377,90 @@ def test_report_directory_disk_full(tmp_path):
     flag.unlink()  # space is back: the report is rebuilt from the findings
     summary = assert_rebuilds(run_dir, complete=False)
     assert summary["interrupted"] in ("campaign died", "report directory unwritable")
+
+
+# -- stop signals in every phase ---------------------------------------------------------------
+SLOW_SPAWN = """
+import time, fuzz.campaign.supervisor as _supervisor
+_start = _supervisor.Supervisor._start
+def _slow_start(self, slot):
+    time.sleep(0.3)  # a loaded machine: every new worker takes a while to start
+    _start(self, slot)
+_supervisor.Supervisor._start = _slow_start
+"""
+
+
+def test_sigint_while_workers_are_being_started_stops_the_starting(tmp_path):
+    """--workers 40 on a machine where each start is slow: a Ctrl-C in the
+    middle of starting them ends the campaign at once, with a report;
+    nobody goes on starting the other workers first."""
+    p = start(tmp_path, "slow", workers=40, extra=", force_workers=True",
+              prelude=SLOW_SPAWN.replace("\n", "\n        "))
+    wait_for(tmp_path, lambda found, d: len(workers_of(p.pid)) >= 3, what="the workers starting")
+    sent = time.monotonic()
+    p.send_signal(signal.SIGINT)  # timeout -s INT: the campaign alone, not its group
+    assert p.wait(timeout=60) == 130
+    took = time.monotonic() - sent
+    no_traceback(p)
+    assert_group_gone(p.pid)
+    summary = json.loads((run_dir_of(tmp_path) / "summary.json").read_text())
+    assert summary["interrupted"] == "SIGINT"
+    started = [w for w in summary["workers"] if w["spans"]]
+    assert len(started) < 20, f"{len(started)} workers were started after the stop"
+    assert took < 6.0, f"the campaign took {took:.1f}s to stop"
+
+
+def test_sigint_ends_workers_stuck_in_a_scenario_within_the_grace(tmp_path):
+    """Two workers stuck where no stop request reaches them: a Ctrl-C gives
+    them STOP_GRACE_S together, then kills both at once."""
+    from fuzz.campaign.executor import STOP_GRACE_S
+
+    p = start(tmp_path, "hard-hang", workers=2, timeout=600.0)
+    wait_for(tmp_path, lambda found, d: all(
+        (d / ".work" / f"inflight-w{i}.json").exists() and (d / ".work" / f"inflight-w{i}.json").stat().st_size
+        for i in (0, 1)), what="both workers stuck")
+    time.sleep(0.2)
+    sent = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=60) == 130
+    took = time.monotonic() - sent
+    no_traceback(p)
+    assert_group_gone(p.pid)
+    assert took < STOP_GRACE_S + 3.5, f"the campaign took {took:.1f}s to stop"
+    summary = json.loads((run_dir_of(tmp_path) / "summary.json").read_text())
+    assert summary["interrupted"] == "SIGINT" and summary["complete"] is False
+
+
+SLOW_START_UP = """
+import time, fuzz.campaign as _campaign
+_validate = _campaign.validate
+def _slow_validate(options):
+    open(MARK, "w").close()
+    time.sleep(60)  # a target's cold import and self-check
+    return _validate(options)
+_campaign.validate = _slow_validate
+"""
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stop_signal_during_start_up_ends_the_run_with_one_line(tmp_path, sig, code):
+    mark = tmp_path / "in-start-up"
+    prelude = f"MARK = {str(mark)!r}" + SLOW_START_UP.replace("\n", "\n        ")
+    script = textwrap.dedent(f"""
+        import sys
+        {prelude}
+        from fuzz.cli import main
+        sys.exit(main())
+        """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    p = subprocess.Popen([sys.executable, "-c", script, "run", "--report-dir", str(tmp_path / "reports"), "--quiet"],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         env=env)
+    end = time.time() + 60
+    while not mark.exists() and time.time() < end:  # past the imports, inside the slow start-up
+        time.sleep(0.05)
+    p.send_signal(sig)
+    assert p.wait(timeout=30) == code
+    err = no_traceback(p).strip()
+    assert len(err.splitlines()) == 1 and ("stopped by SIGTERM" in err or "interrupted" in err), err
+    assert_group_gone(p.pid)

@@ -34,18 +34,19 @@ from cgsim.report.repro import write_repro
 from cgsim.report.summary import build_summary, update_latest, write_report
 from cgsim.text import first_line
 from fuzz.campaign.console import Progress, print_summary
-from fuzz.campaign.executor import Executor
+from fuzz.campaign.executor import STOP_GRACE_S, Executor, StopSignal, stop_signals_raise
 from fuzz.campaign.options import CampaignOptions, UsageError, options_for_profile, parse_budget, resolve_gpus, validate
 from fuzz.campaign.supervisor import Supervisor
 from fuzz.campaign.worker import default_strategy
 
 __all__ = [
-    "UsageError", "CampaignOptions", "CampaignResult", "parse_budget", "options_for_profile", "resolve_gpus",
+    "UsageError", "StopSignal", "CampaignOptions", "CampaignResult", "parse_budget", "options_for_profile", "resolve_gpus",
     "run_campaign", "settings_of", "exit_code", "hold_run_lock", "RUN_LOCK",
     "EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_USAGE", "EXIT_REPORT_FAILED",
 ]
 
 REPORT_EVERY_S = 5.0
+SHUTDOWN_GRACE_S = 5.0  # at the end of the budget: for the workers to write what they have
 RUN_LOCK = "campaign.lock"
 UNWRITABLE = "report directory unwritable"  # summary "interrupted" when the disk stopped the campaign
 
@@ -164,23 +165,26 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
     """
     out = out or sys.stdout
     err = err or sys.stderr
-    o = validate(options)
-    try:
-        strategy(o.ruleset, o.target)
-    except Exception as exc:
-        raise UsageError(f"cannot build the scenario strategy: {type(exc).__name__}: {exc}") from None
-    saved = None
-    if o.example_db:
-        from fuzz.campaign.example_db import open_example_db
+    # Start-up (imports, the target's checks, the strategy) may take a while:
+    # a stop signal there ends it at once (StopSignal, KeyboardInterrupt).
+    with stop_signals_raise():
+        o = validate(options)
+        try:
+            strategy(o.ruleset, o.target)
+        except Exception as exc:
+            raise UsageError(f"cannot build the scenario strategy: {type(exc).__name__}: {exc}") from None
+        saved = None
+        if o.example_db:
+            from fuzz.campaign.example_db import open_example_db
 
-        saved = open_example_db(o.example_db, o.target, o.backend)
-    replay = saved.entries() if saved is not None else ()
-    run_id, run_dir = _make_run_dir(o.report_dir)
-    lock_fd = hold_run_lock(run_dir)
-    coverage = _TargetCoverage(o, run_dir)
-    started_wall = time.time()
-    started_at = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
-    sup = _executor(o)(o, run_id, run_dir, started_wall + o.budget_s, pipeline, strategy, replay=replay)
+            saved = open_example_db(o.example_db, o.target, o.backend)
+        replay = saved.entries() if saved is not None else ()
+        run_id, run_dir = _make_run_dir(o.report_dir)
+        lock_fd = hold_run_lock(run_dir)
+        coverage = _TargetCoverage(o, run_dir)
+        started_wall = time.time()
+        started_at = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+        sup = _executor(o)(o, run_id, run_dir, started_wall + o.budget_s, pipeline, strategy, replay=replay)
     progress = Progress(err, o.quiet)
     findings_dir = os.path.join(run_dir, "findings")
     report_errors: list[str] = []  # every failed report write, in order (never cleared)
@@ -238,7 +242,7 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
                     report(complete=False)
                     last_report = mono
         finally:
-            sup.shutdown()
+            sup.shutdown(STOP_GRACE_S if sup.stop_reason else SHUTDOWN_GRACE_S)
         # Space may have come back since a write failed: one more try.
         sup.unwritten = [f for f in sup.unwritten if not _try(FindingStore(findings_dir, repro=write_repro).put, f)]
         complete = not sup.stopped and not sup.cut_short and not report_errors

@@ -9,11 +9,12 @@ messages) is ``ExecutorCommon``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from cgsim.finding import Finding
 from cgsim.properties.registry import Violation
@@ -21,9 +22,46 @@ from cgsim.report.findings import FindingStore
 from cgsim.report.repro import write_repro
 from cgsim.scenario import Scenario, ScenarioError
 
-__all__ = ["Executor", "ExecutorCommon", "STOP_SIGNALS", "signame"]
+__all__ = ["Executor", "ExecutorCommon", "STOP_SIGNALS", "STOP_GRACE_S", "StopSignal", "stop_signals_raise",
+           "signame"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# After a stop signal: how long the workers have, together, to finish the finding at hand.
+STOP_GRACE_S = 1.5
+
+
+class StopSignal(BaseException):
+    """SIGTERM or SIGHUP before the campaign's own handlers are in place
+    (start-up: imports, checks, building the strategy).  A BaseException, as
+    KeyboardInterrupt is for SIGINT, so no ``except Exception`` swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signame(signum))
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stop_signals_raise() -> Iterator[None]:
+    """SIGTERM/SIGHUP raise ``StopSignal`` (SIGINT raises KeyboardInterrupt)
+    while the body runs, instead of killing the process with nothing said;
+    unblocked, in case the process inherited them blocked."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_stop(signum: int, frame: Any) -> None:
+        raise StopSignal(signum)
+
+    previous = {sig: signal.signal(sig, raise_stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        # Block again what was blocked; never unblock (a caller may have blocked them for good).
+        signal.pthread_sigmask(signal.SIG_BLOCK, set(mask) & set(STOP_SIGNALS))
 
 
 class Executor(Protocol):

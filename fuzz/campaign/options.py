@@ -55,6 +55,8 @@ class CampaignOptions:
     ruleset: str | None = None  # None: the target's default, else the strategy picks
     budget_s: float = 10.0
     workers: int = 1
+    force_workers: bool = False  # more workers than CPUs (GPUs with cuda) on purpose
+    workers_from_profile: bool = False  # the profile's default, not asked for: bounded without a word
     seed: int | None = 0  # None: a random seed, chosen (and reported) at validation
     report_dir: str = "reports"
     profile: str = "dev"
@@ -129,6 +131,7 @@ def options_for_profile(profile: str, **overrides: Any) -> CampaignOptions:
         "profile": profile, "budget_s": p.budget_s, "workers": p.default_workers(), "timeout_s": p.timeout_s,
         "chunk_examples": p.chunk_examples, "seed": p.seed,
     }
+    base["workers_from_profile"] = overrides.get("workers") is None
     base.update({k: v for k, v in overrides.items() if v is not None})
     return CampaignOptions(**base)
 
@@ -220,7 +223,39 @@ def validate(o: CampaignOptions) -> CampaignOptions:
             raise UsageError(f"--workers {o.workers} with --ray: the cluster has {capacity} {what}(s) "
                              f"({cluster.describe()}), one per worker; give at most {capacity} or leave --workers out")
         changes["cluster"] = cluster
+    else:
+        changes["workers"] = _bounded_workers(replace(o, **changes))
     return replace(o, **changes)
+
+
+def _bounded_workers(o: CampaignOptions) -> int:
+    """At most one worker per CPU (per GPU: with --backend cuda, or each
+    with its own GPU through --gpus) unless --force-workers: more only fight
+    over the same cores and memory.  A profile's default is bounded
+    silently; a number asked for is refused, with what fits."""
+    from fuzz.campaign.resources import cpu_count
+
+    if o.gpu_list:
+        capacity, what = len(o.gpu_list), "GPU(s) given to --gpus"
+    elif o.backend == "cuda":
+        capacity, what = _gpu_count(), "GPU(s)"
+    else:
+        capacity, what = cpu_count(), "CPU(s) this process may use"
+    if o.workers <= capacity or o.force_workers:
+        return o.workers
+    if o.workers_from_profile:
+        return capacity
+    raise UsageError(f"--workers {o.workers}: there are {capacity} {what}, one per worker; give --workers "
+                     f"{capacity} or fewer, or add --force-workers to start {o.workers} anyway")
+
+
+def _gpu_count() -> int:
+    found = len(resolve_gpus("auto"))
+    if found:
+        return found
+    import torch  # the backend check found a GPU that nvidia-smi did not list
+
+    return max(1, torch.cuda.device_count())
 
 
 def resolve_gpus(spec: str) -> list[str]:
