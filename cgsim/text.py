@@ -3,7 +3,10 @@ finding's summary line or a note shows."""
 
 from __future__ import annotations
 
-__all__ = ["first_line"]
+import difflib
+from typing import Iterable
+
+__all__ = ["first_line", "did_you_mean"]
 
 
 def first_line(value: object, limit: int | None = None) -> str:
@@ -14,3 +17,10 @@ def first_line(value: object, limit: int | None = None) -> str:
     if limit is not None and len(text) > limit:
         text = text[: limit - 3] + "..."
     return text
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """" (did you mean 'reference'?)" for the choice closest to a mistyped
+    ``name``, or "" when none is close."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -27,25 +27,16 @@ class UsageError(Exception):
     """Bad input or a broken environment: one line for the user, exit 2."""
 
 
-_BUDGET_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
 def parse_budget(text: str, flag: str = "--budget", zero: bool = False) -> float:
-    """'60s', '5m', '1h30m', '250ms', '90' (plain seconds) -> seconds; with
-    ``zero``, 0 is taken too (a flag whose 0 means "none")."""
-    raw = str(text).strip().lower()
-    if re.fullmatch(r"\d+(?:\.\d+)?", raw):
-        total = float(raw)
-    elif raw and re.fullmatch(r"(?:\d+(?:\.\d+)?(?:ms|h|m|s))+", raw):
-        total = sum(float(n) * _UNITS[u] for n, u in _BUDGET_PART.findall(raw))
-    elif re.fullmatch(r"-\s*\d.*", raw):
-        raise UsageError(f"{flag} {text!r} is negative; give a positive duration, e.g. 60s, 5m or 1h")
-    else:
-        raise UsageError(f"{flag} {text!r} is not a duration; write e.g. 60s, 5m, 1h30m or 90 (seconds)")
-    if total <= 0 and not (zero and total == 0):
-        raise UsageError(f"{flag} {text!r} is not a positive duration; write e.g. 60s, 5m or 1h")
-    return total
+    """A duration flag's value in seconds (``cgsim.values.parse_duration``:
+    '60s', '5m', '1h30m', '250ms', '90'), or UsageError naming the flag;
+    with ``zero``, 0 is taken too (a flag whose 0 means "none")."""
+    from cgsim.values import ValueProblem, parse_duration
+
+    try:
+        return parse_duration(text, zero=zero)
+    except ValueProblem as exc:
+        raise UsageError(f"{flag} {text!r} {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -140,7 +131,7 @@ def validate(o: CampaignOptions) -> CampaignOptions:
     """The options as the campaign will run them, or UsageError (one line)."""
     from cgsim.backends import BACKENDS, get_backend
     from cgsim.spec import get_ruleset
-    from cgsim.targets import TargetEnvironmentError, get_target
+    from cgsim.targets import TargetEnvironmentError, check_ruleset_fits, get_target
 
     if o.workers < 1:
         raise UsageError(f"--workers {o.workers}: give at least 1")
@@ -179,6 +170,8 @@ def validate(o: CampaignOptions) -> CampaignOptions:
         # Before anything imports vLLM; spawned workers inherit the environment.
         changes["vllm_source"] = os.environ["CGSIM_VLLM_SOURCE"] = os.path.abspath(o.vllm_source)
     target = _one_line(get_target, o.target)
+    if o.ruleset is not None:
+        _one_line(lambda name: check_ruleset_fits(o.target, name), o.ruleset)
     try:
         target.check_environment()
         # The target adapter's self-check (optional hook): drift is exit 2, never a finding.
@@ -262,10 +255,12 @@ def resolve_gpus(spec: str) -> list[str]:
     """'auto' -> the visible GPUs (CUDA_VISIBLE_DEVICES, else nvidia-smi -L);
     '0,1,3' -> those."""
     if spec != "auto":
-        ids = [g.strip() for g in spec.split(",") if g.strip()]
-        if not ids or not all(g.isdigit() for g in ids):
-            raise UsageError(f"--gpus {spec!r}: give auto or a comma-separated list of GPU indices such as 0,1")
-        return ids
+        from cgsim.values import ValueProblem, parse_sizes
+
+        try:
+            return [str(g) for g in parse_sizes(spec, least=0)]
+        except ValueProblem as exc:
+            raise UsageError(f"--gpus {spec!r} {exc}, or auto") from None
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         return [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]
