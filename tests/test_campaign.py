@@ -63,6 +63,8 @@ class FakePipeline:
     - "hard-hang": run blocks in a way the signal timer cannot interrupt;
     - "segv": the process dies with SIGSEGV for >= 6 tokens;
     - "corrupt": the trace records a corrupted state for >= 4 tokens;
+    - "env-error": run raises TargetEnvironmentError for >= 5 tokens (this
+      machine's problem, as a shared coverage data file was);
     - "none": no bug;
     - "slow": no bug, each scenario sleeps 20 ms (for interruption tests);
     - "two-slow": "two", each scenario sleeping 20 ms (for the shrink limit).
@@ -79,6 +81,10 @@ class FakePipeline:
         tokens = max(b.num_tokens for b in scenario.batches)
         if self.bug == "raise" and tokens >= 5:
             raise RuntimeError(f"fake target exploded on {tokens} tokens")
+        if self.bug == "env-error" and tokens >= 5:
+            from cgsim.targets import TargetEnvironmentError
+
+            raise TargetEnvironmentError("DataError: Couldn't use data file '.coverage': no such table: coverage_schema")
         if self.bug == "hang" and tokens >= 6:
             from cgsim.timeouts import ScenarioTimeout
 
@@ -355,6 +361,29 @@ def test_target_that_raises_is_a_finding_and_the_campaign_goes_on(tmp_path):
     (f,) = result.summary["findings"]
     assert f["property"] == "NO-CRASH" and f["kind"] == "crash" and "exploded" in f["message"]
     assert result.summary["scenarios"] >= 80  # kept going after the crash
+
+
+def _strategy_that_breaks(ruleset, target=None):
+    """cgsim's own strategy failing in a worker (a bug in cgsim)."""
+    return fake_strategy(ruleset, target).map(lambda s: s if len(s.steps) < 4 else 1 / 0)
+
+
+@pytest.mark.parametrize("bug, strategy, words", [
+    ("env-error", fake_strategy, "TargetEnvironmentError: DataError: Couldn't use data file"),
+    ("big", _strategy_that_breaks, "ZeroDivisionError"),
+])
+def test_a_failure_of_cgsims_own_machinery_in_a_worker_is_exit_2_never_a_finding(tmp_path, capsys, bug, strategy,
+                                                                                 words):
+    from fuzz.campaign import run_campaign
+
+    result = run_campaign(options(tmp_path, max_examples=200), pipeline=FakePipeline(bug), strategy=strategy)
+    assert result.exit_code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: worker 0 failed: ") and words in err, err
+    assert not any(words.split(":")[0] in f["message"] for f in result.summary["findings"])
+    assert result.summary["complete"] is False and result.summary["interrupted"] == "worker failed"
+    assert result.summary["workers"][0]["restarts"] == 0  # not restarted into the same failure
+    assert os.path.exists(os.path.join(result.run_dir, ".work", "worker-0.err"))
 
 
 def test_target_that_corrupts_its_state_is_a_finding(tmp_path):

@@ -49,6 +49,7 @@ REPORT_EVERY_S = 5.0
 SHUTDOWN_GRACE_S = 5.0  # at the end of the budget: for the workers to write what they have
 RUN_LOCK = "campaign.lock"
 UNWRITABLE = "report directory unwritable"  # summary "interrupted" when the disk stopped the campaign
+WORKER_FAILED = "worker failed"  # summary "interrupted" when cgsim's own machinery failed in a worker
 
 # Exit status (the table is in reports/README.md).
 EXIT_CLEAN = 0  # nothing found
@@ -206,7 +207,8 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
         summary = build_summary(
             run_id=run_id, settings=settings_of(o, [s.gpu for s in sup.slots] if o.gpu_list else None),
             findings=findings, stats=sup.stats(), workers=sup.workers(), complete=complete,
-            interrupted=sup.stop_reason or (UNWRITABLE if sup.store_errors or report_errors else None),
+            interrupted=sup.stop_reason or (UNWRITABLE if sup.store_errors or report_errors else None)
+            or (WORKER_FAILED if sup.harness_errors else None),
             started_at=started_at, started_unix=sup.started,
             finished_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds") if final else None,
             elapsed_s=time.time() - started_wall, notes=notes, inflight=[] if final else sup.inflight(),
@@ -253,12 +255,20 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
         failed = bool(report_errors or sup.store_errors)
         if not o.quiet:
             _print_quietly(print_summary, out, summary, run_dir)
+        harness = bool(sup.harness_errors) and not failed
         # A campaign that checked nothing has not found "nothing".
-        idle = not summary["scenarios"] and not summary["findings"] and sup.stop_reason is None and not failed
+        idle = (not summary["scenarios"] and not summary["findings"] and sup.stop_reason is None and not failed
+                and not harness)
         if idle:
             why = sup.notes[0] if sup.notes else ("the workers were still starting when the budget ended; "
                                                   "give a longer --budget")
             err.write(f"error: no scenario ran in the {o.budget_s:g}s budget ({why}); see {run_dir}/index.md\n")
+            err.flush()
+        if harness:
+            # As at start-up: cgsim's own machinery failed, one line, exit 2.
+            kept = len(scan_findings(findings_dir))
+            err.write(f"error: {sup.harness_errors[0]}; the campaign stopped ({kept} finding(s) on disk were kept; "
+                      f"traceback in {os.path.join(run_dir, '.work')}/worker-<n>.err)\n")
             err.flush()
         if failed:
             why = (sup.store_errors + report_errors)[0]
@@ -269,7 +279,8 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
     finally:
         sup.restore_signals(previous, keep_blocked=ignore_late_signals)
         os.close(lock_fd)
-    return CampaignResult(EXIT_USAGE if idle else exit_code(summary, sup.stop_reason, failed), run_dir, summary)
+    code = EXIT_USAGE if idle or harness else exit_code(summary, sup.stop_reason, failed)
+    return CampaignResult(code, run_dir, summary)
 
 
 def _executor(o: CampaignOptions) -> Callable[..., Executor]:

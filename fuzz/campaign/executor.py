@@ -74,13 +74,15 @@ class Executor(Protocol):
     incarnation), ``workers()`` (one row per worker), ``inflight()``,
     ``notes``, ``stop_reason`` (the signal that stopped the campaign),
     ``store_errors`` and ``unwritten`` (findings that could not reach the
-    disk), ``cut_short`` (workers terminated at the hard deadline).
+    disk), ``harness_errors`` (cgsim's own machinery failed in a worker:
+    exit 2), ``cut_short`` (workers terminated at the hard deadline).
     """
 
     deadline: float
     notes: list[str]
     stop_reason: str | None
     store_errors: list[str]
+    harness_errors: list[str]
     unwritten: list[Finding]
     cut_short: bool
 
@@ -136,6 +138,8 @@ class ExecutorCommon:
         self.stop_reason: str | None = None
         self.store_errors: list[str] = []  # why findings could not be written (a full disk)
         self.unwritten: list[Finding] = []  # findings that never reached the disk
+        # cgsim's own machinery failed in a worker (never a finding): the campaign stops, exit 2.
+        self.harness_errors: list[str] = []
         self.cut_short = False
         self.started = time.time()
 
@@ -148,7 +152,7 @@ class ExecutorCommon:
 
     @property
     def stopped(self) -> bool:
-        return self.stop_reason is not None or bool(self.store_errors)
+        return self.stop_reason is not None or bool(self.store_errors) or bool(self.harness_errors)
 
     def request_stop(self) -> None:
         """Ask every worker to stop after the finding at hand."""
@@ -170,6 +174,9 @@ class ExecutorCommon:
                 self.on_finding()
         elif kind == "note":
             self.notes.append(f"worker {msg[1]}: {msg[2]}")
+        elif kind == "worker-error":
+            self.harness_errors.append(f"worker {msg[1]} failed: {msg[2]}")
+            self.request_stop()
         elif kind == "store-error":
             _, index, text, data = msg
             self.store_errors.append(f"worker {index}: {text}")

@@ -229,13 +229,16 @@ class Supervisor(ExecutorCommon):
             slot.end = "restarted (target left the process unusable)"
             restart = True
         elif code == EXIT_ERROR:
+            # cgsim's own machinery failed there (the worker said what, or its
+            # traceback does): no restart, the campaign stops with exit 2.
             text = _read(os.path.join(work, f"worker-{slot.index}.err")).strip().splitlines()
             last = text[-1] if text else "no traceback"
             slot.end = f"worker error: {last}"
+            if not any(e.startswith(f"worker {slot.index} failed") for e in self.harness_errors):
+                self.harness_errors.append(f"worker {slot.index} failed: {last}")
             self.notes.append(f"worker {slot.index} (incarnation {slot.incarnation}) failed: {last}; "
                               f"see .work/worker-{slot.index}.err")
-            slot.error_restarts += 1
-            restart = slot.error_restarts <= EXIT_ERROR_RESTARTS
+            self.request_stop()
         elif code < 0:
             signame = _signame(-code)
             scenario = self._inflight(slot)

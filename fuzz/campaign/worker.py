@@ -149,6 +149,16 @@ class _StoreFailed(BaseException):
     """A finding could not be written: stop this worker (the parent was told)."""
 
 
+class _HarnessFailed(BaseException):
+    """cgsim's own machinery failed while running a scenario (the
+    environment broke, a bug in the worker): a BaseException, so Hypothesis
+    stops at once instead of shrinking it as if the target had failed."""
+
+    def __init__(self, cause: BaseException):
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.cause = cause
+
+
 class _PropertyFailed(AssertionError):
     def __init__(self, prop: str, message: str):
         super().__init__(f"{prop}: {message}")
@@ -575,7 +585,10 @@ class Worker:
             if st["pinned"] is not None and limit is not None and time.monotonic() - st["pinned_at"] > limit:
                 raise _ShrinkLimit()
             started = time.monotonic()
-            outcome = self._run_one(scenario)
+            try:
+                outcome = self._run_one(scenario)
+            except Exception as exc:  # observe() turns every failure of the target into a finding
+                raise _HarnessFailed(exc) from exc
             # A failure whose one run outlasts the shrink limit cannot get
             # smaller within it: Hypothesis's first shrink step runs it
             # again, and the limit, checked before each run, lets that run
@@ -624,7 +637,12 @@ class Worker:
             st["limited"] = True
         except _PropertyFailed:
             pass
-        except Exception as exc:  # Flaky, an error in the strategy: keep what we have
+        except Exception as exc:
+            if not _hypothesis_verdict(exc):
+                # Anything else is cgsim's own machinery failing (the strategy,
+                # the environment, this worker): never a finding; the campaign
+                # stops with exit 2 (worker_main).
+                raise
             if type(exc).__name__ == "Unsatisfiable" and self.scenarios == ran_before and not self.repeats:
                 self.repeats = True  # every draw was a repeat (_repeat): nothing failed
                 return False
@@ -648,6 +666,13 @@ class Worker:
 
 # Scenario keys a worker remembers (a config is a few hundred bytes).
 _RAN_BOUND = 100_000
+
+
+def _hypothesis_verdict(exc: Exception) -> bool:
+    """Whether Hypothesis raised ``exc`` about the target's behaviour (a
+    failure that did not replay; nothing left to draw), as opposed to
+    cgsim's own machinery failing."""
+    return type(exc).__name__.startswith("Flaky") or type(exc).__name__ == "Unsatisfiable"
 
 
 def repeat_key(scenario: Any) -> tuple:
@@ -709,12 +734,18 @@ def worker_main(spec: WorkerSpec, queue: Any, stop_event: Any, heartbeat: Any) -
         code = Worker(spec, queue, stop_event, heartbeat).run()
     except _StoreFailed:
         code = EXIT_STORE
-    except BaseException:
+    except BaseException as exc:
         try:
             os.makedirs(work, exist_ok=True)
             with open(os.path.join(work, f"worker-{spec.index}.err"), "a", encoding="utf-8") as fh:
                 fh.write(traceback.format_exc())
         except OSError:
+            pass
+        # What the campaign's one line says (the traceback is in the file).
+        shown = exc.cause if isinstance(exc, _HarnessFailed) else exc
+        try:
+            queue.put(("worker-error", spec.index, f"{type(shown).__name__}: {first_line(shown, 300)}"))
+        except Exception:
             pass
         code = EXIT_ERROR
     finally:
