@@ -151,7 +151,8 @@ def test_no_command_is_usage_error(capsys):
 def test_default_run_on_a_mutant_writes_a_report(tmp_path, capsys):
     import signal
 
-    code = main(["run", "--target", "mutant:missing-warmup", "--budget", "10s", "--report-dir", str(tmp_path)])
+    code = main(["run", "--target", "mutant:missing-warmup", "--max-examples", "30", "--budget", "10m",
+                 "--report-dir", str(tmp_path)])
     assert code == 1
     # Called in-process, the CLI leaves this process's signals as it found them.
     assert not {signal.SIGINT, signal.SIGTERM, signal.SIGHUP} & signal.pthread_sigmask(signal.SIG_BLOCK, [])
