@@ -65,6 +65,8 @@ class FakePipeline:
     - "corrupt": the trace records a corrupted state for >= 4 tokens;
     - "env-error": run raises TargetEnvironmentError for >= 5 tokens (this
       machine's problem, as a shared coverage data file was);
+    - "once": FAKE-BIG as "big", but only the first time a scenario runs in
+      the process (a failure that does not replay);
     - "none": no bug;
     - "slow": no bug, each scenario sleeps 20 ms (for interruption tests);
     - "two-slow": "two", each scenario sleeping 20 ms (for the shrink limit).
@@ -72,6 +74,7 @@ class FakePipeline:
 
     def __init__(self, bug: str = "big"):
         self.bug = bug
+        self.judged: set = set()  # per process: the scenarios judged so far ("once")
 
     def run(self, scenario, target, backend, timeout=None):
         from cgsim.timeouts import deadline
@@ -122,6 +125,11 @@ class FakePipeline:
                 if b.num_tokens >= 3:
                     viol.append(Violation("FAKE-BIG", f"batch of {b.num_tokens} tokens", i))
                     break
+        if self.bug == "once":  # FAKE-BIG only the first time a scenario runs in this process
+            key = json.dumps(scenario.to_json(), sort_keys=True)
+            if key not in self.judged and any(b.num_tokens >= 3 for b in scenario.batches):
+                viol.append(Violation("FAKE-BIG", "batch of 3 or more tokens, the first time", 0))
+            self.judged.add(key)
         if self.bug == "gpu-env":
             gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
             viol.append(Violation(f"FAKE-GPU-{gpu}", f"ran with CUDA_VISIBLE_DEVICES={gpu}", 0))
@@ -189,6 +197,34 @@ def test_finding_is_shrunk_and_written_with_a_repro(tmp_path):
     assert summary["complete"] is True and summary["schema_version"] == 1
     assert summary["properties"]["FAKE-BIG"]["failures"] >= 1
     assert summary["properties"]["FAKE-LORA"]["checks"] == summary["scenarios"]
+
+
+def test_a_finding_is_written_once_its_replay_shows_it(tmp_path):
+    """Each failure is replayed once before its first file is written (kept
+    as written here: too slow to shrink); replays are no scenarios, so a
+    seed decides the same runs as before."""
+    result = run(tmp_path, bug="two-slow", max_examples=100, shrink_limit_s=0.005)
+    found = scan_findings(at(result, "findings"))
+    assert sorted(f.property for f in found) == ["FAKE-BIG", "FAKE-LORA"]
+    assert all(f.status == "pending" and f.extra["replays"] == {"runs": 1, "reproduced": 1} for f in found)
+    assert not any("flaky" in f.extra for f in found)
+    assert result.summary["scenarios"] == 100
+
+
+def test_a_failure_that_does_not_replay_is_written_flaky_with_its_rate(tmp_path):
+    """A failure the same worker cannot show again on the same backend (as
+    a repro script exiting 0 where the campaign found it): written once, as
+    seen, marked flaky with its rate, never shrunk into a "shrunk" finding
+    that nothing reproduces."""
+    from fuzz.campaign.worker import FLAKY_REPLAYS
+
+    result = run(tmp_path, bug="once", max_examples=60)
+    (f,) = scan_findings(at(result, "findings"))
+    assert f.property == "FAKE-BIG" and f.status == "unshrunk"
+    assert f.extra["replays"] == {"runs": FLAKY_REPLAYS, "reproduced": 0} and f.extra["flaky_rate"] == 0.0
+    assert f"0 of {FLAKY_REPLAYS} replays" in f.extra["flaky"]
+    (entry,) = result.summary["findings"]
+    assert entry["flaky_rate"] == 0.0 and entry["status"] == "unshrunk"
 
 
 def test_report_files_are_readable_by_others_and_hold_no_absolute_paths(tmp_path):
