@@ -21,6 +21,7 @@ from typing import Iterable
 from cgsim.finding import Finding
 from cgsim.properties import ALL_PROPERTIES, resolve_alias
 from cgsim.report.atomic import atomic_symlink, atomic_write_bytes, atomic_write_json, atomic_write_text
+from cgsim.report.defects import group_defects
 from cgsim.report.html import render_html
 from cgsim.report.junit import render_junit
 from cgsim.report.markdown import render_markdown
@@ -115,6 +116,7 @@ def build_summary(*, run_id: str, settings: dict, findings: Iterable[Finding], s
         entry["failures"] = max(entry["failures"], 1)
         entry["checks"] = max(entry["checks"], 1)
     backend = settings.get("backend", "mock")
+    entries = finding_entries(findings, backend)
     return {
         "schema": SUMMARY_SCHEMA,
         "schema_version": SUMMARY_SCHEMA_VERSION,
@@ -129,7 +131,9 @@ def build_summary(*, run_id: str, settings: dict, findings: Iterable[Finding], s
         "scenarios_per_s": round(scenarios / elapsed_s, 2) if elapsed_s > 0 else None,
         "properties": props,
         "coverage": {k: dict(sorted(v.items())) for k, v in sorted(coverage.items())},
-        "findings": finding_entries(findings, backend),
+        "findings": entries,
+        # The findings grouped by defect: what the console and the report show as cards.
+        "defects": group_defects(entries),
         "workers": workers,
         "started_unix": started_unix,
         "timeline": timeline(findings, workers, started_unix, elapsed_s),
