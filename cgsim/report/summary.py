@@ -67,8 +67,20 @@ def finding_entries(findings: Iterable[Finding], backend: str) -> list[dict]:
         entry["path"] = f"findings/{primary.id}.json"
         entry["repro_path"] = f"findings/{primary.repro}"
         entry["replay_command"] = f"python -m fuzz replay findings/{primary.id}.json{opt}"
+        entry["scenario_code"] = _scenario_code(primary)
         out.append(entry)
     return out
+
+
+def _scenario_code(finding: Finding) -> str | None:
+    """The finding's scenario as builder calls (None where it does not load)."""
+    from cgsim.scenario import Scenario, ScenarioError
+    from cgsim.scenario_code import scenario_code
+
+    try:
+        return scenario_code(Scenario.from_json(finding.scenario))
+    except (ScenarioError, ValueError, TypeError, KeyError):
+        return None
 
 
 def timeline(findings: Iterable[Finding], workers: Iterable[dict], started_unix: float | None, elapsed_s: float) -> dict:
