@@ -157,6 +157,7 @@ def build_summary(*, run_id: str, settings: dict, findings: Iterable[Finding], s
 
 
 PICTURES_DIR = "pictures"
+PICTURES_NOTE = "dispatch findings have no pictures"
 
 
 def write_pictures(run_dir: str, summary: dict) -> dict:
@@ -191,11 +192,12 @@ def write_pictures(run_dir: str, summary: dict) -> dict:
             atomic_write_bytes(path, png)
         entry["picture"] = rel
     _prune_pictures(os.path.join(run_dir, PICTURES_DIR), {e.get("id") for e in entries})
-    out = dict(summary, findings=entries)
+    # Said afresh each time: a note of an earlier rendering (matplotlib missing
+    # then) must not outlive the pictures drawn now.
+    notes = [n for n in summary.get("notes", []) if not n.startswith(PICTURES_NOTE)]
     if missing:
-        out["notes"] = list(summary.get("notes", [])) + [
-            f"dispatch findings have no pictures: {plots.MissingMatplotlib()}"]
-    return out
+        notes.append(f"{PICTURES_NOTE}: {plots.MissingMatplotlib()}")
+    return dict(summary, findings=entries, notes=notes)
 
 
 def _prune_pictures(directory: str, keep: set) -> None:
