@@ -21,3 +21,17 @@ def test_the_quick_start_installs_the_plot_extra():
     for line in installs:
         assert "'.[plot]'" in line or '".[plot]"' in line, line
 
+
+
+def test_the_fault_matrix_is_linked_and_every_test_it_names_exists():
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    assert "docs/faults.md" in readme
+    matrix = open(os.path.join(ROOT, "docs", "faults.md"), encoding="utf-8").read()
+    named = set(re.findall(r"`(test_\w+)(?:\[[^\]]*\])?`", matrix))
+    assert len(named) >= 15
+    defined = set()
+    for name in os.listdir(os.path.join(ROOT, "tests")):
+        if name.endswith(".py"):
+            text = open(os.path.join(ROOT, "tests", name), encoding="utf-8").read()
+            defined.update(re.findall(r"^def (test_\w+)", text, re.M))
+    assert named <= defined, sorted(named - defined)

@@ -358,9 +358,13 @@ os.fsync = _full_disk_fsync
 """
 
 
-def test_report_directory_disk_full(tmp_path):
+@pytest.mark.parametrize("errno_name, words", [("ENOSPC", "No space left on device"),
+                                               ("EROFS", "Read-only file system")])
+def test_report_directory_disk_full(tmp_path, errno_name, words):
+    """Writes fail mid-run (simulated: every fsync after FLAG exists), as on
+    a full disk or one remounted read-only."""
     flag = tmp_path / "disk-full"
-    prelude = f"FLAG = {str(flag)!r}" + DISK_FULL.replace("\n", "\n        ")
+    prelude = (f"FLAG = {str(flag)!r}" + DISK_FULL.replace("ENOSPC", errno_name)).replace("\n", "\n        ")
     p = start(tmp_path, "slow-two", workers=2, prelude=prelude)
     run_dir, _ = wait_for(tmp_path, lambda found, d: bool(found))
     before = snapshot(run_dir)
@@ -368,7 +372,7 @@ def test_report_directory_disk_full(tmp_path):
     out, err = p.communicate(timeout=60)
     assert p.returncode == 3, err
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "No space left on device" in lines[0], err
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], err
     assert "python -m fuzz report" in lines[0]
     assert_group_gone(p.pid)
     after = snapshot(run_dir)  # every finding on disk is whole and readable
@@ -464,3 +468,192 @@ def test_a_stop_signal_during_start_up_ends_the_run_with_one_line(tmp_path, sig,
     err = no_traceback(p).strip()
     assert len(err.splitlines()) == 1 and ("stopped by SIGTERM" in err or "interrupted" in err), err
     assert_group_gone(p.pid)
+
+
+# -- SIGKILL at any point ----------------------------------------------------------------------
+def _kill_campaign_and_check(tmp_path, p, *, started: bool) -> None:
+    """After SIGKILL of the campaign: no process of it is left, nothing
+    touches the findings any more, and (once it had a run directory) the
+    report is rebuilt from disk and lists exactly what is there."""
+    run_dirs = [d for d in (tmp_path / "reports").iterdir() if d.is_dir() and not d.is_symlink()] \
+        if (tmp_path / "reports").exists() else []
+    before = snapshot(run_dirs[0]) if run_dirs else {}
+    os.kill(p.pid, signal.SIGKILL)
+    assert p.wait(timeout=10) == -signal.SIGKILL  # the shell's 137
+    assert_group_gone(p.pid, within=5.0)
+    if not started:
+        assert not run_dirs
+        return
+    (run_dir,) = run_dirs
+    assert_kept(before, snapshot(run_dir))
+    if (run_dir / "summary.json").exists():
+        assert_rebuilds(run_dir, complete=False, interrupted="campaign died")
+    else:  # killed before its first report: the findings alone
+        from fuzz.campaign.rebuild import rebuild_report
+
+        assert rebuild_report(str(run_dir), quiet=True).exit_code in (0, 1)
+
+
+@pytest.mark.parametrize("point", ["start-up", "workers starting", "fuzzing (random moment)", "fuzzing (random moment 2)"])
+def test_sigkill_of_the_campaign_at_any_point(tmp_path, point):
+    import random
+
+    if point == "start-up":
+        mark = tmp_path / "in-start-up"
+        p = start(tmp_path, "slow-two", prelude=f"MARK = {str(mark)!r}" + SLOW_START_UP.replace("\n", "\n        "))
+        end = time.time() + 60
+        while not mark.exists() and time.time() < end:
+            time.sleep(0.05)
+        _kill_campaign_and_check(tmp_path, p, started=False)
+        return
+    if point == "workers starting":
+        p = start(tmp_path, "slow-two", workers=6, extra=", force_workers=True",
+                  prelude=SLOW_SPAWN.replace("\n", "\n        "))
+        wait_for(tmp_path, lambda found, d: len(workers_of(p.pid)) >= 2, what="the workers starting")
+    else:
+        p = start(tmp_path, "slow-two", workers=2)
+        wait_for(tmp_path, lambda found, d: len(workers_of(p.pid)) >= 1, what="a worker")
+        time.sleep(random.Random(point).uniform(0.0, 3.0))
+    _kill_campaign_and_check(tmp_path, p, started=True)
+
+
+@pytest.mark.parametrize("moment", ["starting", "mid-shrink", "random"])
+def test_sigkill_of_a_worker_at_any_point(tmp_path, moment):
+    """A worker killed from outside (the OOM killer, a user) at any moment:
+    a note, never a finding; it is restarted and the campaign ends as usual
+    with every finding written before the kill."""
+    import random
+
+    p = start(tmp_path, "slow-two", workers=2, extra=", max_examples=200")
+    if moment == "starting":
+        wait_for(tmp_path, lambda found, d: len(workers_of(p.pid)) >= 1, what="a worker")
+    elif moment == "mid-shrink":
+        wait_for(tmp_path, lambda found, d: any(f.status == "shrinking" for f in found), what="a shrink")
+    else:
+        wait_for(tmp_path, lambda found, d: len(workers_of(p.pid)) >= 1, what="a worker")
+        time.sleep(random.Random(38).uniform(0.0, 2.0))
+    run_dir = run_dir_of(tmp_path)
+    before = snapshot(run_dir)
+    victims = workers_of(p.pid)
+    assert victims
+    os.kill(victims[0], signal.SIGKILL)
+    assert p.wait(timeout=120) == 1
+    no_traceback(p)
+    assert_group_gone(p.pid)
+    assert_kept(before, snapshot(run_dir))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["complete"] is True
+    assert not any("SIGKILL" in f["message"] for f in summary["findings"])
+    assert any("SIGKILL" in n for n in summary["notes"]) or summary["scenarios"] >= 200
+    assert_rebuilds(run_dir, complete=True)
+
+
+# -- a corrupt example database ------------------------------------------------------------------
+def test_a_corrupt_example_database_is_skipped_with_a_note(tmp_path):
+    """Garbage, half-written or foreign values in --example-db: skipped and
+    counted in a note, left as they are; the readable saved failure is still
+    replayed and the campaign ends as usual."""
+    import hashlib
+
+    from fuzz.campaign import CampaignOptions, run_campaign
+    from fuzz.campaign.example_db import KEY_PREFIX
+
+    db = tmp_path / "db"
+    opts = dict(target="reference", workers=1, seed=1, quiet=True, timeout_s=5.0, shrink_grace_s=5.0, budget_s=600.0,
+                example_db=str(db))
+    first = run_campaign(CampaignOptions(report_dir=str(tmp_path / "a"), max_examples=60, **opts),
+                         pipeline=FaultPipeline("big"), strategy=fake_strategy)
+    assert first.exit_code == 1
+    key_dir = db / hashlib.sha384(KEY_PREFIX + b"reference:mock").hexdigest()[:16]
+    assert key_dir.is_dir(), sorted(p.name for p in db.iterdir())
+    (key_dir / "garbage").write_bytes(b"\x00\xff not json")
+    (key_dir / "half").write_bytes(b'{"property": "FAKE-BIG", "status": "shr')
+    (key_dir / "malformed").write_bytes(b'{"property": "FAKE-BIG", "status": "shrunk", "scenario": {"steps": 5}}')
+    second = run_campaign(CampaignOptions(report_dir=str(tmp_path / "b"), max_examples=5, **opts),
+                          pipeline=FaultPipeline("big"), strategy=fake_strategy)
+    assert second.exit_code == 1
+    notes = second.summary["notes"]
+    assert any("2 saved value(s) could not be read" in n for n in notes), notes
+    assert any("cannot be replayed" in n for n in notes), notes
+    assert any("saved failure(s) replayed first" in n for n in notes), notes
+    assert (key_dir / "garbage").exists() and (key_dir / "half").exists()  # left as they are
+
+
+# -- a small tmpfs: full, read-only ----------------------------------------------------------------
+def _in_a_mount_namespace(tmp_path, script: str) -> subprocess.CompletedProcess:
+    """Run a shell script with its own tmpfs at $MNT (a user and mount
+    namespace: no root needed where the kernel allows them); skip where it
+    does not."""
+    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+                            f"mount -t tmpfs -o size=64k tmpfs {tmp_path}"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no mount namespace here ({probe.stderr.strip()[:120]}); the simulated full disk covers it")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    env = dict(os.environ, MNT=str(mnt), OUT=str(tmp_path), PY=sys.executable,
+               PYTHONPATH=os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script], cwd=ROOT,
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+CAMPAIGN = """
+import sys, warnings
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+from test_faults import FaultPipeline, fake_strategy
+from fuzz.campaign import CampaignOptions, run_campaign
+opts = CampaignOptions(target="reference", budget_s=600.0, max_examples=400, workers=2, seed=1,
+                       report_dir=sys.argv[1], quiet=True, timeout_s=5.0, shrink_grace_s=5.0)
+sys.exit(run_campaign(opts, pipeline=FaultPipeline("slow-two"), strategy=fake_strategy).exit_code)
+"""
+
+
+@pytest.mark.parametrize("fault, words", [("full", "No space left on device"), ("read-only", "Read-only file system")])
+def test_report_directory_on_a_tmpfs_that_fills_up_or_turns_read_only(tmp_path, fault, words):
+    """The report directory on a real 2 MiB tmpfs: once a finding is on disk
+    the disk fills (or is remounted read-only).  Exit 3 with one line, the
+    findings already written stay whole, and once space is back the report
+    is rebuilt from them."""
+    (tmp_path / "campaign.py").write_text(CAMPAIGN)
+    # Read-only: a read-only bind mount over the report directory (a remount
+    # of the tmpfs itself is refused while the campaign holds files open).
+    fault_cmd = ("dd if=/dev/zero of=$MNT/fill bs=4k 2>/dev/null" if fault == "full"
+                 else "mount --bind $MNT/reports $MNT/reports && mount -o remount,bind,ro $MNT/reports || exit 98")
+    undo_cmd = "rm -f $MNT/fill" if fault == "full" else "umount $MNT/reports"
+    script = f"""
+        mount -t tmpfs -o size=2m tmpfs $MNT || exit 99
+        $PY $OUT/campaign.py $MNT/reports 2> $OUT/stderr &
+        pid=$!
+        until ls $MNT/reports/*/findings/*.json >/dev/null 2>&1; do sleep 0.05; done
+        cp -r $MNT/reports $OUT/before
+        {fault_cmd}
+        wait $pid; echo $? > $OUT/rc
+        {undo_cmd}
+        $PY -m fuzz report --quiet $MNT/reports/2*; echo $? > $OUT/report_rc
+        cp -r $MNT/reports $OUT/after
+    """
+    proc = _in_a_mount_namespace(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "rc").read_text().strip() == "3", (tmp_path / "stderr").read_text()
+    err = [line for line in (tmp_path / "stderr").read_text().splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("error: ") and words in err[0], err
+    (before,) = [d for d in (tmp_path / "before").iterdir() if d.name[0].isdigit()]
+    (after,) = [d for d in (tmp_path / "after").iterdir() if d.name[0].isdigit()]
+    assert_kept(snapshot(before), snapshot(after))
+    assert (tmp_path / "report_rc").read_text().strip() == "1"
+    summary = json.loads((after / "summary.json").read_text())
+    assert {f["id"] for f in summary["findings"]} | {d for f in summary["findings"] for d in f["duplicates"]} == set(
+        snapshot(after))
+
+
+def test_a_report_directory_read_only_from_the_start_is_exit_2(tmp_path):
+    (tmp_path / "campaign.py").write_text(CAMPAIGN)
+    script = """
+        mount -t tmpfs -o size=1m,ro tmpfs $MNT || exit 99
+        $PY $OUT/campaign.py $MNT/reports 2> $OUT/stderr; echo $? > $OUT/rc
+        $PY -m fuzz run --report-dir $MNT/reports --budget 5s 2> $OUT/cli_stderr; echo $? > $OUT/cli_rc
+    """
+    proc = _in_a_mount_namespace(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "cli_rc").read_text().strip() == "2"
+    err = (tmp_path / "cli_stderr").read_text().strip().splitlines()
+    assert len(err) == 1 and "not writable" in err[0] and "Read-only file system" in err[0], err

@@ -204,6 +204,9 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
         notes += list(dict.fromkeys(sup.store_errors + report_errors + (saved.errors if saved is not None else [])))
         if replay:
             notes.append(f"example database: {len(replay)} saved failure(s) replayed first")
+        if saved is not None and saved.unreadable:
+            notes.append(f"example database: {saved.unreadable} saved value(s) could not be read (corrupt, or of "
+                         "another format) and were skipped; they are left as they are")
         summary = build_summary(
             run_id=run_id, settings=settings_of(o, [s.gpu for s in sup.slots] if o.gpu_list else None),
             findings=findings, stats=sup.stats(), workers=sup.workers(), complete=complete,
