@@ -657,3 +657,26 @@ def test_a_report_directory_read_only_from_the_start_is_exit_2(tmp_path):
     assert (tmp_path / "cli_rc").read_text().strip() == "2"
     err = (tmp_path / "cli_stderr").read_text().strip().splitlines()
     assert len(err) == 1 and "not writable" in err[0] and "Read-only file system" in err[0], err
+
+
+def test_a_stopped_campaign_does_not_wait_for_its_pictures(tmp_path):
+    """Dispatch maps take seconds to draw: a stop signal never waits for
+    them.  The stopped campaign's last report says which are missing, and
+    ``fuzz report`` draws them."""
+    pytest.importorskip("matplotlib")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    p = subprocess.Popen([sys.executable, "-m", "fuzz", "run", "--target", "mutant:range-off-by-one", "--budget", "10m",
+                          "--report-dir", str(tmp_path / "reports"), "--quiet"], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+    run_dir, _ = wait_for(tmp_path, lambda found, d: any(f.status == "shrunk" for f in found), timeout=120,
+                          what="a shrunk dispatch finding")
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=60) == 1
+    no_traceback(p)
+    assert_group_gone(p.pid)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"] == "SIGTERM"
+    assert any("were drawn" in n and "fuzz report" in n for n in summary["notes"]), summary["notes"]
+    rebuilt = assert_rebuilds(run_dir, complete=False, interrupted="SIGTERM")
+    assert not any("no pictures" in n for n in rebuilt["notes"])
+    assert [f for f in rebuilt["findings"] if f.get("picture")]

@@ -160,16 +160,19 @@ PICTURES_DIR = "pictures"
 PICTURES_NOTE = "dispatch findings have no pictures"
 
 
-def write_pictures(run_dir: str, summary: dict) -> dict:
+def write_pictures(run_dir: str, summary: dict, draw: bool | None = True) -> dict:
     """``pictures/<id>.png`` for every dispatch finding (cgsim.report.plots),
     and the summary with ``picture`` (its path) on those entries.  A picture
     is drawn once per finding id (the id is a hash of the finding's scenario,
     so its map never changes) and never blocks the report: without
     matplotlib the summary gets a note, a drawing error goes to the entry's
-    ``picture_error``."""
+    ``picture_error``.  ``draw`` False: only the pictures already drawn (a
+    campaign's reports while it runs: drawing takes seconds); None: the
+    same, noting that ``fuzz report`` draws the others (a stopped campaign's
+    last report, which must not keep a stop waiting)."""
     from cgsim.report import plots
 
-    entries, missing = [], False
+    entries, missing, undrawn = [], False, 0
     for entry in summary.get("findings", []):
         entry = dict(entry)
         entries.append(entry)
@@ -177,6 +180,9 @@ def write_pictures(run_dir: str, summary: dict) -> dict:
             continue
         rel = f"{PICTURES_DIR}/{entry['id']}.png"
         path = os.path.join(run_dir, rel)
+        if not os.path.exists(path) and not draw:
+            undrawn += 1
+            continue
         if not os.path.exists(path):
             try:
                 png = plots.finding_picture(entry, "png")
@@ -197,6 +203,9 @@ def write_pictures(run_dir: str, summary: dict) -> dict:
     notes = [n for n in summary.get("notes", []) if not n.startswith(PICTURES_NOTE)]
     if missing:
         notes.append(f"{PICTURES_NOTE}: {plots.MissingMatplotlib()}")
+    elif undrawn and draw is None:
+        notes.append(f"{PICTURES_NOTE} ({undrawn}): the campaign was stopped before they were drawn; "
+                     "python -m fuzz report RUN_DIR draws them")
     return dict(summary, findings=entries, notes=notes)
 
 
@@ -228,15 +237,16 @@ def _read_pictures(run_dir: str, summary: dict) -> dict[str, bytes]:
     return images
 
 
-def write_report(run_dir: str, summary: dict) -> dict:
-    """Write the dispatch findings' pictures, junit.xml, index.md, index.html
-    and summary.json, and return the summary as written.  The summary goes
+def write_report(run_dir: str, summary: dict, pictures: bool | None = True) -> dict:
+    """Write the dispatch findings' pictures (``pictures``: as
+    ``write_pictures``'s ``draw``), junit.xml, index.md, index.html and
+    summary.json, and return the summary as written.  The summary goes
     last: a reader that finds a summary finds the others consistent with some
     (possibly older) state of the same run."""
     summary = dict(summary)
     summary.setdefault("schema", SUMMARY_SCHEMA)
     summary.setdefault("schema_version", SUMMARY_SCHEMA_VERSION)
-    summary = write_pictures(run_dir, summary)
+    summary = write_pictures(run_dir, summary, draw=pictures)
     atomic_write_text(os.path.join(run_dir, "junit.xml"), render_junit(summary))
     atomic_write_text(os.path.join(run_dir, "index.md"), render_markdown(summary))
     atomic_write_text(os.path.join(run_dir, "index.html"), render_html(summary, _read_pictures(run_dir, summary)))

@@ -218,7 +218,8 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
             target_coverage=coverage.section(final),
         )
         try:
-            summary = write_report(run_dir, summary)
+            # Pictures take seconds: drawn once, at a normal end (a stop must not wait for them).
+            summary = write_report(run_dir, summary, pictures=(None if sup.stopped else True) if final else False)
         except OSError as exc:
             report_errors.append(f"cannot write the report in {run_dir}: {exc}")
             if not final:  # the findings cannot be far behind (one disk): stop while they are whole

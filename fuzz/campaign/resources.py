@@ -39,21 +39,35 @@ def _meminfo_available() -> int | None:
 
 
 def _cgroup_headroom() -> int | None:
-    """What the cgroup (v2) of this process may still allocate, if it is limited."""
+    """What the memory cgroup of this process may still allocate, if it is
+    limited (cgroup v2, else v1)."""
     try:
         with open("/proc/self/cgroup", encoding="ascii") as fh:
-            rel = next((line.split(":", 2)[2].strip() for line in fh if line.startswith("0::")), None)
-        if rel is None:
-            return None
-        base = os.path.join("/sys/fs/cgroup", rel.lstrip("/"))
-        with open(os.path.join(base, "memory.max"), encoding="ascii") as fh:
+            lines = [line.rstrip("\n").split(":", 2) for line in fh]
+    except OSError:
+        return None
+    for hierarchy, controllers, path in lines:
+        if hierarchy == "0" and not controllers:
+            found = _headroom(os.path.join("/sys/fs/cgroup", path.lstrip("/")), "memory.max", "memory.current")
+        elif "memory" in controllers.split(","):
+            found = _headroom(os.path.join("/sys/fs/cgroup/memory", path.lstrip("/")), "memory.limit_in_bytes",
+                              "memory.usage_in_bytes")
+        else:
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+def _headroom(base: str, limit_name: str, usage_name: str) -> int | None:
+    try:
+        with open(os.path.join(base, limit_name), encoding="ascii") as fh:
             limit = fh.read().strip()
-        if limit == "max":
+        if limit == "max" or int(limit) >= 1 << 60:  # unlimited
             return None
-        with open(os.path.join(base, "memory.current"), encoding="ascii") as fh:
-            current = int(fh.read().strip())
-        return max(0, int(limit) - current)
-    except (OSError, ValueError, StopIteration):
+        with open(os.path.join(base, usage_name), encoding="ascii") as fh:
+            return max(0, int(limit) - int(fh.read().strip()))
+    except (OSError, ValueError):
         return None
 
 
