@@ -74,3 +74,15 @@ def test_workers_start_as_the_memory_budget_holds(tmp_path, monkeypatch):
     assert [w["end"] for w in result.summary["workers"][3:]] == ["not started: memory budget"] * 2
     (note,) = [n for n in result.summary["notes"] if "memory" in n or "MiB" in n]
     assert "started 3 of the 5 workers" in note and "100 MiB" in note
+
+
+def test_memory_headroom_reads_a_cgroup_limit(tmp_path):
+    from fuzz.campaign.resources import _headroom
+
+    (tmp_path / "memory.limit_in_bytes").write_text(str(700 * MIB))
+    (tmp_path / "memory.usage_in_bytes").write_text(str(200 * MIB))
+    assert _headroom(str(tmp_path), "memory.limit_in_bytes", "memory.usage_in_bytes") == 500 * MIB
+    (tmp_path / "memory.max").write_text("max")
+    (tmp_path / "memory.current").write_text("1")
+    assert _headroom(str(tmp_path), "memory.max", "memory.current") is None  # unlimited
+    assert _headroom(str(tmp_path / "none"), "memory.max", "memory.current") is None
