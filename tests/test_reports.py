@@ -388,6 +388,9 @@ def test_repro_script_prints_no_numpy_warning_and_refuses_a_bad_timeout(tmp_path
     proc = subprocess.run([sys.executable, path, "--timeout", "-1"], capture_output=True, text=True, env=env,
                           cwd=str(tmp_path), timeout=120)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--timeout" in proc.stderr
+    proc = subprocess.run([sys.executable, path, "--timeout", "30s"], capture_output=True, text=True, env=env,
+                          cwd=str(tmp_path), timeout=120)  # the durations every --timeout takes
+    assert proc.returncode == 1, proc.stderr
 
 
 def test_repro_script_exits_2_not_1_when_something_unexpected_breaks(tmp_path, capsys, monkeypatch):

@@ -43,12 +43,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _seconds(text):
+    try:  # the campaign's own parser: 10s, 2m or 10 (seconds), as --timeout takes there
+        from cgsim.values import ValueProblem, parse_duration
+    except Exception:  # cgsim does not import: main() says so
+        ValueProblem, parse_duration = ValueError, float
     try:
-        value = float(text)
-    except ValueError:
+        value = parse_duration(text)
+    except (ValueProblem, ValueError):
         value = -1.0
     if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError("%r is not a positive number of seconds" % text)
+        raise argparse.ArgumentTypeError("%r is not a positive duration; write e.g. 10s, 2m or 10 (seconds)" % text)
     return value
 
 

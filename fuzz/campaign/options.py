@@ -6,7 +6,6 @@ ruleset, backend, budget or report directory, a broken environment) is a
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import shutil
 import subprocess
