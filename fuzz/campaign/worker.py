@@ -648,7 +648,10 @@ class Worker:
             if pinned is not None and pinned in keyed:
                 st["best"] = (scenario, keyed[pinned])
             new = [key for key in keyed if key not in self.found and key != pinned and key not in self.provisional]
-            replays = self._confirm(scenario, outcome, new) if new else {}
+            try:
+                replays = self._confirm(scenario, outcome, new) if new else {}
+            except Exception as exc:  # as for the first run: the machinery, never the target
+                raise _HarnessFailed(exc) from exc
             for key, seen in keyed.items():
                 if key in self.found or key == pinned:
                     continue
