@@ -50,7 +50,7 @@ done
 
 say "campaign: --target vllm --backend cuda, 90 s"
 rm -rf /tmp/vllm-reports
-timeout 200 python3 -m fuzz run --target vllm --backend cuda --budget 90s --seed 1 --workers 4 \
+timeout 200 python3 -m fuzz run --target vllm --backend cuda --budget 90s --seed 1 --workers 4 --force-workers \
   --report-dir /tmp/vllm-reports --quiet > "$OUT/campaign.log" 2>&1
 echo "campaign exit $? (0 clean, 1 findings, 2 environment)" | tee -a "$log"
 python3 - <<'PY' 2>&1 | tee -a "$log"

@@ -169,7 +169,11 @@ def observe(scenario: Scenario, target: str, backend: str, timeout: float | None
         verdict = pipeline.judge(scenario, trace)
     except Exception as exc:
         return outcome([finding(CHECK_CRASH, f"a property check raised {type(exc).__name__}: {exc}")])
-    findings = [Finding.from_violation(v, scenario_json, target, backend, short) for v in verdict.violations]
+    # Every property this scenario violates, on each of its findings: a
+    # report shows them as one defect (cgsim.report.defects).
+    violates = sorted({v.property for v in verdict.violations})
+    findings = [Finding.from_violation(v, scenario_json, target, backend, short).with_(extra={"violates": violates})
+                for v in verdict.violations]
     errors = trace.errors
     # A failed capture on a GPU may leave the context unable to capture again:
     # a fresh process.  On the mock the process is clean (targets forget their

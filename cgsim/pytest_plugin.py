@@ -73,6 +73,13 @@ def pytest_configure(config: pytest.Config) -> None:
             if value is not None:
                 _check(option, value)
                 os.environ[env] = value
+        if os.environ.get("CGSIM_TARGET") and os.environ.get("CGSIM_RULESET"):
+            from cgsim.targets import WrongRuleset, check_ruleset_fits
+
+            try:
+                check_ruleset_fits(os.environ["CGSIM_TARGET"], os.environ["CGSIM_RULESET"])
+            except WrongRuleset as exc:
+                _usage(f"--cgsim-ruleset {os.environ['CGSIM_RULESET']!r}: {exc}")
         if os.environ.get("CGSIM_TARGET", "").split(":")[0] == "vllm" or source is not None:
             from cgsim.targets import TargetEnvironmentError, get_target
 

@@ -154,4 +154,10 @@ def describe(finding: Finding) -> list[str]:
         lines.append(f"  first seen: {finding.message}")
     if finding.scenario_short:
         lines.append(f"  scenario: {finding.scenario_short}")
+    try:
+        from cgsim.scenario_code import mode_resolution
+
+        lines.append(f"  {mode_resolution(Scenario.from_json(finding.scenario))}")
+    except (ValueError, TypeError, KeyError):
+        pass  # a scenario that does not load: reproduce() says why
     return lines

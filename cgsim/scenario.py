@@ -135,4 +135,19 @@ class Scenario:
         return cls.from_json(data)
 
     def short(self) -> str:
-        return f"Scenario({self.config.mode.value}, sizes={list(self.config.capture_sizes)}, ruleset={self.ruleset}, steps={[s.short() for s in self.steps]})"
+        return (f"Scenario({self._mode_label()}, sizes={list(self.config.capture_sizes)}, ruleset={self.ruleset}, "
+                f"steps={[s.short() for s in self.steps]})")
+
+    def _mode_label(self) -> str:
+        """The requested mode, and what it resolves to where that differs
+        (a field the short form leaves out, e.g. compiled_piecewise, decides it)."""
+        from cgsim.modes import ModeResolutionError
+        from cgsim.spec import resolved_mode
+        from cgsim.spec.rulesets import RulesetRejects
+
+        requested = self.config.mode.value
+        try:
+            resolved = resolved_mode(get_ruleset(self.ruleset).effective_config(self.config)).value
+        except (ModeResolutionError, RulesetRejects):
+            return requested
+        return requested if resolved == requested else f"{requested}->{resolved}"

@@ -34,27 +34,35 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds; give e.g. 10 or 2.5") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds; give e.g. 10 or 2.5")
-    return value
-
-
 def _count(least: int) -> Any:
+    """An argparse type: a whole number of at least ``least`` (cgsim.values.parse_count)."""
+    from cgsim.values import ValueProblem, parse_count
+
     def parse(text: str) -> int:
         try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < least:
-            raise argparse.ArgumentTypeError(f"{text} is less than {least}; give {least} or more")
-        return value
+            return parse_count(text, least=least)
+        except ValueProblem as exc:
+            raise argparse.ArgumentTypeError(f"{text!r} {exc}") from None
 
     return parse
+
+
+def _share(text: str) -> float:
+    from cgsim.values import ValueProblem, parse_share
+
+    try:
+        return parse_share(text)
+    except ValueProblem as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} {exc}") from None
+
+
+def _duration(text: str | None, flag: str, zero: bool = False) -> float | None:
+    """A duration flag's value in seconds (cgsim.values.parse_duration), None when not given."""
+    if text is None:
+        return None
+    from fuzz.campaign import parse_budget
+
+    return parse_budget(text, flag=flag, zero=zero)
 
 
 def _join_option_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
@@ -99,17 +107,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", default="mock", help="mock (CPU, default) or cuda")
     run.add_argument("--ruleset", default=None, help="pin one ruleset (default: the strategy picks)")
     run.add_argument("--budget", default=None, help="wall-clock budget, e.g. 60s, 5m, 1h (default from --profile)")
-    run.add_argument("--workers", type=_count(1), default=None, help="worker processes (default from --profile)")
-    run.add_argument("--seed", type=int, default=None, help="campaign seed (default 0; random for nightly)")
+    run.add_argument("--workers", type=_count(1), default=None,
+                     help="worker processes (default from --profile); at most one per CPU (per GPU with --backend cuda)")
+    run.add_argument("--force-workers", action="store_true",
+                     help="start --workers even where it is more than the CPUs (GPUs) here; memory still bounds them")
+    run.add_argument("--seed", type=_count(0), default=None, help="campaign seed (default 0; random for nightly)")
     run.add_argument("--report-dir", default="reports", help="where runs are written (default reports/)")
     run.add_argument("--profile", default="dev", choices=("dev", "ci", "nightly"), help="budget/worker defaults and Hypothesis profile")
-    run.add_argument("--timeout", type=_positive_seconds, default=None, help="per-scenario timeout in seconds")
+    run.add_argument("--timeout", default=None, help="per-scenario timeout, e.g. 10s, 2m or 10 (seconds)")
     run.add_argument("--max-examples", type=_count(1), default=None, help="stop after this many scenarios (over all workers); with --seed the run is exactly repeatable")
     run.add_argument("--chunk-examples", type=_count(1), default=None, help=argparse.SUPPRESS)
     run.add_argument("--shrink-grace", default=None, help="extra time a shrink under way may take after the budget (e.g. 10s)")
     run.add_argument("--shrink-limit", default=None, help="longest one shrink may take before its smallest failure so far is "
                      "recorded and the search goes on (default: a tenth of the budget, at least 5s; 0: no limit)")
-    run.add_argument("--shrink-share", type=float, default=None,
+    run.add_argument("--shrink-share", type=_share, default=None,
                      help="share of each worker's time that shrinking may take; a failure seen while it is spent is "
                           "written at once and shrunk when it recurs (default 0.25; 1: shrink every failure at once)")
     run.add_argument("--gpus", default=None, help="auto or 0,1,...: workers get one GPU each (round robin) through CUDA_VISIBLE_DEVICES; without --workers, one worker per GPU")
@@ -130,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("replay", help="re-run a finding (JSON) or a repro script; exit 1 while it reproduces")
     rp.add_argument("path")
     rp.add_argument("--backend", default=None, help="mock or cuda (default: the finding's)")
-    rp.add_argument("--timeout", type=_positive_seconds, default=None, help="per-scenario timeout in seconds")
+    rp.add_argument("--timeout", default=None, help="per-scenario timeout, e.g. 10s, 2m or 10 (seconds)")
     _source_flag(rp)
 
     rb = sub.add_parser("report", help="rebuild a run's summary.json, junit.xml and index.md from its findings "
@@ -276,12 +287,21 @@ def _main(argv: list[str], exiting: bool = False) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except _stop_signal() as exc:
+        print(f"stopped by {exc}", file=sys.stderr)
+        return 128 + exc.signum
     except Exception as exc:
         known = _known_errors()
         if isinstance(exc, known):
             print(f"error: {first_line(exc)}", file=sys.stderr)
             return 2
         raise
+
+
+def _stop_signal() -> type:
+    from fuzz.campaign.executor import StopSignal
+
+    return StopSignal
 
 
 def _known_errors() -> tuple[type, ...]:
@@ -300,11 +320,12 @@ def _known_errors() -> tuple[type, ...]:
 
 # -- run ---------------------------------------------------------------------------
 def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
-    from fuzz.campaign import options_for_profile, parse_budget, run_campaign
+    from fuzz.campaign import options_for_profile, run_campaign
 
-    budget = parse_budget(args.budget) if args.budget is not None else None
-    grace = parse_budget(args.shrink_grace, flag="--shrink-grace", zero=True) if args.shrink_grace is not None else None
-    limit = parse_budget(args.shrink_limit, flag="--shrink-limit", zero=True) if args.shrink_limit is not None else None
+    budget = _duration(args.budget, "--budget")
+    grace = _duration(args.shrink_grace, "--shrink-grace", zero=True)
+    limit = _duration(args.shrink_limit, "--shrink-limit", zero=True)
+    timeout = _duration(args.timeout, "--timeout")
     options = options_for_profile(
         args.profile,
         target=args.target,
@@ -312,9 +333,10 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         ruleset=args.ruleset,
         budget_s=budget,
         workers=args.workers,
+        force_workers=args.force_workers,
         seed=args.seed,
         report_dir=args.report_dir,
-        timeout_s=args.timeout,
+        timeout_s=timeout,
         max_examples=args.max_examples,
         chunk_examples=args.chunk_examples,
         shrink_grace_s=grace,
@@ -337,10 +359,14 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
 # -- replay ---------------------------------------------------------------------------
 def _cmd_replay(args: argparse.Namespace, argv: list[str]) -> int:
     path = args.path
+    args.timeout = _duration(args.timeout, "--timeout")
     if args.backend not in (None, "mock", "cuda"):
         raise _Exit(2, f"unknown backend {args.backend!r}; choose mock or cuda")
     if not os.path.exists(path):
         raise _Exit(2, f"{path}: no such finding or repro script")
+    report = _report_of(path)
+    if report is not None:
+        raise _Exit(2, report)
     if os.path.isdir(path):
         raise _Exit(2, f"{path} is a directory; give a finding (findings/<id>.json) or a repro script "
                        "(findings/repro_<id>.py)")
@@ -366,6 +392,25 @@ def _cmd_replay(args: argparse.Namespace, argv: list[str]) -> int:
     for line in result.lines():
         print(line)
     return 1 if result.reproduced else 0
+
+
+_REPORT_FILES = ("index.md", "index.html", "summary.json", "junit.xml")
+
+
+def _report_of(path: str) -> str | None:
+    """What to say when ``path`` is a campaign's run directory or one of its
+    report files rather than a finding: which findings it has to replay."""
+    run_dir = path if os.path.isdir(path) else os.path.dirname(path) or "."
+    if not os.path.isdir(os.path.join(run_dir, "findings")):
+        return None
+    if not os.path.isdir(path) and os.path.basename(path) not in _REPORT_FILES:
+        return None
+    what = "a campaign's run directory" if os.path.isdir(path) else "a campaign report"
+    ids = sorted(n for n in os.listdir(os.path.join(run_dir, "findings")) if n.endswith(".json") and not n.startswith("."))
+    example = os.path.join(run_dir, "findings", ids[0] if ids else "<id>.json")
+    listed = f" ({len(ids)} there, e.g. {example})" if ids else " (this run has none)"
+    return (f"{path} is {what}, not a finding; give one of its findings: {os.path.join(run_dir, 'findings', '<id>.json')} "
+            f"or findings/repro_<id>.py{listed}")
 
 
 # -- doctor -----------------------------------------------------------------------------
@@ -532,14 +577,14 @@ def _config_from_args(args: argparse.Namespace) -> Any:
 def _parse_field(name: str, raw: Any) -> Any:
     from cgsim.config import ConfigError
 
+    from cgsim.values import ValueProblem, parse_count, parse_sizes
+
     if isinstance(raw, bool):
         return raw
     text = str(raw).strip()
     try:
         if name in ("capture_sizes", "lora_cases"):
-            if text.startswith("["):
-                return json.loads(text)
-            return [int(x) for x in text.split(",") if x.strip()]
+            return list(parse_sizes(text, least=1 if name == "capture_sizes" else 0))
         if name == "spec_schedule":
             if text.lower() in ("none", ""):
                 return None
@@ -552,9 +597,11 @@ def _parse_field(name: str, raw: Any) -> Any:
                 out.append([int(lo), int(hi), int(k)])
             return out
         if name in ("max_num_reqs", "max_capture_size", "decode_query_len", "num_ubatches", "ubatch_threshold"):
-            return int(text)
+            return parse_count(text)
         if name == "attention_support" and text.isdigit():
             return int(text)
+    except ValueProblem as exc:
+        raise ConfigError(name, raw, str(exc), "see python -m fuzz explain --help") from None
     except (ValueError, json.JSONDecodeError):
         raise ConfigError(name, raw, "cannot be parsed", _CFG_HELP.get(name, "give a number")) from None
     return text

@@ -63,6 +63,10 @@ class FakePipeline:
     - "hard-hang": run blocks in a way the signal timer cannot interrupt;
     - "segv": the process dies with SIGSEGV for >= 6 tokens;
     - "corrupt": the trace records a corrupted state for >= 4 tokens;
+    - "env-error": run raises TargetEnvironmentError for >= 5 tokens (this
+      machine's problem, as a shared coverage data file was);
+    - "once": FAKE-BIG as "big", but only the first time a scenario runs in
+      the process (a failure that does not replay);
     - "none": no bug;
     - "slow": no bug, each scenario sleeps 20 ms (for interruption tests);
     - "two-slow": "two", each scenario sleeping 20 ms (for the shrink limit).
@@ -70,6 +74,7 @@ class FakePipeline:
 
     def __init__(self, bug: str = "big"):
         self.bug = bug
+        self.judged: set = set()  # per process: the scenarios judged so far ("once")
 
     def run(self, scenario, target, backend, timeout=None):
         from cgsim.timeouts import deadline
@@ -79,6 +84,10 @@ class FakePipeline:
         tokens = max(b.num_tokens for b in scenario.batches)
         if self.bug == "raise" and tokens >= 5:
             raise RuntimeError(f"fake target exploded on {tokens} tokens")
+        if self.bug == "env-error" and tokens >= 5:
+            from cgsim.targets import TargetEnvironmentError
+
+            raise TargetEnvironmentError("DataError: Couldn't use data file '.coverage': no such table: coverage_schema")
         if self.bug == "hang" and tokens >= 6:
             from cgsim.timeouts import ScenarioTimeout
 
@@ -97,6 +106,8 @@ class FakePipeline:
             os.kill(os.getpid(), signal.SIGSEGV)
         if self.bug in ("slow", "two-slow"):
             time.sleep(0.02)
+        if self.bug == "slow60":  # a loaded machine
+            time.sleep(0.06)
         if self.bug == "corrupt" and tokens >= 4:
             trace.add(Error(step=1, phase="dispatch", error="corrupt", exc_type="CorruptState",
                             message="captured flag set but no graphs"))
@@ -114,6 +125,11 @@ class FakePipeline:
                 if b.num_tokens >= 3:
                     viol.append(Violation("FAKE-BIG", f"batch of {b.num_tokens} tokens", i))
                     break
+        if self.bug == "once":  # FAKE-BIG only the first time a scenario runs in this process
+            key = json.dumps(scenario.to_json(), sort_keys=True)
+            if key not in self.judged and any(b.num_tokens >= 3 for b in scenario.batches):
+                viol.append(Violation("FAKE-BIG", "batch of 3 or more tokens, the first time", 0))
+            self.judged.add(key)
         if self.bug == "gpu-env":
             gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
             viol.append(Violation(f"FAKE-GPU-{gpu}", f"ran with CUDA_VISIBLE_DEVICES={gpu}", 0))
@@ -139,10 +155,16 @@ class FakePipeline:
         return Verdict(tuple(viol), ("FAKE-BIG", "FAKE-LORA") + harness.checked)
 
 
+# A run bounded by --max-examples gets a budget it never reaches: how many
+# scenarios fit in some seconds depends on the machine's load, a count does not.
+COUNTED_BUDGET_S = 600.0
+
+
 def options(tmp_path, **kw):
     from fuzz.campaign import CampaignOptions
 
-    base = dict(target="reference", budget_s=3.0, workers=1, seed=1, report_dir=str(tmp_path / "reports"), quiet=True, timeout_s=2.0, shrink_grace_s=10.0)
+    base = dict(target="reference", budget_s=COUNTED_BUDGET_S if "max_examples" in kw else 3.0, workers=1, seed=1,
+                report_dir=str(tmp_path / "reports"), quiet=True, timeout_s=2.0, shrink_grace_s=10.0)
     base.update(kw)
     return CampaignOptions(**base)
 
@@ -175,6 +197,34 @@ def test_finding_is_shrunk_and_written_with_a_repro(tmp_path):
     assert summary["complete"] is True and summary["schema_version"] == 1
     assert summary["properties"]["FAKE-BIG"]["failures"] >= 1
     assert summary["properties"]["FAKE-LORA"]["checks"] == summary["scenarios"]
+
+
+def test_a_finding_is_written_once_its_replay_shows_it(tmp_path):
+    """Each failure is replayed once before its first file is written (kept
+    as written here: too slow to shrink); replays are no scenarios, so a
+    seed decides the same runs as before."""
+    result = run(tmp_path, bug="two-slow", max_examples=100, shrink_limit_s=0.005)
+    found = scan_findings(at(result, "findings"))
+    assert sorted(f.property for f in found) == ["FAKE-BIG", "FAKE-LORA"]
+    assert all(f.status == "pending" and f.extra["replays"] == {"runs": 1, "reproduced": 1} for f in found)
+    assert not any("flaky" in f.extra for f in found)
+    assert result.summary["scenarios"] == 100
+
+
+def test_a_failure_that_does_not_replay_is_written_flaky_with_its_rate(tmp_path):
+    """A failure the same worker cannot show again on the same backend (as
+    a repro script exiting 0 where the campaign found it): written once, as
+    seen, marked flaky with its rate, never shrunk into a "shrunk" finding
+    that nothing reproduces."""
+    from fuzz.campaign.worker import FLAKY_REPLAYS
+
+    result = run(tmp_path, bug="once", max_examples=60)
+    (f,) = scan_findings(at(result, "findings"))
+    assert f.property == "FAKE-BIG" and f.status == "unshrunk"
+    assert f.extra["replays"] == {"runs": FLAKY_REPLAYS, "reproduced": 0} and f.extra["flaky_rate"] == 0.0
+    assert f"0 of {FLAKY_REPLAYS} replays" in f.extra["flaky"]
+    (entry,) = result.summary["findings"]
+    assert entry["flaky_rate"] == 0.0 and entry["status"] == "unshrunk"
 
 
 def test_report_files_are_readable_by_others_and_hold_no_absolute_paths(tmp_path):
@@ -247,7 +297,7 @@ def test_a_shrink_past_its_limit_is_recorded_and_the_search_goes_on(tmp_path):
     """A slow shrink stops at --shrink-limit: its smallest failure so far is
     final (shrink-interrupted, saying why) and the worker fuzzes on, so a
     second defect is still found within the budget."""
-    result = run(tmp_path, bug="two-slow", budget_s=4.0, shrink_limit_s=0.15)
+    result = run(tmp_path, bug="two-slow", max_examples=150, shrink_limit_s=0.15)
     found = {f.property: f for f in scan_findings(at(result, "findings"))}
     assert set(found) == {"FAKE-BIG", "FAKE-LORA"}
     limited = [f for f in found.values() if "--shrink-limit" in f.extra.get("note", "")]
@@ -258,7 +308,7 @@ def test_a_failure_whose_run_outlasts_the_shrink_limit_waits_for_a_cheaper_recur
     """A run longer than --shrink-limit leaves no time to shrink: Hypothesis
     would run that scenario again first.  Such a failure is written at once
     ("pending", with its time to find) and no shrink starts."""
-    result = run(tmp_path, bug="two-slow", budget_s=2.0, shrink_limit_s=0.005)
+    result = run(tmp_path, bug="two-slow", max_examples=100, shrink_limit_s=0.005)
     found = scan_findings(at(result, "findings"))
     assert sorted(f.property for f in found) == ["FAKE-BIG", "FAKE-LORA"]
     assert [f.status for f in found] == ["pending", "pending"], [(f.property, f.status) for f in found]
@@ -286,12 +336,12 @@ def test_shrinking_takes_at_most_its_share_of_the_time(tmp_path):
     """With the share spent, a new failure is written at once ("pending",
     with its time to find) and the search goes on instead of shrinking it;
     with a share of 1 every failure is shrunk when it is found."""
-    capped = run(tmp_path / "capped", bug="two-slow", budget_s=3.0, shrink_time_share=0.001)
+    capped = run(tmp_path / "capped", bug="two-slow", max_examples=150, shrink_time_share=0.001)
     found = scan_findings(os.path.join(capped.run_dir, "findings"))
     assert sorted(f.property for f in found) == ["FAKE-BIG", "FAKE-LORA"]
     assert sorted(f.status for f in found) == ["pending", "shrunk"]
     assert all("first_seen_cpu_s" in f.extra for f in found)
-    free = run(tmp_path / "free", bug="two-slow", budget_s=3.0, shrink_time_share=1.0)
+    free = run(tmp_path / "free", bug="two-slow", max_examples=150, shrink_time_share=1.0)
     assert sorted(f.status for f in scan_findings(os.path.join(free.run_dir, "findings"))) == ["shrunk", "shrunk"]
 
 
@@ -336,8 +386,8 @@ def test_a_campaign_that_ran_no_scenario_is_not_a_clean_pass(tmp_path, capsys):
 
 def test_same_seed_same_findings(tmp_path):
     # --max-examples bounds the run, not the clock: exactly repeatable
-    a = run(tmp_path / "a", bug="two", max_examples=120, seed=7, budget_s=60.0)
-    b = run(tmp_path / "b", bug="two", max_examples=120, seed=7, budget_s=60.0)
+    a = run(tmp_path / "a", bug="two", max_examples=120, seed=7)
+    b = run(tmp_path / "b", bug="two", max_examples=120, seed=7)
     ids = lambda r: sorted(f["id"] for f in r.summary["findings"])  # noqa: E731
     assert ids(a) == ids(b) and ids(a)
     assert a.summary["scenarios"] == b.summary["scenarios"]
@@ -349,12 +399,42 @@ def test_same_seed_same_budget_same_findings(tmp_path):
     assert sorted(f["id"] for f in a.summary["findings"]) == sorted(f["id"] for f in b.summary["findings"])
 
 
+def test_a_counted_run_does_not_depend_on_the_machines_speed(tmp_path):
+    """--max-examples bounds a test's run, never a wall-clock budget: on a
+    machine this slow (60 ms a scenario) every scenario asked for still runs."""
+    result = run(tmp_path, bug="slow60", max_examples=80)
+    assert result.summary["scenarios"] == 80 and result.summary["complete"]
+
+
 def test_target_that_raises_is_a_finding_and_the_campaign_goes_on(tmp_path):
     result = run(tmp_path, bug="raise", max_examples=80)
     assert result.exit_code == 1
     (f,) = result.summary["findings"]
     assert f["property"] == "NO-CRASH" and f["kind"] == "crash" and "exploded" in f["message"]
     assert result.summary["scenarios"] >= 80  # kept going after the crash
+
+
+def _strategy_that_breaks(ruleset, target=None):
+    """cgsim's own strategy failing in a worker (a bug in cgsim)."""
+    return fake_strategy(ruleset, target).map(lambda s: s if len(s.steps) < 4 else 1 / 0)
+
+
+@pytest.mark.parametrize("bug, strategy, words", [
+    ("env-error", fake_strategy, "TargetEnvironmentError: DataError: Couldn't use data file"),
+    ("big", _strategy_that_breaks, "ZeroDivisionError"),
+])
+def test_a_failure_of_cgsims_own_machinery_in_a_worker_is_exit_2_never_a_finding(tmp_path, capsys, bug, strategy,
+                                                                                 words):
+    from fuzz.campaign import run_campaign
+
+    result = run_campaign(options(tmp_path, max_examples=200), pipeline=FakePipeline(bug), strategy=strategy)
+    assert result.exit_code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: worker 0 failed: ") and words in err, err
+    assert not any(words.split(":")[0] in f["message"] for f in result.summary["findings"])
+    assert result.summary["complete"] is False and result.summary["interrupted"] == "worker failed"
+    assert result.summary["workers"][0]["restarts"] == 0  # not restarted into the same failure
+    assert os.path.exists(os.path.join(result.run_dir, ".work", "worker-0.err"))
 
 
 def test_target_that_corrupts_its_state_is_a_finding(tmp_path):
@@ -366,7 +446,7 @@ def test_target_that_corrupts_its_state_is_a_finding(tmp_path):
 
 
 def test_hanging_target_is_a_finding_with_a_timeout(tmp_path):
-    result = run(tmp_path, bug="hang", budget_s=4.0, timeout_s=0.3)
+    result = run(tmp_path, bug="hang", max_examples=30, timeout_s=0.3)
     assert result.exit_code == 1
     hangs = [f for f in result.summary["findings"] if f["property"] == "NO-HANG"]
     assert hangs and hangs[0]["kind"] == "hang" and hangs[0]["status"] == "unshrunk"
@@ -376,7 +456,7 @@ def test_hanging_target_is_a_finding_with_a_timeout(tmp_path):
 
 
 def test_hard_hang_is_killed_by_the_watchdog_and_the_worker_restarts(tmp_path):
-    result = run(tmp_path, bug="hard-hang", budget_s=8.0, timeout_s=0.3)
+    result = run(tmp_path, bug="hard-hang", max_examples=20, timeout_s=0.3)
     hangs = [f for f in result.summary["findings"] if f["property"] == "NO-HANG"]
     assert hangs, result.summary
     assert hangs[0]["scenario"]["steps"]  # the scenario it hung on was kept
@@ -384,7 +464,7 @@ def test_hard_hang_is_killed_by_the_watchdog_and_the_worker_restarts(tmp_path):
 
 
 def test_worker_killed_by_a_segfault_becomes_a_finding(tmp_path):
-    result = run(tmp_path, bug="segv", budget_s=3.0)
+    result = run(tmp_path, bug="segv", max_examples=20)
     crashes = [f for f in result.summary["findings"] if f["property"] == "NO-CRASH"]
     assert crashes and "SIGSEGV" in crashes[0]["message"]
     assert os.path.exists(at(result, crashes[0]["repro_path"]))
@@ -405,7 +485,7 @@ def test_gpus_give_each_worker_its_own_device(tmp_path, monkeypatch):
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(options_mod, "_nvidia_smi_gpus", lambda: [str(i) for i in range(8)])
-    result = run(tmp_path, bug="gpu-env", gpus="3,5", one_per_gpu=True, max_examples=10, budget_s=60.0)
+    result = run(tmp_path, bug="gpu-env", gpus="3,5", one_per_gpu=True, max_examples=10)
     assert sorted(f["property"] for f in result.summary["findings"]) == ["FAKE-GPU-3", "FAKE-GPU-5"]
     assert [w["gpu"] for w in result.summary["workers"]] == ["3", "5"]
     assert result.summary["settings"]["workers"] == 2
@@ -423,7 +503,7 @@ def test_two_campaigns_share_a_report_dir(tmp_path):
 
 
 def test_concurrent_campaigns_in_one_report_dir(tmp_path):
-    procs = [_spawn_campaign(tmp_path, bug="big", budget=6.0, seed=s) for s in (1, 2)]
+    procs = [_spawn_campaign(tmp_path, bug="big", budget=600.0, seed=s, extra=", max_examples=40") for s in (1, 2)]
     for p in procs:
         assert p.wait(timeout=60) == 1, p.stderr.read()
     runs = [d for d in os.listdir(tmp_path / "reports") if not d.startswith(".") and d not in ("latest", "LATEST")]
@@ -585,9 +665,9 @@ def test_a_worker_runs_each_config_and_lifecycle_once_until_nothing_new_is_drawn
     worker.repeats = True
     assert not worker._repeat(scenario(3))
 
-    few = run_campaign(options(tmp_path, max_examples=3, budget_s=5.0), pipeline=FakePipeline("none"),
+    few = run_campaign(options(tmp_path, max_examples=3), pipeline=FakePipeline("none"),
                        strategy=_one_config_strategy)
     assert few.summary["scenarios"] == 3 and few.summary["coverage"]["repeats"]["rejected"] > 0
-    more = run_campaign(options(tmp_path, max_examples=40, budget_s=10.0), pipeline=FakePipeline("none"),
+    more = run_campaign(options(tmp_path, max_examples=40), pipeline=FakePipeline("none"),
                         strategy=_one_config_strategy)
     assert more.summary["scenarios"] == 40 and not more.summary["notes"], more.summary["notes"]

@@ -151,7 +151,8 @@ def test_no_command_is_usage_error(capsys):
 def test_default_run_on_a_mutant_writes_a_report(tmp_path, capsys):
     import signal
 
-    code = main(["run", "--target", "mutant:missing-warmup", "--budget", "10s", "--report-dir", str(tmp_path)])
+    code = main(["run", "--target", "mutant:missing-warmup", "--max-examples", "30", "--budget", "10m",
+                 "--report-dir", str(tmp_path)])
     assert code == 1
     # Called in-process, the CLI leaves this process's signals as it found them.
     assert not {signal.SIGINT, signal.SIGTERM, signal.SIGHUP} & signal.pthread_sigmask(signal.SIG_BLOCK, [])
@@ -172,6 +173,18 @@ BAD_INPUTS = [
     (["run", "--target", "nope"], "unknown target"),
     (["run", "--target", "mutant:nope"], "unknown mutant"),
     (["run", "--ruleset", "nope"], "unknown ruleset"),
+    (["run", "--ruleset", "sglang"], "ruleset 'sglang' states sglang's design, and target reference follows vllm's"),
+    (["run", "--target", "mutant:range-off-by-one", "--ruleset", "sglang"], "choose one of pr48822"),
+    (["run", "--target", "refrence"], "did you mean 'reference'?"),
+    (["run", "--target", "mutant:range-of-by-one"], "did you mean 'range-off-by-one'?"),
+    (["run", "--ruleset", "vllm-032"], "did you mean 'vllm-0.32'?"),
+    (["run", "--budget", "99999h"], "--budget '99999h' is longer than 168h"),
+    (["run", "--timeout", "99999h"], "--timeout '99999h' is longer"),
+    (["run", "--timeout", "10x"], "--timeout '10x' is not a duration"),
+    (["run", "--shrink-limit", "1,5s"], "--shrink-limit '1,5s' is not a duration"),
+    (["run", "--shrink-share", "2"], "share above 0 and at most 1"),
+    (["run", "--seed", "-1"], "--seed"),
+    (["run", "--gpus", "0,,1"], "empty item"),
     (["run", "--backend", "tpu"], "backend"),
     (["run", "--budget", "60x"], "--budget '60x' is not a duration"),
     (["run", "--budget", "0s"], "--budget"),
@@ -181,6 +194,7 @@ BAD_INPUTS = [
     (["run", "--budget"], "expected one argument"),
     (["run", "--workers", "0"], "--workers"),
     (["run", "--workers", "two"], "--workers"),
+    (["run", "--workers", "{cpus+1}"], "--force-workers"),
     (["run", "--timeout", "0"], "--timeout"),
     (["run", "--timeout", "-1"], "positive"),
     (["run", "--timeout", "abc"], "--timeout"),
@@ -198,9 +212,12 @@ BAD_INPUTS = [
     (["replay", "{tmp}/missing.json"], "no such finding"),
     (["replay", "{tmp}/empty"], "is a directory"),
     (["replay", "{tmp}/broken.json"], "not valid JSON"),
+    (["replay", "{tmp}/run/index.md"], "is a campaign report, not a finding; give one of its findings"),
+    (["replay", "{tmp}/run/summary.json"], "is a campaign report, not a finding"),
+    (["replay", "{tmp}/run"], "is a campaign's run directory, not a finding"),
     (["replay", "{tmp}/other.json"], "not a cgsim finding"),
-    (["replay", "{tmp}/finding.json", "--timeout", "-1"], "positive number of seconds"),
-    (["replay", "{tmp}/finding.json", "--timeout", "0"], "positive number of seconds"),
+    (["replay", "{tmp}/finding.json", "--timeout", "-1"], "positive duration"),
+    (["replay", "{tmp}/finding.json", "--timeout", "0"], "positive duration"),
     (["replay", "{tmp}/finding.json", "--backend", "tpu"], "unknown backend"),
     (["replay", "{tmp}/unknown-target.json"], "unknown target"),
     (["replay", "{tmp}/notrepro.py"], "not a cgsim repro script"),
@@ -216,6 +233,10 @@ BAD_INPUTS = [
     (["explain", "--config", "/nonexistent.json"], "cannot be read"),
     (["explain", "--config", "{tmp}/broken.json"], "not valid JSON"),
     (["explain", "--capture-sizes", "1,x"], "capture_sizes"),
+    (["explain", "--capture-sizes", "1,,2"], "'capture_sizes' = '1,,2': has an empty item"),
+    (["explain", "--capture-sizes", "1,2,"], "has an empty item"),
+    (["explain", "--lora-cases", "0,,1"], "has an empty item"),
+    (["explain", "--max-num-reqs", "four"], "not a whole number"),
     (["explain", "--capture-sizes", "0"], "capture_sizes"),
     (["explain", "--max-num-reqs", "-3"], "max_num_reqs"),
     (["explain", "--mode", "SIDEWAYS"], "mode"),
@@ -254,6 +275,9 @@ def bad_files(tmp_path, monkeypatch):
     unknown["target"] = "nope"
     (tmp_path / "unknown-target.json").write_text(json.dumps(unknown))
     (tmp_path / "notrepro.py").write_text("print('hello')\n")
+    (tmp_path / "run" / "findings").mkdir(parents=True)  # a campaign's run directory and its report
+    for name in ("index.md", "summary.json"):
+        (tmp_path / "run" / name).write_text("{}")
     (tmp_path / "syntax.py").write_text("def (:\n")
     for name, text in (("broken-summary", "{"), ("other-summary", '{"schema": "x"}'), ("live", None)):
         (tmp_path / name / "findings").mkdir(parents=True)
@@ -270,7 +294,9 @@ def bad_files(tmp_path, monkeypatch):
 @pytest.mark.parametrize("argv, words", BAD_INPUTS, ids=[" ".join(a) or "(none)" for a, _ in BAD_INPUTS])
 def test_bad_input_is_one_line_and_exit_2(bad_files, capsys, argv, words):
     tmp = str(bad_files)
-    argv = [a.replace("{tmp}", tmp) for a in argv]
+    from fuzz.campaign.resources import cpu_count
+
+    argv = [a.replace("{tmp}", tmp).replace("{cpus+1}", str(cpu_count() + 1)) for a in argv]
     if argv[:1] == ["run"] and "--report-dir" not in argv:
         argv = argv[:1] + ["--report-dir", f"{tmp}/reports"] + argv[1:]
     before = sorted(os.listdir(tmp))
@@ -289,6 +315,7 @@ PYTEST_BAD_OPTIONS = [
     (["--cgsim-target", "mutant:nope"], "unknown mutant 'nope'"),
     (["--cgsim-backend", "tpu"], "unknown backend"),
     (["--cgsim-ruleset", "nope"], "unknown ruleset 'nope'"),
+    (["--cgsim-ruleset", "sglang", "--cgsim-target", "reference"], "states sglang's design"),
 ]
 
 
@@ -325,6 +352,34 @@ def test_list_into_head(tmp_path):
                           shell=True, executable="/bin/bash", cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 1
     assert "Broken pipe" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_every_duration_flag_reads_the_same_durations(tmp_path, monkeypatch):
+    """--timeout 10s is ten seconds, as --budget 10s is: one parser for every duration."""
+    import fuzz.campaign as campaign
+    from fuzz.campaign import CampaignResult
+
+    seen = {}
+
+    def fake_run(options, **kw):
+        seen["options"] = options
+        return CampaignResult(0, str(tmp_path), {})
+
+    monkeypatch.setattr(campaign, "run_campaign", fake_run)
+    assert main(["run", "--timeout", "10s", "--budget", "2m", "--shrink-grace", "1m30s", "--shrink-limit", "0",
+                 "--report-dir", str(tmp_path)]) == 0
+    o = seen["options"]
+    assert (o.timeout_s, o.budget_s, o.shrink_grace_s, o.shrink_limit_s) == (10.0, 120.0, 90.0, 0.0)
+    assert main(["run", "--timeout", "2.5", "--report-dir", str(tmp_path)]) == 0 and seen["options"].timeout_s == 2.5
+
+
+def test_size_lists_refuse_what_they_used_to_skip():
+    from cgsim.values import ValueProblem, parse_sizes
+
+    assert parse_sizes("1,2, 4") == (1, 2, 4) and parse_sizes("[1, 2]") == (1, 2) and parse_sizes("0,1", least=0) == (0, 1)
+    for bad in ("1,,2", "1,", ",1", "", "1;2", "[1, true]", "1,-2"):
+        with pytest.raises(ValueProblem):
+            parse_sizes(bad)
 
 
 def test_run_shrink_grace_and_budget_name_their_flag(tmp_path, capsys):

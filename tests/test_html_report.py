@@ -16,6 +16,7 @@ import pytest
 
 from cgsim.finding import Finding
 from cgsim.properties import ALL_PROPERTIES
+from cgsim.report.findings import write_finding
 from cgsim.report.html import render_html
 from cgsim.report.summary import build_summary, write_report
 
@@ -140,6 +141,30 @@ def test_without_matplotlib_the_report_says_how_to_get_pictures(tmp_path, monkey
     page = _Page((tmp_path / "index.html").read_text())
     assert len(page.with_class("section", "finding")) == 4 and not page.with_class("img", "dispatch-map")
     assert "cgsim[plot]" in " ".join(page.text)
+
+
+def test_fuzz_report_draws_the_pictures_and_drops_the_note_once_matplotlib_is_there(tmp_path, monkeypatch):
+    """A run reported without matplotlib says so; ``fuzz report`` after it
+    was installed draws the maps and says it no more."""
+    need("matplotlib")
+    from cgsim.report import plots
+    from fuzz.campaign.rebuild import rebuild_report
+
+    def missing(*a, **k):
+        raise plots.MissingMatplotlib()
+
+    with monkeypatch.context() as m:
+        m.setattr(plots, "finding_picture", missing)
+        first = write_report(str(tmp_path), dict(_summary(), finished_at="2026-12-01T10:00:20+00:00"))
+    assert any("no pictures" in n for n in first["notes"])
+    (tmp_path / "findings").mkdir()
+    for f in _summary()["findings"]:
+        write_finding(str(tmp_path / "findings"), Finding.from_json(dict(f, schema="cgsim.finding")))
+    rebuilt = rebuild_report(str(tmp_path), quiet=True).summary
+    assert not any("no pictures" in n for n in rebuilt["notes"]), rebuilt["notes"]
+    assert sorted(p.name for p in (tmp_path / "pictures").iterdir()) == [
+        "dispatch-complete-ed6a3d919d.png", "dispatch-priority-29225784ff.png"]
+    assert "no pictures" not in (tmp_path / "index.md").read_text()
 
 
 def test_property_table_coverage_and_timeline():

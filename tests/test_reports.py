@@ -115,14 +115,19 @@ def test_repro_carries_the_finding_as_data_only():
     f = finding(message=nasty)
     text = render_repro(f)
     template = open(TEMPLATE_PATH).read()
-    # the script is the template with exactly one line changed: the JSON literal
-    changed = [(a, b) for a, b in zip(template.splitlines(), text.splitlines()) if a != b]
-    assert len(template.splitlines()) == len(text.splitlines()) and len(changed) == 1
-    assert changed[0][1].startswith("FINDING_JSON = \"")
+    # The script is the template's code with one value changed, the JSON
+    # literal; the scenario as code is comment lines only.
     tree, ttree = ast.parse(text), ast.parse(template)
     assert _statements(tree) == _statements(ttree)
     literal = next(n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "FINDING_JSON").value
     assert isinstance(literal, ast.Constant) and json.loads(literal.value) == f.to_json()
+    tliteral = next(n for n in ttree.body if isinstance(n, ast.Assign) and n.targets[0].id == "FINDING_JSON").value
+    literal.value = tliteral.value
+    assert ast.dump(tree) == ast.dump(ttree)
+    template_lines = set(template.splitlines())
+    added = [line for line in text.splitlines() if line not in template_lines]
+    code_lines = [line for line in added if line.startswith("#|")]
+    assert code_lines and all(line.startswith("#") or line in text[text.index("FINDING_JSON"):] for line in added)
 
 
 def test_repro_script_reproduces_and_reports_fixed(tmp_path, capsys):
@@ -139,6 +144,47 @@ def test_repro_script_reproduces_and_reports_fixed(tmp_path, capsys):
     assert "not reproduced" in capsys.readouterr().out
     assert main(["--show-scenario"]) == 0
     assert json.loads(capsys.readouterr().out) == fixed.scenario
+
+
+def test_repro_script_shows_the_scenario_as_code_with_its_resolved_mode(tmp_path, capsys):
+    """The scenario as builder calls, every non-default field written (here
+    compiled_piecewise=False, which makes FULL_AND_PIECEWISE resolve to
+    FULL_DECODE_ONLY), at the top of the script and with --show-code; the
+    JSON is readable, one key a line."""
+    from cgsim.descriptors import Batch
+    from cgsim.scenario import Scenario, Step
+
+    sc = Scenario(ManagerConfig(capture_sizes=(1,), max_num_reqs=1, compiled_piecewise=False),
+                  (Step.capture(), Step.dispatch(Batch((1,)))), ruleset="vllm-0.32")
+    f = finding(scenario_json=sc.to_json())
+    path = write_repro(str(tmp_path), f)
+    text = open(path).read()
+    assert "#|         compiled_piecewise=False," in text
+    assert "#| # resolved mode FULL_DECODE_ONLY (requested FULL_AND_PIECEWISE) under ruleset vllm-0.32" in text
+    assert '\n "property": "CAPTURE-ORDER",\n' in text and len(max(text.splitlines(), key=len)) < 400
+    main = runpy.run_path(path, run_name="repro")["main"]
+    assert main(["--show-code"]) == 0
+    code = capsys.readouterr().out
+    namespace: dict = {}
+    exec(code, namespace)  # the code builds the very scenario
+    assert namespace["scenario"] == sc
+    assert "FULL_AND_PIECEWISE->FULL_DECODE_ONLY" in sc.short()
+
+
+def test_scenario_code_builds_every_documented_finding(tmp_path):
+    import glob
+
+    from cgsim.scenario import Scenario
+    from cgsim.scenario_code import scenario_code
+
+    paths = glob.glob(os.path.join(ROOT, "docs", "findings", "*.json")) + glob.glob(
+        os.path.join(ROOT, "docs", "sglang-findings", "*.json"))
+    assert paths
+    for path in paths:
+        sc = Scenario.from_json(json.load(open(path))["scenario"])
+        namespace: dict = {}
+        exec(scenario_code(sc), namespace)
+        assert namespace["scenario"] == sc, path
 
 
 def test_repro_script_without_gpu_is_an_environment_error(tmp_path, capsys):
@@ -211,6 +257,7 @@ def test_index_md_shows_settings_coverage_and_replay():
     assert "1 finding(s)" in md and f["id"] in md
     assert f["replay_command"] in md and f"python {f['repro_path']}" in md
     assert '"capture_sizes"' in md  # the shrunk Scenario as JSON
+    assert "```python\nfrom cgsim.config import ManagerConfig" in md and "# resolved mode" in md  # ... and as code
     assert "## Coverage" in md and "PIECEWISE ×6" in md
     assert "| `mutant:x` |" in md
 
@@ -341,6 +388,9 @@ def test_repro_script_prints_no_numpy_warning_and_refuses_a_bad_timeout(tmp_path
     proc = subprocess.run([sys.executable, path, "--timeout", "-1"], capture_output=True, text=True, env=env,
                           cwd=str(tmp_path), timeout=120)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--timeout" in proc.stderr
+    proc = subprocess.run([sys.executable, path, "--timeout", "30s"], capture_output=True, text=True, env=env,
+                          cwd=str(tmp_path), timeout=120)  # the durations every --timeout takes
+    assert proc.returncode == 1, proc.stderr
 
 
 def test_repro_script_exits_2_not_1_when_something_unexpected_breaks(tmp_path, capsys, monkeypatch):

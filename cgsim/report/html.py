@@ -14,6 +14,8 @@ import html
 import json
 from typing import Any, Mapping
 
+from cgsim.report.markdown import defect_cards
+
 __all__ = ["render_html"]
 
 _CSS = """
@@ -31,7 +33,8 @@ pre { background: var(--bg); border: 1px solid var(--line); border-radius: 4px; 
 .verdict.fail { background: var(--fail); } .verdict.ok { background: var(--ok); }
 .partial { color: #e65100; font-weight: 600; }
 .muted { color: var(--muted); }
-.finding { border: 1px solid var(--line); border-left: 4px solid var(--fail); border-radius: 4px; padding: 12px 14px; margin: 14px 0; }
+.defect { border: 1px solid var(--line); border-left: 4px solid var(--fail); border-radius: 4px; padding: 12px 14px; margin: 14px 0; }
+.finding { margin: 8px 0; } .finding.also { border-top: 1px dashed var(--line); padding-top: 6px; }
 .finding dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 6px 0; }
 .finding dt { color: var(--muted); } .finding dd { margin: 0; }
 .finding img { max-width: 100%; height: auto; border: 1px solid var(--line); margin: 8px 0; }
@@ -68,7 +71,9 @@ def _settings_rows(summary: Mapping) -> list[tuple[str, str]]:
 def _headline(summary: Mapping) -> str:
     findings = summary.get("findings", [])
     s = summary.get("settings", {})
-    verdict = (f'<span class="verdict fail" id="verdict">{len(findings)} finding{"s" if len(findings) != 1 else ""}</span>'
+    defects = len(defect_cards(summary))
+    verdict = (f'<span class="verdict fail" id="verdict">{defects} defect{"s" if defects != 1 else ""} · '
+               f'{len(findings)} finding{"s" if len(findings) != 1 else ""}</span>'
                if findings else '<span class="verdict ok" id="verdict">no findings</span>')
     state = ("complete" if summary.get("complete")
              else f'<span class="partial">PARTIAL: {_e(summary.get("interrupted") or "stopped early, or still running")}</span>')
@@ -84,8 +89,30 @@ def _headline(summary: Mapping) -> str:
     return f'<div class="headline">{"".join(parts)}</div>'
 
 
-def _finding(f: Mapping, images: Mapping[str, bytes]) -> str:
+def _card(n: int, card: Mapping, by_id: Mapping[str, Mapping], images: Mapping[str, bytes]) -> str:
+    """One defect: its minimal scenario's finding in full, then the findings
+    it stands for (each shrunk for its own property), compact."""
+    f = by_id[card["primary"]]
+    names = [f["property"]] + [p for p in card["properties"] if p != f["property"]]
+    head = (f'<h3 class="defect-title">{n}. {", ".join(_e(p) for p in names)}</h3>'
+            + (f'<div>documented defect <b>{_e(card["known_defect"])}</b></div>' if card.get("known_defect") else "")
+            + (f'<div class="muted">one scenario violates {len(card["properties"])} properties</div>'
+               if len(card["properties"]) > 1 else ""))
+    out = [f'<div class="defect" id="defect-{_e(card["id"])}">', head, _finding(f, images)]
+    for other in (by_id[i] for i in card["findings"][1:] if i in by_id):
+        out.append(_finding(other, images, compact=True))
+    out.append("</div>")
+    return "\n".join(out)
+
+
+def _finding(f: Mapping, images: Mapping[str, bytes], compact: bool = False) -> str:
     fid = f.get("id", "")
+    if compact:
+        replay = "\n".join(x for x in (f.get("replay_command"), f"python {f.get('repro_path')}") if x)
+        return (f'<section class="finding also" id="finding-{_e(fid)}" data-property="{_e(f.get("property"))}">'
+                f"<div>The same defect, shrunk for <code>{_e(f.get('property'))}</code> ({_e(f.get('status'))}): "
+                f"<code>{_e(f.get('path'))}</code></div>"
+                f'<pre class="replay"><code>{_e(replay)}</code></pre></section>')
     rows = [
         ("property", f"<code>{_e(f.get('property'))}</code>: {_e(f.get('statement') or '')}"),
         ("what was seen", _e(f.get("message"))),
@@ -111,6 +138,8 @@ def _finding(f: Mapping, images: Mapping[str, bytes]) -> str:
     out.append("<div>Replay (exit 1 while the bug is there):</div>")
     out.append(f'<pre class="replay"><code>{_e(replay)}</code></pre>')
     out.append(f"<div>Scenario: <code>{_e(f.get('scenario_short', ''))}</code></div>")
+    if f.get("scenario_code"):
+        out.append(f'<pre class="scenario-code"><code>{_e(f["scenario_code"])}</code></pre>')
     out.append("<details><summary>Scenario JSON</summary>"
                f"<pre><code>{_e(json.dumps(f.get('scenario'), indent=2))}</code></pre></details>")
     out.append("</section>")
@@ -245,8 +274,11 @@ def render_html(summary: Mapping, images: Mapping[str, bytes] | None = None) -> 
     title = f"cgsim fuzz campaign {summary.get('run_id')}"
     body = [f"<h1>{_e(title)}</h1>", _headline(summary), '<h2 id="findings">Findings</h2>']
     if findings:
-        body.append('<p class="muted">Run the replay commands from the report\'s directory.</p>')
-        body += [_finding(f, images) for f in findings]
+        body.append('<p class="muted">One card per defect: a minimal scenario with every property it violates (or '
+                    "one documented defect of the engine), and the findings it stands for. Run the replay commands "
+                    "from the report's directory.</p>")
+        by_id = {f["id"]: f for f in findings}
+        body += [_card(n, card, by_id, images) for n, card in enumerate(defect_cards(summary), 1)]
     else:
         body.append('<p id="no-findings">None: every property held on every scenario run.</p>')
     body += ['<h2 id="properties-heading">Properties</h2>', _properties(summary),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-__all__ = ["render_markdown", "node_rows"]
+__all__ = ["render_markdown", "node_rows", "defect_cards"]
 
 
 def _table(header: list[str], rows: list[list]) -> list[str]:
@@ -71,7 +71,8 @@ def render_markdown(summary: dict) -> str:
     findings = summary.get("findings", [])
     state = "complete" if summary.get("complete") else f"PARTIAL ({summary.get('interrupted') or 'stopped early'})"
     inflight = [] if summary.get("complete") else summary.get("inflight", [])
-    verdict = f"**{len(findings)} finding(s)**" if findings else "**no findings**"
+    verdict = (f"**{len(defect_cards(summary))} defect(s)** in {len(findings)} finding(s)" if findings
+               else "**no findings**")
     lines = [
         f"# cgsim fuzz campaign `{summary.get('run_id')}`",
         "",
@@ -89,18 +90,32 @@ def render_markdown(summary: dict) -> str:
     if not findings:
         lines.append("None: every property held on every scenario run.")
     else:
-        lines += ["Paths and commands below are relative to this run's directory (the one holding this "
+        lines += ["One card per defect: a minimal scenario with every property it violates (or one documented "
+                  "defect of the engine), and the findings it stands for, each shrunk for its own property.",
+                  "Paths and commands below are relative to this run's directory (the one holding this "
                   "`index.md`): `cd` there first.", ""]
-    for f in findings:
+    by_id = {f["id"]: f for f in findings}
+    for n, card in enumerate(defect_cards(summary), 1):
+        f = by_id[card["primary"]]
+        others = [by_id[i] for i in card["findings"][1:] if i in by_id]
+        names = [f["property"]] + [p for p in card["properties"] if p != f["property"]]
         lines += [
-            f"### `{f['id']}`: {f['property']}",
+            f"### {n}. {', '.join(names)}",
             "",
-            f"- **property**: {f.get('statement') or f['property']}",
+        ]
+        if card.get("known_defect"):
+            lines.append(f"- **documented defect**: {card['known_defect']}")
+        if len(card["properties"]) > 1:
+            lines.append(f"- **violates**: {', '.join(f'`{p}`' for p in card['properties'])} (one scenario)")
+        lines += [
+            f"- **finding**: `{f['id']}` · **property**: {f.get('statement') or f['property']}",
             f"- **kind**: {f.get('kind')} · **status**: {f.get('status')} · **target**: `{f.get('target')}` · **backend**: `{f.get('backend')}`",
             f"- **what was seen**: {f.get('message')}",
             f"- **finding file**: `{f.get('path')}`",
             f"- **repro script**: `{f.get('repro_path')}`",
         ]
+        if f.get("flaky"):
+            lines.append(f"- **flaky**: {f['flaky']}")
         if f.get("duplicates"):
             lines.append(f"- **also found as**: {', '.join('`' + d + '`' for d in f['duplicates'])}")
         if f.get("picture"):
@@ -118,6 +133,10 @@ def render_markdown(summary: dict) -> str:
             "",
             f"{_scenario_label(f.get('status'))}: `{f.get('scenario_short', '')}`",
             "",
+        ]
+        if f.get("scenario_code"):
+            lines += ["```python", f["scenario_code"], "```", ""]
+        lines += [
             "<details><summary>Scenario JSON</summary>",
             "",
             "```json",
@@ -127,6 +146,12 @@ def render_markdown(summary: dict) -> str:
             "</details>",
             "",
         ]
+        if others:
+            lines += ["The same defect, shrunk for each property on its own:", ""]
+            for o in others:
+                lines.append(f"- `{o['property']}` ({o.get('status')}): `{o.get('path')}` · "
+                             f"`{o.get('replay_command', '')}` · `python {o.get('repro_path')}`")
+            lines.append("")
     if inflight:
         lines += ["", "## In flight", "",
                   "Scenarios the workers were running when this report was written (after a campaign died: the "
@@ -166,6 +191,16 @@ def render_markdown(summary: dict) -> str:
     lines += ["", "The same report for a browser, pictures and a per-worker timeline included: `index.html`.",
               "How to read this report: `reports/README.md` in the cgsim repository.", ""]
     return "\n".join(lines)
+
+
+def defect_cards(summary: dict) -> list[dict]:
+    """The summary's cards (``defects``), or one per finding for a summary
+    written before findings were grouped."""
+    cards = summary.get("defects")
+    if cards is not None:
+        return cards
+    return [{"id": f["id"], "properties": [f["property"]], "known_defect": f.get("known_defect"), "primary": f["id"],
+             "findings": [f["id"]]} for f in summary.get("findings", [])]
 
 
 def node_rows(workers: list[dict]) -> list[dict]:

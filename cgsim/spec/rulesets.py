@@ -332,6 +332,9 @@ def get_ruleset(name: "str | Ruleset") -> Ruleset:
     try:
         return RULESETS[name]
     except KeyError:
+        from cgsim.text import did_you_mean
+
         raise UnknownRuleset(
-            f"unknown ruleset {name!r}; choose one of {', '.join(RULESETS)} (python -m fuzz list shows them)"
+            f"unknown ruleset {name!r}{did_you_mean(str(name), RULESETS)}; choose one of {', '.join(RULESETS)} "
+            "(python -m fuzz list shows them)"
         ) from None

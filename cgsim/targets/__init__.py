@@ -15,9 +15,19 @@ from cgsim.targets.base import (
     TargetUnsupported,
     UnknownTarget,
 )
-from cgsim.targets.registry import TargetFamily, describe_targets, families, get_target, target_names
+from cgsim.targets.registry import (
+    TargetFamily,
+    WrongRuleset,
+    check_ruleset_fits,
+    describe_targets,
+    families,
+    get_target,
+    target_engine,
+    target_names,
+)
 
 __all__ = [
     "CandidateSnapshot", "Execution", "ManagerUnderTest", "Target", "TargetEnvironmentError", "TargetError",
     "TargetUnsupported", "UnknownTarget", "TargetFamily", "describe_targets", "families", "get_target", "target_names",
+    "target_engine", "WrongRuleset", "check_ruleset_fits",
 ]

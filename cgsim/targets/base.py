@@ -150,6 +150,10 @@ class ManagerUnderTest(Protocol):
 class Target(Protocol):
     name: str
     capabilities: frozenset[str]
+    # Optional: the engine whose designs it follows (a Ruleset's ``engine``);
+    # without it, its default ruleset's engine, else "vllm".  Only rulesets of
+    # that engine may judge it.
+    # engine: str
 
     def default_ruleset(self) -> str | None:
         """The ruleset of the design this target follows (None: the strategy picks)."""

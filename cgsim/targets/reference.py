@@ -456,6 +456,7 @@ class ReferenceTarget:
     """cgsim's own manager; mutants subclass it with one bug each."""
 
     name = "reference"
+    engine = "vllm"  # one manager dispatching every batch over candidate lists: vLLM's designs
     manager_class: type[ModelCudaGraphManager] = ModelCudaGraphManager
     capabilities = frozenset({"mock", "cuda", "release"})
 

@@ -17,9 +17,11 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Callable
 
 from cgsim.targets.base import Target, TargetEnvironmentError, UnknownTarget
-from cgsim.text import first_line
+from cgsim.spec.rulesets import get_ruleset, rulesets_of
+from cgsim.text import did_you_mean, first_line
 
-__all__ = ["ENTRY_POINT_GROUP", "TargetFamily", "families", "get_target", "target_names", "describe_targets"]
+__all__ = ["ENTRY_POINT_GROUP", "TargetFamily", "families", "get_target", "target_names", "describe_targets",
+           "target_engine", "WrongRuleset", "check_ruleset_fits"]
 
 ENTRY_POINT_GROUP = "cgsim.targets"
 
@@ -105,10 +107,12 @@ def get_target(name: "str | Target") -> Target:
     if family is None and base in _broken:
         raise TargetEnvironmentError(_broken[base])
     if family is None:
-        raise UnknownTarget(f"unknown target {name!r}; use one of {', '.join(_choices())} (python -m fuzz list)")
+        hint = did_you_mean(name, target_names() + list(families()))
+        raise UnknownTarget(f"unknown target {name!r}{hint}; use one of {', '.join(_choices())} (python -m fuzz list)")
     variants = family.variants()
     if variants and variant not in variants:
-        what = f"unknown {base} {variant!r}" if variant else f"target {base!r} needs a variant ({base}:NAME)"
+        what = (f"unknown {base} {variant!r}{did_you_mean(variant, variants)}" if variant
+                else f"target {base!r} needs a variant ({base}:NAME)")
         raise UnknownTarget(f"{what}; choose one of {', '.join(sorted(variants))} (python -m fuzz list)")
     if not variants and variant:
         raise UnknownTarget(f"target {base!r} takes no variant, got {name!r}")
@@ -117,3 +121,32 @@ def get_target(name: "str | Target") -> Target:
 
 def _choices() -> list[str]:
     return [f.name + (":NAME" if f.variants() else "") for f in families().values()]
+
+
+class WrongRuleset(ValueError):
+    """A ruleset of another engine's design than the target's: every
+    property judged by it would hold the target to rules it never chose."""
+
+
+def target_engine(target: Target) -> str:
+    """The engine whose designs a target follows (its rulesets' ``engine``):
+    its ``engine`` attribute, else its default ruleset's, else vLLM's."""
+    engine = getattr(target, "engine", None)
+    if engine:
+        return engine
+    try:
+        default = target.default_ruleset()
+    except Exception:  # noqa: BLE001 - an engine that is not here: its own check says so
+        default = None
+    return get_ruleset(default).engine if default else "vllm"
+
+
+def check_ruleset_fits(target_name: str, ruleset: str) -> None:
+    """WrongRuleset (one line) unless ``ruleset`` states a design of the
+    engine ``target_name`` follows."""
+    engine = target_engine(get_target(target_name))
+    found = get_ruleset(ruleset).engine
+    if found != engine:
+        raise WrongRuleset(f"ruleset {ruleset!r} states {found}'s design, and target {target_name} follows "
+                           f"{engine}'s; choose one of {', '.join(rulesets_of(engine))}, or leave the ruleset out "
+                           "(the target's own)")

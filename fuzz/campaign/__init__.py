@@ -35,20 +35,22 @@ from cgsim.report.repro import write_repro
 from cgsim.report.summary import build_summary, update_latest, write_report
 from cgsim.text import first_line
 from fuzz.campaign.console import Progress, print_summary
-from fuzz.campaign.executor import Executor
+from fuzz.campaign.executor import STOP_GRACE_S, Executor, StopSignal, stop_signals_raise
 from fuzz.campaign.options import CampaignOptions, UsageError, options_for_profile, parse_budget, resolve_gpus, validate
 from fuzz.campaign.supervisor import Supervisor
 from fuzz.campaign.worker import default_strategy
 
 __all__ = [
-    "UsageError", "CampaignOptions", "CampaignResult", "parse_budget", "options_for_profile", "resolve_gpus",
+    "UsageError", "StopSignal", "CampaignOptions", "CampaignResult", "parse_budget", "options_for_profile", "resolve_gpus",
     "run_campaign", "settings_of", "exit_code", "hold_run_lock", "RUN_LOCK",
     "EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_USAGE", "EXIT_REPORT_FAILED",
 ]
 
 REPORT_EVERY_S = 5.0
+SHUTDOWN_GRACE_S = 5.0  # at the end of the budget: for the workers to write what they have
 RUN_LOCK = "campaign.lock"
 UNWRITABLE = "report directory unwritable"  # summary "interrupted" when the disk stopped the campaign
+WORKER_FAILED = "worker failed"  # summary "interrupted" when cgsim's own machinery failed in a worker
 
 # Exit status (the table is in reports/README.md).
 EXIT_CLEAN = 0  # nothing found
@@ -165,34 +167,37 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
     """
     out = out or sys.stdout
     err = err or sys.stderr
-    o = validate(options)
-    try:
-        strategy(o.ruleset, o.target)
-    except Exception as exc:
-        raise UsageError(f"cannot build the scenario strategy: {type(exc).__name__}: {exc}") from None
-    saved = None
-    if o.example_db:
-        from fuzz.campaign.example_db import open_example_db
+    # Start-up (imports, the target's checks, the strategy) may take a while:
+    # a stop signal there ends it at once (StopSignal, KeyboardInterrupt).
+    with stop_signals_raise():
+        o = validate(options)
+        try:
+            strategy(o.ruleset, o.target)
+        except Exception as exc:
+            raise UsageError(f"cannot build the scenario strategy: {type(exc).__name__}: {exc}") from None
+        saved = None
+        if o.example_db:
+            from fuzz.campaign.example_db import open_example_db
 
-        saved = open_example_db(o.example_db, o.target, o.backend)
-    saved_entries = saved.entries() if saved is not None else ()
-    replay = saved_entries
-    if o.self_check_findings:
-        from fuzz.campaign.example_db import SavedFailure
+            saved = open_example_db(o.example_db, o.target, o.backend)
+        saved_entries = saved.entries() if saved is not None else ()
+        replay = saved_entries
+        if o.self_check_findings:
+            from fuzz.campaign.example_db import SavedFailure
 
-        # Findings of the self-check about the code under test: run first (each
-        # scenario once: a run records every property it violates), recorded like any other.
-        first: dict[str, Any] = {}
-        for f in o.self_check_findings:
-            first.setdefault(json.dumps(f.scenario, sort_keys=True), f)
-        replay += tuple(SavedFailure(f.id, f.property, "pending", dict(f.scenario)) for f in first.values())
-    self_checked = len(replay) - len(saved_entries)
-    run_id, run_dir = _make_run_dir(o.report_dir)
-    lock_fd = hold_run_lock(run_dir)
-    coverage = _TargetCoverage(o, run_dir)
-    started_wall = time.time()
-    started_at = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
-    sup = _executor(o)(o, run_id, run_dir, started_wall + o.budget_s, pipeline, strategy, replay=replay)
+            # Findings of the self-check about the code under test: run first (each
+            # scenario once: a run records every property it violates), recorded like any other.
+            first: dict[str, Any] = {}
+            for f in o.self_check_findings:
+                first.setdefault(json.dumps(f.scenario, sort_keys=True), f)
+            replay += tuple(SavedFailure(f.id, f.property, "pending", dict(f.scenario)) for f in first.values())
+        self_checked = len(replay) - len(saved_entries)
+        run_id, run_dir = _make_run_dir(o.report_dir)
+        lock_fd = hold_run_lock(run_dir)
+        coverage = _TargetCoverage(o, run_dir)
+        started_wall = time.time()
+        started_at = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+        sup = _executor(o)(o, run_id, run_dir, started_wall + o.budget_s, pipeline, strategy, replay=replay)
     progress = Progress(err, o.quiet)
     findings_dir = os.path.join(run_dir, "findings")
     report_errors: list[str] = []  # every failed report write, in order (never cleared)
@@ -211,20 +216,25 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
         notes += list(dict.fromkeys(sup.store_errors + report_errors + (saved.errors if saved is not None else [])))
         if saved_entries:
             notes.append(f"example database: {len(saved_entries)} saved failure(s) replayed first")
+        if saved is not None and saved.unreadable:
+            notes.append(f"example database: {saved.unreadable} saved value(s) could not be read (corrupt, or of "
+                         "another format) and were skipped; they are left as they are")
         if o.self_check_findings:
             notes.append(f"the target's self-check met {len(o.self_check_findings)} violation(s) no documented "
                          f"defect explains, in {self_checked} scenario(s); they were replayed first")
         summary = build_summary(
             run_id=run_id, settings=settings_of(o, [s.gpu for s in sup.slots] if o.gpu_list else None),
             findings=findings, stats=sup.stats(), workers=sup.workers(), complete=complete,
-            interrupted=sup.stop_reason or (UNWRITABLE if sup.store_errors or report_errors else None),
+            interrupted=sup.stop_reason or (UNWRITABLE if sup.store_errors or report_errors else None)
+            or (WORKER_FAILED if sup.harness_errors else None),
             started_at=started_at, started_unix=sup.started,
             finished_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds") if final else None,
             elapsed_s=time.time() - started_wall, notes=notes, inflight=[] if final else sup.inflight(),
             target_coverage=coverage.section(final),
         )
         try:
-            summary = write_report(run_dir, summary)
+            # Pictures take seconds: drawn once, at a normal end (a stop must not wait for them).
+            summary = write_report(run_dir, summary, pictures=(None if sup.stopped else True) if final else False)
         except OSError as exc:
             report_errors.append(f"cannot write the report in {run_dir}: {exc}")
             if not final:  # the findings cannot be far behind (one disk): stop while they are whole
@@ -253,7 +263,7 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
                     report(complete=False)
                     last_report = mono
         finally:
-            sup.shutdown()
+            sup.shutdown(STOP_GRACE_S if sup.stop_reason else SHUTDOWN_GRACE_S)
         # Space may have come back since a write failed: one more try.
         sup.unwritten = [f for f in sup.unwritten if not _try(FindingStore(findings_dir, repro=write_repro).put, f)]
         complete = not sup.stopped and not sup.cut_short and not report_errors
@@ -264,12 +274,20 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
         failed = bool(report_errors or sup.store_errors)
         if not o.quiet:
             _print_quietly(print_summary, out, summary, run_dir)
+        harness = bool(sup.harness_errors) and not failed
         # A campaign that checked nothing has not found "nothing".
-        idle = not summary["scenarios"] and not summary["findings"] and sup.stop_reason is None and not failed
+        idle = (not summary["scenarios"] and not summary["findings"] and sup.stop_reason is None and not failed
+                and not harness)
         if idle:
             why = sup.notes[0] if sup.notes else ("the workers were still starting when the budget ended; "
                                                   "give a longer --budget")
             err.write(f"error: no scenario ran in the {o.budget_s:g}s budget ({why}); see {run_dir}/index.md\n")
+            err.flush()
+        if harness:
+            # As at start-up: cgsim's own machinery failed, one line, exit 2.
+            kept = len(scan_findings(findings_dir))
+            err.write(f"error: {sup.harness_errors[0]}; the campaign stopped ({kept} finding(s) on disk were kept; "
+                      f"traceback in {os.path.join(run_dir, '.work')}/worker-<n>.err)\n")
             err.flush()
         if failed:
             why = (sup.store_errors + report_errors)[0]
@@ -280,7 +298,8 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
     finally:
         sup.restore_signals(previous, keep_blocked=ignore_late_signals)
         os.close(lock_fd)
-    return CampaignResult(EXIT_USAGE if idle else exit_code(summary, sup.stop_reason, failed), run_dir, summary)
+    code = EXIT_USAGE if idle or harness else exit_code(summary, sup.stop_reason, failed)
+    return CampaignResult(code, run_dir, summary)
 
 
 def _executor(o: CampaignOptions) -> Callable[..., Executor]:

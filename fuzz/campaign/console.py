@@ -8,7 +8,7 @@ import os
 import shutil
 from typing import TextIO
 
-from cgsim.report.markdown import node_rows
+from cgsim.report.markdown import defect_cards, node_rows
 from cgsim.text import first_line
 
 __all__ = ["Progress", "print_summary", "stopped_by"]
@@ -58,21 +58,40 @@ class Progress:
 
 
 def print_summary(out: TextIO, summary: dict, run_dir: str) -> None:
+    """The end of a campaign: the failing properties, how many held, those
+    that judged nothing here, one card per defect with commands that work
+    from anywhere (absolute paths: ``reports/latest`` moves), the report."""
     w = out.write
+    run_dir = os.path.abspath(run_dir)
     s = summary["settings"]
     state = "" if summary["complete"] else f"  [PARTIAL: {stopped_by(summary.get('interrupted'))}]"
     w(f"cgsim fuzz {summary['run_id']}: target={s['target']} backend={s['backend']} ruleset={s['ruleset']} "
       f"seed={s['seed']} workers={s['workers']} budget={s['budget_s']:g}s{state}\n")
     w(f"ran {summary['scenarios']} scenarios in {summary['elapsed_s']:.1f}s\n")
-    width = max([len(p) for p in summary["properties"]] + [8])
-    w(f"  {'property'.ljust(width)}  {'checks':>8}  {'failures':>8}\n")
-    for pid, v in summary["properties"].items():
-        w(f"  {pid.ljust(width)}  {v['checks']:>8}  {v['failures']:>8}\n")
-    findings = summary["findings"]
-    w(f"{len(findings)} finding(s)\n")
-    for f in findings:
-        w(f"  {f['property']}: {f['id']} ({f['status']})\n    {first_line(f.get('message', ''))}\n"
-          f"    repro: {os.path.join(run_dir, f['repro_path'])}\n")
+    props = summary["properties"]
+    failing = [p for p, v in props.items() if v["failures"]]
+    held = [p for p, v in props.items() if v["checks"] and not v["failures"]]
+    idle = [p for p, v in props.items() if not v["checks"] and not v["failures"]]
+    for p in failing:
+        w(f"  FAILED {p}: {props[p]['failures']} of {props[p]['checks']} scenarios it judged\n")
+    w(f"  {len(held)} held\n")
+    if idle:
+        w(f"  judged nothing here (they do not apply to these scenarios, target or ruleset): {', '.join(idle)}\n")
+    findings = {f["id"]: f for f in summary["findings"]}
+    defects = defect_cards(summary)
+    w(f"{len(defects)} defect(s) in {len(findings)} finding(s)\n")
+    for card in defects:
+        primary = findings[card["primary"]]
+        others = [findings[i] for i in card["findings"][1:] if i in findings]
+        names = [primary["property"]] + [p for p in card["properties"] if p != primary["property"]]
+        label = f"documented defect {card['known_defect']}: " if card.get("known_defect") else ""
+        flaky = f"; FLAKY: {primary['flaky']}" if primary.get("flaky") else ""
+        w(f"  {label}{', '.join(names)} ({primary['status']}{flaky})\n    {first_line(primary.get('message', ''))}\n"
+          f"    replay: python -m fuzz replay {os.path.join(run_dir, primary['path'])}"
+          f"{'' if s.get('backend', 'mock') == 'mock' else ' --backend ' + s['backend']}\n"
+          f"    repro: {os.path.join(run_dir, primary['repro_path'])}\n")
+        for f in others:
+            w(f"    also shrunk for {f['property']}: {os.path.join(run_dir, f['path'])}\n")
     for e in summary.get("inflight", []) if not summary["complete"] else []:
         w(f"in flight: worker {e.get('worker')} (started {e.get('started_at') or '?'}): "
           f"{e.get('scenario_short') or '?'}\n")
@@ -83,6 +102,6 @@ def print_summary(out: TextIO, summary: dict, run_dir: str) -> None:
             w(f"  {r['node']}: {r['workers']} worker(s), {r['scenarios']} scenarios, {r['restarts']} restart(s)\n")
     for n in summary["notes"]:
         w(f"note: {n}\n")
-    w(f"report: {os.path.join(run_dir, 'index.md')}\n")
+    w(f"report: {os.path.join(run_dir, 'index.html')} (the same as text: index.md)\n")
     out.flush()
 

@@ -80,16 +80,24 @@ class SavedFailures:
         self._values: dict[str, bytes] = {}  # digest -> value, of what was read at the start
         self._saved: set[str] = set()  # finding ids saved by this campaign
         self.errors: list[str] = []  # why a save or delete failed (notes; never stops a campaign)
+        self.unreadable = 0  # saved values that could not be read (corrupt): skipped, left as they are
 
     def entries(self) -> tuple[SavedFailure, ...]:
-        """Every readable saved failure, smallest scenario first."""
+        """Every readable saved failure, smallest scenario first; the values
+        that cannot be read are counted (``unreadable``) and left as they are."""
         out = []
-        for value in self.db.fetch(self.key):
+        try:
+            values = list(self.db.fetch(self.key))
+        except Exception as exc:  # a database that cannot be read must not stop the campaign
+            self._error(f"cannot read the saved failures: {type(exc).__name__}: {first_line(exc)}; none replayed")
+            return ()
+        for value in values:
             try:
                 data = json.loads(value)
                 entry = SavedFailure(_digest(value), str(data["property"]), str(data["status"]), dict(data["scenario"]))
             except (ValueError, KeyError, TypeError):
-                continue  # not ours, or from a format we no longer read: left as it is
+                self.unreadable += 1  # corrupt, not ours, or a format we no longer read: left as it is
+                continue
             self._values[entry.digest] = value
             out.append(entry)
         out.sort(key=lambda e: (e.size, e.digest))

@@ -9,11 +9,12 @@ messages) is ``ExecutorCommon``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from cgsim.finding import Finding
 from cgsim.properties.registry import Violation
@@ -21,9 +22,46 @@ from cgsim.report.findings import FindingStore
 from cgsim.report.repro import write_repro
 from cgsim.scenario import Scenario, ScenarioError
 
-__all__ = ["Executor", "ExecutorCommon", "STOP_SIGNALS", "signame"]
+__all__ = ["Executor", "ExecutorCommon", "STOP_SIGNALS", "STOP_GRACE_S", "StopSignal", "stop_signals_raise",
+           "signame"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# After a stop signal: how long the workers have, together, to finish the finding at hand.
+STOP_GRACE_S = 1.5
+
+
+class StopSignal(BaseException):
+    """SIGTERM or SIGHUP before the campaign's own handlers are in place
+    (start-up: imports, checks, building the strategy).  A BaseException, as
+    KeyboardInterrupt is for SIGINT, so no ``except Exception`` swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signame(signum))
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stop_signals_raise() -> Iterator[None]:
+    """SIGTERM/SIGHUP raise ``StopSignal`` (SIGINT raises KeyboardInterrupt)
+    while the body runs, instead of killing the process with nothing said;
+    unblocked, in case the process inherited them blocked."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_stop(signum: int, frame: Any) -> None:
+        raise StopSignal(signum)
+
+    previous = {sig: signal.signal(sig, raise_stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        # Block again what was blocked; never unblock (a caller may have blocked them for good).
+        signal.pthread_sigmask(signal.SIG_BLOCK, set(mask) & set(STOP_SIGNALS))
 
 
 class Executor(Protocol):
@@ -36,13 +74,15 @@ class Executor(Protocol):
     incarnation), ``workers()`` (one row per worker), ``inflight()``,
     ``notes``, ``stop_reason`` (the signal that stopped the campaign),
     ``store_errors`` and ``unwritten`` (findings that could not reach the
-    disk), ``cut_short`` (workers terminated at the hard deadline).
+    disk), ``harness_errors`` (cgsim's own machinery failed in a worker:
+    exit 2), ``cut_short`` (workers terminated at the hard deadline).
     """
 
     deadline: float
     notes: list[str]
     stop_reason: str | None
     store_errors: list[str]
+    harness_errors: list[str]
     unwritten: list[Finding]
     cut_short: bool
 
@@ -98,6 +138,8 @@ class ExecutorCommon:
         self.stop_reason: str | None = None
         self.store_errors: list[str] = []  # why findings could not be written (a full disk)
         self.unwritten: list[Finding] = []  # findings that never reached the disk
+        # cgsim's own machinery failed in a worker (never a finding): the campaign stops, exit 2.
+        self.harness_errors: list[str] = []
         self.cut_short = False
         self.started = time.time()
 
@@ -110,7 +152,7 @@ class ExecutorCommon:
 
     @property
     def stopped(self) -> bool:
-        return self.stop_reason is not None or bool(self.store_errors)
+        return self.stop_reason is not None or bool(self.store_errors) or bool(self.harness_errors)
 
     def request_stop(self) -> None:
         """Ask every worker to stop after the finding at hand."""
@@ -132,6 +174,9 @@ class ExecutorCommon:
                 self.on_finding()
         elif kind == "note":
             self.notes.append(f"worker {msg[1]}: {msg[2]}")
+        elif kind == "worker-error":
+            self.harness_errors.append(f"worker {msg[1]} failed: {msg[2]}")
+            self.request_stop()
         elif kind == "store-error":
             _, index, text, data = msg
             self.store_errors.append(f"worker {index}: {text}")

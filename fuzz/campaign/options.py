@@ -6,7 +6,6 @@ ruleset, backend, budget or report directory, a broken environment) is a
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import shutil
 import subprocess
@@ -27,25 +26,16 @@ class UsageError(Exception):
     """Bad input or a broken environment: one line for the user, exit 2."""
 
 
-_BUDGET_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
 def parse_budget(text: str, flag: str = "--budget", zero: bool = False) -> float:
-    """'60s', '5m', '1h30m', '250ms', '90' (plain seconds) -> seconds; with
-    ``zero``, 0 is taken too (a flag whose 0 means "none")."""
-    raw = str(text).strip().lower()
-    if re.fullmatch(r"\d+(?:\.\d+)?", raw):
-        total = float(raw)
-    elif raw and re.fullmatch(r"(?:\d+(?:\.\d+)?(?:ms|h|m|s))+", raw):
-        total = sum(float(n) * _UNITS[u] for n, u in _BUDGET_PART.findall(raw))
-    elif re.fullmatch(r"-\s*\d.*", raw):
-        raise UsageError(f"{flag} {text!r} is negative; give a positive duration, e.g. 60s, 5m or 1h")
-    else:
-        raise UsageError(f"{flag} {text!r} is not a duration; write e.g. 60s, 5m, 1h30m or 90 (seconds)")
-    if total <= 0 and not (zero and total == 0):
-        raise UsageError(f"{flag} {text!r} is not a positive duration; write e.g. 60s, 5m or 1h")
-    return total
+    """A duration flag's value in seconds (``cgsim.values.parse_duration``:
+    '60s', '5m', '1h30m', '250ms', '90'), or UsageError naming the flag;
+    with ``zero``, 0 is taken too (a flag whose 0 means "none")."""
+    from cgsim.values import ValueProblem, parse_duration
+
+    try:
+        return parse_duration(text, zero=zero)
+    except ValueProblem as exc:
+        raise UsageError(f"{flag} {text!r} {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -55,6 +45,8 @@ class CampaignOptions:
     ruleset: str | None = None  # None: the target's default, else the strategy picks
     budget_s: float = 10.0
     workers: int = 1
+    force_workers: bool = False  # more workers than CPUs (GPUs with cuda) on purpose
+    workers_from_profile: bool = False  # the profile's default, not asked for: bounded without a word
     seed: int | None = 0  # None: a random seed, chosen (and reported) at validation
     report_dir: str = "reports"
     profile: str = "dev"
@@ -131,6 +123,7 @@ def options_for_profile(profile: str, **overrides: Any) -> CampaignOptions:
         "profile": profile, "budget_s": p.budget_s, "workers": p.default_workers(), "timeout_s": p.timeout_s,
         "chunk_examples": p.chunk_examples, "seed": p.seed,
     }
+    base["workers_from_profile"] = overrides.get("workers") is None
     base.update({k: v for k, v in overrides.items() if v is not None})
     return CampaignOptions(**base)
 
@@ -139,7 +132,7 @@ def validate(o: CampaignOptions) -> CampaignOptions:
     """The options as the campaign will run them, or UsageError (one line)."""
     from cgsim.backends import BACKENDS, get_backend
     from cgsim.spec import get_ruleset
-    from cgsim.targets import TargetEnvironmentError, get_target
+    from cgsim.targets import TargetEnvironmentError, check_ruleset_fits, get_target
 
     if o.workers < 1:
         raise UsageError(f"--workers {o.workers}: give at least 1")
@@ -178,6 +171,8 @@ def validate(o: CampaignOptions) -> CampaignOptions:
         # Before anything imports vLLM; spawned workers inherit the environment.
         changes["vllm_source"] = os.environ["CGSIM_VLLM_SOURCE"] = os.path.abspath(o.vllm_source)
     target = _one_line(get_target, o.target)
+    if o.ruleset is not None:
+        _one_line(lambda name: check_ruleset_fits(o.target, name), o.ruleset)
     try:
         target.check_environment()
         # The target adapter's self-check (optional hook): a broken mechanism is
@@ -223,17 +218,51 @@ def validate(o: CampaignOptions) -> CampaignOptions:
             raise UsageError(f"--workers {o.workers} with --ray: the cluster has {capacity} {what}(s) "
                              f"({cluster.describe()}), one per worker; give at most {capacity} or leave --workers out")
         changes["cluster"] = cluster
+    else:
+        changes["workers"] = _bounded_workers(replace(o, **changes))
     return replace(o, **changes)
+
+
+def _bounded_workers(o: CampaignOptions) -> int:
+    """At most one worker per CPU (per GPU: with --backend cuda, or each
+    with its own GPU through --gpus) unless --force-workers: more only fight
+    over the same cores and memory.  A profile's default is bounded
+    silently; a number asked for is refused, with what fits."""
+    from fuzz.campaign.resources import cpu_count
+
+    if o.gpu_list:
+        capacity, what = len(o.gpu_list), "GPU(s) given to --gpus"
+    elif o.backend == "cuda":
+        capacity, what = _gpu_count(), "GPU(s)"
+    else:
+        capacity, what = cpu_count(), "CPU(s) this process may use"
+    if o.workers <= capacity or o.force_workers:
+        return o.workers
+    if o.workers_from_profile:
+        return capacity
+    raise UsageError(f"--workers {o.workers}: there are {capacity} {what}, one per worker; give --workers "
+                     f"{capacity} or fewer, or add --force-workers to start {o.workers} anyway")
+
+
+def _gpu_count() -> int:
+    found = len(resolve_gpus("auto"))
+    if found:
+        return found
+    import torch  # the backend check found a GPU that nvidia-smi did not list
+
+    return max(1, torch.cuda.device_count())
 
 
 def resolve_gpus(spec: str) -> list[str]:
     """'auto' -> the visible GPUs (CUDA_VISIBLE_DEVICES, else nvidia-smi -L);
     '0,1,3' -> those."""
     if spec != "auto":
-        ids = [g.strip() for g in spec.split(",") if g.strip()]
-        if not ids or not all(g.isdigit() for g in ids):
-            raise UsageError(f"--gpus {spec!r}: give auto or a comma-separated list of GPU indices such as 0,1")
-        return ids
+        from cgsim.values import ValueProblem, parse_sizes
+
+        try:
+            return [str(g) for g in parse_sizes(spec, least=0)]
+        except ValueProblem as exc:
+            raise UsageError(f"--gpus {spec!r} {exc}, or auto") from None
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         return [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]

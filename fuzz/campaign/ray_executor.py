@@ -342,8 +342,10 @@ class RayExecutor(ExecutorCommon):
                 pass
             slot.end = f"worker error: {last}"
             self.notes.append(f"{self._where(slot)} (incarnation {slot.incarnation}) failed: {last}; see .work/{name}")
-            slot.error_restarts += 1
-            return slot.error_restarts <= EXIT_ERROR_RESTARTS
+            # cgsim's own machinery failed there: never restarted into it again, exit 2 (as a local worker).
+            self.harness_errors.append(f"worker {slot.index} failed: {last}")
+            self.request_stop()
+            return False
         else:
             slot.end = f"exited with status {code}"
             self.notes.append(f"worker {slot.index} exited with unexpected status {code}")

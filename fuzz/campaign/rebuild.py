@@ -69,7 +69,7 @@ def rebuild_report(run_dir: str, out: TextIO | None = None, err: TextIO | None =
         summary = _rebuild(run_dir, findings_dir, previous)
         failed = False
         try:
-            write_report(run_dir, summary)
+            summary = write_report(run_dir, summary)  # as written: its notes recomputed (pictures)
         except OSError as exc:
             failed = True
             err.write(f"error: cannot write the report in {run_dir}: {exc}; the findings on disk are unchanged; "

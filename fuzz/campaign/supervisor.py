@@ -33,6 +33,7 @@ from typing import Any, Callable
 from cgsim.observe import Pipeline
 from cgsim.properties.harness import NO_CRASH, NO_HANG
 from cgsim.scenario import Scenario, ScenarioError
+from fuzz.campaign import resources
 from fuzz.campaign.executor import STOP_SIGNALS, ExecutorCommon
 from fuzz.campaign.executor import signame as _signame
 from fuzz.campaign.options import CampaignOptions
@@ -42,6 +43,7 @@ from fuzz.campaign.worker import (EXIT_DONE, EXIT_ERROR, EXIT_RESTART, EXIT_STOR
 __all__ = ["Slot", "Supervisor", "MAX_RESTARTS", "STOP_SIGNALS", "read_inflight", "describe_inflight"]
 
 MAX_RESTARTS = 20  # per worker slot; a target that kills every worker should not spin forever
+WARM_WAIT_S = 10.0  # the first worker's memory is measured after its first scenario, or after this long
 EXIT_ERROR_RESTARTS = 2
 
 
@@ -96,6 +98,8 @@ class Supervisor(ExecutorCommon):
         shares = _split(options.max_examples, options.workers)
         gpus = options.gpu_list
         self.slots = [Slot(i, gpus[i % len(gpus)] if gpus else None, shares[i]) for i in range(options.workers)]
+        self.waiting: list[Slot] = []  # not started yet: they wait for the first worker's size
+        self.worker_bytes = 0  # the largest private memory seen of a running worker
 
     # -- what the report reads -----------------------------------------------------
     def alive(self) -> int:
@@ -113,16 +117,20 @@ class Supervisor(ExecutorCommon):
 
     # -- running ------------------------------------------------------------------
     def start(self) -> None:
-        for slot in self.slots:
-            self._start(slot)
+        """Start the first worker; the others follow once it is warm, as many
+        as the memory budget holds (``_start_waiting``)."""
+        first, *self.waiting = self.slots
+        self._start(first)
 
     def poll(self, timeout: float = 0.1) -> bool:
-        """Drain messages, watch processes; False once every worker has ended."""
+        """Drain messages, watch processes, start waiting workers; False once
+        every worker has ended."""
         self._drain(timeout=timeout)
         if self.stopped:
             return False
         self._watch()
-        if all(s.process is None for s in self.slots):
+        self._start_waiting()
+        if all(s.process is None for s in self.slots) and not self.waiting:
             return False
         if time.time() > self.hard_deadline:
             self.notes.append("workers did not stop by the hard deadline; they were terminated")
@@ -155,6 +163,34 @@ class Supervisor(ExecutorCommon):
         slot.process = p
         slot.end = "running"
         slot.spans.append([slot.incarnation, time.time(), None, None])
+
+    def _start_waiting(self) -> None:
+        """Start the workers that wait, once the first is warm (it ran a
+        scenario, ended, or has run ``WARM_WAIT_S``) and its memory is known:
+        as many as ``MEMORY_SHARE`` of the memory still available holds, the
+        rest never (a note says why).  Stops at once on a stop request and at
+        the end of the budget."""
+        if not self.waiting:
+            return
+        first = self.slots[0]
+        if first.process is not None:
+            self.worker_bytes = max(self.worker_bytes, resources.private_memory(first.process.pid) or 0)
+        warm = first.scenarios > 0 or first.process is None or time.time() - first.spans[0][1] >= WARM_WAIT_S
+        if not warm:
+            return
+        waiting, self.waiting = self.waiting, []
+        budget = None
+        available = resources.available_memory()
+        if self.worker_bytes and available is not None:
+            budget = resources.MemoryBudget(self.worker_bytes, available)
+        fits = len(waiting) if budget is None else min(len(waiting), budget.fits)
+        for n, slot in enumerate(waiting):
+            if n >= fits or self.stopped or time.time() >= self.deadline:
+                slot.end = "not started" + (": memory budget" if n >= fits else "")
+                continue
+            self._start(slot)
+        if budget is not None and fits < len(waiting):
+            self.notes.append(budget.describe(self.o.workers - len(waiting), self.o.workers))
 
     def _watch(self) -> None:
         now = time.time()
@@ -193,13 +229,16 @@ class Supervisor(ExecutorCommon):
             slot.end = "restarted (target left the process unusable)"
             restart = True
         elif code == EXIT_ERROR:
+            # cgsim's own machinery failed there (the worker said what, or its
+            # traceback does): no restart, the campaign stops with exit 2.
             text = _read(os.path.join(work, f"worker-{slot.index}.err")).strip().splitlines()
             last = text[-1] if text else "no traceback"
             slot.end = f"worker error: {last}"
+            if not any(e.startswith(f"worker {slot.index} failed") for e in self.harness_errors):
+                self.harness_errors.append(f"worker {slot.index} failed: {last}")
             self.notes.append(f"worker {slot.index} (incarnation {slot.incarnation}) failed: {last}; "
                               f"see .work/worker-{slot.index}.err")
-            slot.error_restarts += 1
-            restart = slot.error_restarts <= EXIT_ERROR_RESTARTS
+            self.request_stop()
         elif code < 0:
             signame = _signame(-code)
             scenario = self._inflight(slot)
@@ -261,19 +300,22 @@ class Supervisor(ExecutorCommon):
                     pass
 
     def shutdown(self, grace: float = 5.0) -> None:
+        """Ask every worker to stop, give them ``grace`` seconds together to
+        finish the finding at hand, then kill the rest at once."""
         self.stop_event.set()
+        for slot in self.waiting:
+            slot.end = "not started"
+        self.waiting = []
         end = time.monotonic() + grace
-        for slot in self.slots:
+        live = [slot for slot in self.slots if slot.process is not None]
+        for slot in live:
+            slot.process.join(max(0.0, end - time.monotonic()))
+        for slot in live:
+            if slot.process.exitcode is None:
+                slot.process.kill()
+        for slot in live:
             p = slot.process
-            if p is None:
-                continue
-            p.join(max(0.0, end - time.monotonic()))
-            if p.exitcode is None:
-                p.terminate()
-                p.join(1.0)
-            if p.exitcode is None:
-                p.kill()
-                p.join(1.0)
+            p.join(1.0)
             self._drain()
             if slot.end == "running":
                 slot.end = ("stopped" if p.exitcode in (EXIT_DONE, EXIT_RESTART) else

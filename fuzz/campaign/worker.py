@@ -7,6 +7,10 @@ parent only merges what is on disk.
 
 Life of a finding inside a worker:
 
+0. an example shows a failure new to this worker: it is replayed once, on
+   the same target and backend, before anything is written (``replays`` in
+   the finding); a failure the replay does not show is replayed a few more
+   times and written as it was seen, "flaky" with its rate, never shrunk;
 1. an example violates property P that this worker has not finalised yet:
    ``findings/<id>.json`` is written at once (status "shrinking"), and the
    test body raises so Hypothesis shrinks it.  P is *pinned*: while shrinking,
@@ -73,6 +77,7 @@ EXIT_DONE = 0
 EXIT_RESTART = 75  # "restart me": the target may have poisoned this process
 EXIT_ERROR = 70  # the worker itself failed (traceback in .work/worker-<n>.err)
 EXIT_STORE = 74  # a finding could not be written (EX_IOERR): the campaign stops
+FLAKY_REPLAYS = 5  # replays of a failure the first replay did not show, for its rate
 
 _stop_requested = False  # set by SIGTERM/SIGHUP: finish the finding at hand, then exit
 
@@ -172,6 +177,16 @@ class _ShrinkLimit(BaseException):
 
 class _StoreFailed(BaseException):
     """A finding could not be written: stop this worker (the parent was told)."""
+
+
+class _HarnessFailed(BaseException):
+    """cgsim's own machinery failed while running a scenario (the
+    environment broke, a bug in the worker): a BaseException, so Hypothesis
+    stops at once instead of shrinking it as if the target had failed."""
+
+    def __init__(self, cause: BaseException):
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.cause = cause
 
 
 class _PropertyFailed(AssertionError):
@@ -310,6 +325,8 @@ class Worker:
         launch = getattr(target, "launch", None)  # the settings a user types to reach it
         if launch is not None:
             labels = {**labels, "launch": launch(Scenario.from_json(finding.scenario))}
+        if extra and extra.get("replays", False) is None:  # not replayed here (a recurrence, a shrink)
+            extra = {k: v for k, v in extra.items() if k != "replays"}
         finding = finding.with_(
             status=status, run_id=spec.run_id, worker=spec.index, seed=self._chunk_seed,
             elapsed_s=time.time() - self.started,
@@ -409,14 +426,26 @@ class Worker:
         if old and old not in (final.id, first.id):
             self._remove_own(old)
 
-    def _record_same_defect(self, key: str, seen: Finding, defect: str) -> None:
+    def _record_flaky(self, key: str, seen: Finding, replay: dict) -> None:
+        """A failure its replays did not always show: written once, as it was
+        seen, with its rate; never shrunk (shrinking needs a failure that
+        repeats) and not searched for again by this worker."""
+        runs, shown = replay["runs"], replay["reproduced"]
+        self._record(seen, "unshrunk", extra={
+            "flaky": f"reproduced in {shown} of {runs} replays on the same backend right after it was seen",
+            "flaky_rate": round(shown / runs, 3), "replays": replay,
+            "note": "flaky: not shrunk; the target depends on state earlier scenarios left, or on timing",
+            **self._first_seen(key)})
+        self.found.add(key)
+
+    def _record_same_defect(self, key: str, seen: Finding, defect: str, replay: dict | None = None) -> None:
         """A failure of another property of a documented defect this worker
         already shrank: final as it is (one scenario of a defect often
         violates five properties, vLLM's #7 among them, and five shrinks of
         one known cause would cost a short campaign most of its budget)."""
         shrunk = self.shrunk_defects[defect]
         note = f"not shrunk: an instance of the documented defect {defect}, shrunk in {shrunk}"
-        recorded = self._record(seen, "unshrunk", extra={"note": note, **self._first_seen(key)})
+        recorded = self._record(seen, "unshrunk", extra={"note": note, "replays": replay, **self._first_seen(key)})
         self.found.add(key)
         old = self.provisional.pop(key, None)
         if old and old != recorded.id:
@@ -508,20 +537,7 @@ class Worker:
 
     def _run_one(self, scenario: Any) -> Outcome:
         """Run and judge one scenario, announced in flight first; count it."""
-        spec = self.spec
-        self._write_inflight(scenario)
-        if self.heartbeat is not None:
-            # [index]: since when it runs; [workers + index]: after how long
-            # the parent's watchdog may call it hung (past the backstop).
-            self.heartbeat[spec.index] = time.time()
-            limit = backstop_timeout(scenario_timeout(scenario, self.o.timeout_s))
-            self.heartbeat[self.o.workers + spec.index] = limit + 1.0 if limit else 0.0
-        try:
-            outcome: Outcome = observe(scenario, self.o.target, self.o.backend, self.o.timeout_s, spec.pipeline)
-        finally:
-            if self.heartbeat is not None:
-                self.heartbeat[spec.index] = 0.0
-            self._clear_inflight()
+        outcome = self._observe(scenario)
         self.scenarios += 1
         self._cover(scenario)
         for dim, key in outcome.coverage:
@@ -532,9 +548,48 @@ class Worker:
             self.failures[p] += 1
             if p not in outcome.checked:
                 self.checks[p] += 1
-        if time.monotonic() - self.last_stats > spec.stats_interval_s:
+        if time.monotonic() - self.last_stats > self.spec.stats_interval_s:
             self._stats()
         return outcome
+
+    def _confirm(self, scenario: Any, outcome: Outcome, keys: list[str]) -> dict[str, dict]:
+        """Replay a scenario whose failures (``keys``) are new to this worker,
+        on the same target and backend, before any of them is written: key ->
+        {"runs", "reproduced"}.  One replay confirms a failure; one it does
+        not show is replayed ``FLAKY_REPLAYS`` times in all, for its rate.
+        Not replayed (runs 0) when the run left the process unusable (a hang,
+        a poisoned context).  Replays are not counted as scenarios: they
+        change nothing a seed decides."""
+        if outcome.needs_restart:
+            return {key: {"runs": 0, "reproduced": 0, "why_not": "the run left the worker unusable"} for key in keys}
+        tally = {key: {"runs": 0, "reproduced": 0} for key in keys}
+        for n in range(FLAKY_REPLAYS):
+            again = self._observe(scenario)
+            shown = self._keyed(again)
+            for key in keys:
+                tally[key]["runs"] += 1
+                tally[key]["reproduced"] += key in shown
+            if (n == 0 and all(key in shown for key in keys)) or again.needs_restart:
+                break
+        return tally
+
+    def _observe(self, scenario: Any) -> Outcome:
+        """Run and judge one scenario, announced in flight (and to the
+        watchdog) while it runs."""
+        spec = self.spec
+        self._write_inflight(scenario)
+        if self.heartbeat is not None:
+            # [index]: since when it runs; [workers + index]: after how long
+            # the parent's watchdog may call it hung (past the backstop).
+            self.heartbeat[spec.index] = time.time()
+            limit = backstop_timeout(scenario_timeout(scenario, self.o.timeout_s))
+            self.heartbeat[self.o.workers + spec.index] = limit + 1.0 if limit else 0.0
+        try:
+            return observe(scenario, self.o.target, self.o.backend, self.o.timeout_s, spec.pipeline)
+        finally:
+            if self.heartbeat is not None:
+                self.heartbeat[spec.index] = 0.0
+            self._clear_inflight()
 
     def _replay(self, entries: tuple) -> bool:
         """Run the failures that earlier campaigns saved (``example_db``),
@@ -604,7 +659,10 @@ class Worker:
             if st["pinned"] is not None and limit is not None and time.monotonic() - st["pinned_at"] > limit:
                 raise _ShrinkLimit()
             started = time.monotonic()
-            outcome = self._run_one(scenario)
+            try:
+                outcome = self._run_one(scenario)
+            except Exception as exc:  # observe() turns every failure of the target into a finding
+                raise _HarnessFailed(exc) from exc
             # A failure whose one run outlasts the shrink limit cannot get
             # smaller within it: Hypothesis's first shrink step runs it
             # again, and the limit, checked before each run, lets that run
@@ -618,23 +676,32 @@ class Worker:
             # the same key: the same defect, not merely the same property.
             if pinned is not None and pinned in keyed:
                 st["best"] = (scenario, keyed[pinned])
+            new = [key for key in keyed if key not in self.found and key != pinned and key not in self.provisional]
+            try:
+                replays = self._confirm(scenario, outcome, new) if new else {}
+            except Exception as exc:  # as for the first run: the machinery, never the target
+                raise _HarnessFailed(exc) from exc
             for key, seen in keyed.items():
                 if key in self.found or key == pinned:
                     continue
                 defect = self.defect_of(seen)
-                if not seen.shrinkable:
+                replay = replays.get(key)
+                if replay is not None and replay["runs"] and replay["reproduced"] < replay["runs"]:
+                    self._record_flaky(key, seen, replay)
+                elif not seen.shrinkable:
                     self._record(seen, "unshrunk", extra={"note": f"{seen.property} findings are not shrunk",
-                                                          **self._first_seen(key)})
+                                                          "replays": replay, **self._first_seen(key)})
                     self.found.add(key)
                 elif defect in self.shrunk_defects:
-                    self._record_same_defect(key, seen, defect)
+                    self._record_same_defect(key, seen, defect, replay)
                 elif pinned is None and not too_slow and self._shrink_allowed():
                     st["pinned"] = pinned = key
                     st["pinned_at"] = time.monotonic()
                     st["best"] = (scenario, seen)
-                    st["first"] = self._record(seen, "shrinking", extra=self._first_seen(key))
+                    st["first"] = self._record(seen, "shrinking", extra={"replays": replay, **self._first_seen(key)})
                 elif key not in self.provisional:
-                    self.provisional[key] = self._record(seen, "pending", extra=self._first_seen(key)).id
+                    self.provisional[key] = self._record(seen, "pending",
+                                                         extra={"replays": replay, **self._first_seen(key)}).id
             if outcome.needs_restart:
                 st["restart"] = True
                 raise _Restart()
@@ -653,7 +720,12 @@ class Worker:
             st["limited"] = True
         except _PropertyFailed:
             pass
-        except Exception as exc:  # Flaky, an error in the strategy: keep what we have
+        except Exception as exc:
+            if not _hypothesis_verdict(exc):
+                # Anything else is cgsim's own machinery failing (the strategy,
+                # the environment, this worker): never a finding; the campaign
+                # stops with exit 2 (worker_main).
+                raise
             if type(exc).__name__ == "Unsatisfiable" and self.scenarios == ran_before and not self.repeats:
                 self.repeats = True  # every draw was a repeat (_repeat): nothing failed
                 return False
@@ -677,6 +749,13 @@ class Worker:
 
 # Scenario keys a worker remembers (a config is a few hundred bytes).
 _RAN_BOUND = 100_000
+
+
+def _hypothesis_verdict(exc: Exception) -> bool:
+    """Whether Hypothesis raised ``exc`` about the target's behaviour (a
+    failure that did not replay; nothing left to draw), as opposed to
+    cgsim's own machinery failing."""
+    return type(exc).__name__.startswith("Flaky") or type(exc).__name__ == "Unsatisfiable"
 
 
 def repeat_key(scenario: Any) -> tuple:
@@ -738,12 +817,18 @@ def worker_main(spec: WorkerSpec, queue: Any, stop_event: Any, heartbeat: Any) -
         code = Worker(spec, queue, stop_event, heartbeat).run()
     except _StoreFailed:
         code = EXIT_STORE
-    except BaseException:
+    except BaseException as exc:
         try:
             os.makedirs(work, exist_ok=True)
             with open(os.path.join(work, f"worker-{spec.index}.err"), "a", encoding="utf-8") as fh:
                 fh.write(traceback.format_exc())
         except OSError:
+            pass
+        # What the campaign's one line says (the traceback is in the file).
+        shown = exc.cause if isinstance(exc, _HarnessFailed) else exc
+        try:
+            queue.put(("worker-error", spec.index, f"{type(shown).__name__}: {first_line(shown, 300)}"))
+        except Exception:
             pass
         code = EXIT_ERROR
     finally:

@@ -73,6 +73,7 @@ class SglangTarget:
     """--target sglang (and, with ``patches``, sglang-mutant:NAME)."""
 
     capabilities = frozenset({"mock", "release"})
+    engine = "sglang"
 
     def __init__(self, name: str = "sglang", patches: Callable[[], Any] | None = None):
         self.name = name

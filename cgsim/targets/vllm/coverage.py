@@ -13,7 +13,8 @@ run nowhere else, and tracing every call of Hypothesis and of the
 properties as well made a scenario cost 1.92 times as much as without
 coverage, against 1.66 (``benchmarks/bench_target_coverage.py``).  The
 campaign process itself measures nothing: the adapter's self-check runs
-there and is not the campaign's exploration.  Lines that run
+there and is not the campaign's exploration.  Each worker writes its own
+data file; the report combines them.  Lines that run
 when a module is imported (imports, def and class statements) count as
 executed for every measured module: forked workers inherit the import.
 
@@ -29,6 +30,8 @@ import glob
 import importlib.util
 import os
 import re
+import secrets
+import socket
 import subprocess
 import time
 from typing import Any, Iterable
@@ -91,8 +94,11 @@ def start_in_worker() -> None:
         return
     import coverage  # noqa: PLC0415
 
+    # Its own file from the start: coverage.py names a suffixed file only at
+    # start(), and a save before it went to the one ".coverage" all workers shared.
+    own = f".coverage.{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(4)}"
     # A worker that never reaches these modules (a refused config) saves no data: not worth a warning.
-    cov = coverage.Coverage(data_file=os.path.join(data_dir, ".coverage"), data_suffix=True,
+    cov = coverage.Coverage(data_file=os.path.join(data_dir, own), data_suffix=None,
                             include=[os.path.join(pkg, p) for p in MODULES], config_file=False)
     cov.set_option("run:disable_warnings", ["no-data-collected", "module-not-measured"])
     _cov, _last_save = cov, time.monotonic()
@@ -106,14 +112,29 @@ def measuring() -> Any:
         yield
         return
     if _depth == 0:
-        _cov.start()
+        with _measurement_failures():
+            _cov.start()
     _depth += 1
     try:
         yield
     finally:
         _depth -= 1
         if _depth == 0:
-            _cov.stop()
+            with _measurement_failures():
+                _cov.stop()
+
+
+@contextlib.contextmanager
+def _measurement_failures() -> Any:
+    """coverage.py failing (a data file it cannot use) is this machine's
+    problem, never the target's: an environment error, not a finding."""
+    from cgsim.targets.base import TargetEnvironmentError  # noqa: PLC0415
+
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - any failure of the measurement itself
+        raise TargetEnvironmentError(f"measuring the target's coverage failed: {type(exc).__name__}: "
+                                     f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
 
 
 def checkpoint(force: bool = False) -> None:
@@ -123,7 +144,8 @@ def checkpoint(force: bool = False) -> None:
         return
     now = time.monotonic()
     if force or now - _last_save >= SAVE_EVERY_S:
-        _cov.save()
+        with _measurement_failures():
+            _cov.save()
         _last_save = now
 
 
