@@ -116,6 +116,7 @@ def _finding(f: Mapping, images: Mapping[str, bytes], compact: bool = False) -> 
     rows = [
         ("property", f"<code>{_e(f.get('property'))}</code>: {_e(f.get('statement') or '')}"),
         ("what was seen", _e(f.get("message"))),
+        *([("reached by", f"<code>{_e(f['launch']['line'])}</code>")] if (f.get("launch") or {}).get("line") else []),
         ("kind · status", f"{_e(f.get('kind'))} · {_e(f.get('status'))}"),
         ("target · backend", f"<code>{_e(f.get('target'))}</code> · <code>{_e(f.get('backend'))}</code>"),
         ("finding file", f"<code>{_e(f.get('path'))}</code>"),
@@ -271,7 +272,8 @@ def render_html(summary: Mapping, images: Mapping[str, bytes] | None = None) -> 
     (``finding["picture"]``, relative to the run directory) with their bytes."""
     images = images or {}
     findings = summary.get("findings", [])
-    title = f"cgsim fuzz campaign {summary.get('run_id')}"
+    under_test = ((summary.get("settings") or {}).get("environment") or {}).get("code_under_test")
+    title = f"cgsim fuzz campaign {summary.get('run_id')}" + (f" on {under_test}" if under_test else "")
     body = [f"<h1>{_e(title)}</h1>", _headline(summary), '<h2 id="findings">Findings</h2>']
     if findings:
         body.append('<p class="muted">One card per defect: a minimal scenario with every property it violates (or '

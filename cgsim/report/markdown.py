@@ -73,8 +73,9 @@ def render_markdown(summary: dict) -> str:
     inflight = [] if summary.get("complete") else summary.get("inflight", [])
     verdict = (f"**{len(defect_cards(summary))} defect(s)** in {len(findings)} finding(s)" if findings
                else "**no findings**")
+    under_test = (s.get("environment") or {}).get("code_under_test")
     lines = [
-        f"# cgsim fuzz campaign `{summary.get('run_id')}`",
+        f"# cgsim fuzz campaign `{summary.get('run_id')}`" + (f" on {under_test}" if under_test else ""),
         "",
         f"{verdict} · {summary.get('scenarios', 0)} scenarios in {summary.get('elapsed_s', 0):.1f}s · report {state}",
         "",
@@ -111,6 +112,7 @@ def render_markdown(summary: dict) -> str:
             f"- **finding**: `{f['id']}` · **property**: {f.get('statement') or f['property']}",
             f"- **kind**: {f.get('kind')} · **status**: {f.get('status')} · **target**: `{f.get('target')}` · **backend**: `{f.get('backend')}`",
             f"- **what was seen**: {f.get('message')}",
+            *([f"- **reached by**: `{f['launch']['line']}`"] if (f.get("launch") or {}).get("line") else []),
             f"- **finding file**: `{f.get('path')}`",
             f"- **repro script**: `{f.get('repro_path')}`",
         ]

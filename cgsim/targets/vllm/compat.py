@@ -224,8 +224,11 @@ class Capabilities:
         """For findings and reports: what was found where."""
         out: dict[str, Any] = {"vllm_version": self.version, "vllm_location": self.location,
                                "vllm_design": self.design.ruleset}
+        where = f"installed at {self.location}"
         if self.source is not None:
             out.update(self.source.to_json())
+            where = f"source tree {self.source.path}, {self.source.commit}"
+        out["code_under_test"] = f"vLLM {self.version} ({where})"
         return out
 
 
