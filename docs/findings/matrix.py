@@ -10,7 +10,9 @@ is ``1`` when the finding's property is violated and recognised as its
 documented defect (cgsim.targets.vllm.known), ``0`` when it is not, ``(N)``
 when the release has the defect but documented defect N stops the scenario
 before it shows, ``n/a`` when the tree cannot express the scenario's config
-(the feature is newer).
+(the feature is newer), ``nr`` when vLLM's own config path refuses the
+settings the scenario stands for, or builds another manager from them (not
+reachable from settings a user can type: manager-level only there).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def row() -> dict:
         defect = classify(doc)
         trace, found = _run(Scenario.from_json({**doc.scenario, "ruleset": caps.ruleset}))
         if trace.unsupported:
-            cells[doc.id] = "n/a"
+            cells[doc.id] = "n/a" if trace.unsupported.startswith("config not expressible") else "nr"
             continue
         hit = any(f.property == doc.property and classify(f, caps.version) == defect for f in found)
         cells[doc.id] = "1" if hit else "0"
