@@ -42,10 +42,9 @@ TARGET = VllmTarget(warm=False)
 def _v2_runner_builds(args: dict, env: dict, model: str) -> None:
     """vLLM's own EngineArgs build these engine arguments into a config for
     the V2 model runner (the one whose manager cgsim drives)."""
-    from cgsim.targets.vllm.engine import EngineLaunch, _text
+    from cgsim.targets.vllm.engine import EngineLaunch
 
-    launch = EngineLaunch(model, tuple(sorted((k, _text(v)) for k, v in args.items())), tuple(sorted(env.items())))
-    assert runs_v2_runner(launch), (args, env)
+    assert runs_v2_runner(EngineLaunch.of(model, args, env)), (args, env)
 
 
 def test_a_config_is_the_engine_arguments_vllm_builds_it_from():

@@ -75,6 +75,13 @@ class EngineLaunch:
     env: tuple[tuple[str, str], ...]
     attention: tuple[str, str] | None = None  # (backend, JSON of its attention config)
 
+    @classmethod
+    def of(cls, model: str, args: dict[str, Any], env: dict[str, str],
+           attention: tuple[str, dict] | None = None) -> "EngineLaunch":
+        """A launch from plain values (a finding's recorded ``launch``, say)."""
+        return cls(model, tuple(sorted((k, _text(v)) for k, v in args.items())), tuple(sorted(env.items())),
+                   None if attention is None else (attention[0], _text(attention[1])))
+
     def kwargs(self) -> dict[str, Any]:
         return {k: json.loads(v) for k, v in self.args}
 
@@ -177,9 +184,7 @@ def launch_for(config: ManagerConfig, release: bool = False) -> EngineLaunch:
     env = {V2_RUNNER_ENV: "1"} if _has_v1_runner() else {}  # the runner whose manager cgsim drives
     if config.breakable:
         env[BREAKABLE_ENV] = "1"
-    backend = ATTENTION_BACKENDS[config.attention_support]
-    return EngineLaunch(model, tuple(sorted((k, _text(v)) for k, v in args.items())), tuple(sorted(env.items())),
-                        None if backend is None else (backend[0], _text(backend[1])))
+    return EngineLaunch.of(model, args, env, ATTENTION_BACKENDS[config.attention_support])
 
 
 @functools.lru_cache(maxsize=1)
@@ -436,13 +441,11 @@ def default_capture_sizes(max_num_seqs: int, decode_query_len: int, spec_schedul
     base = ManagerConfig(capture_sizes=(1,), max_num_reqs=max_num_seqs, decode_query_len=decode_query_len,
                          spec_schedule=spec_schedule)
     launch = launch_for(base)
-    args = dict(launch.args)
-    compilation = json.loads(args["compilation_config"])
-    compilation.pop("cudagraph_capture_sizes")
-    compilation.pop("max_cudagraph_capture_size")
-    args["compilation_config"] = _text(compilation)
-    args["max_num_batched_tokens"] = _text(8192)
-    vc = engine_config(dataclasses.replace(launch, args=tuple(sorted(args.items()))))
+    args = launch.kwargs()
+    for name in ("cudagraph_capture_sizes", "max_cudagraph_capture_size"):
+        args["compilation_config"].pop(name)
+    args["max_num_batched_tokens"] = 8192
+    vc = engine_config(EngineLaunch.of(launch.model, args, dict(launch.env)))
     cc = vc.compilation_config
     split = getattr(cc, "prefill_cudagraph_capture_token_sizes", None)
     return tuple(sorted(split if split is not None else cc.cudagraph_capture_sizes))

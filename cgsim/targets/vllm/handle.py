@@ -721,14 +721,13 @@ class VllmManagerHandle:
         and their _release_cuda_graphs only knows model-wrapping runners
         (CUDAGraphWrapper / UBatchWrapper), so the MRV2 manager keeps its graphs
         and its breakable runner; only the compiled wrappers are reset."""
-        if not self.caps.has_release_graphs:
-            return
         elastic = _elastic_executor()  # imported before the patches: they reach into its module
         with self._patched():
             if elastic is None:
-                self.manager.release_graphs()
-                for m in self.draft_managers.values():
-                    m.release_graphs()
+                if self.caps.has_release_graphs:
+                    self.manager.release_graphs()
+                    for m in self.draft_managers.values():
+                        m.release_graphs()
                 return
             # vLLM's own release path, on a view of the runner holding what it
             # reads: the manager, the speculator's managers, the models
