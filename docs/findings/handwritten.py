@@ -105,6 +105,17 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
                       ubatch_threshold=4, attention_support="ALWAYS", attention_split=False,
                       compiled_piecewise=False),
         (C, D(2, 2, num_ubatches=2)), ruleset="vllm-0.32")),
+    # 12, reachable: dispatch-roundtrip-2e41bc7df9's scenario with attention split out of
+    #     the graph, as vLLM builds FULL_AND_PIECEWISE (splitting_ops [] makes it FULL)
+    "uniform-prefill-on-decode-graph": ("DISPATCH-ROUNDTRIP", Scenario(
+        ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1,), max_num_reqs=1,
+                      attention_support="UNIFORM_SINGLE_TOKEN_DECODE", ubatch_threshold=4),
+        (C, D(1, prefill=True)), ruleset="vllm-0.21")),
+    # 2, reachable: dispatch-complete-ed6a3d919d's scenario with attention split out of the graph
+    "cross-mode-candidates-complete": ("DISPATCH-COMPLETE", Scenario(
+        ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(4, 7), max_num_reqs=3, decode_query_len=3,
+                      attention_support="UNIFORM_BATCH", ubatch_threshold=4),
+        (C, D(1, 1, 3, prefill=True)), ruleset="vllm-0.32")),
 }
 
 
@@ -121,6 +132,9 @@ def adopt(path: str, write: bool) -> None:
 
 
 def run_one(name: str, write: bool, status: str = "unshrunk", run_id: str = "") -> None:
+    from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
+
+    require_vllm()  # vLLM imported by cgsim first: on cgsim's platform
     import vllm  # noqa: PLC0415
 
     prop, sc = SCENARIOS[name]
@@ -135,7 +149,10 @@ def run_one(name: str, write: bool, status: str = "unshrunk", run_id: str = "") 
         if f.property != prop and f.property in ("INIT-TOTAL", "NO-CRASH"):
             print(f"    {f.property}: {f.message[:300]}")
     if write and seen:
-        found = seen.with_(status=status, run_id=run_id or f"handwritten:{name}")
+        from cgsim.targets.vllm import VllmTarget  # noqa: PLC0415
+
+        found = seen.with_(status=status, run_id=run_id or f"handwritten:{name}",
+                           extra={"launch": VllmTarget(warm=False).launch(sc)})
         print(f"    wrote {write_finding(HERE, found)}")
 
 

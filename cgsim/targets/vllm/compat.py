@@ -385,7 +385,7 @@ def _require(source: str | None) -> Capabilities:
         importlib.import_module("vllm")
         platform.install()
     except platform.PlatformError as exc:
-        raise VllmEnvironmentError(f"{exc}; unset it, or add cgsim to it") from None
+        raise VllmEnvironmentError(str(exc)) from None
     except ModuleNotFoundError as exc:
         if exc.name == "vllm":
             raise VllmEnvironmentError(

@@ -419,12 +419,13 @@ def check_reached(config: ManagerConfig, release: bool = False) -> Any:
     reached = reach(config, release)
     design = get_ruleset(require_vllm().ruleset)
     try:
-        # The design's view: the decode sizes vLLM derives from the capture sizes, where it has them.
-        expected = design.effective_config(config) if design.decode_shapes else config
+        # Both as the design sees them (the runner's adaptive-verification
+        # route, rounded sizes, decode sizes derived from the capture sizes).
+        expected, built = design.effective_config(config), design.effective_config(reached)
     except RulesetRejects as exc:
         raise EngineRefused(f"not reachable: {exc}") from None
-    if _projection(reached) != _projection(expected):
-        raise EngineRefused(f"not reachable: from these engine arguments vLLM builds {_difference(expected, reached)}")
+    if _projection(built) != _projection(expected):
+        raise EngineRefused(f"not reachable: from these engine arguments vLLM builds {_difference(expected, built)}")
     return vc
 
 

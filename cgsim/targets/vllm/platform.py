@@ -63,9 +63,10 @@ def install() -> None:
             current = platforms._current_platform = _platform_class()()
     if type(current).__name__ != "CgsimPlatform":
         allowed = os.environ.get("VLLM_PLUGINS")
-        why = (f"VLLM_PLUGINS={allowed!r} does not allow the platform plugin 'cgsim'" if allowed is not None
-               and "cgsim" not in allowed.split(",") else "something resolved vLLM's current_platform before cgsim "
-               "could present its device")
+        why = (f"VLLM_PLUGINS={allowed!r} does not allow the platform plugin 'cgsim': unset it, or add cgsim to it"
+               if allowed is not None and "cgsim" not in allowed.split(",") else
+               "vLLM's current_platform was resolved before cgsim could present its device: let cgsim import vLLM "
+               "first (cgsim.targets.vllm.compat.require_vllm)")
         raise PlatformError(f"vLLM runs on the platform {type(current).__name__}, not cgsim's: {why}")
 
 
