@@ -35,13 +35,14 @@ def row() -> dict:
 
     get_target("vllm").check_environment()
     caps = require_vllm()
-    cells = {}
+    cells, reasons = {}, {}
     for path in sorted(glob.glob(os.path.join(HERE, "*.json"))):
         doc = load_finding(path)
         defect = classify(doc)
         trace, found = _run(Scenario.from_json({**doc.scenario, "ruleset": caps.ruleset}))
         if trace.unsupported:
             cells[doc.id] = "n/a" if trace.unsupported.startswith("config not expressible") else "nr"
+            reasons[doc.id] = trace.unsupported
             continue
         hit = any(f.property == doc.property and classify(f, caps.version) == defect for f in found)
         cells[doc.id] = "1" if hit else "0"
@@ -50,7 +51,8 @@ def row() -> dict:
             if stoppers:
                 cells[doc.id] = "(" + ",".join(str(r) for r in stoppers) + ")"
     return {"release": ".".join(caps.version.split("+")[0].split(".")[:2]), "version": caps.version,
-            "source": caps.source.commit if caps.source else None, "ruleset": caps.ruleset, "cells": cells}
+            "source": caps.source.commit if caps.source else None, "ruleset": caps.ruleset, "cells": cells,
+            "reasons": reasons}
 
 
 def markdown(rows: list[dict]) -> str:

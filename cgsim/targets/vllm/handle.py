@@ -304,12 +304,13 @@ def _compiled_marker() -> torch.nn.Module:
 # ---------------------------------------------------------------------------
 
 _ADAPTER_FILES = frozenset(os.path.splitext(os.path.abspath(os.path.join(os.path.dirname(__file__), f)))[0]
-                           for f in ("handle.py", "compat.py", "target.py"))
+                           for f in ("handle.py", "compat.py", "target.py", "engine.py", "platform.py"))
 # The stand-ins vLLM calls: a TypeError/AttributeError naming one is the
-# adapter's interface drifting from vLLM's, not a vLLM defect.
+# adapter's interface drifting from vLLM's, not a vLLM defect (tapped(): the
+# recorder between vLLM's capture loop and its forward function).
 _STAND_INS = ("_ModelState", "_BlockTables", "_KVCacheConfig", "_UBatchRunner", "_ToyModule", "VllmManagerHandle",
               "CompiledPiecewiseMarker", "vllm_process_patches", "CgsimPlatform", "_DraftHandle", "_RunnerView",
-              "_SpeculatorView", "SimpleNamespace", "tapped()")  # tapped(): the recorder between vLLM and its forward fn
+              "_SpeculatorView", "_ElasticExecutorView", "tapped()")
 _MISSING_OP = ("No such operator _C", "'_OpNamespace' '_C' object has no attribute")
 
 
@@ -733,11 +734,7 @@ class VllmManagerHandle:
             # reads: the manager, the speculator's managers, the models
             # (0.34: and a fresh graph pool for the next capture).
             speculator = _SpeculatorView(self.draft_managers, self.drafts.get("prefill"))
-            runner = _RunnerView(self.manager, speculator, self.model)
-            worker = types.SimpleNamespace(model_runner=runner, vllm_config=self.vllm_config)
-            executor = types.SimpleNamespace(worker=worker)
-            if hasattr(elastic, "_switch_to_fresh_graph_pool"):
-                executor._switch_to_fresh_graph_pool = types.MethodType(elastic._switch_to_fresh_graph_pool, executor)
+            executor = _ElasticExecutorView(elastic, _RunnerView(self.manager, speculator, self.model, self.vllm_config))
             elastic._release_cuda_graphs(executor)
         # reset_compile_wrapper drops the compiled piecewise graphs: the runner
         # makes the workload forget every graph after a release.
@@ -786,15 +783,29 @@ def _elastic_executor() -> Any:
 
 
 class _RunnerView:
-    """What elastic EP's release reads of the model runner."""
+    """What elastic EP's release reads of the model runner (and of the worker
+    holding it: ``worker.model_runner``, ``worker.vllm_config``)."""
 
-    def __init__(self, manager: Any, speculator: Any, model: Any):
+    def __init__(self, manager: Any, speculator: Any, model: Any, vllm_config: Any):
         self.cudagraph_manager = manager
         self.speculator = speculator
         self.model = model
+        self.vllm_config = vllm_config
+        self.model_runner = self  # as the worker's attribute
 
     def get_model(self) -> Any:
         return self.model
+
+
+class _ElasticExecutorView:
+    """ElasticEPScalingExecutor as its release reads itself: its worker, and
+    (0.34) its own switch to a fresh graph pool, bound to this view."""
+
+    def __init__(self, executor_cls: type, worker: _RunnerView):
+        self.worker = worker
+        switch = getattr(executor_cls, "_switch_to_fresh_graph_pool", None)
+        if switch is not None:
+            self._switch_to_fresh_graph_pool = types.MethodType(switch, self)
 
 
 class _SpeculatorView:
