@@ -1,11 +1,14 @@
-"""Exit 0 when a vLLM campaign report lists only documented vLLM defects.
+"""Exit 0 when a vLLM campaign report lists only documented vLLM defects,
+each reached by a launch vLLM starts.
 
     python .ci/check_vllm_report.py REPORT_DIR/latest
 
 Every finding of a campaign against vLLM carries ``known_defect`` (recorded
 when it was found, cgsim.targets.vllm.known): a documented defect of that
 release, or null.  A null one is a new vLLM defect to document or a cgsim
-bug to fix: exit 1, naming it.  No report (the campaign could not run):
+bug to fix: exit 1, naming it.  Every finding also carries the launch that
+reaches it: vLLM's own config path (on the vLLM here) must build it for its
+V2 model runner, else exit 1.  No report (the campaign could not run):
 exit 2.
 """
 
@@ -28,13 +31,32 @@ def main(argv):
     env = summary.get("settings", {}).get("environment", {})
     findings = summary.get("findings", [])
     unknown = [f for f in findings if not f.get("known_defect")]
+    unreached = [f for f in findings if not _starts(f.get("launch"))]
     for f in findings:
         print(f"{f['property']}: {f.get('known_defect') or 'NOT A DOCUMENTED DEFECT'}  ({f['id']})")
-    print(f"vLLM {env.get('vllm_version')}: {len(findings)} finding(s), {len(unknown)} not documented")
+    for f in unreached:
+        print(f"{f['property']}: its launch is not one vLLM starts on its V2 runner ({f['id']})")
+    print(f"vLLM {env.get('vllm_version')}: {len(findings)} finding(s), {len(unknown)} not documented, "
+          f"{len(unreached)} not reachable")
     if not summary.get("scenarios"):
         print("error: the campaign ran no scenario", file=sys.stderr)
         return 2
-    return 1 if unknown else 0
+    return 1 if unknown or unreached else 0
+
+
+def _starts(launch):
+    """vLLM's EngineArgs build the launch for the V2 model runner."""
+    if not launch:
+        return False
+    from cgsim.targets.base import TargetUnsupported
+    from cgsim.targets.vllm.compat import require_vllm
+    from cgsim.targets.vllm.engine import EngineLaunch, runs_v2_runner
+
+    require_vllm()
+    try:
+        return runs_v2_runner(EngineLaunch.of(launch["toy_model"], launch["args"], launch["env"]))
+    except TargetUnsupported:
+        return False
 
 
 if __name__ == "__main__":

@@ -105,6 +105,12 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
                       ubatch_threshold=4, attention_support="ALWAYS", attention_split=False,
                       compiled_piecewise=False),
         (C, D(2, 2, num_ubatches=2)), ruleset="vllm-0.32")),
+    # 6 on 0.34 (the design of vllm-0.34: decode graphs by request count per decode length):
+    #   the 2-token length runs at 3-4 requests, its graph of 1 and 2 requests is never used
+    "dynsd-capture-useful-0.34": ("CAPTURE-USEFUL", Scenario(
+        ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 8), max_num_reqs=4, decode_query_len=3,
+                      spec_schedule=((1, 2, 2), (3, 4, 1))),
+        (C, D(3, 3)), ruleset="vllm-0.34")),
     # 12, reachable: dispatch-roundtrip-2e41bc7df9's scenario with attention split out of
     #     the graph, as vLLM builds FULL_AND_PIECEWISE (splitting_ops [] makes it FULL)
     "uniform-prefill-on-decode-graph": ("DISPATCH-ROUNDTRIP", Scenario(
