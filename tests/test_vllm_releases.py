@@ -29,7 +29,7 @@ from cgsim.targets.vllm.source import SourceTree, VllmSourceError, _SourceFinder
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FINDINGS = os.path.join(ROOT, "docs", "findings")
 FINDINGS_DOC = os.path.join(ROOT, "docs", "findings.md")
-RELEASES = [f"0.{n}.0" for n in range(20, 34)]
+RELEASES = [f"0.{n}.0" for n in range(20, 35)]
 FDO, FAP = CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL_AND_PIECEWISE
 
 
@@ -44,7 +44,7 @@ def test_every_release_has_a_design(version):
 
 
 def test_trees_newer_than_the_table_follow_its_last_row_and_older_ones_none():
-    assert design_for("0.34.0.dev12+g1234abc") == DESIGNS[-1]
+    assert design_for("0.35.0.dev12+g1234abc") == DESIGNS[-1]
     assert design_for("0.19.1") is None
     assert version_key("0.33.0+cpu") == (0, 33, 0)
 
@@ -55,6 +55,7 @@ def test_design_rows_by_release():
     assert {rows[f"0.{n}.0"] for n in range(21, 25)} == {"vllm-0.21"}
     assert rows["0.25.0"] == "vllm-0.25" and rows["0.26.0"] == "pr48822"
     assert {rows[f"0.{n}.0"] for n in range(27, 34)} == {"vllm-0.32"}
+    assert rows["0.34.0"] == "vllm-0.34"
 
 
 # -- rules -------------------------------------------------------------------------------
@@ -139,7 +140,9 @@ def test_the_matrix_agrees_with_the_classifier():
     """A matrix cell is 1 (reproduces) where the finding's defect is present
     in that release and its scenario reaches it, (N) where the defect is there
     but documented defect N stops the scenario first, 0 where the release does
-    not have it, n/a where the release cannot express its config."""
+    not have it (or no launch reaches it there: manager-level only), n/a where
+    the release cannot express its config, nr where vLLM's config path does
+    not build the launch the scenario stands for."""
     matrix = _matrix()
     assert set(matrix) == {f.id for f in _doc_findings()}
     for f in _doc_findings():
@@ -147,7 +150,7 @@ def test_the_matrix_agrees_with_the_classifier():
         row = matrix[f.id]
         assert set(row) == {v.rsplit(".", 1)[0] for v in RELEASES}, (f.id, sorted(row))
         for rel, cell in row.items():
-            if cell == "n/a":
+            if cell in ("n/a", "nr"):
                 continue
             version = rel + ".0"
             stopped = re.fullmatch(r"\((\d+(?:,\d+)*)\)", cell)

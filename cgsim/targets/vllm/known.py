@@ -43,13 +43,21 @@ class KnownDefect:
     # A documented defect whose findings, where both are in a release, look
     # like this one's and have that one's cause there: they are its findings.
     shadowed_by: int | None = None
+    # Releases [first, until) where no launch reaches it: vLLM's own config
+    # path never gives the manager its config there (docs/findings.md,
+    # "Manager-level only"); until None: every release from first.
+    manager_level: tuple[tuple[str, str | None], ...] = ()
 
     def present_in(self, version: str) -> bool:
         v = _v(version)
         return v >= _v(self.first) and (self.fixed is None or v < _v(self.fixed))
 
     def reachable_in(self, version: str) -> bool:
-        return self.present_in(version) and (self.reachable_from is None or _v(version) >= _v(self.reachable_from))
+        """Its documented finding reproduces there, through vLLM's front door."""
+        v = _v(version)
+        blocked = any(v >= _v(lo) and (hi is None or v < _v(hi)) for lo, hi in self.manager_level)
+        return self.present_in(version) and not blocked and (
+            self.reachable_from is None or v >= _v(self.reachable_from))
 
 
 def _decode_lengths(cfg: ManagerConfig) -> int:
@@ -227,6 +235,8 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         "0.20.0", "0.32.0",
         frozenset({"RELEASE-RECAPTURE", "NO-CRASH", "BEFORE-CAPTURE", "CAPTURE-ONCE", "WARMUP-FIRST"}),
         lambda f, c: f.property == "RELEASE-RECAPTURE" or "already captured" in f.message or _after_release(f),
+        # The V2 runner refuses elastic expert parallelism, the only release path, there.
+        manager_level=(("0.24.0", "0.32.0"),),
     ),
     KnownDefect(
         8, "dbo-twin-of-mixed-full", "micro-batched twins of mixed FULL descriptors",
@@ -238,11 +248,15 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         "0.28.0", "0.30.0", frozenset({"MODE-RESOLUTION", "CAND-ORDER", "DISPATCH-SOUND", "CAPTURE-USEFUL",
                                        "DISPATCH-COMPLETE"}),
         lambda f, c: c.varlen_decode,
+        # SpeculativeConfig refuses adaptive verification outside DSpark there.
+        manager_level=(("0.28.0", None),),
     ),
     KnownDefect(
         9, "piecewise-without-runner", "PIECEWISE kept with nothing to run it",
         "0.20.0", "0.30.0", frozenset({"MODE-RESOLUTION", "DISPATCH-SOUND", "CAND-ORDER"}),
         lambda f, c: not c.piecewise_available and "PIECEWISE" in f.message,
+        # vLLM's config path turns such a mode into NONE before the manager sees it.
+        manager_level=(("0.20.0", None),),
     ),
     # Before #10: where both are present (0.21) a draft prefill's graph is #14's.
     KnownDefect(
