@@ -136,9 +136,9 @@ def test_every_summary_row_has_a_json_and_a_cause():
 
 def test_documented_release_ranges():
     docs = documented_findings()
-    dbo = docs["capture-useful-c3e5a31f32"]  # "0.30–0.33 (no DBO before)"
-    assert [dbo.reproduces_on(r) for r in ("0.20", "0.29", "0.30", "0.33")] == [False, False, True, True]
-    assert dbo.reproduces_on("0.34") is None and dbo.reproduces_on("0.19") is None
+    dbo = docs["capture-useful-c3e5a31f32"]  # "0.30–0.34 (no DBO before)"
+    assert [dbo.reproduces_on(r) for r in ("0.20", "0.29", "0.30", "0.34")] == [False, False, True, True]
+    assert dbo.reproduces_on("0.35") is None and dbo.reproduces_on("0.19") is None
     assert docs["decode-lengths-e215cf2c13"].reproduces_on("0.28") is True
     assert docs["decode-lengths-e215cf2c13"].reproduces_on("0.29") is False
     assert docs["mode-resolution-1d6434a595"].reproduces_on("0.28") is True
@@ -347,7 +347,9 @@ def test_exported_tests_fail_exactly_where_docs_say_the_finding_reproduces(tmp_p
     wrong = {fid: r for fid, r in report.items() if check.agrees(cells[fid], r[1]) is False}
     assert not wrong, f"vLLM {version}: exported tests disagree with docs/findings.md: {wrong}"
     if release in ("0.28", "0.29", "0.30", "0.31", "0.32"):
-        assert all(r[1] is not None for r in report.values()), report  # every cell had an expectation
+        # Every cell of this release's design had an expectation.
+        ours = check.design_for(version).ruleset
+        assert all(r[1] is not None for fid, r in report.items() if rulesets.get(fid) in ("", ours)), report
 
 
 @pytest.mark.vllm

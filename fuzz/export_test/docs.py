@@ -76,9 +76,10 @@ def documented_findings(path: str = FINDINGS_DOC) -> dict[str, DocumentedFinding
     out: dict[str, DocumentedFinding] = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 6 or not line.lstrip().startswith("|"):
+        if len(cells) not in (6, 7) or not line.lstrip().startswith("|"):
             continue
-        number, title, releases, fixed, ids, _source = cells
+        # Summary rows: number, property, releases, fixed in, [reached by,] JSON, source.
+        number, title, releases, fixed, ids = cells[0], cells[1], cells[2], cells[3], cells[-2]
         for fid in re.findall(r"`([a-z0-9-]+-[0-9a-f]{10})`", ids):
             out[fid] = DocumentedFinding(fid, number, title, releases, fixed, _cause(sections, fid), documented)
     return out

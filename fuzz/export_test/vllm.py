@@ -236,6 +236,9 @@ class _VllmWriter(RuntimeTemplates):
         lines += [_wrap(f"What cgsim saw (ruleset {f.ruleset}): {f.message}"), ""]
         steps = "; ".join(s.short() for s in self.scenario.steps)
         lines += [_wrap(f"The finding's steps: {steps}."), ""]
+        lines += ["Reached by (the launch a user types; the constants below are the config vLLM's own",
+                  "config path builds from it, EngineArgs.create_engine_config):", "",
+                  *_wrap(self._launch_line(), "    ").splitlines(), ""]
         if doc and doc.cause:
             lines += ["Cause in vLLM's code (docs/findings.md):", ""]
             for p in doc.cause:
@@ -253,6 +256,15 @@ class _VllmWriter(RuntimeTemplates):
             "model and its model state); it imports only vllm, torch, pytest and the standard library."), ""]
         lines += ["Written by cgsim:", f"    python -m fuzz export-test {self.source or f.id + '.json'}", '"""']
         return "# SPDX-License-Identifier: Apache-2.0\n" + "\n".join(lines)
+
+    def _launch_line(self) -> str:
+        from cgsim.targets.vllm.engine import launch_for  # noqa: PLC0415
+
+        recorded = (self.f.extra.get("launch") or {}).get("line")
+        if recorded:
+            return recorded
+        release = any(step.kind == "release" for step in self.scenario.steps)
+        return launch_for(self.cfg, release).line()
 
     # -- imports and constants -------------------------------------------------------
     def _imports(self, helpers: list[str], uses_release: bool, uses_capture: bool) -> str:
