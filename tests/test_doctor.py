@@ -8,17 +8,11 @@ unless CGSIM_REQUIRE_VLLM=1 says vLLM must be there.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-if os.environ.get("CGSIM_REQUIRE_VLLM", "") in ("", "0"):
-    try:  # the one allowed skip: vLLM is not importable in this interpreter
-        from cgsim.targets.vllm.compat import require_vllm as _require
+from vllm_required import skip_unless_vllm
 
-        _require()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"vLLM is not importable here ({type(exc).__name__}: {exc})", allow_module_level=True)
+skip_unless_vllm()
 
 import cgsim.targets.vllm.handle as adapter  # noqa: E402
 from cgsim.targets.vllm.compat import require_vllm  # noqa: E402

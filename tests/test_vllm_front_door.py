@@ -16,13 +16,9 @@ import sys
 
 import pytest
 
-if os.environ.get("CGSIM_REQUIRE_VLLM", "") in ("", "0"):
-    try:  # the one allowed skip: vLLM is not importable in this interpreter
-        from cgsim.targets.vllm.compat import require_vllm as _require
+from vllm_required import skip_unless_vllm
 
-        _require()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"vLLM is not importable here ({type(exc).__name__}: {exc})", allow_module_level=True)
+skip_unless_vllm()
 
 from cgsim.config import ManagerConfig  # noqa: E402
 from cgsim.descriptors import Batch  # noqa: E402

