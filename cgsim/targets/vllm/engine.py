@@ -235,15 +235,13 @@ def register_toy_models() -> None:
 
 @contextlib.contextmanager
 def _launch_environment(launch: EngineLaunch) -> Iterator[None]:
-    """The launch's environment, and vLLM's logger quiet, for the duration."""
-    import logging  # noqa: PLC0415
-
-    from cgsim.targets.vllm.compat import clear_envs_cache, set_vllm_level  # noqa: PLC0415
+    """The launch's environment for the duration, with vLLM quiet: it
+    configures its loggers anew while it builds a config, so a level set on
+    "vllm" does not hold (nothing below ERROR meanwhile, from any logger)."""
+    from cgsim.targets.vllm.compat import clear_envs_cache, warnings_off  # noqa: PLC0415
 
     saved = {k: os.environ.get(k) for k in (V2_RUNNER_ENV, BREAKABLE_ENV)}
     wanted = dict(launch.env)
-    vlog = logging.getLogger("vllm")
-    level = vlog.level
     try:
         for k in saved:
             if k in wanted:
@@ -251,8 +249,8 @@ def _launch_environment(launch: EngineLaunch) -> Iterator[None]:
             else:
                 os.environ.pop(k, None)
         clear_envs_cache()
-        set_vllm_level(vlog, logging.ERROR)
-        yield
+        with warnings_off():
+            yield
     finally:
         for k, v in saved.items():
             if v is None:
@@ -260,7 +258,6 @@ def _launch_environment(launch: EngineLaunch) -> Iterator[None]:
             else:
                 os.environ[k] = v
         clear_envs_cache()
-        set_vllm_level(vlog, level)
 
 
 @contextlib.contextmanager
