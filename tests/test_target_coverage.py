@@ -1,4 +1,4 @@
-"""The target's code coverage (cgsim.targets.vllm_coverage) as a campaign
+"""The target's code coverage (cgsim.targets.vllm.coverage) as a campaign
 measures it: every worker writes its own data file, whenever it first
 saves, and the report combines them.  Exercised on a stand-in package laid
 out like vLLM's CUDA-graph modules, so no vLLM is needed."""
@@ -19,7 +19,7 @@ MODULE = "v1/worker/gpu/cudagraph_utils.py"
 def _worker(data_dir: str, branch: int) -> None:
     """A campaign worker: it saves once before it ever measures (a refused
     config: nothing of the target ran), then measures one branch."""
-    from cgsim.targets import vllm_coverage
+    from cgsim.targets.vllm import coverage as vllm_coverage
 
     vllm_coverage.start_in_worker()
     vllm_coverage.checkpoint(force=True)
@@ -34,7 +34,7 @@ def _worker(data_dir: str, branch: int) -> None:
 def test_each_worker_measures_into_its_own_file_and_the_report_combines_them(tmp_path, monkeypatch):
     if "vllm" in sys.modules:
         pytest.skip("a real vLLM is imported in this process")
-    from cgsim.targets import vllm_coverage
+    from cgsim.targets.vllm import coverage as vllm_coverage
 
     pkg_root = tmp_path / "pkg"
     module = pkg_root / "vllm" / MODULE
