@@ -324,8 +324,11 @@ def test_cli_runs_as_a_module(tmp_path):
 
 
 def _vllm_importable() -> bool:
+    # Through cgsim: the first import of vLLM in a process picks its platform.
     try:
-        importlib.import_module("vllm.v1.worker.gpu.cudagraph_utils")
+        from cgsim.targets.vllm.compat import require_vllm
+
+        require_vllm()
         return True
     except Exception:  # noqa: BLE001
         return False
