@@ -26,7 +26,7 @@ from cgsim.trace import CaptureDone, Dispatch, Error, Forward, PiecewiseCapture,
 C, D, R = Step.capture(), Step.dispatch, Step.release()
 
 LIFECYCLE = Scenario(
-    ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(2, 4), max_num_reqs=4, lora_cases=(0, 1)),
+    ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(2, 4), max_num_reqs=4, lora_cases=(0, 2)),
     (D(Batch((1,))), C, D(Batch((1, 1))), D(Batch((3,), has_prefill=True)), D(Batch((1, 1, 1), num_active_loras=1)),
      R, D(Batch((1,))), C, D(Batch((2, 1), has_prefill=True))),
     ruleset="vllm-0.32",
