@@ -2,7 +2,9 @@
 
 Modules: ``workload`` (request traces), ``driver`` (the scheduler as the
 engine core drives it, with a fake model runner), ``batches`` (each step's
-batch as the V2 model runner receives it).
+batch as the V2 model runner receives it), ``crosscheck`` (those batches
+against cgsim's model, ``cgsim.spec.scheduler``), ``survey`` (engine-like
+launches scheduled and checked).
 """
 
 from cgsim.targets.vllm.scheduling.batches import ScheduledBatch
