@@ -87,6 +87,8 @@ class EngineLaunch:
             flag = "--" + name.replace("_", "-")
             if value is True:
                 parts.append(flag)
+            elif value is False:  # argparse's BooleanOptionalAction, as vLLM's CLI declares its switches
+                parts.append("--no-" + name.replace("_", "-"))
             elif isinstance(value, (dict, list)):
                 parts += [flag, shlex.quote(json.dumps(_public(name, value), separators=(",", ":")))]
             else:

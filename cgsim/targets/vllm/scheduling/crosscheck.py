@@ -58,8 +58,12 @@ class Exercised:
 
 @dataclass(frozen=True)
 class CrossCheck:
+    """``longest_decodes``: (request count, the longest query length of a
+    pure decode of that many requests the scheduler produced), by count."""
+
     misses: tuple[Miss, ...]
     exercised: Exercised
+    longest_decodes: tuple[tuple[int, int], ...] = ()
 
 
 def _exercised(config: ManagerConfig, run: ScheduleRun) -> Exercised:
@@ -94,10 +98,14 @@ def cross_check(config: ManagerConfig, runs: Iterable[ScheduleRun]) -> CrossChec
     config vLLM built from the runs' launch: ``engine.reach``)."""
     misses: list[Miss] = []
     exercised = Exercised()
+    longest: dict[int, int] = {}
     for run in runs:
         for b in run.batches:
-            why = why_not_producible(config, b.batch())
+            batch = b.batch()
+            why = why_not_producible(config, batch)
             if why is not None:
                 misses.append(Miss(b, why))
+            if not batch.has_prefill:
+                longest[b.num_reqs] = max(longest.get(b.num_reqs, 0), batch.max_query_len)
         exercised = exercised + _exercised(config, run)
-    return CrossCheck(tuple(misses), exercised)
+    return CrossCheck(tuple(misses), exercised, tuple(sorted(longest.items())))

@@ -69,10 +69,10 @@ class ScheduleRun:
 def scheduler_launch(config: ManagerConfig, workload: Workload) -> EngineLaunch:
     """``config``'s launch with the settings only the scheduler reads."""
     launch = launch_for(config)
-    block_size = engine_config(launch).cache_config.block_size
-    blocks = -(-workload.kv_tokens // block_size) if workload.kv_tokens is not None else AMPLE_BLOCKS
     args = dict(launch.args)
-    args["num_gpu_blocks_override"] = json.dumps(blocks)
+    if workload.kv_tokens is not None:
+        block_size = engine_config(launch).cache_config.block_size
+        args["num_gpu_blocks_override"] = json.dumps(-(-workload.kv_tokens // block_size))
     if workload.async_scheduling is not None:
         args["async_scheduling"] = json.dumps(workload.async_scheduling)
     return dataclasses.replace(launch, args=tuple(sorted(args.items())))
@@ -107,7 +107,7 @@ def _block_hasher(vc: Any, hash_block_size: int) -> Any:
 def _build(launch: EngineLaunch) -> tuple[Any, Any, int]:
     """(scheduler, block hasher, steps in flight) as EngineCore.__init__ makes them."""
     vc = copy.deepcopy(engine_config(launch))
-    kv_blocks = int(vc.cache_config.num_gpu_blocks_override)
+    kv_blocks = int(vc.cache_config.num_gpu_blocks_override or AMPLE_BLOCKS)
     block_size = vc.cache_config.block_size
     # check_enough_kv_cache_memory: vLLM does not start unless one request of max_model_len fits.
     need = -(-vc.model_config.max_model_len // block_size)

@@ -32,8 +32,16 @@ class SurveyCase:
     lora_cases: tuple[int, ...] = (0,)
     adapters: int = 0  # distinct adapters the requests use
     capture_sizes: tuple[int, ...] | None = None  # None: vLLM's default ladder
+    given: ManagerConfig | None = None  # a finding's config, taken as it is
+
+    @classmethod
+    def of(cls, name: str, config: ManagerConfig) -> "SurveyCase":
+        """A case of ``config`` (LoRA adapters up to its largest case)."""
+        return cls(name, config.max_num_reqs, adapters=max(config.lora_cases) + 1, given=config)
 
     def config(self) -> ManagerConfig:
+        if self.given is not None:
+            return self.given
         sizes = self.capture_sizes or default_capture_sizes(self.max_num_seqs, self.decode_query_len, self.spec_schedule)
         return ManagerConfig(capture_sizes=sizes, max_num_reqs=self.max_num_seqs, decode_query_len=self.decode_query_len,
                              spec_schedule=self.spec_schedule, lora_cases=self.lora_cases)
@@ -47,6 +55,8 @@ CASES = (
     # docs/findings.md #6: 1 request drafts nothing, 2 requests one token.
     SurveyCase("finding-6", 2, 4, ((1, 1, 0), (2, 2, 1)), capture_sizes=(1, 2)),
     SurveyCase("lora", 32, lora_cases=(0, 5), adapters=6),
+    # One request drafts a token, two draft none: vLLM 0.25-0.33 capture FULL(4, r2, u2) all the same.
+    SurveyCase("dynamic-sd-dead-graph", 2, 2, ((1, 1, 1), (2, 2, 0)), capture_sizes=(1, 2, 4)),
 )
 
 
@@ -54,12 +64,13 @@ CASES = (
 class SurveyResult:
     case: str
     launch: str
+    config: ManagerConfig  # the manager config vLLM built from the launch
     check: CrossCheck
 
 
-# (KV cache tokens, async scheduling) of successive rounds over the cases: a
-# large cache and vLLM's choice (async), a small cache, the same
-# synchronously, and a large cache synchronously.
+# (KV cache tokens, async scheduling) of successive runs, in turn: a large
+# cache and vLLM's choice (async), a small cache, the same synchronously,
+# and a large cache synchronously.
 SETTINGS = ((None, None), (SMALL_KV_TOKENS, None), (SMALL_KV_TOKENS, False), (None, False))
 
 
@@ -72,7 +83,7 @@ def survey(min_batches: int, cases: tuple[SurveyCase, ...] = CASES, requests: in
     total = 0
     for n in itertools.count():
         case = cases[n % len(cases)]
-        kv, async_scheduling = SETTINGS[(n // len(cases)) % len(SETTINGS)]
+        kv, async_scheduling = SETTINGS[n % len(SETTINGS)]
         workload = random_workload(seed + n, num_requests=requests, loras=case.adapters, kv_tokens=kv,
                                    async_scheduling=async_scheduling, context_limit=MAX_MODEL_LEN)
         run = run_scheduler(case.config(), workload)
@@ -80,7 +91,8 @@ def survey(min_batches: int, cases: tuple[SurveyCase, ...] = CASES, requests: in
         total += len(run.batches)
         if total >= min_batches and n + 1 >= len(cases):
             break
-    return [SurveyResult(c.name, runs[c.name][0].launch, cross_check(reach(c.config()), runs[c.name]))
+    built = {c.name: reach(c.config()) for c in cases}
+    return [SurveyResult(c.name, runs[c.name][0].launch, built[c.name], cross_check(built[c.name], runs[c.name]))
             for c in cases if runs[c.name]]
 
 
