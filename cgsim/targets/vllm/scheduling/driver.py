@@ -49,8 +49,9 @@ AMPLE_BLOCKS = 1 << 16
 @dataclass(frozen=True)
 class ScheduleRun:
     """What the scheduler did with a workload: every non-empty batch in
-    order, how many schedule() calls it took, preemptions, finished
-    requests, and the launch line it ran under."""
+    order, the engine steps it took (idle ones waiting for arrivals
+    included), preemptions, finished and unfinished requests, and the
+    launch line it ran under."""
 
     launch: str
     scheduler: str
@@ -156,7 +157,7 @@ class _FakeRunner:
         self.acceptance = acceptance
         self.rng = random.Random(seed)
 
-    def outputs(self, so: Any, batch: ScheduledBatch | None, requests: dict[str, Any]) -> Any:
+    def outputs(self, so: Any, requests: dict[str, Any]) -> Any:
         outputs = importlib.import_module("vllm.v1.outputs")
         ids = list(so.num_scheduled_tokens)
         sampled: list[list[int]] = []
@@ -210,14 +211,13 @@ def run_scheduler(config: ManagerConfig, workload: Workload) -> ScheduleRun:
         step += 1
         if not scheduler.has_requests() and not queue:
             continue  # idle until the next arrival
-        so = None
         if scheduler.has_requests():
             so = scheduler.schedule()
             preemptions += len(so.preempted_req_ids)
             batch = view.receive(step, so)
             if batch is not None:
                 batches.append(batch)
-            queue.appendleft((so, runner.outputs(so, batch, scheduler.requests)))
+            queue.appendleft((so, runner.outputs(so, scheduler.requests)))
             executed = so.total_num_scheduled_tokens > 0
             if async_mode and len(queue) < queue_size and (executed or scheduler.has_requests()):
                 continue

@@ -81,13 +81,13 @@ def random_workload(seed: int, num_requests: int = 64, loras: int = 0, kv_tokens
         group, prefix = 0, 0
         if prompt > 16 and rng.random() < 0.3:
             group = rng.randint(1, 3)
-            # A whole-block prefix plus one token: the rest of a fully cached prompt is one token.
+            # Whole blocks, or whole blocks and one token: a prompt that is all
+            # prefix then has one token left to compute over the cached blocks.
             prefix = min(prompt, rng.choice((16, 32, 48)) + rng.choice((0, 1)))
-            prompt = max(prompt, prefix)
         lora = rng.randint(1, loras) if loras and rng.random() < 0.5 else 0
         output = rng.randint(1, max_output)
         if context_limit is not None and rng.random() < 0.05:
-            output = rng.randint(1, max_output)
+            # Its last decodes verify fewer drafts: the scheduler stops a request at max_model_len.
             prompt, group, prefix = context_limit - output, 0, 0
         reqs.append(RequestSpec(step, prompt, output, lora, group, prefix))
     p = acceptance if acceptance is not None else rng.choice((0.0, 0.5, 0.8, 1.0))
