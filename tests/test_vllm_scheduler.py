@@ -13,6 +13,7 @@ import os
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 if os.environ.get("CGSIM_REQUIRE_VLLM", "") in ("", "0"):
     try:  # the one allowed skip: vLLM is not importable in this interpreter
@@ -24,10 +25,13 @@ if os.environ.get("CGSIM_REQUIRE_VLLM", "") in ("", "0"):
 
 from cgsim.config import ManagerConfig  # noqa: E402
 from cgsim.spec.scheduler import decode_query_len, why_not_producible  # noqa: E402
-from cgsim.targets.vllm.engine import reach  # noqa: E402
+from cgsim.targets.vllm.engine import EngineRefused, reach  # noqa: E402
 from cgsim.targets.vllm.scheduling import RequestSpec, Workload, run_scheduler  # noqa: E402
 from cgsim.targets.vllm.scheduling.batches import RunnerView  # noqa: E402
+from cgsim.targets.vllm.scheduling.crosscheck import cross_check  # noqa: E402
 from cgsim.targets.vllm.scheduling.survey import CASES, summary, survey  # noqa: E402
+from fuzz.strategies import spec_schedules  # noqa: E402
+from fuzz.workloads import workloads  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -67,6 +71,29 @@ def test_every_batch_of_engine_like_launches_is_in_the_model():
     assert exercised.preemptions and exercised.most_loras >= 2 and exercised.async_runs and exercised.sync_runs
 
 
+@st.composite
+def _dynamic_sd_configs(draw) -> ManagerConfig:
+    q = draw(st.integers(2, 5))
+    reqs = draw(st.integers(1, 6))
+    return ManagerConfig(capture_sizes=(1, 2, 4, 8), max_num_reqs=reqs, decode_query_len=q,
+                         spec_schedule=draw(spec_schedules(q - 1, reqs)), lora_cases=draw(st.sampled_from(((0,), (0, 3)))))
+
+
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(_dynamic_sd_configs(), st.data())
+def test_any_drawn_request_trace_schedules_only_batches_in_the_model(config, data):
+    """A batch outside the model shrinks to a short request trace."""
+    try:
+        built = reach(config)
+    except EngineRefused:
+        assume(False)
+    workload = data.draw(workloads(loras=3 if max(built.lora_cases) else 0))
+    run = run_scheduler(config, workload)
+    assert run.unfinished == 0 and not run.stalled and run.batches
+    misses = cross_check(built, [run]).misses
+    assert not misses, f"{misses[0].batch.to_json()}: {misses[0].reason}"
+
+
 def test_a_model_whose_decodes_keep_the_schedules_length_misses_vllms_batches(monkeypatch):
     # The model before vLLM's scheduler was run: a decode of n requests is n x
     # the schedule's length for n.
@@ -79,6 +106,17 @@ def test_a_model_whose_decodes_keep_the_schedules_length_misses_vllms_batches(mo
 def test_a_kv_cache_that_cannot_hold_one_max_length_request_is_refused_in_one_line():
     with pytest.raises(ValueError, match=r"^a KV cache of \d+ blocks .* give it at least \d+ tokens$"):
         run_scheduler(FINDING_6, Workload((RequestSpec(0, 5, 3),), kv_tokens=64))
+
+
+def test_a_lora_request_to_a_launch_without_lora_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"^request 0 asks for LoRA adapter 1 but the launch does not enable LoRA"):
+        run_scheduler(FINDING_6, Workload((RequestSpec(0, 5, 3, lora=1),)))
+
+
+def test_a_trace_the_kv_cache_can_never_hold_stops_as_stalled():
+    # One max_model_len request and its drafts' slots do not fit in max_model_len tokens.
+    run = run_scheduler(FINDING_6, Workload((RequestSpec(0, 4096 - 8, 8),), kv_tokens=4096))
+    assert run.stalled and run.unfinished == 1 and run.steps < 100
 
 
 def _output(new=(), cached=(), tokens=None, drafts=None):

@@ -60,11 +60,12 @@ class ScheduleRun:
     preemptions: int
     finished: int
     unfinished: int
+    stalled: bool = False  # requests were left that the scheduler would never schedule (a KV cache too small)
 
     def to_json(self) -> dict:
         return {"launch": self.launch, "scheduler": self.scheduler, "steps": self.steps,
                 "preemptions": self.preemptions, "finished": self.finished, "unfinished": self.unfinished,
-                "batches": [b.to_json() for b in self.batches]}
+                "stalled": self.stalled, "batches": [b.to_json() for b in self.batches]}
 
 
 def scheduler_launch(config: ManagerConfig, workload: Workload) -> EngineLaunch:
@@ -135,10 +136,14 @@ def _prompt(spec: RequestSpec, index: int, seed: int) -> list[int]:
     return shared + [rng.randrange(FIRST_TOKEN, VOCAB) for _ in range(spec.prompt_len - spec.prefix)]
 
 
-def _request(spec: RequestSpec, index: int, seed: int, hasher: Any) -> Any:
+def _request(spec: RequestSpec, index: int, seed: int, hasher: Any, lora_enabled: bool) -> Any:
     Request = importlib.import_module("vllm.v1.request").Request  # noqa: N806
     SamplingParams = importlib.import_module("vllm.sampling_params").SamplingParams  # noqa: N806
     lora = None
+    if spec.lora and not lora_enabled:
+        # v1/engine/input_processor.py refuses it before it reaches the scheduler.
+        raise ValueError(f"request {index} asks for LoRA adapter {spec.lora} but the launch does not enable LoRA: "
+                         "give the config a LoRA case above 0 or drop the request's adapter")
     if spec.lora:
         LoRARequest = importlib.import_module("vllm.lora.request").LoRARequest  # noqa: N806
         lora = LoRARequest(lora_name=f"adapter-{spec.lora}", lora_int_id=spec.lora,
@@ -202,12 +207,14 @@ def run_scheduler(config: ManagerConfig, workload: Workload) -> ScheduleRun:
     pending = deque(arrivals)
     batches: list[ScheduledBatch] = []
     queue: deque = deque()
-    preemptions = finished = 0
+    preemptions = finished = idle = 0
     step = 0
+    lora_enabled = max(config.lora_cases) > 0
+    stalled = False
     while step < workload.max_steps and (pending or scheduler.has_requests() or queue):
         while pending and pending[0][1].arrival_step <= step:
             index, spec = pending.popleft()
-            scheduler.add_request(_request(spec, index, workload.seed, hasher))
+            scheduler.add_request(_request(spec, index, workload.seed, hasher, lora_enabled))
         step += 1
         if not scheduler.has_requests() and not queue:
             continue  # idle until the next arrival
@@ -217,6 +224,11 @@ def run_scheduler(config: ManagerConfig, workload: Workload) -> ScheduleRun:
             batch = view.receive(step, so)
             if batch is not None:
                 batches.append(batch)
+            # Nothing scheduled, nothing in flight, nothing to arrive: it never will be.
+            idle = idle + 1 if batch is None and not pending and not any(q.num_scheduled_tokens for q, _ in queue) else 0
+            if idle > queue_size:
+                stalled = True
+                break
             queue.appendleft((so, runner.outputs(so, scheduler.requests)))
             executed = so.total_num_scheduled_tokens > 0
             if async_mode and len(queue) < queue_size and (executed or scheduler.has_requests()):
@@ -227,4 +239,4 @@ def run_scheduler(config: ManagerConfig, workload: Workload) -> ScheduleRun:
         if not async_mode and spec_decoding and done.total_num_scheduled_tokens > 0:
             scheduler.update_draft_token_ids(runner.drafts(done, config.decode_query_len - 1))
     return ScheduleRun(launch.line(), type(scheduler).__name__, tuple(batches), step, preemptions, finished,
-                       scheduler.get_num_unfinished_requests())
+                       scheduler.get_num_unfinished_requests(), stalled)
