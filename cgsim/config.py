@@ -230,6 +230,25 @@ class ManagerConfig:
             return {self.decode_query_len: self.max_num_reqs}
         return {1 + k: r for r, k in enumerate(self._dense_schedule) if r > 0}
 
+    @cached_property
+    def _longest_decode(self) -> tuple[int, ...]:
+        # Index n: the longest decode length of any batch of at least n requests.
+        if self.spec_schedule is None:
+            return (self.decode_query_len,) * (self.max_num_reqs + 1)
+        longest, out = 0, []
+        for k in reversed(self._dense_schedule[1:]):
+            longest = max(longest, 1 + k)
+            out.append(longest)
+        return (out[-1], *reversed(out))
+
+    def scheduler_longest_decode_len(self, num_reqs: int) -> int:
+        """The longest query length a request of a pure decode of
+        ``num_reqs`` requests can have: the schedule's length for a batch of
+        at least as many requests (the drafts a request verifies were
+        chosen for the batch of the step before, which may have been
+        larger)."""
+        return self._longest_decode[min(num_reqs, self.max_num_reqs)]
+
     def scheduler_decode_query_lens(self) -> tuple[int, ...]:
         """Every decode query length the scheduler can produce, sorted."""
         if self.spec_schedule is None:

@@ -149,16 +149,20 @@ def _expected_capture_descs(config: ManagerConfig,
 def drop_unscheduled_decode(config: ManagerConfig, full_descs) -> list[BatchDescriptor]:
     """FULL uniform-decode descriptors minus those no scheduled batch reaches.
 
-    With dynamic speculative decoding the scheduler picks the decode length
-    from the request count, so a graph for length q and R requests is only
-    reached by pure decodes of r requests, r in (R', R], that get length q
-    (R' the request count of the next smaller graph for q); batches with a
-    prefill never reach decode graphs.  Without a schedule every request count
-    gets the same length and nothing is dropped."""
+    With dynamic speculative decoding the scheduler picks the drafts from the
+    request count of the step before, so a graph for length q and R requests
+    is only reached by pure decodes of r requests, r in (R', R], that verify
+    drafts chosen for a batch of at least r requests, i.e. r at most the most
+    requests the schedule gives length q (R' the request count of the next
+    smaller graph for q; a batch that shrank keeps its drafts: vLLM's
+    scheduler, tests/test_vllm_scheduler.py); batches with a prefill never
+    reach decode graphs.  Without a schedule every request count gets the
+    same length and nothing is dropped."""
     if config.spec_schedule is None:
         return list(full_descs)
     kept: list[BatchDescriptor] = []
     previous: dict[tuple, int] = {}
+    most = config.scheduler_decode_limits
     for d in sorted(full_descs, key=lambda d: (d.num_tokens, d.num_reqs or 0)):
         if d.uniform_token_count is None or d.num_reqs is None:
             kept.append(d)
@@ -170,7 +174,7 @@ def drop_unscheduled_decode(config: ManagerConfig, full_descs) -> list[BatchDesc
         # (those run eagerly: empty_second_ubatch).
         least = max(config.ubatch_threshold, config.num_ubatches) if d.num_ubatches > 1 else 1
         if any(
-            config.scheduler_decode_query_len(r) == d.uniform_token_count and r * d.uniform_token_count >= least
+            r <= most.get(d.uniform_token_count, 0) and r * d.uniform_token_count >= least
             and not empty_second_ubatch(d.num_tokens, r * d.uniform_token_count, d.num_ubatches)
             for r in range(lo + 1, d.num_reqs + 1)
         ):

@@ -7,10 +7,17 @@ vLLM's scheduler and model runner:
 
 - never more requests than max_num_reqs (max_num_seqs), never more active
   LoRA adapters than the largest LoRA case (max_loras);
-- a pure decode batch gives every request the same query length: the decode
-  query length (1 + speculative tokens), or with dynamic speculative decoding
-  the length the schedule gives its request count; with varlen decode
-  (adaptive verification) any lengths up to the decode query length;
+- a request of a pure decode batch verifies the drafts the runner proposed
+  for it after the last step it ran in, as many as the dynamic schedule gives
+  *that* step's batch (``v1/core/sched/scheduler.py``
+  ``num_spec_tokens_to_schedule``, never trimmed when the batch shrinks), or
+  fewer near max_model_len (the scheduler caps a request's tokens there), or
+  fewer with varlen decode (adaptive verification): so each request's query
+  length is at most the longest decode length of a batch of at least as many
+  requests (``longest_decode_len``), usually the schedule's length for the
+  request count or for a larger batch that shrank (requests finished, were
+  preempted or skipped); checked against vLLM's own scheduler by
+  ``tests/test_vllm_scheduler.py``;
 - a batch with a prefill may have any shape, and is never decode-graph
   eligible (the runner passes no uniform length and no max_query_len for it);
 - micro-batching (DBO) splits uniform decode batches of at least the DBO
@@ -31,9 +38,11 @@ from cgsim.descriptors import Batch, BatchDescriptor, BatchShape
 __all__ = [
     "decode_query_len",
     "decode_query_lens",
+    "longest_decode_len",
     "ubatches_for",
     "make_batch",
     "why_unschedulable",
+    "why_not_producible",
     "is_decode_batch",
     "decode_shapes",
     "producible_batches",
@@ -53,6 +62,12 @@ def decode_query_len(config: ManagerConfig, num_reqs: int) -> int:
 def decode_query_lens(config: ManagerConfig) -> tuple[int, ...]:
     """Every decode query length the scheduler can produce, sorted."""
     return config.scheduler_decode_query_lens()
+
+
+def longest_decode_len(config: ManagerConfig, num_reqs: int) -> int:
+    """The longest query length a request of a pure decode of ``num_reqs``
+    requests can have (every length from 1 up to it is producible)."""
+    return config.scheduler_longest_decode_len(num_reqs)
 
 
 def ubatches_for(config: ManagerConfig, query_lens: tuple[int, ...]) -> int:
@@ -84,23 +99,36 @@ def why_unschedulable(config: ManagerConfig, batch: Batch) -> str | None:
     return None
 
 
+def why_not_producible(config: ManagerConfig, batch: Batch) -> str | None:
+    """Why ``batch`` is outside the set the model says the scheduler
+    produces for ``config`` (None: inside): the limits of
+    ``why_unschedulable``, a decode batch's query lengths
+    (``is_decode_batch``), and the micro-batch counts the runner may use."""
+    why = why_unschedulable(config, batch)
+    if why is not None:
+        return why
+    if not batch.has_prefill and not is_decode_batch(config, batch.query_lens):
+        return (f"the decode batch of {batch.num_reqs} requests has a request of {batch.max_query_len} tokens, but "
+                f"the model's decodes of that many requests are at most "
+                f"{longest_decode_len(config, batch.num_reqs)} tokens long")
+    if batch.num_ubatches not in _eligible_ubatches(config, batch.num_tokens):
+        return (f"{batch.num_ubatches} micro-batches for {batch.num_tokens} tokens: the model splits only batches of "
+                f"at least {_ubatch_floor(config)} tokens, into {config.num_ubatches}")
+    return None
+
+
 def is_decode_batch(config: ManagerConfig, lens: tuple[int, ...]) -> bool:
-    """Whether the scheduler can hand in ``lens`` as a pure decode batch: the
-    schedule's length for that request count, or any lengths up to the decode
-    query length with varlen decode."""
-    if len(set(lens)) == 1 and lens[0] == decode_query_len(config, len(lens)):
-        return True
-    return config.varlen_decode and max(lens) <= config.decode_query_len
+    """Whether the scheduler can hand in ``lens`` as a pure decode batch:
+    every length at most the longest decode length of its request count."""
+    return max(lens) <= longest_decode_len(config, len(lens))
 
 
 def decode_shapes(config: ManagerConfig) -> set[tuple[int, ...]]:
     """Every uniform decode batch (as query lengths) within the largest capture size."""
     shapes = set()
-    for r in range(1, config.max_num_reqs + 1):
-        q = decode_query_len(config, r)
-        if r * q > config.max_capture_size:
-            continue  # a dynamic schedule may give more requests a shorter length
-        shapes.add((q,) * r)
+    for r in range(1, min(config.max_num_reqs, config.max_capture_size) + 1):
+        for q in range(1, min(longest_decode_len(config, r), config.max_capture_size // r) + 1):
+            shapes.add((q,) * r)
     return shapes
 
 
@@ -142,12 +170,13 @@ def probe_shapes(config: ManagerConfig, d: BatchDescriptor) -> set[tuple[int, ..
     """Query-length tuples the scheduler can produce that fit ``d`` most
     tightly: the batches on which ``d`` has its best chance to be chosen.
 
-    Producible: one request of any length; uniform decode batches with the
-    scheduler's query length for their request count; equal-length batches
-    whose length is no decode length at all (prefill chunks); non-uniform
-    batches.  An equal-length batch whose length is a decode length the
-    scheduler uses only for *other* request counts is not producible: that is
-    how a decode graph for a length the schedule never applies shows as dead.
+    Producible: one request of any length; uniform decode batches of any
+    length up to the longest decode length of their request count;
+    equal-length batches whose length is no decode length at all (prefill
+    chunks); non-uniform batches.  An equal-length batch whose length is a
+    decode length longer than any batch of that many requests verifies is
+    not producible: that is how a decode graph for a length the schedule
+    never gives that many requests shows as dead.
 
     Compatibility only tightens as a batch grows towards ``d`` (more tokens,
     more requests, a larger max_query_len exclude competitors), so the
@@ -168,9 +197,9 @@ def probe_shapes(config: ManagerConfig, d: BatchDescriptor) -> set[tuple[int, ..
     for r in {min(r_cap, t), min(r_cap, t) - 1}:
         if r >= 2:
             u = t // r
-            # Equal-length requests: a decode batch when u is the scheduler's
-            # length for r requests, else a prefill that happens to be even.
-            if u not in decode_lens or u == decode_query_len(config, r):
+            # Equal-length requests: a decode batch when r requests may verify
+            # u tokens each, else a prefill that happens to be even.
+            if u not in decode_lens or u <= longest_decode_len(config, r):
                 shapes.add((u,) * r)
     for t in (d.num_tokens, d.num_tokens - 1):
         if t < 3 or t > max_size:
@@ -220,20 +249,17 @@ def _eligible_ubatches(config: ManagerConfig, tokens: int) -> tuple[int, ...]:
 
 
 def _decode_shapes(config: ManagerConfig, limit: int, reqs: Iterable[int]) -> list[tuple[int, int, int, int | None]]:
-    """(num_reqs, num_tokens, max_query_len, uniform) of pure decodes."""
+    """(num_reqs, num_tokens, max_query_len, uniform) of pure decodes: every
+    length up to the longest of the request count, uniform, and mixed with
+    shorter ones (dispatch sees the count, the total and the longest
+    request; the fewest tokens stand for them)."""
     out = []
     for r in reqs:
-        q = decode_query_len(config, r)
-        if r * q <= limit:
-            out.append((r, r * q, q, q))
-        if config.varlen_decode:
-            # Adaptive verification: any lengths up to q; dispatch sees the
-            # count, the total and the longest request.
-            for m in range(1, config.decode_query_len + 1):
-                if m != q and r * m <= limit:
-                    out.append((r, r * m, m, m))
-                if r >= 2 and m >= 2 and m + r - 1 <= limit:
-                    out.append((r, m + r - 1, m, None))
+        for m in range(1, longest_decode_len(config, r) + 1):
+            if r * m <= limit:
+                out.append((r, r * m, m, m))
+            if r >= 2 and m >= 2 and m + r - 1 <= limit:
+                out.append((r, m + r - 1, m, None))
     return out
 
 
@@ -307,7 +333,7 @@ _SHAPES_BOUND = 500_000
 
 def _space_at_most(config: ManagerConfig, limit: int, marks: int) -> int:
     """An upper bound of ``_space``, counted from the config's sizes alone."""
-    decode = config.max_num_reqs * (1 + 2 * config.decode_query_len if config.varlen_decode else 1)
+    decode = config.max_num_reqs * (2 * config.decode_query_len - 1)
     prefill = limit * (3 + 2 * marks)
     return (decode + prefill) * (max(config.lora_cases) + 1) * (2 if _ubatch_floor(config) is not None else 1)
 
@@ -409,7 +435,7 @@ def sweep_plan(config: ManagerConfig, descriptors: Iterable[BatchDescriptor] = (
     decode_reqs = {1, 2, R} | set(reqs_marks) | {x + 1 for x in reqs_marks}
     for start, end, _ in config.spec_schedule or ():
         decode_reqs |= {start, end, end + 1}
-    for q in decode_query_lens(config):
+    for q in range(1, config.decode_query_len + 1):
         decode_reqs |= {s // q for s in sizes} | {s // q + 1 for s in sizes}
     for r, t, m, u in _decode_shapes(config, limit, sorted(r for r in decode_reqs if 1 <= r <= R)):
         add(r, t, m, u, False)

@@ -32,8 +32,8 @@ from cgsim.targets.base import TargetUnsupported
 from cgsim.text import first_line
 
 __all__ = ["EngineLaunch", "EngineRefused", "launch_for", "engine_config", "manager_config", "reach", "check_reached",
-           "token_sizes", "default_capture_sizes", "takes_dynamic_schedule", "runs_v2_runner", "TOY_ROOT",
-           "CHECKPOINTS"]
+           "token_sizes", "default_capture_sizes", "takes_dynamic_schedule", "runs_v2_runner", "launched",
+           "TOY_ROOT", "CHECKPOINTS"]
 
 DENSE, MOE = "dense", "moe"
 TOY_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "toy")
@@ -94,6 +94,8 @@ class EngineLaunch:
             flag = "--" + name.replace("_", "-")
             if value is True:
                 parts.append(flag)
+            elif value is False:  # argparse's BooleanOptionalAction, as vLLM's CLI declares its switches
+                parts.append("--no-" + name.replace("_", "-"))
             elif isinstance(value, (dict, list)):
                 parts += [flag, shlex.quote(json.dumps(_public(name, value), separators=(",", ":")))]
             else:
@@ -473,3 +475,11 @@ def runs_v2_runner(launch: EngineLaunch) -> bool:
     with _launch_environment(launch), _device_has_triton():
         value = vc.use_v2_model_runner
         return bool(value() if callable(value) else value)
+
+
+@contextlib.contextmanager
+def launched(launch: EngineLaunch) -> Iterator[None]:
+    """The process as ``launch`` starts vLLM: its environment, and the
+    device's Triton (what vLLM's runner routing reads)."""
+    with _launch_environment(launch), _device_has_triton():
+        yield
