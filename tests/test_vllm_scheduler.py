@@ -24,6 +24,7 @@ if os.environ.get("CGSIM_REQUIRE_VLLM", "") in ("", "0"):
         pytest.skip(f"vLLM is not importable here ({type(exc).__name__}: {exc})", allow_module_level=True)
 
 from cgsim.config import ManagerConfig  # noqa: E402
+from cgsim.descriptors import Batch  # noqa: E402
 from cgsim.spec.scheduler import decode_query_len, why_not_producible  # noqa: E402
 from cgsim.targets.vllm.engine import EngineRefused, reach  # noqa: E402
 from cgsim.targets.vllm.scheduling import RequestSpec, Workload, run_scheduler  # noqa: E402
@@ -35,9 +36,12 @@ from fuzz.workloads import workloads  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
-# docs/findings.md #6: one request drafts nothing (length 1), two draft one token (length 2).
-FINDING_6 = ManagerConfig(mode="FULL", capture_sizes=(1, 2), max_num_reqs=2, decode_query_len=4,
-                          spec_schedule=((1, 1, 0), (2, 2, 1)))
+# The shrink: one request drafts nothing (length 1), two draft one token (length 2).
+SHRINK = ManagerConfig(mode="FULL", capture_sizes=(1, 2), max_num_reqs=2, decode_query_len=4,
+                       spec_schedule=((1, 1, 0), (2, 2, 1)))
+# docs/findings.md #6, the growth: one request drafts one token (length 2), two draft none (length 1).
+FINDING_6 = ManagerConfig(mode="FULL", capture_sizes=(1, 2, 4), max_num_reqs=2, decode_query_len=2,
+                          spec_schedule=((1, 1, 1), (2, 2, 0)), attention_support="UNIFORM_BATCH")
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
@@ -45,15 +49,29 @@ def test_after_a_batch_shrinks_its_requests_verify_the_drafts_chosen_for_the_lar
     # Two requests decode together (the schedule drafts 1 token for 2 requests);
     # the shorter one finishes, and the other verifies its 1 draft alone.
     workload = Workload((RequestSpec(0, 5, 8), RequestSpec(0, 5, 3)), acceptance=1.0, async_scheduling=async_scheduling)
-    run = run_scheduler(FINDING_6, workload)
+    run = run_scheduler(SHRINK, workload)
     assert run.scheduler == ("AsyncScheduler" if async_scheduling else "Scheduler")
     alone = [b for b in run.batches if b.num_reqs == 1 and not b.has_prefill]
     assert alone and (alone[0].query_lens, alone[0].draft_lens) == ((2,), (1,))
-    assert decode_query_len(FINDING_6, 1) == 1, "the schedule's own length for one request"
-    # The batch lands on the graph #6 called never used: FULL(tokens=2, reqs=1, uniform=2).
+    assert decode_query_len(SHRINK, 1) == 1, "the schedule's own length for one request"
+    # The batch lands on FULL(tokens=2, reqs=1, uniform=2): a length's graph for fewer requests is used.
     batch = alone[0].batch()
     assert (batch.num_tokens, batch.num_reqs, batch.uniform_token_count) == (2, 1, 2)
-    assert why_not_producible(reach(FINDING_6), batch) is None
+    assert why_not_producible(reach(SHRINK), batch) is None
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_a_request_joining_a_batch_does_not_keep_the_drafts_chosen_for_the_smaller_batch(async_scheduling):
+    # #6: one request decodes 2 tokens alone; a second joins as a prefill, and from
+    # then on both decode 1 token (the schedule's drafts for 2), never 2 tokens each.
+    workload = Workload((RequestSpec(0, 5, 12), RequestSpec(3, 5, 6)), acceptance=1.0,
+                        async_scheduling=async_scheduling)
+    run = run_scheduler(FINDING_6, workload)
+    decodes = [b for b in run.batches if not b.has_prefill]
+    assert any(b.query_lens == (2,) for b in decodes), "the lone request decodes its draft"
+    pairs = [b.query_lens for b in decodes if b.num_reqs == 2]
+    assert pairs and all(max(q) == 1 for q in pairs), pairs
+    assert why_not_producible(reach(FINDING_6), Batch((2, 2))) is not None
 
 
 def test_every_batch_of_engine_like_launches_is_in_the_model():

@@ -44,10 +44,6 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
         ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 10, 16), max_num_reqs=4, decode_query_len=5,
                       spec_schedule=((1, 2, 4), (3, 4, 2))),
         (C, D(3, 3, 3)), ruleset="vllm-0.32")),
-    "dynsd-capture-useful-k4": ("CAPTURE-USEFUL", Scenario(
-        ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 10, 16), max_num_reqs=4, decode_query_len=5,
-                      spec_schedule=((1, 2, 4), (3, 4, 2))),
-        (C, D(5, 5)), ruleset="vllm-0.32")),
     # 5b. 0.28 raw schedule entries past max_num_seqs: K=3, k in {3, 1} (draft lens 1, -1)
     "raw-schedule-lengths-k3": ("DECODE-LENGTHS", Scenario(
         ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 8), max_num_reqs=2, decode_query_len=4,
@@ -71,11 +67,6 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "raw-schedule-lengths": ("DECODE-LENGTHS", Scenario(
         ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 8), max_num_reqs=2, decode_query_len=4,
                       spec_schedule=((1, 1, 3), (2, 8, 2))),
-        (C, D(3, 3)), ruleset="vllm-0.32")),
-    # 6. dynamic SD: FULL(4, r2, u2) captured although 2 requests always get k=2 (length 3)
-    "dynsd-capture-useful": ("CAPTURE-USEFUL", Scenario(
-        ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 8), max_num_reqs=4, decode_query_len=3,
-                      spec_schedule=((1, 2, 2), (3, 4, 1))),
         (C, D(3, 3)), ruleset="vllm-0.32")),
     # 7. release then capture again
     "release-recapture": ("RELEASE-RECAPTURE", Scenario(
@@ -105,12 +96,13 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
                       ubatch_threshold=4, attention_support="ALWAYS", attention_split=False,
                       compiled_piecewise=False),
         (C, D(2, 2, num_ubatches=2)), ruleset="vllm-0.32")),
-    # 6 on 0.34 (the design of vllm-0.34: decode graphs by request count per decode length):
-    #   the 2-token length runs at 3-4 requests, its graph of 1 and 2 requests is never used
-    "dynsd-capture-useful-0.34": ("CAPTURE-USEFUL", Scenario(
-        ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 8), max_num_reqs=4, decode_query_len=3,
-                      spec_schedule=((1, 2, 2), (3, 4, 1))),
-        (C, D(3, 3)), ruleset="vllm-0.34")),
+    # 6. dynamic SD: a length drafted at fewer requests than a batch can grow to. K=1 drafts one
+    #    token at 1 request and none at 2; a second request joins as a prefill, then both decode
+    #    1 token, so FULL(4, r2, u2) (2 requests of 2 tokens) is captured for no batch
+    "dynsd-capture-useful-growth": ("CAPTURE-USEFUL", Scenario(
+        ManagerConfig(mode="FULL", capture_sizes=(1, 2, 4), max_num_reqs=2, decode_query_len=2,
+                      spec_schedule=((1, 1, 1), (2, 2, 0)), attention_support="UNIFORM_BATCH"),
+        (C, D(2)), ruleset="vllm-0.32")),
     # 12, reachable: dispatch-roundtrip-2e41bc7df9's scenario with attention split out of
     #     the graph, as vLLM builds FULL_AND_PIECEWISE (splitting_ops [] makes it FULL)
     "uniform-prefill-on-decode-graph": ("DISPATCH-ROUNDTRIP", Scenario(

@@ -7,8 +7,8 @@ CUDA-graph manager replays for each of those batches.
 As many requests as the launch's max_num_seqs decode together; all but
 one finish in the same step, and the last one verifies alone the drafts
 the schedule chose for the full batch (under #6's launch: two requests
-draft one token, so the lone request's decode is two tokens long, which
-the schedule's length for one request, no draft, does not predict).  Each
+draft no token, so the lone request's decode is one token long, which
+the schedule's length for one request, one draft, does not predict).  Each
 batch is then
 dispatched by the manager vLLM builds from the same launch (after its
 capture), as the model runner would; the script prints the graph.  Exit 0,
@@ -31,7 +31,7 @@ from cgsim.targets.vllm.scheduling import RequestSpec, Workload, run_scheduler
 from cgsim.trace import Dispatch, Error
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FINDING = os.path.join(HERE, "capture-useful-f85224727b.json")
+FINDING = os.path.join(HERE, "capture-useful-a02a072c44.json")
 
 
 def shrinking_trace(num_requests: int) -> tuple[RequestSpec, ...]:

@@ -223,7 +223,8 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
     ),
     KnownDefect(
         # 0.34 captures each length only up to the most requests it runs at (get_decode_cudagraph_query_lens).
-        6, "dynsd-every-length", "dynamic speculative decoding captures every length at every size",
+        6, "dynsd-every-length", "dynamic speculative decoding captures every length at every size, also past the most "
+        "requests the schedule drafts it at",
         "0.25.0", "0.34.0", frozenset({"CAPTURE-USEFUL", "CAND-ORDER"}), _dead_decode_graph, reachable_from="0.32.0",
     ),
     # Before #7, which takes any failure after a release: this one names the host allocator.
