@@ -33,6 +33,10 @@ def _sglang(run: RunView) -> bool:
     return run.ruleset.engine == "sglang"
 
 
+def _design(run: RunView) -> rules.SglangDesign:
+    return rules.design_of(run.ruleset)
+
+
 def _graphs(run: RunView, captured: Captured) -> rules.Graphs:
     cache = run.__dict__.setdefault("_sglang_graphs", {})
     key = id(captured)
@@ -81,18 +85,18 @@ def _has_captured_dispatch(run: RunView) -> bool:
 def _judge_dispatch(run: RunView, prop: str, judge) -> list[Violation]:
     """Apply ``judge(batch, desc, expected, graphs) -> message | None`` to every
     captured dispatch step and every swept batch (one violation per sweep)."""
-    cfg = run.config
+    cfg, design = run.config, _design(run)
     out: list[Violation] = []
     for step, b, d, cap in _captured_dispatches(run):
         g = _graphs(run, cap)
-        msg = judge(b, d, rules.expected_dispatch(cfg, g, b), g)
+        msg = judge(b, d, rules.expected_dispatch(cfg, g, b, design), g)
         if msg:
             out.append(Violation(prop, msg, step))
     for sv in run.captured_sweeps:
         g = _graphs(run, sv.captured)
         failures = []
         for _, b, d in sv.entries():
-            msg = judge(b, d, rules.expected_dispatch(cfg, g, b), g)
+            msg = judge(b, d, rules.expected_dispatch(cfg, g, b, design), g)
             if msg:
                 failures.append((b, msg))
         out += sweep_violations(prop, sv, failures)
@@ -128,7 +132,7 @@ def _diff(got: Iterable[BatchDescriptor], want: Iterable[BatchDescriptor]) -> li
          "again on the finished runners gives the same", family="init", applies=_has_initial)
 def sgl_cand_order(run: RunView) -> list[Violation]:
     out: list[Violation] = []
-    want = rules.expected_capture_descs(run.config)
+    want = rules.expected_capture_descs(run.config, _design(run))
     for c in _initial(run):
         diff = _diff(c.capture_descs, want)
         if diff:
@@ -190,15 +194,19 @@ def sgl_cand_bounds(run: RunView) -> list[Violation]:
 
 
 @declare("SGL-CAPTURE-ALIGNED", "every decode graph's bs times its alignment width (1 under two-batch overlap, else "
-         "the decode width) and every prefill bucket is a multiple of sglang's batch-size alignment",
+         "the decode width) and, where the design aligns them, every prefill bucket is a multiple of sglang's "
+         "batch-size alignment",
          family="init", applies=_has_initial)
 def sgl_capture_aligned(run: RunView) -> list[Violation]:
     cfg = run.config
     base = rules.alignment(cfg)
     width = 1 if cfg.num_ubatches == 2 else cfg.decode_query_len
+    aligned_prefill = _design(run).aligned_prefill_tokens
     out = []
     for c in _initial(run):
         for d in dict.fromkeys(c.capture_descs):
+            if not rules.is_decode_desc(d) and not aligned_prefill:
+                continue  # this design lists prefill buckets as configured (SGL_RULES aligned_prefill_tokens)
             size = (d.num_reqs or 0) * width if rules.is_decode_desc(d) else d.num_tokens
             if size % base:
                 what = f"bs {d.num_reqs} x {width}" if rules.is_decode_desc(d) else f"{d.num_tokens} tokens"
@@ -340,7 +348,7 @@ def _schedulable(run: RunView) -> Iterator[Batch]:
 @declare("SGL-CAPTURE-USEFUL", "every captured graph is the one sglang replays for some batch its scheduler can "
          "produce", family="dispatch", applies=lambda run: _sglang(run) and any(c.descs for c in run.finished_captures))
 def sgl_capture_useful(run: RunView) -> list[Violation]:
-    cfg = run.config
+    cfg, design = run.config, _design(run)
     out: list[Violation] = []
     judged: set[frozenset] = set()
     for cap in run.finished_captures:
@@ -348,7 +356,7 @@ def sgl_capture_useful(run: RunView) -> list[Violation]:
             continue
         judged.add(cap.descs)
         g = _graphs(run, cap)
-        used = {rules.expected_dispatch(cfg, g, b) for b in _schedulable(run)}
+        used = {rules.expected_dispatch(cfg, g, b, design) for b in _schedulable(run)}
         for d in sorted(cap.descs - used, key=lambda d: (_runner(d), -d.num_tokens, d.num_active_loras)):
             out.append(Violation("SGL-CAPTURE-USEFUL", f"captured {d.short()} is replayed for no batch the scheduler "
                                  f"can produce (up to {cfg.max_num_reqs} requests)", cap.step))
