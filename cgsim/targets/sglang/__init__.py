@@ -82,6 +82,15 @@ class SglangTarget:
         except SglangEnvironmentError:
             return {"sglang_version": installed_version()}
 
+    def classify(self, finding: Any) -> dict:
+        """Which documented defect of this sglang the finding is (cgsim.targets.sglang.known)."""
+        from cgsim.targets.sglang.known import label  # noqa: PLC0415
+
+        try:
+            return label(finding, probe().version)
+        except SglangEnvironmentError:
+            return {}
+
     def unreachable(self, scenario: Any) -> str | None:
         """A release needs sglang's elastic release path, which older trees lack."""
         if any(step.kind == "release" for step in scenario.steps) and not probe().release:

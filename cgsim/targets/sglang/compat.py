@@ -26,6 +26,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,6 +136,7 @@ class Tree:
     version: str
     location: str  # the sglang package's folder
     source: str | None  # CGSIM_SGLANG_SOURCE, when a tree is laid over the install
+    mutations: tuple[str, ...]  # CGSIM_SGLANG_MUTATIONS put into the tree (names)
     design: Design
     # cuda_graph_setup.drop_elastic_cuda_graph_state: sglang's own release path.
     release: bool
@@ -157,6 +159,8 @@ class Tree:
         out = {"sglang_version": self.version, "sglang_design": self.ruleset}
         if self.source is not None:
             out["sglang_source"] = self.source
+        if self.mutations:
+            out["sglang_mutations"] = list(self.mutations)
         return out
 
 
@@ -245,10 +249,20 @@ def probe() -> Tree:
     """Import sglang (the source tree's with CGSIM_SGLANG_SOURCE) and read what
     the driver needs.  Raises SglangEnvironmentError naming a missing piece;
     other import errors propagate (the caller says which)."""
-    global _TREE
     if _TREE is not None:
         return _TREE
+    with warnings.catch_warnings():
+        # sglang's import warns that CUDA-only quantization kernels are missing on CPU.
+        warnings.simplefilter("ignore")
+        return _probe()
+
+
+def _probe() -> Tree:
+    global _TREE
     source = apply_source()
+    from cgsim.targets.sglang import mutation  # noqa: PLC0415
+
+    mutations = mutation.install_from_environment()  # after the overlay: a mutated line is the tree's
     version = tree_version(source) if source is not None else installed_version()
     if version is None or importlib.util.find_spec("sglang") is None:
         raise SglangEnvironmentError(f"sglang is not installed in this environment; install it with {INSTALL_HINT}")
@@ -278,6 +292,7 @@ def probe() -> Tree:
         version=version,
         location=os.path.dirname(os.path.abspath(sglang.__file__)),
         source=os.environ.get(SOURCE_ENV) or None,
+        mutations=tuple(m.name or m.old.strip() for m in mutations),
         design=design,
         release=_has(SETUP, "drop_elastic_cuda_graph_state"),
         forward_context_takes_batch="forward_batch" in inspect.signature(fc).parameters,
