@@ -82,3 +82,51 @@ def test_every_mutation_applies_to_its_release_tree():
     assert len(MUTATIONS) >= 15
     assert {m.area for m in MUTATIONS} >= {"padding", "buffer filling", "replay inputs", "output slicing", "warmup",
                                            "LoRA", "DP", "alignment"}
+
+
+# -- what the table's misses taught (each case failed before the fix it names) --------------------
+
+_EXAMPLE = """
+import json, sys
+from cgsim.config import ManagerConfig
+from cgsim.descriptors import Batch
+from cgsim.properties import check_scenario
+from cgsim.runner import run_scenario
+from cgsim.scenario import Scenario, Step
+from cgsim.targets import get_target
+from cgsim.targets.sglang.compat import probe
+
+get_target("sglang").check_environment()
+config = ManagerConfig.from_json(json.loads(sys.argv[1]))
+steps = [Step.capture()] + [Step.dispatch(Batch(tuple(q))) for q in json.loads(sys.argv[2])]
+scenario = Scenario(config, tuple(steps), ruleset=probe().ruleset)
+verdict = check_scenario(scenario, run_scenario(scenario, "sglang", timeout=300))
+print(json.dumps(sorted({v.property for v in verdict.violations})))
+"""
+
+
+def violated_under(mutation: str, config: dict, batches: list) -> set[str]:
+    env = dict(os.environ, PYTHONPATH=REPO, **{MUTATIONS_ENV: json.dumps([mutation])})
+    res = subprocess.run([sys.executable, "-W", "ignore", "-c", _EXAMPLE, json.dumps(config), json.dumps(batches)],
+                         capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return set(json.loads(res.stdout.strip().splitlines()[-1]))
+
+
+DECODE = {"mode": "FULL_DECODE_ONLY", "capture_sizes": [1, 2, 4, 8], "max_num_reqs": 8}
+
+
+def test_padded_logits_rows_are_seen():
+    # The target records every output sglang slices, not only the hidden states.
+    assert "SGL-OUTPUT-ROWS" in violated_under("logits-rows-padded", DECODE, [[1, 1, 1]])
+
+
+def test_a_view_sglang_contradicts_is_its_crash_not_the_adapters():
+    # The toy backend refuses a view of more query tokens than input rows as sglang's (EngineCallError).
+    assert "NO-CRASH" in violated_under("replay-tokens-unpadded", DECODE, [[1, 1, 1]])
+
+
+def test_a_dp_peer_holding_more_requests_than_rank_0():
+    # Peers hold more requests than rank 0 (spec.sglang.dp_rank_sizes), so a rank padding to its own count shows.
+    config = dict(DECODE, sglang={"dp_size": 2})
+    assert "SGL-DISPATCH-SOUND" in violated_under("dp-own-count", config, [[1, 1, 1]])

@@ -113,9 +113,11 @@ def test_two_batch_overlap_needs_the_split():
 
 
 def test_dp_attention_pads_to_the_max_over_ranks():
-    assert rules.dp_rank_sizes(5, 3) == (5, 4, 3) and rules.dp_rank_sizes(1, 2) == (1, 1)
+    assert rules.dp_rank_sizes(5, 3, 8) == (5, 6, 7) and rules.dp_rank_sizes(8, 3, 8) == (8, 1, 2)
+    assert rules.dp_rank_sizes(1, 2, 1) == (1, 1)
     c = cfg(capture_sizes=(4, 8), max_num_reqs=8, sglang={"dp_size": 2})
     assert dispatch(c, Batch((1,) * 5)) == BatchDescriptor(F, 8, 8, 1)
+    assert dispatch(c, Batch((1,) * 4)) == BatchDescriptor(F, 8, 8, 1)  # the peer holds 5
 
 
 def test_lora_variant_follows_the_adapters():

@@ -110,7 +110,9 @@ def test_decode_runner_captures_largest_first_and_replays_padded_batches():
     got = {s: (r.path, r.desc.num_reqs) for s, r in replays(trace).items()}
     assert got == {1: ("full", 1), 2: ("full", 4), 3: ("full", 8), 4: ("full", 12), 5: ("eager", 13)}
     # Only the real rows come back.
-    assert [(e.rows, e.padded_rows) for e in trace.of(GraphOutput)] == [(1, 1), (3, 4), (5, 8), (11, 12)]
+    outputs = trace.of(GraphOutput)
+    for name in ("hidden_states", "next_token_logits"):  # sglang slices both to the real rows
+        assert [(e.rows, e.padded_rows) for e in outputs if e.output == name] == [(1, 1), (3, 4), (5, 8), (11, 12)]
 
 
 def test_graph_reads_what_sglang_prepared():
@@ -140,7 +142,8 @@ def test_graph_reads_what_sglang_prepared():
 def test_verify_graphs_hold_bs_times_the_draft_width():
     trace = clean(cfg(decode_query_len=3, capture_sizes=(1, 2, 4), max_num_reqs=4), C, D(decode(3, 3)), D(decode(4, 3)))
     assert [(r.desc.num_tokens, r.desc.num_reqs) for r in replays(trace).values()] == [(12, 4), (12, 4)]
-    assert {(e.captured_hidden, e.runtime_hidden) for e in trace.of(GraphOutput)} == {("FULL", "FULL")}
+    assert {(e.captured_hidden, e.runtime_hidden) for e in trace.of(GraphOutput)
+            if e.output == "hidden_states"} == {("FULL", "FULL")}
 
 
 def test_two_batch_overlap_aligns_sizes_and_needs_the_split():
@@ -174,9 +177,15 @@ def test_default_ladder_up_to_the_max_bs():
 
 def test_dp_attention_ranks_vote_and_replay_one_key():
     c = cfg(capture_sizes=(1, 2, 4, 8), max_num_reqs=8, sglang={"dp_size": 2})
-    trace = clean(c, C, D(decode(3)), D(decode(8)), D(prefill(3)))
+    from cgsim.spec.scheduler import sweep_token_limit
+
+    # The last batch: one prompt of the most tokens a batch holds; its peer holds it and one decode more.
+    big = prefill(sweep_token_limit(c))
+    trace = clean(c, C, D(decode(3)), D(decode(8)), D(prefill(3)), D(decode(4)), D(big))
     step = {e.step: e for e in trace.of(RankDispatch) if e.step >= 1}
-    assert [n for n, _ in step[1].ranks] == [3, 2] and {d.num_reqs for _, d in step[1].ranks} == {4}
+    assert [n for n, _ in step[1].ranks] == [3, 4] and {d.num_reqs for _, d in step[1].ranks} == {4}
+    # The peer holds 5: every rank, rank 0 with its 4, replays the group's bucket 8.
+    assert [n for n, _ in step[4].ranks] == [4, 5] and {d.num_reqs for _, d in step[4].ranks} == {8}
     assert {d for _, d in step[3].ranks} == {None}  # a prefill rank votes the group out of graphs
 
 

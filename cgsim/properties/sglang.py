@@ -12,6 +12,7 @@ catalogue.  Every check reads the Scenario, the Trace and the spec only.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Iterable, Iterator
 
 from cgsim.descriptors import Batch, BatchDescriptor
@@ -254,7 +255,8 @@ def _holds(run: RunView, d: BatchDescriptor, b, dp_size: int) -> str | None:
         return "a decode batch on a prefill graph"
     if d.num_tokens < b.num_tokens:
         return f"{d.num_tokens} graph tokens < the batch's {b.num_tokens}"
-    need = max(rules.dp_rank_sizes(b.num_reqs, dp_size)) if _runner(d) == "decode" else b.num_reqs
+    need = (max(rules.dp_rank_sizes(b.num_reqs, dp_size, run.config.max_num_reqs)) if _runner(d) == "decode"
+            else b.num_reqs)
     if d.num_reqs is not None and d.num_reqs < need:
         return f"{d.num_reqs} graph requests < the {need} it must hold"
     if _runner(d) == "decode" and d.uniform_token_count != b.uniform_token_count:
@@ -311,7 +313,8 @@ def _exact(run: RunView, b, expected: BatchDescriptor | None) -> bool:
     if expected is None:
         return False
     if rules.is_decode_desc(expected):
-        return expected.num_reqs == max(rules.dp_rank_sizes(b.num_reqs, rules.options(run.config).dp_size))
+        return expected.num_reqs == max(rules.dp_rank_sizes(b.num_reqs, rules.options(run.config).dp_size,
+                                                            run.config.max_num_reqs))
     return expected.num_tokens == b.num_tokens
 
 
@@ -357,6 +360,11 @@ def sgl_capture_useful(run: RunView) -> list[Violation]:
         judged.add(cap.descs)
         g = _graphs(run, cap)
         used = {rules.expected_dispatch(cfg, g, b, design) for b in _schedulable(run)}
+        if rules.options(cfg).dp_size > 1:
+            # A DP group whose ranks all hold the same count is schedulable too:
+            # it replays what one rank alone would.
+            alone = cfg.with_(sglang=replace(rules.options(cfg), dp_size=1))
+            used |= {rules.expected_dispatch(alone, g, b, design) for b in _schedulable(run)}
         for d in sorted(cap.descs - used, key=lambda d: (_runner(d), -d.num_tokens, d.num_active_loras)):
             out.append(Violation("SGL-CAPTURE-USEFUL", f"captured {d.short()} is replayed for no batch the scheduler "
                                  f"can produce (up to {cfg.max_num_reqs} requests)", cap.step))

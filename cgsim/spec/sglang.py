@@ -281,12 +281,12 @@ def is_decode_batch(config: ManagerConfig, batch) -> bool:
     return not batch.has_prefill and batch.uniform_token_count == config.decode_query_len
 
 
-def dp_rank_sizes(num_reqs: int, dp_size: int) -> tuple[int, ...]:
+def dp_rank_sizes(num_reqs: int, dp_size: int, pool: int) -> tuple[int, ...]:
     """Requests per DP rank for a step whose rank 0 runs ``num_reqs``: rank r
-    runs max(1, num_reqs - r).  Rank 0 holds the most, so the group's graph
-    (the max over ranks) is rank 0's own bucket, while the ranks' sum grows
-    with the group."""
-    return tuple(max(1, num_reqs - r) for r in range(dp_size))
+    runs the r-th count above it, wrapping past the request pool to 1.  A peer
+    mostly holds more requests than rank 0, so the group's graph (the max over
+    ranks) is not rank 0's own bucket, and the ranks' sum grows with the group."""
+    return tuple(1 + (num_reqs - 1 + r) % max(pool, 1) for r in range(dp_size))
 
 
 @dataclass(frozen=True)
@@ -327,7 +327,7 @@ def expected_dispatch(config: ManagerConfig, graphs: Graphs, batch, design: Sgla
             return None
         if config.num_ubatches == 2 and batch.num_ubatches != 2:
             return None
-        n = max(dp_rank_sizes(batch.num_reqs, opts.dp_size))
+        n = max(dp_rank_sizes(batch.num_reqs, opts.dp_size, config.max_num_reqs))
         k = lora_case_of(config)
         loras = 0 if k == 0 else (k if batch.num_active_loras > 0 or not records_nolora(config, design) else 0)
         if opts.disable_padding:

@@ -79,6 +79,13 @@ def _prefill_tokens(sizes: list[int]) -> list[int]:
     return list(helper(sizes)) if helper is not None else sorted(set(sizes))
 
 
+def _rank_lens(query_lens: Sequence[int], num_reqs: int, width: int) -> list[int]:
+    """A DP rank's requests: the step's first ``num_reqs``, or all of them and
+    decodes of the graphs' width (a peer holding more requests than rank 0)."""
+    lens = list(query_lens[:num_reqs])
+    return lens + [width] * (num_reqs - len(lens))
+
+
 def _decode_bs(mr: Any) -> list[int]:
     """The decode runner's bs list, from the function its constructor sizes
     itself with (0.5.22+ tell it whether DP gathers buffers; older trees ask
@@ -240,7 +247,8 @@ class SglangHandle:
                                             f"AssertionError: {exc}") from None
         # Graphs pad past the config's sizes: the rounded request pool, bs x width tokens.
         reqs = max([self.config.max_num_reqs + 2] + [d.num_reqs or 0 for d in self._initial])
-        tokens = max([1] + [d.num_tokens for d in self._initial])
+        # Every batch of the scenario fits too, whatever the graphs hold.
+        tokens = max([self._max_tokens()] + [d.num_tokens for d in self._initial])
         self._zeros = torch.zeros(max(tokens, sweep_token_limit(config)) + 1, dtype=torch.int64)
         for rank in self.ranks:
             rank.workload.ensure_capacity(reqs, tokens)
@@ -250,8 +258,10 @@ class SglangHandle:
         bound: the rounded pool times the width, the largest prefill bucket,
         the largest swept batch)."""
         c = self.config
+        # A DP peer may hold up to dp_size - 1 decodes more than rank 0's batch.
+        peers = (self.dp - 1) * self.width
         return max(sweep_token_limit(c), (c.max_num_reqs + 2) * self.width, max(c.capture_sizes) + 2,
-                   self.workload.max_tokens) + 1
+                   self.workload.max_tokens) + 1 + peers
 
     # -- sglang's process around the runners -------------------------------------------
     @contextlib.contextmanager
@@ -504,7 +514,7 @@ class SglangHandle:
 
     def _probe_batch(self, rank: _Rank, shape: Batch, num_reqs: int, dp: dict | None, extend: bool) -> Any:
         """A batch of ``shape``'s kind and counts (rank's share) for asking only."""
-        lens = list(shape.query_lens[:num_reqs]) if num_reqs < shape.num_reqs else list(shape.query_lens)
+        lens = _rank_lens(shape.query_lens, num_reqs, self.width)
         total = int(sum(lens))
         ids = self._zeros_for(total)
         return self._forward_batch(rank, lens, [0] * len(lens), ids, ids, None,
@@ -537,7 +547,7 @@ class SglangHandle:
             return [self._eager(b) for b in items]
         batches = [b if isinstance(b, Batch) else b.example() for b in items]
         extend = [self._is_extend(b) for b in batches]
-        sizes = [rules.dp_rank_sizes(b.num_reqs, self.dp) for b in batches]
+        sizes = [rules.dp_rank_sizes(b.num_reqs, self.dp, self.config.max_num_reqs) for b in batches]
         dp = [self._dp_fields(n, e) for n, e in zip(sizes, extend)]
         decided: list[list[BatchDescriptor | None]] = []
         for rank in self.ranks:
@@ -570,11 +580,12 @@ class SglangHandle:
         with self._sglang(), torch.inference_mode():
             self._sync_peers()
             extend = self._is_extend(batch)
-            sizes = rules.dp_rank_sizes(batch.num_reqs, self.dp)
+            sizes = rules.dp_rank_sizes(batch.num_reqs, self.dp, self.config.max_num_reqs)
             dp = self._dp_fields(sizes, extend)
             result: Execution | None = None
             for rank, n in zip(self.ranks, sizes):
-                rank_batch = batch if n == batch.num_reqs else Batch(batch.query_lens[:n], min(batch.num_active_loras, n),
+                rank_batch = batch if n == batch.num_reqs else Batch(_rank_lens(batch.query_lens, n, self.width),
+                                                                    min(batch.num_active_loras, n),
                                                                     batch.num_ubatches, batch.has_prefill)
                 with rank.context():
                     layout = rank.workload.load_batch(rank_batch, rank_batch.num_tokens)
@@ -612,8 +623,13 @@ class SglangHandle:
         hs = out.hidden_states
         md = rank.mr.attn_backend.forward_metadata
         rank.workload.note_graph_output(
-            graph, rows=int(hs.shape[0]), real_rows=batch.num_tokens, padded_rows=graph.num_tokens, output="logits",
+            graph, rows=int(hs.shape[0]), real_rows=batch.num_tokens, padded_rows=graph.num_tokens, output="hidden_states",
             captured_hidden=runner.capture_hidden_mode.name, runtime_hidden=fb.capture_hidden_mode.name)
+        logits = out.next_token_logits
+        if not extend and logits is not None:
+            # A decode's logits have a row per token, sliced by sglang like the hidden states.
+            rank.workload.note_graph_output(graph, rows=int(logits.shape[0]), real_rows=batch.num_tokens,
+                                            padded_rows=graph.num_tokens, output="next_token_logits")
         if graph.cg_mode == F:
             return Execution(hs.clone(), "full", md.id if md is not None else None, graph)
         return Execution(hs.clone(), "piecewise", md.id if md is not None else None, self.piecewise_key(kind, key))

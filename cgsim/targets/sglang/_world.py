@@ -103,6 +103,13 @@ class ToyAttention(AttentionBackend):
         for row, s, q in zip(rows, seq_lens, query_lens):
             for pos in range(s - q, s):
                 slots.append(int(table[row, max(pos, 0)]) if 0 <= row < table.shape[0] else 0)
+        if sum(query_lens) > num_tokens:
+            # What sglang handed the backend contradicts itself: a GPU backend
+            # would plan more query tokens than the graph's input rows hold.
+            from cgsim.targets.sglang.blame import EngineCallError  # noqa: PLC0415
+
+            raise EngineCallError(f"sglang prepared attention metadata for a {mode.name} view of {bs} requests and "
+                                  f"{sum(query_lens)} query tokens over {num_tokens} input rows")
         layout = _ViewLayout(query_lens, seq_lens, slots)
         return self.workload.prepare_attn(layout, bs, num_tokens, max(query_lens + [1]), for_capture=for_capture)
 
