@@ -20,7 +20,7 @@ M = CUDAGraphMode
 # Both breakable is rare: in 0.5.23 its decode runner cannot capture
 # (docs/sglang.md), and a worker restarts after every failed capture.
 SGLANG_MODES = (M.FULL_DECODE_ONLY, M.FULL_AND_PIECEWISE, M.FULL_DECODE_ONLY, M.FULL_AND_PIECEWISE, M.FULL,
-                M.FULL_DECODE_ONLY, M.FULL_AND_PIECEWISE, M.FULL, M.NONE, M.PIECEWISE)
+                M.FULL_DECODE_ONLY, M.FULL_AND_PIECEWISE, M.FULL, M.NONE, M.PIECEWISE, M.FULL)
 
 
 @st.composite
@@ -40,7 +40,9 @@ def sglang_configs(draw, max_size: int = 64) -> ManagerConfig:
         disable_padding=draw(st.integers(0, 3)) == 3,
         default_bs_list=draw(st.integers(0, 3)) == 3,
         record_nolora_graph=draw(st.booleans()),
-        full_prefill_max_req=draw(st.one_of(st.none(), st.integers(1, max_num_reqs))),
+        # Few request slots often: a FULL prefill graph must refuse batches of more requests.
+        full_prefill_max_req=draw(st.one_of(st.none(), st.integers(1, min(max_num_reqs, 3)),
+                                            st.integers(1, max_num_reqs))),
     )
     if dp > 1:
         # The driver's DP ranks run plain decode graphs (cgsim.targets.sglang).

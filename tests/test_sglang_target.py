@@ -304,3 +304,37 @@ def test_every_documented_sglang_finding_reproduces(path):
 
 def test_the_documented_sglang_findings_are_there():
     assert len(SGLANG_FINDINGS) == 2
+
+
+# -- launches --------------------------------------------------------------------------------------
+
+
+def test_every_config_reads_as_a_launch_line_sglang_takes():
+    from cgsim.targets.sglang.launch import engine_graph_config
+
+    c = cfg(mode="FULL", capture_sizes=(4, 8), max_num_reqs=5, num_ubatches=2, ubatch_threshold=2,
+            sglang={"full_prefill_max_req": 2, "disable_padding": True})
+    line = SglangTarget().launch(Scenario(c, (C,), ruleset=RULESET))["line"]
+    assert line.startswith("python -m sglang.launch_server --model-path MODEL ")
+    for flag in ("--cuda-graph-backend-decode full", "--cuda-graph-backend-prefill full", "--cuda-graph-bs-decode 4 8",
+                 "--max-running-requests 5", "--enable-two-batch-overlap", "--disable-cuda-graph-padding",
+                 '"full_prefill_max_req":2'):
+        assert flag in line
+    built = engine_graph_config(c, VERSION)  # what sglang's own parser and hooks build from it
+    assert (built.decode.backend, list(built.decode.bs)) == ("full", [4, 8])
+    assert (built.prefill.backend, built.prefill.full_prefill_max_req) == ("full", 2)
+    default = engine_graph_config(cfg(capture_sizes=(20,), max_num_reqs=24, sglang={"default_bs_list": True}), VERSION)
+    assert default.decode.max_bs == 20
+    assert SglangTarget().engine_config(c) == c
+
+
+def test_a_launch_sglang_refuses_is_unsupported_with_its_reason():
+    from cgsim.targets import TargetUnsupported
+
+    lora = cfg(capture_sizes=(2, 4), max_num_reqs=4, lora_cases=(0, 2), sglang={"record_nolora_graph": True})
+    if TREE.nolora_from_backend:  # --lora-backend triton_v2 exists where the rule reads it
+        assert SglangTarget().engine_config(lora) == lora
+    else:
+        with pytest.raises(TargetUnsupported, match="invalid choice: 'triton_v2'") as info:
+            SglangTarget().engine_config(lora)
+        assert "--lora-backend triton_v2" in str(info.value) and "\n" not in str(info.value)

@@ -82,6 +82,26 @@ class SglangTarget:
         except SglangEnvironmentError:
             return {"sglang_version": installed_version()}
 
+    def engine_config(self, config: ManagerConfig) -> ManagerConfig:
+        """``config`` where sglang takes the launch it stands for (its own parser
+        and model-independent checks; cgsim.targets.sglang.launch), else
+        TargetUnsupported with sglang's reason: campaigns count those, never judge them."""
+        from cgsim.spec.sglang import unsupported_reason  # noqa: PLC0415
+        from cgsim.targets.base import TargetUnsupported  # noqa: PLC0415
+        from cgsim.targets.sglang.launch import engine_graph_config  # noqa: PLC0415
+
+        reason = unsupported_reason(config)
+        if reason is not None:
+            raise TargetUnsupported(reason)
+        engine_graph_config(config, probe().version)
+        return config
+
+    def launch(self, scenario: Any) -> dict | None:
+        """The ``python -m sglang.launch_server`` line that reaches ``scenario``."""
+        from cgsim.targets.sglang.launch import launch_for  # noqa: PLC0415
+
+        return launch_for(scenario.config).to_json()
+
     def classify(self, finding: Any) -> dict:
         """Which documented defect of this sglang the finding is (cgsim.targets.sglang.known)."""
         from cgsim.targets.sglang.known import label  # noqa: PLC0415
