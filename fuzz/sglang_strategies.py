@@ -28,12 +28,18 @@ def sglang_configs(draw, max_size: int = 64) -> ManagerConfig:
     mode = draw(st.sampled_from(SGLANG_MODES))
     sizes = tuple(sorted(draw(st.lists(st.integers(1, max_size), min_size=1, max_size=5, unique=True))))
     top = max(sizes)
-    # Servers usually admit more requests than their largest graph holds.
-    max_num_reqs = draw(st.one_of(st.integers(1, max(1, min(32, top + 4))), st.integers(top, top + 8)))
+    num_ubatches = draw(st.sampled_from((1, 1, 2)))
+    # Servers usually admit more requests than their largest graph holds.  Under
+    # two-batch overlap the pool is rounded up to an even count: odd pools below
+    # the largest size often, where the rounding decides the largest graph.
+    pools = [st.integers(1, max(1, min(32, top + 4))), st.integers(top, top + 8)]
+    if num_ubatches == 2:
+        pools.append(st.integers(0, max(0, (top - 2) // 2)).map(lambda k: 2 * k + 1))
+    max_num_reqs = draw(st.one_of(*pools))
     dp = draw(st.sampled_from((1, 1, 1, 2, 3)))
-    q = draw(st.sampled_from((1, 1, 1, 2, 4)))
+    # Two-batch overlap aligns verify graphs by requests, not tokens: draw it with a verify width often.
+    q = draw(st.sampled_from((1, 1, 2, 4) if num_ubatches == 2 else (1, 1, 1, 2, 4)))
     lora_cases = draw(st.sampled_from(((0,), (0,), (0, 1), (0, 3))))
-    num_ubatches = draw(st.sampled_from((1, 1, 1, 2)))
     threshold = draw(st.sampled_from((2, 4, 8)))
     options = SglangOptions(
         dp_size=dp,

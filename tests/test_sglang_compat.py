@@ -163,3 +163,13 @@ def test_guarded_turns_adapter_failures_into_one_line_environment_errors():
     assert "not sglang" in str(info.value) and "_handle.py" in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(IndexError):
         Handle().execute()
+
+
+def test_the_install_script_takes_a_release_number(tmp_path):
+    venv = tmp_path / "venv"
+    res = subprocess.run(["bash", os.path.join(REPO, "scripts", "install_sglang.sh"), str(venv), "0.5"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert res.stderr.strip() == ("install_sglang.sh: VERSION '0.5' is not a release number; give one such as 0.5.22 "
+                                  "(or none for the newest)")
+    assert not venv.exists()

@@ -300,6 +300,11 @@ def test_every_documented_sglang_finding_reproduces(path):
     assert finding.target == "sglang"
     result = reproduce(finding, timeout=300)
     assert result.reproduced, result.lines()
+    # ... and judged by this release's own design.
+    from cgsim.observe import observe
+
+    scenario = Scenario.from_json(dict(finding.scenario, ruleset=RULESET))
+    assert observe(scenario, "sglang", "mock", 300).first(finding.property) is not None
 
 
 def test_the_documented_sglang_findings_are_there():

@@ -241,8 +241,11 @@ class SglangHandle:
                 try:
                     self._initial = self._predicted_descs(self.ranks[0])
                 except AssertionError as exc:
-                    # e.g. no bs of the list survives the alignment: sglang
-                    # stops at start-up (get_batch_sizes_to_capture asserts).
+                    # No bs of the list survives the alignment: sglang stops at
+                    # start-up (get_batch_sizes_to_capture asserts).  Where sglang's
+                    # rules leave sizes, the assertion is the tree's defect.
+                    if self.decode_backend != rules.DISABLED and rules.decode_capture_bs(config):
+                        raise
                     raise TargetUnsupported(f"sglang {version} refuses this config at start-up: "
                                             f"AssertionError: {exc}") from None
         # Graphs pad past the config's sizes: the rounded request pool, bs x width tokens.
