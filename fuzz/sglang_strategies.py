@@ -20,7 +20,7 @@ M = CUDAGraphMode
 # Both breakable is rare: in 0.5.23 its decode runner cannot capture
 # (docs/sglang.md), and a worker restarts after every failed capture.
 SGLANG_MODES = (M.FULL_DECODE_ONLY, M.FULL_AND_PIECEWISE, M.FULL_DECODE_ONLY, M.FULL_AND_PIECEWISE, M.FULL,
-                M.FULL_DECODE_ONLY, M.FULL_AND_PIECEWISE, M.FULL, M.NONE, M.PIECEWISE)
+                M.FULL_DECODE_ONLY, M.FULL_AND_PIECEWISE, M.FULL, M.NONE, M.PIECEWISE, M.FULL, M.FULL)
 
 
 @st.composite
@@ -28,19 +28,28 @@ def sglang_configs(draw, max_size: int = 64) -> ManagerConfig:
     mode = draw(st.sampled_from(SGLANG_MODES))
     sizes = tuple(sorted(draw(st.lists(st.integers(1, max_size), min_size=1, max_size=5, unique=True))))
     top = max(sizes)
-    # Servers usually admit more requests than their largest graph holds.
-    max_num_reqs = draw(st.one_of(st.integers(1, max(1, min(32, top + 4))), st.integers(top, top + 8)))
-    dp = draw(st.sampled_from((1, 1, 1, 2, 3)))
-    q = draw(st.sampled_from((1, 1, 1, 2, 4)))
+    num_ubatches = draw(st.sampled_from((1, 1, 2)))
+    # Servers usually admit more requests than their largest graph holds.  Under
+    # two-batch overlap the pool is rounded up to an even count: odd pools below
+    # the largest size often, where the rounding decides the largest graph.
+    pools = [st.integers(1, max(1, min(32, top + 4))), st.integers(top, top + 8)]
+    if num_ubatches == 2:
+        pools.append(st.integers(0, max(0, (top - 2) // 2)).map(lambda k: 2 * k + 1))
+    max_num_reqs = draw(st.one_of(*pools))
+    # The driver's DP ranks run without two-batch overlap (cgsim.targets.sglang).
+    dp = draw(st.sampled_from((1, 1, 1, 2, 3))) if num_ubatches == 1 else 1
+    # Two-batch overlap aligns verify graphs by requests, not tokens: draw it with a verify width often.
+    q = draw(st.sampled_from((1, 2, 4, 2) if num_ubatches == 2 else (1, 1, 1, 2, 4)))
     lora_cases = draw(st.sampled_from(((0,), (0,), (0, 1), (0, 3))))
-    num_ubatches = draw(st.sampled_from((1, 1, 1, 2)))
     threshold = draw(st.sampled_from((2, 4, 8)))
     options = SglangOptions(
         dp_size=dp,
         disable_padding=draw(st.integers(0, 3)) == 3,
         default_bs_list=draw(st.integers(0, 3)) == 3,
         record_nolora_graph=draw(st.booleans()),
-        full_prefill_max_req=draw(st.one_of(st.none(), st.integers(1, max_num_reqs))),
+        # Few request slots often: a FULL prefill graph must refuse batches of more requests.
+        full_prefill_max_req=draw(st.one_of(st.none(), st.integers(1, min(max_num_reqs, 3)),
+                                            st.integers(1, max_num_reqs))),
     )
     if dp > 1:
         # The driver's DP ranks run plain decode graphs (cgsim.targets.sglang).

@@ -303,6 +303,13 @@ def batches(draw, config: ManagerConfig) -> Batch:
     return scheduler.make_batch(config, lens, loras, has_prefill=prefill)
 
 
+def _built(drawn: st.SearchStrategy[ManagerConfig], engine: Engine | None) -> st.SearchStrategy[ManagerConfig]:
+    """``drawn`` as the engine builds them (``engine`` None: as drawn); refused ones are not drawn."""
+    if engine is None:
+        return drawn
+    return drawn.map(engine).filter(lambda built: built is not None)
+
+
 def _takes(refusal: Refusal) -> Callable[[ManagerConfig], bool]:
     return lambda config: refusal(config) is None
 
@@ -332,7 +339,7 @@ def scenarios(draw, ruleset: str | None = None, max_size: int = 128, config: Man
         from fuzz.sglang_strategies import sglang_configs
 
         size = min(max_size, 64)
-        config = draw(_once(("sglang-configs", size), lambda: sglang_configs(size)))
+        config = draw(_once(("sglang-configs", size, engine), lambda: _built(sglang_configs(size), engine)))
     cfg = config if config is not None else draw(_once(
         ("configs", max_size, engine_sizes, refusal, engine), lambda: _engine_configs(max_size, engine_sizes, refusal,
                                                                                        engine)))

@@ -1,32 +1,37 @@
 #!/usr/bin/env bash
-# The environment of cgsim's sglang target: sglang 0.5.23 on the CPU torch
+# The environment of cgsim's sglang target: an sglang release on the CPU torch
 # wheel, its CUDA-graph runners importable on CPU.  Idempotent: re-running
-# repairs a partial install.
+# repairs a partial install; another VERSION replaces the installed sglang.
 #
-#   usage: scripts/install_sglang.sh VENV
+#   usage: scripts/install_sglang.sh VENV [VERSION]   (VERSION default: the newest the index has)
 #   env:   PYTHON        interpreter for a new venv (default python3)
 #          TORCH_SPEC    default torch==2.13.0 (the CPU wheel cgsim pins)
 #          SGL_NO_PRUNE  1 keeps the sglang subtrees the runners never import
 #
 # In this order (torch first, sglang --no-deps):
 #   1. venv; torch
-#   2. sglang==0.5.23 --no-deps: it pins torch 2.14.1, flashinfer, sglang-kernel
-#      and CUDA packages, none of which may come in
+#   2. sglang==VERSION --no-deps: it pins torch (2.14.1 for 0.5.23), flashinfer,
+#      sglang-kernel and CUDA packages, none of which may come in
 #   3. the few packages its import chain really uses (pinned)
 #   4. import-time stand-ins (scripts/sglang_standins) into site-packages,
 #      never over an installed distribution of the same name
 #   5. prune sglang subtrees nothing on the runners' path imports, and
 #      libtorch's C++ test binaries (about 210 MB)
 #   6. cgsim itself, editable, with its test tools
-#   7. smoke test: the runners import, torch is still the one installed in 1
+#   7. smoke test: cgsim's sglang target drives the tree (one capture), torch is
+#      still the one installed in 1
 set -euo pipefail
 
-VENV=${1:?usage: scripts/install_sglang.sh VENV}
+VENV=${1:?usage: scripts/install_sglang.sh VENV [VERSION]}
+VERSION=${2:-}
+if [ -n "$VERSION" ] && ! [[ "$VERSION" =~ ^[0-9]+\.[0-9]+\.[0-9]+(\.post[0-9]+)?$ ]]; then
+  echo "install_sglang.sh: VERSION '$VERSION' is not a release number; give one such as 0.5.22 (or none for the newest)" >&2
+  exit 2
+fi
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STANDINS="$REPO/scripts/sglang_standins"
 PY=${PYTHON:-python3}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
-SGLANG_SPEC=sglang==0.5.23
 # Imported at module level on the runners' path and used for real:
 # msgspec.Struct subclasses, pydantic models built at import, the capture
 # loop's tqdm, dill through torch.utils.data, numpy, packaging, psutil.
@@ -54,9 +59,21 @@ if [[ "$(torch_version)" != "$want_torch"* ]]; then
 fi
 installed_torch=$(torch_version)
 
-if ! "$PYV" -c "import importlib.metadata as m, sys; sys.exit(m.version('sglang') != '0.5.23')" 2>/dev/null; then
-  step "$SGLANG_SPEC --no-deps"
-  pip_q install --no-deps "$SGLANG_SPEC"
+sglang_version() { "$PYV" -c "import importlib.metadata as m; print(m.version('sglang'))" 2>/dev/null || true; }
+if [ -z "$VERSION" ]; then
+  # The newest release the index has (what a plain pip install would take).
+  VERSION=$("$PYV" -m pip --disable-pip-version-check index versions sglang 2>/dev/null \
+            | sed -n 's/^sglang (\(.*\))$/\1/p' | head -1)
+  if [ -z "$VERSION" ]; then
+    echo "install_sglang.sh: the package index lists no sglang release; give VERSION or check pip's index settings" >&2
+    exit 2
+  fi
+fi
+if [ "$(sglang_version)" != "$VERSION" ]; then
+  step "sglang==$VERSION --no-deps"
+  # A stale tree of another release (pruned files, stand-ins) must not survive the switch.
+  pip_q uninstall -y sglang
+  pip_q install --no-deps --force-reinstall "sglang==$VERSION"
 fi
 
 step "runtime packages"
@@ -101,10 +118,15 @@ fi
 step "smoke test"
 "$PYV" -W ignore - <<'EOF'
 import importlib
-for m in ("sglang.srt.model_executor.runner", "sglang.srt.model_executor.model_runner",
-          "cgsim.targets.sglang._handle", "hypothesis", "pytest"):
+for m in ("hypothesis", "pytest"):
     importlib.import_module(m)
-import sglang, sys, torch
-print(f"   ok: sglang {sglang.__version__}, torch {torch.__version__}, python {sys.version.split()[0]}")
+import sys, torch
+from cgsim.targets.sglang import SglangEnvironmentError, require_sglang
+from cgsim.targets.sglang.compat import probe
+try:
+    version = require_sglang()
+except SglangEnvironmentError as exc:
+    sys.exit(f"install_sglang.sh: {exc}")
+print(f"   ok: sglang {version} (ruleset {probe().ruleset}), torch {torch.__version__}, python {sys.version.split()[0]}")
 EOF
 step "done; $(du -sh "$VENV" | cut -f1) in $VENV"

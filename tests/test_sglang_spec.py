@@ -16,6 +16,7 @@ from cgsim.modes import CUDAGraphMode
 from cgsim.properties import PROPERTIES, check_scenario
 from cgsim.scenario import Scenario, Step
 from cgsim.spec import sglang as rules
+from cgsim.spec.sglang import LATEST
 from cgsim.spec.rulesets import RULESETS, get_ruleset
 from cgsim.trace import Candidates, CaptureDone, CreateForwardFn, Dispatch, GraphOutput, GraphStored, RankDispatch, Trace
 from fuzz.sglang_strategies import sglang_configs
@@ -56,16 +57,16 @@ def test_default_ladder_always_holds_the_max_bs():
 
 
 def test_prefill_buckets_align_and_keep_their_order():
-    assert rules.prefill_capture_tokens(cfg(capture_sizes=(3, 8, 5))) == (3, 5, 8)
-    assert rules.prefill_capture_tokens(cfg(capture_sizes=(3, 8, 5), num_ubatches=2)) == (4, 6, 8)
+    assert rules.prefill_capture_tokens(cfg(capture_sizes=(3, 8, 5)), LATEST) == (3, 5, 8)
+    assert rules.prefill_capture_tokens(cfg(capture_sizes=(3, 8, 5), num_ubatches=2), LATEST) == (4, 6, 8)
 
 
 def test_capture_order_prefill_first_largest_first_lora_before_base():
     c = cfg(mode="FULL_AND_PIECEWISE", capture_sizes=(2, 4), max_num_reqs=4, lora_cases=(0, 2))
-    got = [(d.cg_mode, d.num_tokens, d.num_active_loras) for d in rules.expected_capture_descs(c)]
+    got = [(d.cg_mode, d.num_tokens, d.num_active_loras) for d in rules.expected_capture_descs(c, LATEST)]
     assert got == [(P, 4, 2), (P, 2, 2), (F, 4, 2), (F, 4, 0), (F, 2, 2), (F, 2, 0)]
     single = cfg(capture_sizes=(2,), max_num_reqs=4, lora_cases=(0, 2), sglang={"record_nolora_graph": False})
-    assert [d.num_active_loras for d in rules.expected_capture_descs(single)] == [2]
+    assert [d.num_active_loras for d in rules.expected_capture_descs(single, LATEST)] == [2]
 
 
 def test_modes_name_the_two_runners():
@@ -88,7 +89,7 @@ def test_configs_sglang_has_no_counterpart_for():
 
 
 def dispatch(c: ManagerConfig, batch):
-    return rules.expected_dispatch(c, rules.Graphs.of(rules.expected_capture_descs(c)), batch)
+    return rules.expected_dispatch(c, rules.Graphs.of(rules.expected_capture_descs(c, LATEST)), batch, LATEST)
 
 
 def test_decode_bisects_to_the_smallest_captured_bs():
@@ -112,9 +113,11 @@ def test_two_batch_overlap_needs_the_split():
 
 
 def test_dp_attention_pads_to_the_max_over_ranks():
-    assert rules.dp_rank_sizes(5, 3) == (5, 4, 3) and rules.dp_rank_sizes(1, 2) == (1, 1)
+    assert rules.dp_rank_sizes(5, 3, 8) == (5, 6, 7) and rules.dp_rank_sizes(8, 3, 8) == (8, 1, 2)
+    assert rules.dp_rank_sizes(1, 2, 1) == (1, 1)
     c = cfg(capture_sizes=(4, 8), max_num_reqs=8, sglang={"dp_size": 2})
     assert dispatch(c, Batch((1,) * 5)) == BatchDescriptor(F, 8, 8, 1)
+    assert dispatch(c, Batch((1,) * 4)) == BatchDescriptor(F, 8, 8, 1)  # the peer holds 5
 
 
 def test_lora_variant_follows_the_adapters():
@@ -187,7 +190,7 @@ def judge(c: ManagerConfig, steps, events, only) -> list[str]:
 
 
 def captured(c: ManagerConfig, descs=None):
-    descs = tuple(rules.expected_capture_descs(c) if descs is None else descs)
+    descs = tuple(rules.expected_capture_descs(c, LATEST) if descs is None else descs)
     events = [Candidates("initial", descs, (), -1)]
     for d in descs:
         events.append(CreateForwardFn(d, True))
@@ -202,22 +205,22 @@ SMALL = cfg(capture_sizes=(1, 2, 4), max_num_reqs=4)
 def test_cand_order_and_bounds_hold_for_the_spec_and_fail_without_the_largest():
     ok = captured(SMALL)
     assert judge(SMALL, [Step.capture()], ok, ["SGL-CAND-ORDER", "SGL-CAND-BOUNDS", "SGL-CAPTURE-ALIGNED"]) == []
-    short = captured(SMALL, rules.expected_capture_descs(SMALL)[1:])  # bs 4 missing
+    short = captured(SMALL, rules.expected_capture_descs(SMALL, LATEST)[1:])  # bs 4 missing
     msgs = judge(SMALL, [Step.capture()], short, ["SGL-CAND-ORDER", "SGL-CAND-BOUNDS"])
     assert any("missing" in m for m in msgs) and any("largest decode graph is bs 2" in m for m in msgs)
-    big = captured(SMALL, rules.expected_capture_descs(SMALL) + (BatchDescriptor(F, 9, 9, 1),))
+    big = captured(SMALL, rules.expected_capture_descs(SMALL, LATEST) + (BatchDescriptor(F, 9, 9, 1),))
     assert any("outside 1..4" in m for m in judge(SMALL, [Step.capture()], big, ["SGL-CAND-BOUNDS"]))
 
 
 def test_capture_aligned_fails_for_an_odd_bs_under_two_batch_overlap():
     c = cfg(capture_sizes=(2, 4), max_num_reqs=4, num_ubatches=2)
-    odd = captured(c, rules.expected_capture_descs(c) + (BatchDescriptor(F, 3, 3, 1, num_ubatches=2),))
+    odd = captured(c, rules.expected_capture_descs(c, LATEST) + (BatchDescriptor(F, 3, 3, 1, num_ubatches=2),))
     assert any("not a multiple of the alignment 2" in m for m in judge(c, [Step.capture()], odd, ["SGL-CAPTURE-ALIGNED"]))
 
 
 def test_capture_order_fails_for_decode_before_prefill_and_base_before_lora():
     c = cfg(mode="FULL_AND_PIECEWISE", capture_sizes=(2, 4), max_num_reqs=4, lora_cases=(0, 2))
-    descs = rules.expected_capture_descs(c)
+    descs = rules.expected_capture_descs(c, LATEST)
     assert judge(c, [Step.capture()], captured(c), ["SGL-CAPTURE-ORDER"]) == []
     wrong = captured(c, descs[2:] + descs[:2])
     assert any("captured after decode" in m for m in judge(c, [Step.capture()], wrong, ["SGL-CAPTURE-ORDER"]))
@@ -249,7 +252,7 @@ def test_dispatch_properties_hold_for_the_bisect_and_name_each_failure():
 def test_capture_useful_flags_a_graph_no_batch_reaches():
     c = cfg(capture_sizes=(1, 2, 4), max_num_reqs=4, sglang={"disable_padding": True})
     dead = BatchDescriptor(F, 8, 8, 1)
-    msgs = judge(c, [Step.capture()], captured(c, rules.expected_capture_descs(c) + (dead,)), ["SGL-CAPTURE-USEFUL"])
+    msgs = judge(c, [Step.capture()], captured(c, rules.expected_capture_descs(c, LATEST) + (dead,)), ["SGL-CAPTURE-USEFUL"])
     assert len(msgs) == 1 and "tokens=8" in msgs[0]
 
 

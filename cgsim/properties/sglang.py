@@ -12,6 +12,7 @@ catalogue.  Every check reads the Scenario, the Trace and the spec only.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Iterable, Iterator
 
 from cgsim.descriptors import Batch, BatchDescriptor
@@ -31,6 +32,10 @@ HIDDEN_MODES = ("NULL", "LAST", "FULL")
 
 def _sglang(run: RunView) -> bool:
     return run.ruleset.engine == "sglang"
+
+
+def _design(run: RunView) -> rules.SglangDesign:
+    return rules.design_of(run.ruleset)
 
 
 def _graphs(run: RunView, captured: Captured) -> rules.Graphs:
@@ -81,18 +86,18 @@ def _has_captured_dispatch(run: RunView) -> bool:
 def _judge_dispatch(run: RunView, prop: str, judge) -> list[Violation]:
     """Apply ``judge(batch, desc, expected, graphs) -> message | None`` to every
     captured dispatch step and every swept batch (one violation per sweep)."""
-    cfg = run.config
+    cfg, design = run.config, _design(run)
     out: list[Violation] = []
     for step, b, d, cap in _captured_dispatches(run):
         g = _graphs(run, cap)
-        msg = judge(b, d, rules.expected_dispatch(cfg, g, b), g)
+        msg = judge(b, d, rules.expected_dispatch(cfg, g, b, design), g)
         if msg:
             out.append(Violation(prop, msg, step))
     for sv in run.captured_sweeps:
         g = _graphs(run, sv.captured)
         failures = []
         for _, b, d in sv.entries():
-            msg = judge(b, d, rules.expected_dispatch(cfg, g, b), g)
+            msg = judge(b, d, rules.expected_dispatch(cfg, g, b, design), g)
             if msg:
                 failures.append((b, msg))
         out += sweep_violations(prop, sv, failures)
@@ -128,7 +133,7 @@ def _diff(got: Iterable[BatchDescriptor], want: Iterable[BatchDescriptor]) -> li
          "again on the finished runners gives the same", family="init", applies=_has_initial)
 def sgl_cand_order(run: RunView) -> list[Violation]:
     out: list[Violation] = []
-    want = rules.expected_capture_descs(run.config)
+    want = rules.expected_capture_descs(run.config, _design(run))
     for c in _initial(run):
         diff = _diff(c.capture_descs, want)
         if diff:
@@ -190,15 +195,19 @@ def sgl_cand_bounds(run: RunView) -> list[Violation]:
 
 
 @declare("SGL-CAPTURE-ALIGNED", "every decode graph's bs times its alignment width (1 under two-batch overlap, else "
-         "the decode width) and every prefill bucket is a multiple of sglang's batch-size alignment",
+         "the decode width) and, where the design aligns them, every prefill bucket is a multiple of sglang's "
+         "batch-size alignment",
          family="init", applies=_has_initial)
 def sgl_capture_aligned(run: RunView) -> list[Violation]:
     cfg = run.config
     base = rules.alignment(cfg)
     width = 1 if cfg.num_ubatches == 2 else cfg.decode_query_len
+    aligned_prefill = _design(run).aligned_prefill_tokens
     out = []
     for c in _initial(run):
         for d in dict.fromkeys(c.capture_descs):
+            if not rules.is_decode_desc(d) and not aligned_prefill:
+                continue  # this design lists prefill buckets as configured (SGL_RULES aligned_prefill_tokens)
             size = (d.num_reqs or 0) * width if rules.is_decode_desc(d) else d.num_tokens
             if size % base:
                 what = f"bs {d.num_reqs} x {width}" if rules.is_decode_desc(d) else f"{d.num_tokens} tokens"
@@ -246,7 +255,8 @@ def _holds(run: RunView, d: BatchDescriptor, b, dp_size: int) -> str | None:
         return "a decode batch on a prefill graph"
     if d.num_tokens < b.num_tokens:
         return f"{d.num_tokens} graph tokens < the batch's {b.num_tokens}"
-    need = max(rules.dp_rank_sizes(b.num_reqs, dp_size)) if _runner(d) == "decode" else b.num_reqs
+    need = (max(rules.dp_rank_sizes(b.num_reqs, dp_size, run.config.max_num_reqs)) if _runner(d) == "decode"
+            else b.num_reqs)
     if d.num_reqs is not None and d.num_reqs < need:
         return f"{d.num_reqs} graph requests < the {need} it must hold"
     if _runner(d) == "decode" and d.uniform_token_count != b.uniform_token_count:
@@ -303,7 +313,8 @@ def _exact(run: RunView, b, expected: BatchDescriptor | None) -> bool:
     if expected is None:
         return False
     if rules.is_decode_desc(expected):
-        return expected.num_reqs == max(rules.dp_rank_sizes(b.num_reqs, rules.options(run.config).dp_size))
+        return expected.num_reqs == max(rules.dp_rank_sizes(b.num_reqs, rules.options(run.config).dp_size,
+                                                            run.config.max_num_reqs))
     return expected.num_tokens == b.num_tokens
 
 
@@ -340,7 +351,7 @@ def _schedulable(run: RunView) -> Iterator[Batch]:
 @declare("SGL-CAPTURE-USEFUL", "every captured graph is the one sglang replays for some batch its scheduler can "
          "produce", family="dispatch", applies=lambda run: _sglang(run) and any(c.descs for c in run.finished_captures))
 def sgl_capture_useful(run: RunView) -> list[Violation]:
-    cfg = run.config
+    cfg, design = run.config, _design(run)
     out: list[Violation] = []
     judged: set[frozenset] = set()
     for cap in run.finished_captures:
@@ -348,7 +359,12 @@ def sgl_capture_useful(run: RunView) -> list[Violation]:
             continue
         judged.add(cap.descs)
         g = _graphs(run, cap)
-        used = {rules.expected_dispatch(cfg, g, b) for b in _schedulable(run)}
+        used = {rules.expected_dispatch(cfg, g, b, design) for b in _schedulable(run)}
+        if rules.options(cfg).dp_size > 1:
+            # A DP group whose ranks all hold the same count is schedulable too:
+            # it replays what one rank alone would.
+            alone = cfg.with_(sglang=replace(rules.options(cfg), dp_size=1))
+            used |= {rules.expected_dispatch(alone, g, b, design) for b in _schedulable(run)}
         for d in sorted(cap.descs - used, key=lambda d: (_runner(d), -d.num_tokens, d.num_active_loras)):
             out.append(Violation("SGL-CAPTURE-USEFUL", f"captured {d.short()} is replayed for no batch the scheduler "
                                  f"can produce (up to {cfg.max_num_reqs} requests)", cap.step))

