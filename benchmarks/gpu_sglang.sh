@@ -67,11 +67,11 @@ python3 -c 'import sys, torch, sglang, cgsim; print(sys.version.split()[0], "tor
   2>&1 | grep -v Warn | tail -1 | tee -a "$log"
 
 say "SGLang agreement corpus on the mock (the bundle works)"
-timeout 300 python3 tests/agreement/sglang_agreement.py check --backend mock --jobs 8 \
+timeout 150 python3 tests/agreement/sglang_agreement.py check --backend mock --jobs 8 \
   --json "$OUT/sglang_agreement_mock.json" 2>&1 | grep -v "Warn" | tail -3 | tee -a "$log"
 
 say "SGLang agreement corpus: mock vs real CUDA graphs (one forked child per entry, 8 at a time)"
-timeout 420 python3 tests/agreement/sglang_agreement.py check --backend cuda --jobs 8 \
+timeout 360 python3 tests/agreement/sglang_agreement.py check --backend cuda --jobs 8 \
   --json "$OUT/sglang_agreement.json" 2>&1 | grep -v "Warn" | tail -80 | tee -a "$log"
 echo "cuda check exit ${PIPESTATUS[0]}" | tee -a "$log"
 rm -rf "$tmp"

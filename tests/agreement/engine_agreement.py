@@ -48,8 +48,14 @@ def observe_entry(args: tuple[dict, str]) -> dict:
 
 def _pool(jobs: int):
     # Fork after the engine is imported (no CUDA context yet in the parent):
-    # each entry gets a fresh process without paying the import again.
-    return multiprocessing.get_context("fork").Pool(processes=jobs, maxtasksperchild=1)
+    # each entry gets a fresh process without paying the import again.  A
+    # parent that started CUDA cannot fork children that use it: spawn then.
+    import torch
+
+    method = "spawn" if torch.cuda.is_initialized() else "fork"
+    if method == "spawn":
+        print("CUDA started in the parent: spawning each child (each imports the engine again)")
+    return multiprocessing.get_context(method).Pool(processes=jobs, maxtasksperchild=1)
 
 
 def make(todo: list[tuple[str, dict]], target: str, label: str, out: str, jobs: int) -> int:
