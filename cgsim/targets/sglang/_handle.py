@@ -450,6 +450,8 @@ class SglangHandle:
                 i += q
         total = int(sum(lens))
         dev = self.device
+        # The workload lays a batch out on the host; ForwardBatch.init_new hands the runner device tensors.
+        input_ids, positions = input_ids.to(dev), positions.to(dev)
         seq_cpu = torch.tensor(seq, dtype=torch.int64)
         seq_t = seq_cpu.to(dev)
         lora_ids = ([f"a{(r % loras) + 1}" if loras else None for r in range(n)] if mr.lora_manager is not None
