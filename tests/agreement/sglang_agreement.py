@@ -45,8 +45,8 @@ VARIANTS = {
     "ladder": dict(capture_sizes=(1, 16), max_num_reqs=6, sglang=dict(default_bs_list=True)),
     "lora-verify": dict(lora_cases=(0, 1), decode_query_len=2),
 }
-# Each runner backend pair sglang launches: decode full alone, full decode with
-# breakable or full prefill, both breakable (documented defect 1), none.
+# The runner backend pairs whose decode graphs capture: decode full alone, with a
+# breakable or a full prefill runner (both breakable, documented defect 1, and none: EXTRA).
 MODES = ("FULL_DECODE_ONLY", "FULL_AND_PIECEWISE", "FULL")
 # DP attention (the driver's DP ranks run plain decode graphs, no prefill runner).
 DP = {
