@@ -24,8 +24,8 @@ from typing import Any, Callable
 from cgsim.config import ManagerConfig
 from cgsim.spec.rulesets import Ruleset
 from cgsim.targets.registry import TargetFamily
-from cgsim.targets.sglang.compat import (INSTALL_HINT, SglangAdapterError, SglangEnvironmentError, installed_version,
-                                         probe)
+from cgsim.targets.sglang.compat import (INSTALL_HINT, SglangAdapterError, SglangEnvironmentError, as_on_cpu_host,
+                                         installed_version, probe)
 from cgsim.text import first_line
 
 __all__ = ["SglangTarget", "FAMILY", "MUTANT_FAMILY", "installed_version", "require_sglang", "SglangEnvironmentError",
@@ -37,6 +37,11 @@ def require_sglang() -> str:
     when it is missing, lacks a piece the target drives or does not import;
     imports what the target drives and warms it up, so a campaign pays
     sglang's import before its first scenario."""
+    with as_on_cpu_host():
+        return _require_sglang()
+
+
+def _require_sglang() -> str:
     try:
         tree = probe()
         handle = importlib.import_module("cgsim.targets.sglang._handle")
@@ -59,7 +64,7 @@ def require_sglang() -> str:
 class SglangTarget:
     """--target sglang (and, with ``patches``, sglang-mutant:NAME)."""
 
-    capabilities = frozenset({"mock", "release"})
+    capabilities = frozenset({"mock", "cuda", "release"})
     engine = "sglang"
 
     def __init__(self, name: str = "sglang", patches: Callable[[], Any] | None = None):

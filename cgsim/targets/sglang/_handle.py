@@ -47,7 +47,7 @@ from cgsim.descriptors import Batch, BatchDescriptor, BatchShape
 from cgsim.modes import CUDAGraphMode
 from cgsim.spec import sglang as rules
 from cgsim.spec.scheduler import sweep_token_limit
-from cgsim.targets.base import CandidateSnapshot, Execution, TargetEnvironmentError, TargetUnsupported
+from cgsim.targets.base import CandidateSnapshot, Execution, TargetUnsupported
 from cgsim.targets.sglang import _world, compat
 from cgsim.targets.sglang.blame import guarded
 from cgsim.trace import Trace
@@ -205,12 +205,10 @@ class SglangHandle:
         reason = rules.unsupported_reason(config) or driver_limits(config)
         if reason is not None:
             raise TargetUnsupported(f"config not expressible to sglang {version}: {reason}")
-        if backend.name != "mock":
-            raise TargetEnvironmentError(
-                f"the sglang target runs on the CPU mock only (its model runner lives on 'cpu'); got --backend "
-                f"{backend.name}")
         self.config = config
         self.backend = backend
+        # Where sglang's model runner, buffers and batches live: the backend's device.
+        self.device = backend.device
         self.workload = workload
         self.patches = patches
         self.opts = rules.options(config)
@@ -226,7 +224,7 @@ class SglangHandle:
         self._captured = False
         self._captures = 0
         self._override: Any = None
-        self._zeros = torch.zeros(0, dtype=torch.int64)
+        self._zeros = torch.zeros(0, dtype=torch.int64, device=self.device)
         with self._sglang():
             self.ranks = [_Rank(self, r, workload if r == 0 else self._peer_workload()) for r in range(self.dp)]
             for rank in self.ranks:
@@ -234,9 +232,9 @@ class SglangHandle:
                     rank.mr = _world.FakeModelRunner(
                         rank=rank, pool_size=config.max_num_reqs, server_args=self.server_args,
                         speculative=self.width > 1,
-                        lora=(_world.AdapterSlots(self._max_tokens(), "cpu", self.opts.record_nolora_graph)
+                        lora=(_world.AdapterSlots(self._max_tokens(), str(self.device), self.opts.record_nolora_graph)
                               if self.lora_k else None),
-                        attention=lambda mr, w=rank.workload: _world.ToyAttention(mr, w))
+                        attention=lambda mr, w=rank.workload: _world.ToyAttention(mr, w), device=str(self.device))
             with self.ranks[0].context():
                 try:
                     self._initial = self._predicted_descs(self.ranks[0])
@@ -252,7 +250,7 @@ class SglangHandle:
         reqs = max([self.config.max_num_reqs + 2] + [d.num_reqs or 0 for d in self._initial])
         # Every batch of the scenario fits too, whatever the graphs hold.
         tokens = max([self._max_tokens()] + [d.num_tokens for d in self._initial])
-        self._zeros = torch.zeros(max(tokens, sweep_token_limit(config)) + 1, dtype=torch.int64)
+        self._zeros = torch.zeros(max(tokens, sweep_token_limit(config)) + 1, dtype=torch.int64, device=self.device)
         for rank in self.ranks:
             rank.workload.ensure_capacity(reqs, tokens)
 
@@ -298,7 +296,7 @@ class SglangHandle:
         prefill = PhaseConfig(backend=_BACKEND_NAMES[self.prefill_backend], bs=list(cfg.capture_sizes),
                               full_prefill_max_req=self.slots if self.prefill_backend == rules.FULL_BACKEND else None)
         fields: dict[str, Any] = dict(
-            device="cpu", attention_backend="triton", chunked_prefill_size=-1, kv_cache_dtype="auto",
+            device=self.device.type, attention_backend="triton", chunked_prefill_size=-1, kv_cache_dtype="auto",
             disable_cuda_graph_padding=opts.disable_padding, enable_cudagraph_gc=False, enable_torch_compile=False,
             torch_compile_max_bs=0, enable_two_batch_overlap=self.tbo, enable_pdmux=False,
             enable_profile_cuda_graph=False, debug_cuda_graph=False, enable_memory_saver=False, pp_size=1,
@@ -448,17 +446,21 @@ class SglangHandle:
             table = mr.req_to_token_pool.req_to_token
             i = 0
             for r, (c, q) in enumerate(zip(contexts, lens)):
-                table[r, c:c + q] = torch.tensor(slots[i:i + q], dtype=table.dtype)
+                table[r, c:c + q] = torch.tensor(slots[i:i + q], dtype=table.dtype, device=table.device)
                 i += q
         total = int(sum(lens))
-        seq_t = torch.tensor(seq, dtype=torch.int64)
+        dev = self.device
+        # The workload lays a batch out on the host; ForwardBatch.init_new hands the runner device tensors.
+        input_ids, positions = input_ids.to(dev), positions.to(dev)
+        seq_cpu = torch.tensor(seq, dtype=torch.int64)
+        seq_t = seq_cpu.to(dev)
         lora_ids = ([f"a{(r % loras) + 1}" if loras else None for r in range(n)] if mr.lora_manager is not None
                     else None)
         spec = self.width > 1
         common: dict[str, Any] = dict(
-            batch_size=n, input_ids=input_ids, req_pool_indices=torch.arange(n, dtype=torch.int64),
-            seq_lens=seq_t, out_cache_loc=torch.zeros(total, dtype=torch.int64), seq_lens_sum=int(sum(seq)),
-            seq_lens_cpu=seq_t.clone(), positions=positions, spec_algorithm=mr.spec_algorithm,
+            batch_size=n, input_ids=input_ids, req_pool_indices=torch.arange(n, dtype=torch.int64, device=dev),
+            seq_lens=seq_t, out_cache_loc=torch.zeros(total, dtype=torch.int64, device=dev), seq_lens_sum=int(sum(seq)),
+            seq_lens_cpu=seq_cpu, positions=positions, spec_algorithm=mr.spec_algorithm,
             capture_hidden_mode=CaptureHiddenMode.FULL if spec else CaptureHiddenMode.NULL, lora_ids=lora_ids,
         )
         if dp is not None:
@@ -469,9 +471,9 @@ class SglangHandle:
                 starts.append(starts[-1] + q)
             fb = ForwardBatch(
                 forward_mode=ForwardMode.EXTEND, orig_seq_lens=seq_t.clone(), extend_num_tokens=total,
-                extend_seq_lens=torch.tensor(list(lens), dtype=torch.int64),
-                extend_prefix_lens=torch.tensor(list(contexts), dtype=torch.int64),
-                extend_start_loc=torch.tensor(starts, dtype=torch.int64), extend_seq_lens_cpu=list(lens),
+                extend_seq_lens=torch.tensor(list(lens), dtype=torch.int64, device=dev),
+                extend_prefix_lens=torch.tensor(list(contexts), dtype=torch.int64, device=dev),
+                extend_start_loc=torch.tensor(starts, dtype=torch.int64, device=dev), extend_seq_lens_cpu=list(lens),
                 extend_prefix_lens_cpu=list(contexts), extend_logprob_start_lens_cpu=list(lens),
                 global_forward_mode=ForwardMode.EXTEND, global_num_token_non_padded_cpu=total, return_logprob=False,
                 **common)
@@ -489,7 +491,7 @@ class SglangHandle:
         from sglang.srt.speculative.eagle_info import EagleVerifyInput
 
         return EagleVerifyInput(
-            draft_token=None, custom_mask=torch.ones(1, dtype=torch.bool), positions=None, retrieve_index=None,
+            draft_token=None, custom_mask=torch.ones(1, dtype=torch.bool, device=self.device), positions=None, retrieve_index=None,
             retrieve_next_token=None, retrieve_next_sibling=None, retrieve_cum_len=None,
             spec_steps=self.width - _EAGLE_STEPS_PER_DRAFT_TOKEN, topk=1, draft_token_num=self.width,
             capture_hidden_mode=CaptureHiddenMode.FULL, seq_lens_sum=None, seq_lens_cpu=None)
@@ -508,7 +510,7 @@ class SglangHandle:
 
     def _zeros_for(self, n: int) -> torch.Tensor:
         if self._zeros.shape[0] < n:
-            self._zeros = torch.zeros(2 * n, dtype=torch.int64)
+            self._zeros = torch.zeros(2 * n, dtype=torch.int64, device=self.device)
         return self._zeros[:n]
 
     def _is_extend(self, batch: Batch) -> bool:

@@ -172,7 +172,7 @@ class AdapterSlots:
         per_token = [a for a, n in zip(ids, lens) for _ in range(n)]
         self.token_slots.zero_()  # padding tokens: no adapter
         if per_token:
-            self.token_slots[: len(per_token)].copy_(torch.tensor(per_token, dtype=torch.int64))
+            self.token_slots[: len(per_token)].copy_(torch.tensor(per_token, dtype=torch.int64))  # host to device
 
 
 class _Body(nn.Module):
@@ -216,7 +216,7 @@ class ToyCausalLM(nn.Module):
         return LogitsProcessorOutput(next_token_logits=logits, hidden_states=hs)
 
     def get_input_embeddings(self) -> Callable:
-        return lambda ids: torch.zeros(ids.shape[0], HIDDEN)
+        return lambda ids: torch.zeros(ids.shape[0], HIDDEN, device=ids.device)
 
 
 class _ModelConfig:
@@ -246,12 +246,14 @@ class FakeModelRunner(ModelRunner):
     """The ModelRunner attributes the graph runners read, set directly (its
     own __init__ loads a model and allocates GPU pools).  sglang's methods
     that derive capture widths, gather needs and dummy batches are inherited
-    unchanged.  ``server_args`` is the installed override's."""
+    unchanged.  ``server_args`` is the installed override's.  ``device``: the
+    backend's ("cpu" under the mock, whose graphs hold CPU tensors; "cuda" on a GPU)."""
 
     def __init__(self, *, rank: Any, pool_size: int, server_args: Any, speculative: bool,
-                 lora: AdapterSlots | None, attention: Callable[["FakeModelRunner"], ToyAttention]):
-        self.device = "cpu"
-        self.gpu_id = 0
+                 lora: AdapterSlots | None, attention: Callable[["FakeModelRunner"], ToyAttention],
+                 device: str = "cpu"):
+        self.device = device
+        self.gpu_id = torch.device(device).index or 0
         self.dtype = torch.float32
         # The rank's placement, as ModelRunner.__init__ copies it (0.5.21 as
         # flat attributes, 0.5.20 as its ParallelState ``ps``).
@@ -290,7 +292,7 @@ class FakeModelRunner(ModelRunner):
         self.attn_backend = attention(self)
         self.model = ToyCausalLM(rank)
         self.graph_shared_output = GraphSharedOutput(device=self.device, max_rows=4 * _KV_POOL)
-        _init_dp_attention(server_args, self.model_config)
+        _init_dp_attention(server_args, self.model_config, torch.device(device))
 
     # Computed from a loaded model in the real class.
     hybrid_gdn_config = mambaish_config = mamba2_config = None
@@ -305,7 +307,7 @@ def _optional(module: str, name: str) -> Any:
         return None
 
 
-def _init_dp_attention(server_args: Any, model_config: Any) -> None:
+def _init_dp_attention(server_args: Any, model_config: Any, device: torch.device) -> None:
     """What ModelRunner.__init__ derives for DP attention: the runtime flag and
     the gathered buffer's metadata (0.5.21+: two helpers; 0.5.20 does both in
     initialize_dp_attention, which also places the rank through
@@ -319,7 +321,7 @@ def _init_dp_attention(server_args: Any, model_config: Any) -> None:
     flags.max_len_with_idle = getattr(model_config.hf_config, "hybrid_override_pattern", None) is not None
     flags.enabled = get_parallel().enable_dp_attention
     dp_attention._DpGatheredBufferWrapper.set_metadata(hidden_size=model_config.hidden_size,
-                                                       dtype=model_config.dtype, device=torch.device("cpu"))
+                                                       dtype=model_config.dtype, device=device)
 
 
 # -- the process around the runners -----------------------------------------------

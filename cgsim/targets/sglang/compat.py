@@ -27,13 +27,14 @@ import re
 import subprocess
 import sys
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from cgsim.targets.base import TargetEnvironmentError
 
 __all__ = ["SglangEnvironmentError", "SglangAdapterError", "Design", "DESIGNS", "Tree", "REQUIRED", "SOURCE_ENV",
-           "INSTALL_HINT", "installed_version", "version_key", "design_for", "probe", "tree", "source_root",
+           "as_on_cpu_host", "INSTALL_HINT", "installed_version", "version_key", "design_for", "probe", "tree", "source_root",
            "apply_source", "tree_version"]
 
 SOURCE_ENV = "CGSIM_SGLANG_SOURCE"
@@ -245,13 +246,30 @@ def _missing_piece() -> str | None:
 _TREE: Tree | None = None
 
 
+@contextmanager
+def as_on_cpu_host() -> Iterator[None]:
+    """sglang imported (and warmed up) as on a machine without a GPU, on a GPU
+    host too: at import its modules pick the platform and kernels by
+    torch.cuda.is_available() (and query the device, which would start CUDA in
+    a process that forks the agreement check's children); the adapter drives
+    the CPU choices on either backend, its graphs come from the backend."""
+    import torch  # noqa: PLC0415
+
+    available = torch.cuda.is_available
+    torch.cuda.is_available = lambda: False
+    try:
+        yield
+    finally:
+        torch.cuda.is_available = available
+
+
 def probe() -> Tree:
     """Import sglang (the source tree's with CGSIM_SGLANG_SOURCE) and read what
     the driver needs.  Raises SglangEnvironmentError naming a missing piece;
     other import errors propagate (the caller says which)."""
     if _TREE is not None:
         return _TREE
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), as_on_cpu_host():
         # sglang's import warns that CUDA-only quantization kernels are missing on CPU.
         warnings.simplefilter("ignore")
         return _probe()

@@ -1,0 +1,66 @@
+"""The SGLang part of the agreement corpus (tests/agreement/sglang_agreement.py):
+its coverage, and a few of its entries checked on the mock as ``check
+--backend mock`` checks them (the whole corpus, and real CUDA graphs:
+``python tests/agreement/sglang_agreement.py check --backend cuda``).
+Skipped where sglang does not import, like the other sglang tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from cgsim.targets import TargetEnvironmentError
+from cgsim.targets.sglang import require_sglang
+
+try:  # the one allowed skip: sglang does not import in this interpreter
+    require_sglang()
+except TargetEnvironmentError as exc:
+    if os.environ.get("CGSIM_REQUIRE_SGLANG") == "1":
+        raise
+    pytest.skip(f"sglang cannot run here ({exc})", allow_module_level=True)
+
+from cgsim.config import ManagerConfig  # noqa: E402
+from cgsim.spec import sglang as rules  # noqa: E402
+
+HERE = os.path.join(os.path.dirname(__file__), "agreement")
+sys.path.insert(0, HERE)
+from engine_agreement import compare  # noqa: E402
+from observe import observe  # noqa: E402
+
+pytestmark = pytest.mark.sglang
+ENTRIES = [json.loads(line) for line in open(os.path.join(HERE, "sglang_corpus.jsonl"), encoding="utf-8")]
+# One entry per feature the corpus must cover, and both documented defects.
+SAMPLE = ("sglang/FULL_AND_PIECEWISE-lora", "sglang/FULL-tbo-verify", "sglang/FULL_DECODE_ONLY-dp2",
+          "sglang/FULL-nopad", "sglang/finding/no-crash-52cea3c636", "sglang/finding/sgl-capture-useful-b29347f218")
+
+
+def test_corpus_covers_what_it_must():
+    assert len(ENTRIES) >= 40
+    configs = [ManagerConfig.from_json(e["scenario"]["config"]) for e in ENTRIES]
+    backends = {rules.runner_backends(c) for c in configs}
+    assert {d for d, _ in backends} >= {rules.FULL_BACKEND, rules.BREAKABLE, rules.DISABLED}
+    assert {p for _, p in backends} >= {rules.FULL_BACKEND, rules.BREAKABLE, rules.DISABLED}
+    assert any(max(c.lora_cases) > 0 and rules.options(c).record_nolora_graph for c in configs)
+    assert any(max(c.lora_cases) > 0 and not rules.options(c).record_nolora_graph for c in configs)
+    assert any(c.num_ubatches == 2 for c in configs)
+    assert any(rules.options(c).dp_size > 1 for c in configs)
+    assert any(rules.options(c).disable_padding for c in configs)
+    assert any(c.decode_query_len > 1 for c in configs)
+    from cgsim.targets.sglang.known import KNOWN_DEFECTS
+
+    # Every documented defect's finding, with its property in the recorded verdict.
+    findings = {e["id"]: e for e in ENTRIES if e["id"].startswith("sglang/finding/")}
+    assert len(findings) >= len(KNOWN_DEFECTS)
+    for d in KNOWN_DEFECTS:
+        assert any(d.properties & set(e["expected"]["violations"]) for e in findings.values()), d.name
+    # Replays to compare outputs of, on both runner kinds.
+    assert sum(bool(e["expected"]["outputs"]) for e in ENTRIES) >= 40
+
+
+@pytest.mark.parametrize("entry_id", SAMPLE)
+def test_mock_agrees_with_the_recording(entry_id):
+    entry = next(e for e in ENTRIES if e["id"] == entry_id)
+    assert compare(entry, observe(entry, "mock")) == []
