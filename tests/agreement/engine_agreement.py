@@ -128,9 +128,11 @@ def check(corpus: str, target: str, label: str, backend: str, jobs: int, out_jso
         problems = compare(e, s)
         bad += bool(problems)
         rows.append({"id": e["id"], "agree": not problems, "problems": problems, "seconds": s.get("seconds"),
-                     "violations": s.get("violations")})
+                     "violations": s.get("violations"), "messages": s.get("messages") if problems else None})
         print(f"{'ok  ' if not problems else 'DIFF'} {e['id']:60} {s.get('seconds', 0):6.1f}s"
               + ("" if not problems else "  " + "; ".join(problems)))
+        if problems and s.get("messages"):
+            print(f"     {s['messages'][0][:400]}")  # what the observer saw, so a GPU log alone says why
     print(f"{len(entries) - bad}/{len(entries)} {label} entries agree on {backend} ({time.time() - t0:.0f}s, {jobs} jobs)")
     if out_json:
         with open(out_json, "w", encoding="utf-8") as fh:
