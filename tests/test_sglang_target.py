@@ -102,6 +102,21 @@ def test_sglang_is_imported_as_on_a_cpu_host_on_either_backend():
     assert {"mock", "cuda"} <= SglangTarget.capabilities
 
 
+def test_each_scenario_captures_on_a_stream_of_its_own_backend():
+    # sglang caches its capture stream by name per process; one left by an earlier
+    # scenario on another backend (a mock stream in the parent a CUDA check forks
+    # from) failed every real capture: 'Stream' object has no attribute 'device_index'.
+    from sglang.srt.model_executor.runner_utils.pool import get_or_create_global_graph_capture_stream
+    from sglang.srt.runtime_context import get_resources
+
+    from cgsim import cuda_mock
+
+    stale = object()
+    get_resources().streams["cuda_graph_capture"] = stale
+    clean(cfg(capture_sizes=(1, 2)), C, D(decode(1)))
+    assert isinstance(get_or_create_global_graph_capture_stream(), cuda_mock.Stream)
+
+
 # -- the decode runner ----------------------------------------------------------------------------
 
 

@@ -32,7 +32,7 @@ from sglang.srt.model_executor.input_buffers import _forward_input_buffer_pool
 from sglang.srt.model_executor.model_runner import ModelRunner
 from sglang.srt.model_executor.runner import set_global_graph_memory_pool
 from sglang.srt.model_executor.runner_utils.capture_mode import get_is_capture_mode
-from sglang.srt.runtime_context import get_context, get_parallel
+from sglang.srt.runtime_context import get_context, get_parallel, get_resources
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from cgsim.modes import CUDAGraphMode
@@ -477,9 +477,13 @@ def rank_placement(parallel: dict) -> dict:
 
 
 def reset_process_state() -> None:
-    """A fresh process's graph pool and shared input buffers (sglang's test kit
-    resets the same two between runners that stand for separate processes)."""
+    """A fresh process's graph pool, named streams and shared input buffers
+    (sglang's test kit resets the pool and buffers between runners that stand
+    for separate processes).  The capture stream is cached by name: one made
+    by an earlier scenario on another backend (the mock's, in a parent a CUDA
+    check forks from) would reach real CUDA graph capture."""
     set_global_graph_memory_pool(None)
+    get_resources().streams.clear()
     _forward_input_buffer_pool.clear()
 
 

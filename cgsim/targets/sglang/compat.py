@@ -123,6 +123,7 @@ REQUIRED: tuple[tuple[str, str, str], ...] = (
     ("sglang.srt.model_executor.graph_shared_output", "GraphSharedOutput", "the shared output buffer"),
     ("sglang.srt.runtime_context", "get_context", "the published server config"),
     ("sglang.srt.runtime_context", "get_parallel", "per-rank parallel settings"),
+    ("sglang.srt.runtime_context", "get_resources", "the process's named streams, reset per scenario"),
     ("sglang.srt.managers.scheduler_components.dp_attn", "_local_decode_cuda_graph_vote",
      "the DP attention graph vote"),
     ("sglang.srt.batch_overlap.two_batch_overlap", "compute_split_seq_index", "the two-batch-overlap split"),
