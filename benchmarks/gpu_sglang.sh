@@ -11,9 +11,9 @@
 # Carried, built on a machine with network by benchmarks/make_gpu_sglang_bundle.sh:
 #   .gpu/sglang-<version>-tree.tar.xz   sglang's pruned pure-Python tree, its dist-info, standins/
 #   .whl/sglang/*.whl                   wheels of sglang's runtime packages (install_sglang.sh's pins)
-# CGSIM_STANDINS=installed-first: a package the image has wins over its stand-in (install_sglang.sh's
-# rule); by default every stand-in is used, as the target is tested with them (an image's own
-# transformers, say, need not fit this sglang).
+# By default a package the image has wins over its stand-in (install_sglang.sh's rule): on a GPU
+# sglang's buffer copies launch triton kernels, which the triton stand-in refuses (seen on an H200).
+# CGSIM_STANDINS=all puts every stand-in first, as the CPU target is tested.
 # Everything lands in OUTDIR (default $OUT): gpu_sglang.log, sglang_agreement{,_mock}.json.
 set -u
 OUT=${1:-${OUT:-gpu-sglang-out}}
@@ -32,7 +32,7 @@ mkdir -p "$tmp/tree" "$tmp/site" "$tmp/used-standins"
 mv "$tmp"/sglang "$tmp"/sglang-*.dist-info "$tmp/tree/"
 # Which stand-ins go on the path, and which carried wheels the image needs (numpy, packaging, psutil
 # and typing-extensions only where it lacks them: its torch was built beside its own).
-python3 - "$tmp" "$wheels" "${CGSIM_STANDINS:-all}" <<'PY' 2>&1 | tee -a "$log"
+python3 - "$tmp" "$wheels" "${CGSIM_STANDINS:-installed-first}" <<'PY' 2>&1 | tee -a "$log"
 import glob, importlib.metadata as md, os, shutil, sys
 tmp, wheels, policy = sys.argv[1:4]
 dists = {(d.metadata["Name"] or "").lower().replace("_", "-") for d in md.distributions()}

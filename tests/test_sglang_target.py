@@ -117,6 +117,26 @@ def test_each_scenario_captures_on_a_stream_of_its_own_backend():
     assert isinstance(get_or_create_global_graph_capture_stream(), cuda_mock.Stream)
 
 
+def test_breakable_segments_can_weak_ref_their_inputs_on_either_backend():
+    # sglang's weak_ref_tensor module refuses to import where sglang saw a CPU host,
+    # which is every host under cgsim (on an H200 every breakable capture raised).
+    import importlib
+    import sys
+
+    import torch
+
+    from cgsim.targets.sglang import _world
+
+    name = "sglang.srt.model_executor.runner_backend_utils.weak_ref_tensor"
+    if name not in sys.modules:
+        with pytest.raises(NotImplementedError):
+            importlib.import_module(name)
+    with _world.sglang_process():
+        t = torch.ones(3)
+        assert importlib.import_module(name).weak_ref_tensors(t) is t
+    assert name not in sys.modules
+
+
 # -- the decode runner ----------------------------------------------------------------------------
 
 

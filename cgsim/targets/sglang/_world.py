@@ -17,6 +17,7 @@ import gc
 import importlib
 import logging
 import sys
+import types
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 from unittest import mock
@@ -423,6 +424,25 @@ def _patch(st: contextlib.ExitStack, owner: Any, name: str, value: Any, required
     st.enter_context(mock.patch.object(owner, name, value))
 
 
+_WEAK_REF = "sglang.srt.model_executor.runner_backend_utils.weak_ref_tensor"
+
+
+def _strong_weak_refs(st: contextlib.ExitStack) -> None:
+    """Breakable captures weak-ref each segment's CUDA inputs through
+    sgl_kernel's compiled op, whose module refuses to import on a host sglang
+    saw as CPU (seen on an H200: NotImplementedError at the first segment).
+    A plain reference stands in: only the pool's reuse between segments
+    differs, not the values a replay reads (the mock's CPU tensors never
+    reach it, so both backends now run the same path)."""
+    if _WEAK_REF in sys.modules:
+        return
+    standin = types.ModuleType(_WEAK_REF)
+    standin.weak_ref_tensor = lambda tensor: tensor
+    standin.weak_ref_tensors = lambda tensors: tensors
+    sys.modules[_WEAK_REF] = standin
+    st.callback(lambda: sys.modules.get(_WEAK_REF) is standin and sys.modules.pop(_WEAK_REF))
+
+
 @contextlib.contextmanager
 def sglang_process() -> Iterator[None]:
     """The process patches sglang's capture path needs on CPU (each says which
@@ -431,6 +451,7 @@ def sglang_process() -> Iterator[None]:
     with contextlib.ExitStack() as st:
         st.enter_context(_sglang_logs_quiet())
         _patch(st, torch, "get_device_module", _device_module(torch.get_device_module))
+        _strong_weak_refs(st)
         for name in ("sglang.srt.model_executor.runner.decode_cuda_graph_runner",
                      "sglang.srt.model_executor.runner.prefill_cuda_graph_runner"):
             module = sys.modules[name]
