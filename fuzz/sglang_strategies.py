@@ -39,7 +39,8 @@ def sglang_configs(draw, max_size: int = 64) -> ManagerConfig:
     # The driver's DP ranks run without two-batch overlap (cgsim.targets.sglang).
     dp = draw(st.sampled_from((1, 1, 1, 2, 3))) if num_ubatches == 1 else 1
     # Two-batch overlap aligns verify graphs by requests, not tokens: draw it with a verify width often.
-    q = draw(st.sampled_from((1, 2, 4, 2) if num_ubatches == 2 else (1, 1, 1, 2, 4)))
+    # 3 and 4 draft tokens: EAGLE with more than one draft step, where the server builds a draft decode runner.
+    q = draw(st.sampled_from((1, 2, 4, 2) if num_ubatches == 2 else (1, 1, 1, 2, 3, 4)))
     lora_cases = draw(st.sampled_from(((0,), (0,), (0, 1), (0, 3))))
     # EAGLE's draft shape: a chain (topk 1, draft tokens - 1 steps) mostly, else
     # topk > 1 trees with their own step count; the launch decides what sglang takes.
