@@ -238,3 +238,39 @@ def test_a_campaign_finds_draft_hidden_not_filled(tmp_path):
     assert draft, [(f["property"], f["message"][:120]) for f in found]
     assert draft[0]["sglang_mutations"] == ["draft-hidden-not-filled"]
     assert "--speculative-num-steps" in draft[0]["launch"]["line"]
+
+
+# -- EAGLE's draft extend runner -------------------------------------------------------------------
+
+EXTEND = rules.DRAFT_EXTEND
+EXTEND_MODULE = "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner"
+
+
+def test_draft_extend_runner_captures_at_the_draft_tokens_width_and_keeps_a_row_per_request():
+    c = cfg(capture_sizes=(1, 2, 4, 8), max_num_reqs=6, decode_query_len=2)  # one draft step: no draft decode runner
+    trace = clean(c, C, *(D(verify(n, 2)) for n in (1, 3, 6)))
+    assert DRAFT not in trace.managers
+    sub = trace.managers[EXTEND]
+    assert sub.config["decode_query_len"] == 2
+    assert [(e.desc.num_tokens, e.desc.num_reqs) for e in sub.of(CreateForwardFn)] == [(12, 6), (8, 4), (4, 2), (2, 1)]
+    assert {r.step: (r.path, r.desc.num_reqs) for r in sub.of(Replay)} == {1: ("full", 1), 2: ("full", 4),
+                                                                           3: ("full", 6)}
+    assert [(e.rows, e.padded_rows) for e in sub.of(GraphOutput)] == [(1, 1), (3, 4), (6, 6)]
+    assert all(r.outputs_ok for r in sub.of(Replay))
+
+
+def test_draft_extend_is_captured_after_draft_decode_and_both_follow_padding_disabled():
+    trace = clean(cfg(decode_query_len=4, sglang={"disable_padding": True}), C, D(verify(3, 4)), D(verify(2, 4)))
+    assert list(trace.managers) == [DRAFT, EXTEND]
+    assert {r.step: r.path for r in trace.managers[EXTEND].of(Replay)} == {1: "eager", 2: "full"}
+
+
+def test_draft_extend_hidden_not_filled_is_found_where_the_clean_tree_passes():
+    skip = Mutation(EXTEND_MODULE, "            buffers.hidden_states[:num_tokens].copy_(\n"
+                                   "                forward_batch.spec_info.hidden_states\n            )",
+                    "            pass", "draft-extend-hidden-not-filled")
+    batches = [[3, 3, 3], [3]]
+    assert violations_under({}, DRAFTED, batches) == [["errors", "[]"]]
+    mutated = violations_under(environment_for([skip]), DRAFTED, batches)
+    assert any(p == "REPLAY-EQUALS-EAGER" and m.startswith(f"{EXTEND} manager:") for p, m in mutated), mutated
+    assert not any(m.startswith(f"{DRAFT} manager:") for _, m in mutated), mutated

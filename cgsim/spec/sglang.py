@@ -55,7 +55,7 @@ __all__ = [
     "expected_capture_descs", "decode_desc", "prefill_desc", "dp_rank_sizes", "Graphs", "expected_dispatch",
     "is_decode_desc", "is_decode_batch", "unsupported_reason", "resolved_mode",
     "SglangDesign", "SGL_RULES", "DESIGNS", "LATEST", "design_of", "records_nolora",
-    "eagle_topk", "eagle_steps", "draft_decode_config", "DRAFT_DECODE",
+    "eagle_topk", "eagle_steps", "draft_decode_config", "DRAFT_DECODE", "draft_extend_config", "DRAFT_EXTEND",
 ]
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
@@ -410,4 +410,39 @@ def draft_decode_config(config: ManagerConfig) -> ManagerConfig | None:
     return ManagerConfig(mode=CUDAGraphMode.FULL_DECODE_ONLY if decode == FULL_BACKEND else CUDAGraphMode.PIECEWISE,
                          capture_sizes=tuple(requested_decode_bs(config)), max_num_reqs=config.max_num_reqs,
                          decode_query_len=eagle_topk(config),
+                         sglang=SglangOptions(disable_padding=opts.disable_padding))
+
+
+# -- EAGLE's draft extend runner (EAGLEDraftExtendCudaGraphRunner) -------------------
+DRAFT_EXTEND = "draft-extend"
+
+
+def draft_extend_config(config: ManagerConfig) -> ManagerConfig | None:
+    """The config EAGLE's draft extend runner works with (None: the server builds
+    none for ``config``).
+
+    - It exists with EAGLE and a decode runner that is not disabled, whatever
+      the draft steps (EagleDraftWorker._capture_cuda_graphs, eagle_worker_v2.py:
+      476-478 returns before both runners; 603-619 builds it for a draft extend
+      attention backend of a graph-supported type, which cgsim's toy backend
+      stands for, unless SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH).
+    - Its graphs are keyed by bs alone and hold bs x draft tokens: the width is
+      resolve_num_tokens_per_req(phase="draft_extend") = speculative_num_draft_tokens
+      (spec_utils.py:102-103; eagle_draft_extend_cuda_graph_runner.py:152-156),
+      the key ShapeKey(size=bs) (:316-317).
+    - Its bs list is get_batch_sizes_to_capture(draft model runner), width 1
+      (:150), as the draft decode runner's.
+    - A batch replays the smallest captured bs >= its requests up to the largest,
+      with padding disabled only an exactly captured bs, a batch of another
+      width eagerly (can_run_graph :319-348; execute's _pad_to_bucket :526-537);
+      it hands back one row per request (:684-689).
+    The same FULL decode-only shape as the draft decode runner's config, of
+    width draft tokens."""
+    decode, _ = runner_backends(config)
+    if config.decode_query_len < 2 or decode == DISABLED:
+        return None
+    opts = options(config)
+    return ManagerConfig(mode=CUDAGraphMode.FULL_DECODE_ONLY if decode == FULL_BACKEND else CUDAGraphMode.PIECEWISE,
+                         capture_sizes=tuple(requested_decode_bs(config)), max_num_reqs=config.max_num_reqs,
+                         decode_query_len=config.decode_query_len,
                          sglang=SglangOptions(disable_padding=opts.disable_padding))

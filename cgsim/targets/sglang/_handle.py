@@ -225,7 +225,8 @@ class SglangHandle:
         self._captured = False
         self._captures = 0
         self._override: Any = None
-        self.draft: _draft.DraftDecodeHandle | None = None
+        # EAGLE's draft worker's graph runners (draft decode, draft extend), in capture order.
+        self.drafts: list[Any] = []
         self._zeros = torch.zeros(0, dtype=torch.int64)
         with self._sglang():
             self.ranks = [_Rank(self, r, workload if r == 0 else self._peer_workload()) for r in range(self.dp)]
@@ -248,10 +249,13 @@ class SglangHandle:
                         raise
                     raise TargetUnsupported(f"sglang {version} refuses this config at start-up: "
                                             f"AssertionError: {exc}") from None
-                # EAGLE's draft decode runner, where the server builds one and the driver runs it.
-                draft_config = rules.draft_decode_config(config)
-                self.draft = (_draft.DraftDecodeHandle(self, draft_config)
-                              if draft_config is not None and _draft.draft_limits(config) is None else None)
+                # EAGLE's draft runners, where the server builds them and the driver runs them.
+                if _draft.draft_limits(config) is None:
+                    for make, config_of in ((_draft.DraftDecodeHandle, rules.draft_decode_config),
+                                            (_draft.DraftExtendHandle, rules.draft_extend_config)):
+                        sub_config = config_of(config)
+                        if sub_config is not None:
+                            self.drafts.append(make(self, sub_config))
         # Graphs pad past the config's sizes: the rounded request pool, bs x width tokens.
         reqs = max([self.config.max_num_reqs + 2] + [d.num_reqs or 0 for d in self._initial])
         # Every batch of the scenario fits too, whatever the graphs hold.
@@ -435,10 +439,10 @@ class SglangHandle:
                         rank.prefill = self._tapped(rank, "prefill", PrefillCudaGraphRunner)(rank.mr)
                     if self.decode_backend != rules.DISABLED:
                         rank.decode = self._tapped(rank, "decode", DecodeCudaGraphRunner)(rank.mr)
-            if self.draft is not None:
-                # The draft worker captures after the target worker, in its process.
+            # The draft worker captures after the target worker, in its process.
+            for draft in self.drafts:
                 with self.ranks[0].context():
-                    self.draft.build()
+                    draft.build()
         self._captured = True
         self._captures += 1
 
@@ -666,9 +670,9 @@ class SglangHandle:
                     if rank.prefill is not None:
                         rank.prefill.backend.cleanup()
                 rank.decode = rank.prefill = None
-            if self.draft is not None:
+            for draft in self.drafts:
                 with self.ranks[0].context():
-                    self.draft.drop()
+                    draft.drop()
         self._captured = False
 
     # -- what the manager holds --------------------------------------------------------
@@ -676,11 +680,10 @@ class SglangHandle:
         return self._captured
 
     def sub_managers(self) -> dict[str, Any]:
-        """EAGLE's draft decode runner, for the runner to record (base.SubManager)."""
+        """EAGLE's draft runners, for the runner to record (base.SubManager)."""
         from cgsim.targets.base import SubManager  # noqa: PLC0415
 
-        d = self.draft
-        return {} if d is None else {d.name: SubManager(d, d.workload, d.config, d.batch_for)}
+        return {d.name: SubManager(d, d.workload, d.config, d.batch_for) for d in self.drafts}
 
     @guarded
     def stored_graphs(self) -> tuple[BatchDescriptor, ...]:
