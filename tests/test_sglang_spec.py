@@ -342,3 +342,13 @@ def test_a_draft_sub_trace_is_judged_under_the_rulesets_replacements():
     short = with_draft(rules.expected_capture_descs(draft, LATEST)[1:])  # bs 4 missing
     assert any(m.startswith("SGL-CAND-ORDER") and f"{rules.DRAFT_DECODE} manager:" in m for m in short), short
     assert not any(m.startswith("CAND-ORDER") for m in short), short
+
+
+def test_draft_extend_config_exists_for_every_eagle_step_count():
+    assert rules.draft_extend_config(cfg(decode_query_len=1)) is None
+    assert rules.draft_extend_config(cfg(mode="NONE", decode_query_len=3)) is None
+    one_step = rules.draft_extend_config(cfg(decode_query_len=2, max_num_reqs=6))
+    assert (one_step.decode_query_len, one_step.max_num_reqs) == (2, 6) and rules.draft_decode_config(
+        cfg(decode_query_len=2)) is None
+    assert [(d.num_tokens, d.num_reqs) for d in rules.expected_capture_descs(one_step, LATEST)] == [
+        (12, 6), (8, 4), (6, 3), (4, 2), (2, 1)]
