@@ -26,20 +26,18 @@ except TargetEnvironmentError as exc:
     pytest.skip(f"sglang cannot run here ({exc})", allow_module_level=True)
 
 from cgsim.config import ManagerConfig  # noqa: E402
-from cgsim.descriptors import Batch, BatchDescriptor  # noqa: E402
-from cgsim.modes import CUDAGraphMode  # noqa: E402
+from cgsim.descriptors import Batch  # noqa: E402
 from cgsim.properties import check_scenario  # noqa: E402
 from cgsim.runner import run_scenario  # noqa: E402
 from cgsim.scenario import Scenario, Step  # noqa: E402
 from cgsim.spec import sglang as rules  # noqa: E402
 from cgsim.targets.sglang.launch import launch_for  # noqa: E402
 from cgsim.targets.sglang.mutation import MUTATIONS_ENV, Mutation, environment_for  # noqa: E402
-from cgsim.trace import Candidates, CreateForwardFn, Error, Forward, GraphOutput, Replay  # noqa: E402
+from cgsim.trace import Candidates, CreateForwardFn, Forward, GraphOutput, Replay  # noqa: E402
 
 pytestmark = pytest.mark.sglang
 RULESET = compat.probe().ruleset
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-F, N = CUDAGraphMode.FULL, CUDAGraphMode.NONE
 C, D, R = Step.capture(), Step.dispatch, Step.release()
 DRAFT = rules.DRAFT_DECODE
 DRAFT_MODULE = "sglang.srt.speculative.eagle_draft_cuda_graph_runner"

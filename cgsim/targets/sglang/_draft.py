@@ -1,27 +1,30 @@
-"""EAGLE's draft decode runner (sglang's ``EAGLEDraftCudaGraphRunner``) as a
-sub-manager of the sglang handle, judged in its own sub-trace ("draft-decode").
+"""EAGLE's draft worker's graph runners as sub-managers of the sglang handle,
+each judged in its own sub-trace: sglang's ``EAGLEDraftCudaGraphRunner``
+("draft-decode", the round's draft steps) and ``EAGLEDraftExtendCudaGraphRunner``
+("draft-extend", the draft model over the verified tokens).
 
-sglang's code does the work: the runner's constructor (bs list, static
-buffers, the capture loop it inherits from ``DecodeCudaGraphRunner``, its
+sglang's code does the work: the runners' constructors (bs list, static
+buffers, the capture loop they inherit from ``DecodeCudaGraphRunner``, their
 ``capture_one_shape``), ``can_run_graph``, ``execute`` (bisect padding,
 buffer filling, the out-of-graph metadata preparation, the replay and the
 slicing back to the real requests) and the ``FullCudaGraphBackend``.  cgsim
-supplies the draft worker around it (``EagleDraftWorker``'s surface the runner
-reads: ``draft_runner``, ``speculative_num_steps``, ``draft_forward``), the
-draft model runner (a second fake ``ModelRunner``, ``is_draft_worker``) and
-its multi-step draft attention backend.
+supplies the draft worker around them (``EagleDraftWorker``'s surface the
+runners read: ``draft_runner``, ``speculative_num_steps``, ``draft_forward``,
+``draft_extend_attn_backend``), the draft model runner (a fake ``ModelRunner``,
+``is_draft_worker``) and the draft attention backends.
 
-The draft model's steps are cgsim's (``draft_steps``): like
-``EagleDraftWorker.draft_forward`` (speculative/eagle_worker_v2.py:742-923)
+The draft model's computation is cgsim's.  Draft decode (``draft_steps``):
+like ``EagleDraftWorker.draft_forward`` (speculative/eagle_worker_v2.py:742-923)
 each of the ``speculative_num_steps - 1`` forwards reads the step's tokens,
-positions and the attention metadata prepared out of graph, the first step
-also the request's top-k probabilities and hidden state, and positions
+positions and the attention metadata prepared out of graph, every step also
+the request's top-k probabilities and carried hidden state, and positions
 advance by one per step (undone by the runner's ``run_once``,
-eagle_draft_cuda_graph_runner.py:524).  Every static buffer the runner fills
-(seq_lens and req_pool_indices through the metadata, positions, topk_p,
-topk_index, hidden_states) thereby reaches the output, so a graph replayed on
-buffers sglang did not refresh gives other rows than the eager reference, the
-same steps run by cgsim on the batch alone (``DraftReference``).
+eagle_draft_cuda_graph_runner.py:524).  Draft extend (``extend_forward``): one
+forward over the verified tokens with the target's hidden states, keeping
+each request's last accepted row.  Every static buffer a runner fills thereby
+reaches the output, so a graph replayed on buffers sglang did not refresh
+gives other rows than the eager reference, the same computation run by cgsim
+on the batch alone (``DraftReference``, ``ExtendReference``).
 """
 
 from __future__ import annotations
@@ -54,14 +57,14 @@ F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 
 
 def draft_limits(config: ManagerConfig) -> str | None:
-    """Why the driver does not run the draft decode runner for ``config``
-    (None: it does, wherever sglang builds one)."""
+    """Why the driver does not run the draft runners for ``config`` (None: it
+    runs each one sglang builds)."""
     if rules.draft_decode_config(config) is None and rules.draft_extend_config(config) is None:
         return None
     if rules.runner_backends(config)[0] != rules.FULL_BACKEND:
-        return "a breakable draft decode runner is not driven"
+        return "breakable draft runners are not driven"
     if config.num_ubatches > 1:
-        return "the draft decode runner under two-batch overlap is not driven"
+        return "the draft runners under two-batch overlap are not driven"
     return None
 
 
@@ -151,7 +154,7 @@ class _DraftWorker:
     """EagleDraftWorker as the draft runner reads it (the V2 worker: no
     ``model_runner`` attribute, the draft model runner as ``draft_runner``)."""
 
-    def __init__(self, handle: "DraftDecodeHandle", runner: Any):
+    def __init__(self, handle: "_DraftRunnerHandle", runner: Any):
         self.h = handle
         self.draft_runner = runner
         self.speculative_num_steps = handle.steps
