@@ -43,7 +43,9 @@ class SglangOptions:
     max(capture_sizes) instead of capture_sizes itself.
     ``record_nolora_graph``: with LoRA, the LoRA backend skips inactive
     dense LoRA, so a base-only graph is recorded beside each LoRA graph.  ``full_prefill_max_req``: request slots of FULL prefill graphs
-    (None: max_num_reqs).
+    (None: max_num_reqs).  ``eagle_topk`` / ``eagle_steps``: with EAGLE
+    (decode_query_len > 1 draft tokens), --speculative-eagle-topk and
+    --speculative-num-steps (None: decode_query_len - 1, a chain).
     """
 
     dp_size: int = 1
@@ -51,6 +53,8 @@ class SglangOptions:
     default_bs_list: bool = False
     record_nolora_graph: bool = True
     full_prefill_max_req: int | None = None
+    eagle_topk: int = 1
+    eagle_steps: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("disable_padding", "default_bs_list", "record_nolora_graph"):
@@ -59,6 +63,13 @@ class SglangOptions:
         if isinstance(self.dp_size, bool) or not isinstance(self.dp_size, int) or self.dp_size < 1:
             raise ConfigError("sglang.dp_size", self.dp_size, "must be an integer >= 1",
                               "use 1 (no DP attention) or the number of DP attention ranks, e.g. 2")
+        if isinstance(self.eagle_topk, bool) or not isinstance(self.eagle_topk, int) or self.eagle_topk < 1:
+            raise ConfigError("sglang.eagle_topk", self.eagle_topk, "must be an integer >= 1",
+                              "use 1 (chain drafts) or --speculative-eagle-topk, e.g. 2")
+        st = self.eagle_steps
+        if st is not None and (isinstance(st, bool) or not isinstance(st, int) or st < 1):
+            raise ConfigError("sglang.eagle_steps", st, "must be an integer >= 1 or null",
+                              "leave it null (decode_query_len - 1) or give --speculative-num-steps")
         fp = self.full_prefill_max_req
         if fp is not None and (isinstance(fp, bool) or not isinstance(fp, int) or fp < 1):
             raise ConfigError("sglang.full_prefill_max_req", fp, "must be an integer >= 1 or null",

@@ -2,7 +2,7 @@
 ruleset's engine): the modes that name sglang's two runners' backends, small
 bs lists or sglang's default ladder, the request pool, a verify width, LoRA
 with one adapter case, two-batch overlap, DP attention and padding disabled
-(``cgsim.config.SglangOptions``).  Shrinking goes towards one decode runner,
+and EAGLE's draft shape (``cgsim.config.SglangOptions``).  Shrinking goes towards one decode runner,
 no options and few sizes."""
 
 from __future__ import annotations
@@ -39,8 +39,13 @@ def sglang_configs(draw, max_size: int = 64) -> ManagerConfig:
     # The driver's DP ranks run without two-batch overlap (cgsim.targets.sglang).
     dp = draw(st.sampled_from((1, 1, 1, 2, 3))) if num_ubatches == 1 else 1
     # Two-batch overlap aligns verify graphs by requests, not tokens: draw it with a verify width often.
-    q = draw(st.sampled_from((1, 2, 4, 2) if num_ubatches == 2 else (1, 1, 1, 2, 4)))
+    # 3 and 4 draft tokens: EAGLE with more than one draft step, where the server builds a draft decode runner.
+    q = draw(st.sampled_from((1, 2, 4, 2) if num_ubatches == 2 else (1, 1, 1, 2, 3, 4)))
     lora_cases = draw(st.sampled_from(((0,), (0,), (0, 1), (0, 3))))
+    # EAGLE's draft shape: a chain (topk 1, draft tokens - 1 steps) mostly, else
+    # topk > 1 trees with their own step count; the launch decides what sglang takes.
+    topk = draw(st.sampled_from((1, 1, 1, 2, 4))) if q > 1 and dp == 1 else 1
+    steps = draw(st.one_of(st.none(), st.integers(1, 4))) if q > 1 and dp == 1 and topk > 1 else None
     threshold = draw(st.sampled_from((2, 4, 8)))
     options = SglangOptions(
         dp_size=dp,
@@ -50,6 +55,8 @@ def sglang_configs(draw, max_size: int = 64) -> ManagerConfig:
         # Few request slots often: a FULL prefill graph must refuse batches of more requests.
         full_prefill_max_req=draw(st.one_of(st.none(), st.integers(1, min(max_num_reqs, 3)),
                                             st.integers(1, max_num_reqs))),
+        eagle_topk=topk,
+        eagle_steps=steps,
     )
     if dp > 1:
         # The driver's DP ranks run plain decode graphs (cgsim.targets.sglang).

@@ -292,3 +292,63 @@ def test_sweep_decisions_are_judged_too():
     events = captured(SMALL) + [Sweep(0, True, shapes, descs, "boundary", 2)]
     msgs = judge(SMALL, [Step.capture()], events, ["SGL-DISPATCH-COMPLETE"])
     assert len(msgs) == 1 and "reqs=4" in msgs[0] and "dispatch sweep" in msgs[0]
+
+
+# -- EAGLE's draft decode runner ---------------------------------------------------------------------
+
+
+def test_draft_decode_config_follows_the_eagle_shape():
+    assert rules.draft_decode_config(cfg(decode_query_len=1)) is None  # no EAGLE
+    assert rules.draft_decode_config(cfg(decode_query_len=2)) is None  # one draft step: no draft decode runner
+    assert rules.draft_decode_config(cfg(mode="NONE", decode_query_len=3)) is None  # decode backend disabled
+    d = rules.draft_decode_config(cfg(decode_query_len=3, max_num_reqs=20, sglang={"disable_padding": True}))
+    assert (d.mode, d.decode_query_len, d.max_num_reqs, d.lora_cases, d.num_ubatches) == (
+        CUDAGraphMode.FULL_DECODE_ONLY, 1, 20, (0,), 1)
+    assert d.sglang.disable_padding and rules.decode_capture_bs(d) == (1, 2, 3, 4, 8, 12, 16, 20)
+    tree = rules.draft_decode_config(cfg(decode_query_len=4, max_num_reqs=4, sglang={"eagle_topk": 2, "eagle_steps": 3}))
+    assert [(x.num_tokens, x.num_reqs) for x in rules.expected_capture_descs(tree, LATEST)] == [(8, 4), (6, 3), (4, 2),
+                                                                                                 (2, 1)]
+    # The default ladder is the speculative server's, resolved into the draft's list.
+    ladder = rules.draft_decode_config(cfg(decode_query_len=3, capture_sizes=(12,), max_num_reqs=16,
+                                           sglang={"default_bs_list": True}))
+    assert ladder.capture_sizes == tuple(rules.default_decode_bs(12, False, True)) and not ladder.sglang.default_bs_list
+
+
+def test_eagle_options_are_validated_and_a_chain_follows_its_steps():
+    with pytest.raises(ConfigError, match="sglang.eagle_topk"):
+        SglangOptions(eagle_topk=0)
+    with pytest.raises(ConfigError, match="sglang.eagle_steps"):
+        SglangOptions(eagle_steps=0)
+    assert rules.eagle_steps(cfg(decode_query_len=4)) == 3
+    assert "steps + 1" in rules.unsupported_reason(cfg(decode_query_len=3, sglang={"eagle_steps": 3}))
+    assert rules.unsupported_reason(cfg(decode_query_len=3, sglang={"eagle_topk": 2, "eagle_steps": 3})) is None
+
+
+def test_a_draft_sub_trace_is_judged_under_the_rulesets_replacements():
+    c = cfg(capture_sizes=(1, 2, 4), max_num_reqs=4, decode_query_len=3)
+    draft = rules.draft_decode_config(c)
+
+    def with_draft(descs) -> list[str]:
+        sc = Scenario(c, (Step.capture(),), ruleset="sglang")
+        trace = Trace("sglang", "mock", resolved_mode=rules.resolved_mode(c), events=captured(c))
+        sub = Trace("sglang", "mock", resolved_mode=rules.resolved_mode(draft), events=captured(draft, descs),
+                    config=draft.to_json())
+        trace.managers[rules.DRAFT_DECODE] = sub
+        only = ["CAND-ORDER", "CAND-BOUNDS", "SGL-CAND-ORDER", "SGL-CAND-BOUNDS"]
+        return [str(v) for v in check_scenario(sc, trace, only=only).violations]
+
+    # The spec's capture passes: the universal CAND-ORDER / CAND-BOUNDS sglang replaces are not judged there.
+    assert with_draft(None) == []
+    short = with_draft(rules.expected_capture_descs(draft, LATEST)[1:])  # bs 4 missing
+    assert any(m.startswith("SGL-CAND-ORDER") and f"{rules.DRAFT_DECODE} manager:" in m for m in short), short
+    assert not any(m.startswith("CAND-ORDER") for m in short), short
+
+
+def test_draft_extend_config_exists_for_every_eagle_step_count():
+    assert rules.draft_extend_config(cfg(decode_query_len=1)) is None
+    assert rules.draft_extend_config(cfg(mode="NONE", decode_query_len=3)) is None
+    one_step = rules.draft_extend_config(cfg(decode_query_len=2, max_num_reqs=6))
+    assert (one_step.decode_query_len, one_step.max_num_reqs) == (2, 6) and rules.draft_decode_config(
+        cfg(decode_query_len=2)) is None
+    assert [(d.num_tokens, d.num_reqs) for d in rules.expected_capture_descs(one_step, LATEST)] == [
+        (12, 6), (8, 4), (6, 3), (4, 2), (2, 1)]

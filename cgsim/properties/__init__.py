@@ -85,7 +85,8 @@ def check_scenario(scenario: Scenario, trace: Trace, only: Iterable[str] | None 
     # same properties under its own config; violations name the manager.
     for name, sub in run.manager_views().items():
         for prop in chosen:
-            if not prop.applies(sub):
+            # The sub-manager's ruleset replaces and waives as the main one's does.
+            if not sub.ruleset.judges(prop.id) or not prop.applies(sub):
                 continue
             checked.append(prop.id)
             violations.extend(Violation(v.property, f"{name} manager: {v.message}", v.step, v.facts)

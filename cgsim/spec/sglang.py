@@ -55,6 +55,7 @@ __all__ = [
     "expected_capture_descs", "decode_desc", "prefill_desc", "dp_rank_sizes", "Graphs", "expected_dispatch",
     "is_decode_desc", "is_decode_batch", "unsupported_reason", "resolved_mode",
     "SglangDesign", "SGL_RULES", "DESIGNS", "LATEST", "design_of", "records_nolora",
+    "eagle_topk", "eagle_steps", "draft_decode_config", "DRAFT_DECODE", "draft_extend_config", "DRAFT_EXTEND",
 ]
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
@@ -160,6 +161,11 @@ def unsupported_reason(config: ManagerConfig) -> str | None:
                 "(and a base-only one): use (0,) or (0, k)")
     if config.num_ubatches > 2:
         return f"num_ubatches {config.num_ubatches}: SGLang's two-batch overlap splits into exactly 2"
+    opts = options(config)
+    if config.decode_query_len > 1 and opts.eagle_topk == 1 and opts.eagle_steps not in (None, config.decode_query_len - 1):
+        # arg_groups/speculative_hook.py _handle_eagle_family (0.5.23: :1255-1266).
+        return (f"eagle_steps {opts.eagle_steps} with topk 1 and {config.decode_query_len} draft tokens: SGLang sets a "
+                "chain's draft tokens to steps + 1")
     return None
 
 
@@ -350,3 +356,93 @@ def expected_dispatch(config: ManagerConfig, graphs: Graphs, batch, design: Sgla
     if want.num_reqs is not None and batch.num_reqs > want.num_reqs:
         return None
     return want
+
+
+# -- EAGLE's draft decode runner (EAGLEDraftCudaGraphRunner) -----------------------
+# The sub-trace name of the draft model's decode runner ("draft-*": a draft manager).
+DRAFT_DECODE = "draft-decode"
+
+
+def eagle_topk(config: ManagerConfig) -> int:
+    """--speculative-eagle-topk: draft tokens each request proposes per draft step."""
+    return options(config).eagle_topk
+
+
+def eagle_steps(config: ManagerConfig) -> int:
+    """--speculative-num-steps: draft steps per round (given, or the chain's
+    draft tokens - 1 when topk is 1)."""
+    steps = options(config).eagle_steps
+    return steps if steps is not None else config.decode_query_len - 1
+
+
+def draft_decode_config(config: ManagerConfig) -> ManagerConfig | None:
+    """The config EAGLE's draft decode runner works with (None: the server builds
+    none for ``config``).
+
+    - It exists only with EAGLE (decode_query_len > 1), a decode runner that is
+      not disabled and more than one draft step: EagleDraftWorker._capture_cuda_graphs
+      (speculative/eagle_worker_v2.py:476-514) returns when the decode backend is
+      disabled and builds no draft decode runner for speculative_num_steps == 1.
+    - Its graphs are keyed by bs alone and hold bs x topk tokens: the width is
+      resolve_num_tokens_per_req(phase="draft_decode") = speculative_eagle_topk
+      (speculative/spec_utils.py:100-101; eagle_draft_cuda_graph_runner.py:159-161),
+      the key ShapeKey(size=bs) (eagle_draft_cuda_graph_runner.py:319-321, no
+      sampling variant without rejection sampling: :323-333).
+    - Its bs list is get_batch_sizes_to_capture(draft model runner) with the
+      default captured_req_width 1 (eagle_draft_cuda_graph_runner.py:157;
+      runner/base_cuda_graph_runner.py:65-110): the server's decode bs list
+      (the same cuda_graph_config.decode.bs), the request pool (the draft
+      worker shares the target's req_to_token_pool) rounded to the alignment
+      and added when the list asks for more, sizes aligned as bs x 1.
+    - A draft batch replays the smallest captured bs >= its requests, up to the
+      largest (can_run_graph: cuda_graph_bs <= max_bs, :338-373; execute pads with
+      _pad_to_bucket, :579-589); with padding disabled only an exactly captured
+      bs (backend.can_run of its key, :356-366); a batch of another width runs
+      eagerly (:341-348).
+    Expressed as a FULL decode-only config of width topk over the same requested
+    sizes (the default ladder resolved for the speculative server), without
+    LoRA, two-batch overlap or DP (the driver runs the draft runner without
+    them: ``cgsim.targets.sglang._draft.draft_limits``)."""
+    decode, _ = runner_backends(config)
+    if config.decode_query_len < 2 or decode == DISABLED or eagle_steps(config) < 2:
+        return None
+    opts = options(config)
+    return ManagerConfig(mode=CUDAGraphMode.FULL_DECODE_ONLY if decode == FULL_BACKEND else CUDAGraphMode.PIECEWISE,
+                         capture_sizes=tuple(requested_decode_bs(config)), max_num_reqs=config.max_num_reqs,
+                         decode_query_len=eagle_topk(config),
+                         sglang=SglangOptions(disable_padding=opts.disable_padding))
+
+
+# -- EAGLE's draft extend runner (EAGLEDraftExtendCudaGraphRunner) -------------------
+DRAFT_EXTEND = "draft-extend"
+
+
+def draft_extend_config(config: ManagerConfig) -> ManagerConfig | None:
+    """The config EAGLE's draft extend runner works with (None: the server builds
+    none for ``config``).
+
+    - It exists with EAGLE and a decode runner that is not disabled, whatever
+      the draft steps (EagleDraftWorker._capture_cuda_graphs, eagle_worker_v2.py:
+      476-478 returns before both runners; 603-619 builds it for a draft extend
+      attention backend of a graph-supported type, which cgsim's toy backend
+      stands for, unless SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH).
+    - Its graphs are keyed by bs alone and hold bs x draft tokens: the width is
+      resolve_num_tokens_per_req(phase="draft_extend") = speculative_num_draft_tokens
+      (spec_utils.py:102-103; eagle_draft_extend_cuda_graph_runner.py:152-156),
+      the key ShapeKey(size=bs) (:316-317).
+    - Its bs list is get_batch_sizes_to_capture(draft model runner), width 1
+      (:150), as the draft decode runner's.
+    - A batch replays the smallest captured bs >= its requests up to the largest,
+      with padding disabled only an exactly captured bs, a batch of another
+      width eagerly (can_run_graph :319-348; execute's _pad_to_bucket :526-537);
+      it hands back one row per request (:684-689).
+    The same FULL decode-only shape as the draft decode runner's config, of
+    width draft tokens."""
+    decode, _ = runner_backends(config)
+    if config.decode_query_len < 2 or decode == DISABLED:
+        return None
+    opts = options(config)
+    return ManagerConfig(mode=CUDAGraphMode.FULL_DECODE_ONLY if decode == FULL_BACKEND else CUDAGraphMode.PIECEWISE,
+                         capture_sizes=tuple(requested_decode_bs(config)), max_num_reqs=config.max_num_reqs,
+                         decode_query_len=config.decode_query_len,
+                         sglang=SglangOptions(disable_padding=opts.disable_padding))

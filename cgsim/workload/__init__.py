@@ -4,10 +4,10 @@ metadata lifetime tracking and an eager reference."""
 
 from cgsim.workload.attention import ATTENTION_BACKENDS, AttentionBackendSpec, AttentionMetadata, MetadataBuilder, backend_for
 from cgsim.workload.context import ForwardContext, get_forward_context, set_forward_context
-from cgsim.workload.harness import OUTPUT_TOLERANCE, PiecewiseRunner, RequestLayout, Workload
+from cgsim.workload.harness import OUTPUT_TOLERANCE, EagerForward, PiecewiseRunner, RequestLayout, Workload
 
 __all__ = [
     "ATTENTION_BACKENDS", "AttentionBackendSpec", "AttentionMetadata", "MetadataBuilder", "backend_for",
     "ForwardContext", "get_forward_context", "set_forward_context",
-    "OUTPUT_TOLERANCE", "PiecewiseRunner", "RequestLayout", "Workload",
+    "OUTPUT_TOLERANCE", "EagerForward", "PiecewiseRunner", "RequestLayout", "Workload",
 ]

@@ -35,7 +35,7 @@ from cgsim.workload.attention import AttentionMetadata, MetadataBuilder, backend
 from cgsim.workload.context import ForwardContext, get_forward_context, set_forward_context
 from cgsim.workload.model import HIDDEN, KV_ROWS, VOCAB, ToyModel
 
-__all__ = ["Workload", "RequestLayout", "GraphRecord", "OUTPUT_TOLERANCE"]
+__all__ = ["Workload", "RequestLayout", "GraphRecord", "EagerForward", "OUTPUT_TOLERANCE"]
 
 # Replayed rows must equal eager rows within this absolute tolerance.  Graph
 # replay runs the same kernels on the same data, so only reduction-order noise
@@ -122,6 +122,17 @@ class RequestLayout:
 _CACHE_ENTRIES = 4096
 _LAYOUTS: dict[tuple, RequestLayout] = {}
 _EAGER: dict[tuple, torch.Tensor] = {}
+
+
+class EagerForward:
+    """How a sub-manager's model runs a batch eagerly, when that is not one
+    forward of the toy model (``Workload.for_manager``'s ``reference``).
+    ``key``: hashable, equal only for forwards that compute the same thing."""
+
+    key: Any = None
+
+    def run(self, workload: "Workload", batch: Batch) -> torch.Tensor:
+        raise NotImplementedError
 
 
 class _Buffers:
@@ -258,17 +269,24 @@ class Workload:
         self._pieces: dict[tuple, GraphRecord] = {}
         self.graph_pool = None  # set by the target to its manager's pool
         self._reference = None
+        self.reference_forward: EagerForward | None = None  # see for_manager
 
-    def for_manager(self, name: str, config: ManagerConfig, share_metadata: bool = False) -> "Workload":
+    def for_manager(self, name: str, config: ManagerConfig, share_metadata: bool = False,
+                    reference: "EagerForward | None" = None) -> "Workload":
         """The workload of another manager the target drives (a draft model's):
         its own model and input buffers, recording into the sub-trace
         ``trace.managers[name]``; phase and step follow this workload's.
         ``share_metadata``: its attention metadata comes from this workload's
         builder and buffers (a draft prefill reuses the target's metadata),
-        and both traces hold the same metadata records."""
+        and both traces hold the same metadata records.  ``reference``: that
+        manager's model is not one forward of the toy model (SGLang's draft
+        decode runs several draft steps in one graph), so its eager reference
+        is ``reference.run(ref_workload, batch)`` on a reference workload of
+        its own (``reference.key`` tells such forwards apart in the cache)."""
         sub = Trace(self._trace.target, self._trace.backend, config=config.to_json())
         self._trace.managers[name] = sub
         child = _ManagerWorkload(self, config, sub, name)
+        child.reference_forward = reference
         if share_metadata:
             child.attention, child.builder = self.attention, self.builder
             sub.metadata = self._trace.metadata
@@ -437,8 +455,10 @@ class Workload:
         A pure function of the model's parameters and the batch's layout, so
         it is computed once per (model, batch, salt) in a process."""
         salt = self.seed * 31 + self.step
+        forward = self.reference_forward
         key = (str(self.device), NUM_LAYERS, self.seed, self.attention.in_graph_metadata_op,
-               self.model.max_loras, batch.query_lens, batch.num_active_loras, salt)
+               self.model.max_loras, batch.query_lens, batch.num_active_loras, salt,
+               forward.key if forward is not None else None)
         out = _EAGER.get(key)
         if out is None:
             out = self._eager_reference(batch)
@@ -454,6 +474,8 @@ class Workload:
         ref = self._reference
         ref.step = self.step
         ref.phase = "runtime"
+        if self.reference_forward is not None:
+            return self.reference_forward.run(ref, batch).clone()
         layout = ref.load_batch(batch, batch.num_tokens)
         md = ref.prepare_attn(layout, batch.num_reqs, batch.num_tokens, None, for_capture=False)
         with set_forward_context(md, batch.num_tokens, CUDAGraphMode.NONE, lora_case=batch.num_active_loras):

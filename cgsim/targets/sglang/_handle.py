@@ -47,8 +47,8 @@ from cgsim.descriptors import Batch, BatchDescriptor, BatchShape
 from cgsim.modes import CUDAGraphMode
 from cgsim.spec import sglang as rules
 from cgsim.spec.scheduler import sweep_token_limit
-from cgsim.targets.base import CandidateSnapshot, Execution, TargetUnsupported
-from cgsim.targets.sglang import _world, compat
+from cgsim.targets.base import CandidateSnapshot, Execution, TargetEnvironmentError, TargetUnsupported
+from cgsim.targets.sglang import _draft, _world, compat
 from cgsim.targets.sglang.blame import guarded
 from cgsim.trace import Trace
 from cgsim.workload import Workload
@@ -58,7 +58,6 @@ __all__ = ["SglangHandle", "driver_limits"]
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 _BACKEND_NAMES = {rules.FULL_BACKEND: Backend.FULL, rules.BREAKABLE: Backend.BREAKABLE, rules.DISABLED: Backend.DISABLED}
-_EAGLE_STEPS_PER_DRAFT_TOKEN = 1  # chain drafts: num_steps = draft tokens - 1
 
 
 def driver_limits(config: ManagerConfig) -> str | None:
@@ -224,6 +223,8 @@ class SglangHandle:
         self._captured = False
         self._captures = 0
         self._override: Any = None
+        # EAGLE's draft worker's graph runners (draft decode, draft extend), in capture order.
+        self.drafts: list[Any] = []
         self._zeros = torch.zeros(0, dtype=torch.int64, device=self.device)
         with self._sglang():
             self.ranks = [_Rank(self, r, workload if r == 0 else self._peer_workload()) for r in range(self.dp)]
@@ -246,6 +247,13 @@ class SglangHandle:
                         raise
                     raise TargetUnsupported(f"sglang {version} refuses this config at start-up: "
                                             f"AssertionError: {exc}") from None
+                # EAGLE's draft runners, where the server builds them and the driver runs them.
+                if _draft.draft_limits(config, self.device) is None:
+                    for make, config_of in ((_draft.DraftDecodeHandle, rules.draft_decode_config),
+                                            (_draft.DraftExtendHandle, rules.draft_extend_config)):
+                        sub_config = config_of(config)
+                        if sub_config is not None:
+                            self.drafts.append(make(self, sub_config))
         # Graphs pad past the config's sizes: the rounded request pool, bs x width tokens.
         reqs = max([self.config.max_num_reqs + 2] + [d.num_reqs or 0 for d in self._initial])
         # Every batch of the scenario fits too, whatever the graphs hold.
@@ -310,7 +318,7 @@ class SglangHandle:
             fields["enable_dp_attention"] = True
         if self.width > 1:
             fields.update(speculative_algorithm="EAGLE", speculative_num_draft_tokens=self.width,
-                          speculative_num_steps=self.width - _EAGLE_STEPS_PER_DRAFT_TOKEN, speculative_eagle_topk=1)
+                          speculative_num_steps=rules.eagle_steps(cfg), speculative_eagle_topk=rules.eagle_topk(cfg))
         return fields
 
     def _peer_workload(self) -> Workload:
@@ -429,6 +437,10 @@ class SglangHandle:
                         rank.prefill = self._tapped(rank, "prefill", PrefillCudaGraphRunner)(rank.mr)
                     if self.decode_backend != rules.DISABLED:
                         rank.decode = self._tapped(rank, "decode", DecodeCudaGraphRunner)(rank.mr)
+            # The draft worker captures after the target worker, in its process.
+            for draft in self.drafts:
+                with self.ranks[0].context():
+                    draft.build()
         self._captured = True
         self._captures += 1
 
@@ -493,7 +505,7 @@ class SglangHandle:
         return EagleVerifyInput(
             draft_token=None, custom_mask=torch.ones(1, dtype=torch.bool, device=self.device), positions=None, retrieve_index=None,
             retrieve_next_token=None, retrieve_next_sibling=None, retrieve_cum_len=None,
-            spec_steps=self.width - _EAGLE_STEPS_PER_DRAFT_TOKEN, topk=1, draft_token_num=self.width,
+            spec_steps=rules.eagle_steps(self.config), topk=rules.eagle_topk(self.config), draft_token_num=self.width,
             capture_hidden_mode=CaptureHiddenMode.FULL, seq_lens_sum=None, seq_lens_cpu=None)
 
     def _dp_fields(self, sizes: Sequence[int], prefill: bool) -> dict | None:
@@ -660,11 +672,20 @@ class SglangHandle:
                     if rank.prefill is not None:
                         rank.prefill.backend.cleanup()
                 rank.decode = rank.prefill = None
+            for draft in self.drafts:
+                with self.ranks[0].context():
+                    draft.drop()
         self._captured = False
 
     # -- what the manager holds --------------------------------------------------------
     def captured_flag(self) -> bool:
         return self._captured
+
+    def sub_managers(self) -> dict[str, Any]:
+        """EAGLE's draft runners, for the runner to record (base.SubManager)."""
+        from cgsim.targets.base import SubManager  # noqa: PLC0415
+
+        return {d.name: SubManager(d, d.workload, d.config, d.batch_for) for d in self.drafts}
 
     @guarded
     def stored_graphs(self) -> tuple[BatchDescriptor, ...]:

@@ -32,7 +32,8 @@ _CUDA_MOCK = os.path.join(_CGSIM, "cuda_mock")
 # one is the adapter's interface drifting from sglang's.
 STAND_IN_NAMES = ("FakeModelRunner", "AdapterSlots", "ToyAttention", "ToyCausalLM", "_Body", "_ModelConfig",
                   "_TpGroup", "_QuietProgress", "_ViewLayout", "SglangHandle", "'types.SimpleNamespace'",
-                  "'SimpleNamespace'", "_Inert")
+                  "'SimpleNamespace'", "_Inert", "DraftAttention", "_DraftWorker", "DraftDecodeHandle",
+                  "DraftExtendHandle", "_DraftExtendModel")
 
 
 # sglang's complaints that the process around it did not publish a state it

@@ -36,7 +36,6 @@ __all__ = ["SglangLaunch", "launch_for", "engine_graph_config", "MODEL", "DRAFT_
 MODEL = "MODEL"  # the user's model; graph capture does not depend on which
 DRAFT_MODEL = "DRAFT_MODEL"
 _BACKEND_FLAG = {rules.FULL_BACKEND: "full", rules.BREAKABLE: "breakable", rules.DISABLED: "disabled"}
-_EAGLE_STEPS_PER_DRAFT_TOKEN = 1  # chain drafts: num_steps = draft tokens - 1
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,7 @@ def launch_for(config: ManagerConfig) -> SglangLaunch:
         q = config.decode_query_len
         args += ["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", DRAFT_MODEL,
                  "--speculative-num-draft-tokens", str(q), "--speculative-num-steps",
-                 str(q - _EAGLE_STEPS_PER_DRAFT_TOKEN), "--speculative-eagle-topk", "1"]
+                 str(rules.eagle_steps(config)), "--speculative-eagle-topk", str(rules.eagle_topk(config))]
     k = rules.lora_case_of(config)
     if k:
         # The LoRA backend that skips inactive dense LoRA (record_nolora_graph) is triton_v2.

@@ -39,6 +39,7 @@ PREFILL = RUNNER + "prefill_cuda_graph_runner"
 BASE = RUNNER + "base_cuda_graph_runner"
 FULL = "sglang.srt.model_executor.runner_backend.full_cuda_graph_backend"
 REGISTRY = "sglang.srt.model_executor.cuda_graph_buffer_registry"
+EAGLE_DRAFT = "sglang.srt.speculative.eagle_draft_cuda_graph_runner"
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              "    capture_bs = [bs for bs in capture_bs if bs * alignment_width % 1 == 0]",
              "unaligned-bs-kept", "alignment", "bs values the attention-TP / two-batch-overlap alignment rules out "
              "are captured"),
+    Mutation(EAGLE_DRAFT, "            buffers.hidden_states[:raw_bs].copy_(forward_batch.spec_info.hidden_states)",
+             "            pass",
+             "draft-hidden-not-filled", "EAGLE draft", "an EAGLE draft decode replay does not copy the requests' "
+             "hidden states into the graph's buffer (it drafts from the capture's or the previous batch's)"),
 )
 BY_NAME = {m.name: m for m in MUTATIONS}
 
