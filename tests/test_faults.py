@@ -158,12 +158,15 @@ def _cmdline(pid: int) -> str:
 def snapshot(run_dir) -> dict[str, tuple[str, str]]:
     """id -> (property, status) of every finding on disk; all must be readable."""
     fdir = run_dir / "findings"
+    names = {n[:-len(".json")] for n in os.listdir(fdir) if n.endswith(".json") and not n.startswith(".")}
     found = scan_findings(str(fdir))
-    names = sorted(n for n in os.listdir(fdir) if n.endswith(".json") and not n.startswith("."))
-    assert len(found) == len(names), f"unreadable finding files among {names}"
+    # A live campaign may remove a provisional finding (its JSON, then its
+    # script) or add one while this looks: only a file that stays is judged.
+    unreadable = sorted(n for n in names - {f.id for f in found} if (fdir / f"{n}.json").exists())
+    assert not unreadable, f"unreadable finding files: {unreadable}"
     for f in found:
-        assert (fdir / f.repro).exists(), f"{f.id} has no repro script"
-    return {f.id: (f.property, f.status) for f in found}
+        assert (fdir / f.repro).exists() or not (fdir / f"{f.id}.json").exists(), f"{f.id} has no repro script"
+    return {f.id: (f.property, f.status) for f in found if (fdir / f"{f.id}.json").exists()}
 
 
 def assert_kept(before: dict, after: dict) -> None:
