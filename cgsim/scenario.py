@@ -12,7 +12,7 @@ from cgsim.descriptors import Batch
 from cgsim.spec.rulesets import DEFAULT_RULESET, get_ruleset
 from cgsim.spec.scheduler import why_unschedulable
 
-__all__ = ["SCHEMA_VERSION", "Step", "Scenario", "ScenarioError", "STEP_KINDS"]
+__all__ = ["SCHEMA_VERSION", "Step", "Served", "Scenario", "ScenarioError", "STEP_KINDS"]
 
 SCHEMA_VERSION = 1
 STEP_KINDS = ("capture", "dispatch", "release")
@@ -59,12 +59,44 @@ class Step:
 
 
 @dataclass(frozen=True)
+class Served:
+    """Where a served scenario's dispatch steps come from: the batches the
+    engine's own scheduler (``scheduler``, a class name) scheduled, in order,
+    for a request trace (``requests``, canonical JSON) under ``launch`` (the
+    command line, with the settings only the scheduler reads).  ``scheduled``
+    counts its batches; a run of identical neighbours is one step, and a
+    stream longer than a scenario holds keeps its first batches."""
+
+    scheduler: str
+    launch: str
+    requests: str
+    scheduled: int
+
+    def to_json(self) -> dict:
+        return {"scheduler": self.scheduler, "launch": self.launch, "requests": json.loads(self.requests),
+                "scheduled": self.scheduled}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Served":
+        if not isinstance(data, dict):
+            raise ScenarioError("a scenario's 'served' must be an object with scheduler, launch, requests, scheduled")
+        return cls(str(data["scheduler"]), str(data["launch"]), json.dumps(data["requests"], sort_keys=True),
+                   int(data["scheduled"]))
+
+    def short(self) -> str:
+        count = len(json.loads(self.requests).get("requests", ()))
+        return f"served by {self.scheduler}: {count} requests, {self.scheduled} batches"
+
+
+@dataclass(frozen=True)
 class Scenario:
     config: ManagerConfig
     steps: tuple[Step, ...]
     ruleset: str = DEFAULT_RULESET
     workload: str = "toy"
     seed: int = 0
+    # Set where the dispatch steps are what the engine's scheduler scheduled (None: drawn from the model).
+    served: Served | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "steps", tuple(self.steps))
@@ -80,7 +112,7 @@ class Scenario:
         return [s.batch for s in self.steps if s.batch is not None]
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "schema_version": SCHEMA_VERSION,
             "ruleset": self.ruleset,
             "workload": self.workload,
@@ -88,6 +120,9 @@ class Scenario:
             "config": self.config.to_json(),
             "steps": [s.to_json() for s in self.steps],
         }
+        if self.served is not None:
+            out["served"] = self.served.to_json()
+        return out
 
     def dumps(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_json(), indent=indent, sort_keys=False)
@@ -116,6 +151,7 @@ class Scenario:
                 ruleset=data.get("ruleset", DEFAULT_RULESET),
                 workload=data.get("workload", "toy"),
                 seed=int(data.get("seed", 0)),
+                served=Served.from_json(data["served"]) if data.get("served") is not None else None,
             )
         except KeyError as exc:
             raise ScenarioError(f"scenario JSON lacks the field {exc.args[0]!r}") from None
@@ -135,8 +171,9 @@ class Scenario:
         return cls.from_json(data)
 
     def short(self) -> str:
+        served = f", {self.served.short()}" if self.served is not None else ""
         return (f"Scenario({self._mode_label()}, sizes={list(self.config.capture_sizes)}, ruleset={self.ruleset}, "
-                f"steps={[s.short() for s in self.steps]})")
+                f"steps={[s.short() for s in self.steps]}{served})")
 
     def _mode_label(self) -> str:
         """The requested mode, and what it resolves to where that differs

@@ -6,18 +6,19 @@ from __future__ import annotations
 
 from typing import Callable
 
-from hypothesis import strategies as st
+from hypothesis import reject, strategies as st
 
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch
 from cgsim.modes import AttentionSupport, CUDAGraphMode
-from cgsim.scenario import Scenario, Step
+from cgsim.scenario import Scenario, Served, Step
+from cgsim.targets.base import TargetUnsupported
 from cgsim.spec import scheduler
 from cgsim.spec.engine_configs import vllm_lora_cases
 from cgsim.spec.rulesets import get_ruleset, rulesets_of
 
-__all__ = ["capture_sizes", "configs", "engine_configs", "surviving_dynamic_sd_configs", "batches", "scenarios",
-           "RULESET_NAMES"]
+__all__ = ["capture_sizes", "configs", "engine_configs", "surviving_dynamic_sd_configs", "batches", "served_steps",
+           "scenarios", "RULESET_NAMES"]
 
 # The strategy picks among vLLM's designs; an engine's own ruleset is pinned
 # (--ruleset, or the target's default) and brings that engine's configs.
@@ -134,6 +135,8 @@ EngineSizes = Callable[[int, int, "tuple | None"], tuple]
 Refusal = Callable[[ManagerConfig], "str | None"]
 # A target's ``engine_config``: the config its engine builds from a drawn one (None: refused).
 Engine = Callable[[ManagerConfig], "ManagerConfig | None"]
+# A target's ``serve``: the batches its engine's scheduler schedules for a request trace, and their origin.
+Serve = Callable[[ManagerConfig, object], "tuple[tuple[Batch, ...], Served]"]
 _MAX_NUM_SEQS = st.one_of(st.integers(1, 1024), st.sampled_from((8, 16, 32, 64, 128, 256, 512, 1024)))
 
 
@@ -325,16 +328,37 @@ def _engine_configs(max_size: int, engine_sizes: EngineSizes | None, refusal: Re
 
 
 @st.composite
+def served_steps(draw, config: ManagerConfig, serve: Serve) -> tuple[tuple[Step, ...], Served]:
+    """A capture, then every batch the engine's scheduler schedules for a
+    drawn request trace (``serve``: a target's hook).  Shrinking goes towards
+    fewer, shorter requests arriving together: a small request trace."""
+    from fuzz.workloads import workloads
+
+    adapters = max(config.lora_cases)
+    requests = draw(workloads(loras=adapters + 1 if adapters else 0))
+    try:
+        stream, served = serve(config, requests)
+    except TargetUnsupported:
+        reject()  # a trace the engine refuses (a KV cache it will not start with) is not drawn
+    if not stream:
+        reject()
+    return (Step.capture(), *(Step.dispatch(b) for b in stream)), served
+
+
+@st.composite
 def scenarios(draw, ruleset: str | None = None, max_size: int = 128, config: ManagerConfig | None = None,
               engine_sizes: EngineSizes | None = None, refusal: Refusal | None = None,
-              engine: Engine | None = None) -> Scenario:
+              engine: Engine | None = None, serve: Serve | None = None) -> Scenario:
     """Scenarios of a config (``config``, or drawn); with ``refusal`` (a
     target's ``unsupported_reason``) only configs the target can be given: a
     scenario it refuses costs a run and judges nothing (on vLLM, tiny configs
     whose max_capture_size exceeds their largest size were a third of all).
     With ``engine`` (a target's ``engine_config``, None where the engine
     refuses) a drawn config stands for the engine settings it is drawn as, and
-    the scenario judges the config the engine builds from them."""
+    the scenario judges the config the engine builds from them.  With
+    ``serve`` (a target's hook) about a third of the draws are served: their
+    batches are the ones the engine's own scheduler schedules for a drawn
+    request trace, not the model's."""
     if config is None and ruleset is not None and get_ruleset(ruleset).engine == "sglang":
         from fuzz.sglang_strategies import sglang_configs
 
@@ -344,6 +368,9 @@ def scenarios(draw, ruleset: str | None = None, max_size: int = 128, config: Man
         ("configs", max_size, engine_sizes, refusal, engine), lambda: _engine_configs(max_size, engine_sizes, refusal,
                                                                                        engine)))
     rs = ruleset if ruleset is not None else draw(_sampled(RULESET_NAMES))
+    if serve is not None and draw(_ints(0, 2)) == 2:
+        steps, served = draw(served_steps(cfg, serve))
+        return Scenario(config=cfg, steps=steps, ruleset=rs, seed=draw(_ints(0, 3)), served=served)
     batch = batches(cfg)  # one strategy object for every batch of this scenario
     steps: list[Step] = []
     # Optional parts are drawn so that shrinking (towards 0) removes them.

@@ -3,6 +3,10 @@ lifecycle state machine.  No pytest fixtures: the target, backend and ruleset
 come from CGSIM_TARGET / CGSIM_BACKEND / CGSIM_RULESET (set by the
 --cgsim-* options), so HypoFuzz can drive these tests directly."""
 
+import json
+from types import SimpleNamespace
+
+import pytest
 from hypothesis import event, given, settings
 
 from cgsim.properties import check_scenario
@@ -178,3 +182,68 @@ def test_scenarios_draw_only_configs_the_target_can_be_given(monkeypatch):
                              suppress_health_check=list(HealthCheck))(lambda scenario: seen.append(
                                  scenario.config.num_ubatches)))()
     assert seen and set(seen) == {1}
+
+
+def _served_by(batches_for):
+    """A fake target hook: the 'scheduler' schedules ``batches_for(requests)``."""
+    from cgsim.scenario import Served
+
+    def serve(config, requests):
+        stream = batches_for(config, requests)
+        return stream, Served("FakeScheduler", "fake serve", json.dumps(requests.to_json(), sort_keys=True),
+                              len(stream))
+    return serve
+
+
+def test_served_scenarios_dispatch_what_the_engines_scheduler_scheduled_and_read_back_from_json(monkeypatch):
+    """A target's serve hook: some of the scenarios capture, then dispatch
+    exactly the hook's batches in its order; the scenario's JSON keeps their
+    origin and reads back equal; traces the engine refuses are not drawn."""
+    from hypothesis import HealthCheck, Phase
+
+    from cgsim.descriptors import Batch
+    from cgsim.scenario import Scenario
+    from cgsim.targets import TargetUnsupported
+    from fuzz.campaign import worker
+
+    def batches_for(config, requests):
+        if len(requests.requests) > 6:
+            raise TargetUnsupported("too many requests for this engine")
+        return tuple(Batch((1,) * n) for n in range(1, min(len(requests.requests), config.max_num_reqs) + 1))
+
+    class Serving:
+        engine_capture_sizes = None
+        serve = staticmethod(_served_by(batches_for))
+
+    import cgsim.targets as targets
+
+    monkeypatch.setattr(targets, "get_target", lambda name: Serving())
+    seen = []
+
+    @settings(max_examples=120, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(worker.default_strategy("vllm-0.32", "serving"))
+    def draw(scenario):
+        seen.append(scenario)
+
+    draw()
+    served = [s for s in seen if s.served is not None]
+    assert served and len(served) < len(seen) / 2, (len(served), len(seen))
+    for s in served:
+        requests = json.loads(s.served.requests)["requests"]
+        assert 1 <= len(requests) <= 6
+        assert [st.kind for st in s.steps] == ["capture"] + ["dispatch"] * (len(s.steps) - 1)
+        assert list(s.batches) == list(batches_for(s.config, SimpleNamespace(requests=requests)))
+        assert Scenario.from_json(json.loads(s.dumps())) == s and "served by FakeScheduler" in s.short()
+
+
+def test_a_served_scenario_with_a_malformed_origin_is_one_line():
+    from cgsim.config import ManagerConfig
+    from cgsim.scenario import Scenario, ScenarioError, Step
+
+    data = Scenario(ManagerConfig(capture_sizes=(1, 2)), (Step.capture(),)).to_json()
+    data["served"] = {"scheduler": "Scheduler", "launch": "vllm serve"}
+    with pytest.raises(ScenarioError, match="lacks the field 'requests'"):
+        Scenario.from_json(data)
+    data["served"] = "Scheduler"
+    with pytest.raises(ScenarioError, match="'served' must be an object"):
+        Scenario.from_json(data)

@@ -187,4 +187,11 @@ class Target(Protocol):
         """Optional: the launch that reaches ``scenario`` (the command line a
         user types and its parts), recorded with every finding."""
 
+    def serve(self, config: ManagerConfig, requests: Any) -> tuple[tuple[Batch, ...], Any]:
+        """Optional: the batches the engine's own scheduler schedules, in
+        order, for the request trace ``requests`` under the launch ``config``
+        stands for, and where they came from (a ``cgsim.scenario.Served``);
+        TargetUnsupported where the engine refuses the trace.  Campaign
+        strategies make served scenarios of them."""
+
     def build(self, config: ManagerConfig, ruleset: Ruleset, backend, workload) -> ManagerUnderTest: ...

@@ -103,10 +103,12 @@ def capture_size_range(largest: int) -> str:
 def default_strategy(ruleset: str | None, target: str | None = None) -> Any:
     """Scenarios for a campaign against ``target``: tiny configs, and configs
     as the target's engine runs them (its own default capture sizes), of
-    those the target can be given at all (its ``unsupported_reason``)."""
+    those the target can be given at all (its ``unsupported_reason``); where
+    the target has a ``serve`` hook, some with the batches its engine's own
+    scheduler schedules."""
     from fuzz.strategies import scenarios
 
-    engine_sizes = refusal = engine = None
+    engine_sizes = refusal = engine = serve = None
     if target is not None:
         from cgsim.targets import get_target
 
@@ -114,7 +116,8 @@ def default_strategy(ruleset: str | None, target: str | None = None) -> Any:
         engine_sizes = getattr(t, "engine_capture_sizes", None)
         refusal = getattr(t, "unsupported_reason", None)
         engine = _counted(getattr(t, "engine_config", None))
-    return scenarios(ruleset=ruleset, engine_sizes=engine_sizes, refusal=refusal, engine=engine)
+        serve = getattr(t, "serve", None)
+    return scenarios(ruleset=ruleset, engine_sizes=engine_sizes, refusal=refusal, engine=engine, serve=serve)
 
 
 # Configs the target's engine refused while the strategy drew them (engine
@@ -283,6 +286,8 @@ class Worker:
             if step.batch is not None:
                 add("batch_kinds", step.batch.kind)
             add("step_kinds", step.kind)
+        # Where the batches came from: the engine's own scheduler, or cgsim's model of it.
+        add("batch_sources", scenario.served.scheduler if scenario.served is not None else "model")
 
     def _write_inflight(self, scenario: Any) -> None:
         # Cheap (one rewrite, no fsync): read by the parent after this process

@@ -158,6 +158,14 @@ class VllmTarget:
 
         return launch_for(scenario.config, release=_releases(scenario)).to_json()
 
+    def serve(self, config: ManagerConfig, requests: Any) -> tuple:
+        """The batches vLLM's own scheduler schedules for the request trace
+        ``requests`` (``scheduling.Workload``) under ``config``'s launch, as
+        the V2 runner receives them (``scheduling.serve``)."""
+        from cgsim.targets.vllm.scheduling.serve import served_stream  # noqa: PLC0415
+
+        return served_stream(config, requests)
+
     def engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
                              spec_schedule: tuple | None) -> tuple[int, ...]:
         """The capture sizes this vLLM picks by default (VllmConfig._set_cudagraph_sizes)."""

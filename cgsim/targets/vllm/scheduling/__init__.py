@@ -3,7 +3,8 @@
 Modules: ``workload`` (request traces), ``driver`` (the scheduler as the
 engine core drives it, with a fake model runner), ``batches`` (each step's
 batch as the V2 model runner receives it), ``crosscheck`` (those batches
-against cgsim's model, ``cgsim.spec.scheduler``), ``survey`` (engine-like
+against cgsim's model, ``cgsim.spec.scheduler``), ``serve`` (them as a
+scenario's dispatch steps), ``survey`` (engine-like
 launches scheduled and checked).
 """
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cgsim.config import ManagerConfig
+from cgsim.targets.base import TargetUnsupported
 from cgsim.targets.vllm.compat import require_vllm
 from cgsim.targets.vllm.engine import EngineLaunch, engine_config, launch_for, launched
 from cgsim.targets.vllm.scheduling.batches import RunnerView, ScheduledBatch
@@ -114,7 +115,7 @@ def _build(launch: EngineLaunch) -> tuple[Any, Any, int]:
     # check_enough_kv_cache_memory: vLLM does not start unless one request of max_model_len fits.
     need = -(-vc.model_config.max_model_len // block_size)
     if kv_blocks < need:
-        raise ValueError(f"a KV cache of {kv_blocks} blocks of {block_size} tokens cannot hold one request of "
+        raise TargetUnsupported(f"a KV cache of {kv_blocks} blocks of {block_size} tokens cannot hold one request of "
                          f"max_model_len {vc.model_config.max_model_len} and vLLM refuses to start with it: give it "
                          f"at least {need * block_size} tokens")
     som = importlib.import_module("vllm.v1.structured_output")
@@ -142,7 +143,7 @@ def _request(spec: RequestSpec, index: int, seed: int, hasher: Any, lora_enabled
     lora = None
     if spec.lora and not lora_enabled:
         # v1/engine/input_processor.py refuses it before it reaches the scheduler.
-        raise ValueError(f"request {index} asks for LoRA adapter {spec.lora} but the launch does not enable LoRA: "
+        raise TargetUnsupported(f"request {index} asks for LoRA adapter {spec.lora} but the launch does not enable LoRA: "
                          "give the config a LoRA case above 0 or drop the request's adapter")
     if spec.lora:
         LoRARequest = importlib.import_module("vllm.lora.request").LoRARequest  # noqa: N806

@@ -9,6 +9,7 @@ long runs.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
@@ -63,6 +64,16 @@ class Workload:
             raise ValueError(f"acceptance is a probability, got {self.acceptance}")
         if self.kv_tokens is not None and self.kv_tokens < 1:
             raise ValueError(f"kv_tokens must be >= 1 or None, got {self.kv_tokens}")
+
+    def to_json(self) -> dict:
+        return {"requests": [dataclasses.asdict(r) for r in self.requests], "acceptance": self.acceptance,
+                "kv_tokens": self.kv_tokens, "async_scheduling": self.async_scheduling, "seed": self.seed,
+                "max_steps": self.max_steps}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Workload":
+        return cls(tuple(RequestSpec(**r) for r in data["requests"]), data["acceptance"], data["kv_tokens"],
+                   data["async_scheduling"], data["seed"], data["max_steps"])
 
 
 def random_workload(seed: int, num_requests: int = 64, loras: int = 0, kv_tokens: int | None = None,

@@ -1,0 +1,114 @@
+"""Served scenarios: vLLM's own scheduler decides a scenario's batches
+(``cgsim.targets.vllm.scheduling.serve``, the vLLM target's ``serve`` hook),
+and every batch it schedules is dispatched through the real manager and
+judged by the properties.
+
+Needs vLLM (the ``vllm-0.NN`` tox envs); skipped with the reason elsewhere,
+unless CGSIM_REQUIRE_VLLM=1 says vLLM must be there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from vllm_required import skip_unless_vllm
+
+skip_unless_vllm()
+
+from cgsim.config import ManagerConfig  # noqa: E402
+from cgsim.finding import Finding  # noqa: E402
+from cgsim.properties import check_scenario  # noqa: E402
+from cgsim.runner import run_scenario  # noqa: E402
+from cgsim.scenario import Scenario, Step  # noqa: E402
+from cgsim.targets import TargetUnsupported, get_target  # noqa: E402
+from cgsim.targets.vllm.compat import require_vllm  # noqa: E402
+from cgsim.targets.vllm.known import classify  # noqa: E402
+from cgsim.targets.vllm.scheduling import RequestSpec, Workload, run_scheduler  # noqa: E402
+from cgsim.targets.vllm.scheduling.serve import MAX_SERVED_STEPS, ModelMiss  # noqa: E402
+from cgsim.trace import Dispatch, Replay  # noqa: E402
+from fuzz.campaign.worker import default_strategy  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CAPS = require_vllm()
+TARGET = get_target("vllm")
+# Speculative decoding with three tokens a step, LoRA and a chunked prompt: decodes, mixed and prefill batches.
+CONFIG = ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 8), max_num_reqs=4, decode_query_len=3)
+TRACE = Workload((RequestSpec(0, 5, 6), RequestSpec(0, 40, 4), RequestSpec(2, 3, 8), RequestSpec(3, 1, 5)),
+                 acceptance=0.5, seed=1)
+
+
+def served(config: ManagerConfig, requests: Workload) -> Scenario:
+    built = TARGET.engine_config(config)
+    stream, origin = TARGET.serve(built, requests)
+    return Scenario(built, (Step.capture(), *(Step.dispatch(b) for b in stream)), ruleset=CAPS.ruleset,
+                    served=origin)
+
+
+def test_a_served_scenario_dispatches_every_batch_vllm_scheduled_in_order():
+    sc = served(CONFIG, TRACE)
+    run = run_scheduler(sc.config, TRACE)
+    scheduled = [b.batch() for b in run.batches]
+    # A run of identical neighbours is one dispatch step; nothing else is left out or reordered.
+    folded = [b for i, b in enumerate(scheduled) if i == 0 or scheduled[i - 1] != b]
+    assert list(sc.batches) == folded[:MAX_SERVED_STEPS]
+    assert sc.served.scheduler == run.scheduler and sc.served.scheduled == len(run.batches)
+    assert sc.served.launch == run.launch and json.loads(sc.served.requests) == TRACE.to_json()
+    assert Workload.from_json(json.loads(sc.served.requests)) == TRACE
+    assert Scenario.from_json(json.loads(sc.dumps())) == sc
+    assert f"served by {run.scheduler}: 4 requests" in sc.short()
+
+
+def test_every_served_batch_is_dispatched_replayed_and_judged():
+    sc = served(CONFIG, TRACE)
+    trace = run_scenario(sc, target="vllm", backend="mock", timeout=300)
+    assert not trace.unsupported and not trace.errors, (trace.unsupported, trace.errors)
+    assert [d.batch for d in trace.of(Dispatch)] == list(sc.batches)
+    assert len(trace.of(Replay)) == len(sc.batches)
+    found = [Finding.from_violation(v, sc.to_json(), "vllm", "mock") for v in check_scenario(sc, trace).violations]
+    # Only the release's documented defects may show on a clean tree.
+    assert all(classify(f, CAPS.version) is not None for f in found), [(f.property, f.message) for f in found]
+
+
+def test_a_trace_vllm_refuses_is_refused_not_served():
+    lora_request = Workload((RequestSpec(0, 4, 2, lora=1),))
+    with pytest.raises(TargetUnsupported, match="does not enable LoRA"):
+        served(CONFIG, lora_request)
+
+
+def test_a_scheduled_batch_outside_the_model_is_a_bug_of_cgsim_not_a_scenario(monkeypatch):
+    # A model whose decodes are never longer than one token per request misses
+    # every speculative decode vLLM schedules.
+    monkeypatch.setattr(ManagerConfig, "scheduler_longest_decode_len", lambda self, n: 1)
+    with pytest.raises(ModelMiss, match=r"scheduled Batch\(.*leaves out .* the request trace that shows it: \{"):
+        served(CONFIG, TRACE)
+    assert ModelMiss("x").exit_code == 2
+
+
+@settings(max_examples=6, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(default_strategy(CAPS.ruleset, "vllm"))
+def test_campaigns_draw_served_scenarios_that_replay_from_their_json(scenario):
+    """The campaign's strategy: a served scenario's JSON carries its steps and
+    origin, and reads back the same (a repro needs no scheduler)."""
+    assert Scenario.from_json(json.loads(scenario.dumps())) == scenario
+    if scenario.served is not None:
+        assert scenario.steps[0].kind == "capture" and all(s.kind == "dispatch" for s in scenario.steps[1:])
+        assert "vllm serve" in scenario.served.launch
+
+
+def test_a_campaign_judges_served_scenarios(tmp_path):
+    reports = tmp_path / "reports"
+    run = subprocess.run([sys.executable, "-m", "fuzz", "run", "--target", "vllm", "--max-examples", "30", "--workers",
+                          "1", "--seed", "2", "--report-dir", str(reports), "--quiet"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert run.returncode in (0, 1), run.stderr[-2000:]
+    summary = json.loads((reports / "latest" / "summary.json").read_text())
+    sources = summary["coverage"]["batch_sources"]
+    assert sources.get("model") and sum(n for k, n in sources.items() if k != "model"), sources
