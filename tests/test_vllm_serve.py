@@ -22,6 +22,7 @@ from vllm_required import skip_unless_vllm
 skip_unless_vllm()
 
 from cgsim.config import ManagerConfig  # noqa: E402
+from cgsim.descriptors import Batch  # noqa: E402
 from cgsim.finding import Finding  # noqa: E402
 from cgsim.properties import check_scenario  # noqa: E402
 from cgsim.runner import run_scenario  # noqa: E402
@@ -112,3 +113,77 @@ def test_a_campaign_judges_served_scenarios(tmp_path):
     summary = json.loads((reports / "latest" / "summary.json").read_text())
     sources = summary["coverage"]["batch_sources"]
     assert sources.get("model") and sum(n for k, n in sources.items() if k != "model"), sources
+
+
+# -- the scheduler's word on a finding's claim ------------------------------------
+
+# docs/findings.md #6's launch: one request drafts a token (length 2), two draft none (length 1).
+FINDING_6 = os.path.join(ROOT, "docs", "findings", "capture-useful-a02a072c44.json")
+# Two requests verify one draft each, one request none (the shrink of issue #35's question).
+SHRINK = ManagerConfig(mode="FULL", capture_sizes=(1, 2, 4), max_num_reqs=2, decode_query_len=2,
+                       spec_schedule=((1, 1, 0), (2, 2, 1)), attention_support="UNIFORM_BATCH")
+
+
+def _dynamic_schedules() -> bool:
+    """Whether this tree takes a dynamic speculative schedule (else vLLM refuses the launch)."""
+    if CAPS.dynamic_sd:
+        return True
+    with pytest.raises(TargetUnsupported):
+        TARGET.engine_config(SHRINK)
+    return False
+
+
+def _findings(sc: Scenario, prop: str) -> list[Finding]:
+    trace = run_scenario(sc, target="vllm", backend="mock", timeout=300)
+    return [Finding.from_violation(v, sc.to_json(), "vllm", "mock") for v in check_scenario(sc, trace).violations
+            if v.property == prop]
+
+
+def test_a_served_findings_batches_are_the_schedulers():
+    sc = served(CONFIG, TRACE)
+    finding = Finding("DISPATCH-SOUND", "m", "vllm", "mock", sc.to_json(), step=1)
+    said = TARGET.evidence(finding)
+    assert said == {"batches_from": "scheduler", "scheduler": sc.served.scheduler, "requests": 4,
+                    "batch_scheduled": True}
+
+
+def test_a_dispatch_findings_batch_is_looked_for_among_the_batches_vllm_schedules():
+    built = TARGET.engine_config(CONFIG)
+    sc = Scenario(built, (Step.capture(),), ruleset=CAPS.ruleset)
+
+    def said(batch):
+        facts = {"batch_shape": batch.shape.to_json()}
+        return TARGET.evidence(Finding("DISPATCH-SOUND", "m", "vllm", "mock", sc.to_json(), extra={"facts": facts}))
+
+    scheduled = said(Batch((3, 3)))  # two requests verifying their two drafts each
+    assert scheduled["batches_from"] == "model" and scheduled["batch_scheduled"] is True
+    assert scheduled["runs"] == 4 and scheduled["scheduled"] > 100 and "vllm serve" in scheduled["launch"]
+    # Static drafts of two: a decode of length 2 only where a request nears max_model_len, never four at once.
+    assert said(Batch((2, 2, 2, 2)))["batch_scheduled"] is False
+
+
+def test_the_scheduler_agrees_that_finding_6s_graph_is_never_used():
+    if not _dynamic_schedules():
+        return
+    documented = Finding.from_json(json.loads(open(FINDING_6).read()))
+    sc = Scenario.from_json(documented.scenario)
+    useful = _findings(sc, "CAPTURE-USEFUL")
+    if not useful:  # fixed in 0.34: vLLM sizes decode graphs by the schedule
+        return
+    said = TARGET.evidence(useful[0])
+    assert said["batches_from"] == "model" and said["graph_used"] is False, said
+
+
+def test_a_model_narrower_than_vllms_scheduler_is_contradicted_on_the_finding(monkeypatch):
+    if not _dynamic_schedules():
+        return
+    # The model before vLLM's scheduler was run: a decode of n requests is n x the
+    # schedule's length for n, so the graph a shrunk batch of one request replays
+    # (FULL tokens=2 reqs=1) looks unused; vLLM's scheduler says otherwise.
+    monkeypatch.setattr(ManagerConfig, "scheduler_longest_decode_len", ManagerConfig.scheduler_decode_query_len)
+    built = TARGET.engine_config(SHRINK)
+    sc = Scenario(built, (Step.capture(),), ruleset=CAPS.ruleset)
+    claims = [f for f in _findings(sc, "CAPTURE-USEFUL") if "tokens=2 reqs=1" in f.message]
+    assert claims, "the narrow model calls the one-request length-2 graph unused"
+    said = TARGET.evidence(claims[0])
+    assert said["graph_used"] is True, said

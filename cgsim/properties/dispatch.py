@@ -132,8 +132,9 @@ def _fit_facts(run: RunView, step: int | None, b, got: BatchDescriptor, fitting:
     fitting = sorted(fitting, key=desc_sort_key)
     held = [candidates_hold(run, step, b, c) for c in fitting]
     listed = None if any(h is None for h in held) else any(held)
-    return (("batch", b.short()), ("got", got.short()), ("fits", [c.short() for c in fitting]),
-            ("fit_in_candidates", listed))
+    shape = b.shape if isinstance(b, Batch) else b
+    return (("batch", b.short()), ("batch_shape", shape.to_json()), ("got", got.short()),
+            ("fits", [c.short() for c in fitting]), ("fit_in_candidates", listed))
 
 
 @declare("DISPATCH-COMPLETE", "if any captured descriptor fits the batch, dispatch does not return NONE",
@@ -348,12 +349,13 @@ def capture_useful(run: RunView) -> list[Violation]:
         # scheduler can produce: its unique best graph is useful.
         useful = {fit.choices[0] for sv in run.sweeps if sv.captured is cap
                   for fit in sv.fits() if len(fit.choices) == 1}
+        captured = [c.to_json() for c in sorted(cap.descs, key=desc_sort_key)]
         for d, why in useless_descriptors(cfg, cap.descs, useful).items():
             out.append(Violation(
                 "CAPTURE-USEFUL",
                 f"captured {d.short()} is never the unique dispatch choice for a batch the scheduler can produce "
                 f"(up to {cfg.max_capture_size} tokens, {cfg.max_num_reqs} requests): {why}",
-                cap.step,
+                cap.step, (("graph", d.to_json()), ("captured", captured)),
             ))
     return group(out)
 

@@ -14,7 +14,7 @@ import html
 import json
 from typing import Any, Mapping
 
-from cgsim.report.markdown import defect_cards
+from cgsim.report.markdown import defect_cards, scheduler_said
 
 __all__ = ["render_html"]
 
@@ -117,6 +117,7 @@ def _finding(f: Mapping, images: Mapping[str, bytes], compact: bool = False) -> 
         ("property", f"<code>{_e(f.get('property'))}</code>: {_e(f.get('statement') or '')}"),
         ("what was seen", _e(f.get("message"))),
         *([("reached by", f"<code>{_e(f['launch']['line'])}</code>")] if (f.get("launch") or {}).get("line") else []),
+        *([("the engine's scheduler", _e(said))] if (said := scheduler_said(f)) else []),
         ("kind · status", f"{_e(f.get('kind'))} · {_e(f.get('status'))}"),
         ("target · backend", f"<code>{_e(f.get('target'))}</code> · <code>{_e(f.get('backend'))}</code>"),
         ("finding file", f"<code>{_e(f.get('path'))}</code>"),

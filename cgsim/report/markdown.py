@@ -7,6 +7,7 @@ keeps working commands."""
 from __future__ import annotations
 
 import json
+from typing import Mapping
 
 __all__ = ["render_markdown", "node_rows", "defect_cards"]
 
@@ -113,6 +114,7 @@ def render_markdown(summary: dict) -> str:
             f"- **kind**: {f.get('kind')} · **status**: {f.get('status')} · **target**: `{f.get('target')}` · **backend**: `{f.get('backend')}`",
             f"- **what was seen**: {f.get('message')}",
             *([f"- **reached by**: `{f['launch']['line']}`"] if (f.get("launch") or {}).get("line") else []),
+            *([f"- **the engine's scheduler**: {said}"] if (said := scheduler_said(f)) else []),
             f"- **finding file**: `{f.get('path')}`",
             f"- **repro script**: `{f.get('repro_path')}`",
         ]
@@ -220,3 +222,19 @@ def node_rows(workers: list[dict]) -> list[dict]:
         r["scenarios"] += w.get("scenarios") or 0
         r["restarts"] += w.get("restarts") or 0
     return list(rows.values())
+
+
+def scheduler_said(f: Mapping) -> str | None:
+    """A finding's scheduler evidence in a sentence (None: it has none)."""
+    said = f.get("scheduler_evidence")
+    if not said:
+        return None
+    if said.get("batches_from") == "scheduler":
+        return f"every batch of this scenario was scheduled by {said['scheduler']} for {said['requests']} requests"
+    where = f"in {said['runs']} runs ({said['scheduled']} batches) of `{said['launch']}`"
+    parts = []
+    if "batch_scheduled" in said:
+        parts.append(f"the batch {'was' if said['batch_scheduled'] else 'was never'} scheduled")
+    if "graph_used" in said:
+        parts.append(f"{'a' if said['graph_used'] else 'no'} scheduled batch dispatches to the graph")
+    return f"{' and '.join(parts)} {where}"

@@ -194,4 +194,9 @@ class Target(Protocol):
         TargetUnsupported where the engine refuses the trace.  Campaign
         strategies make served scenarios of them."""
 
+    def evidence(self, finding: Any) -> dict | None:
+        """Optional: what the engine's own scheduler says about the batch or
+        graph a final finding's claim rests on (recorded with it as
+        ``scheduler_evidence``); None where it rests on neither."""
+
     def build(self, config: ManagerConfig, ruleset: Ruleset, backend, workload) -> ManagerUnderTest: ...

@@ -319,6 +319,8 @@ class Worker:
             pass
 
     def _record(self, finding: Finding, status: str, extra: dict | None = None) -> Finding:
+        from cgsim.report.findings import FINAL
+
         spec, o = self.spec, self.o
         # The target says which documented defect of the code under test this
         # is (optional hook; e.g. vLLM's known defects), recorded with it.
@@ -330,6 +332,11 @@ class Worker:
         launch = getattr(target, "launch", None)  # the settings a user types to reach it
         if launch is not None:
             labels = {**labels, "launch": launch(Scenario.from_json(finding.scenario))}
+        evidence = getattr(target, "evidence", None)  # the engine's scheduler on the claim's batch or graph
+        if evidence is not None and (status in FINAL or status == "unshrunk"):  # a finding's last word
+            said = evidence(finding)
+            if said is not None:
+                labels = {**labels, "scheduler_evidence": said}
         if extra and extra.get("replays", False) is None:  # not replayed here (a recurrence, a shrink)
             extra = {k: v for k, v in extra.items() if k != "replays"}
         finding = finding.with_(

@@ -166,6 +166,15 @@ class VllmTarget:
 
         return served_stream(config, requests)
 
+    def evidence(self, finding: Any) -> dict | None:
+        """Whether vLLM's scheduler schedules the batch a finding rests on, or
+        dispatches any batch to the graph it calls unused
+        (``scheduling.evidence``); None where the claim rests on neither."""
+        from cgsim.scenario import Scenario  # noqa: PLC0415
+        from cgsim.targets.vllm.scheduling.evidence import scheduler_evidence  # noqa: PLC0415
+
+        return scheduler_evidence(Scenario.from_json(finding.scenario), finding.extra.get("facts") or {})
+
     def engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
                              spec_schedule: tuple | None) -> tuple[int, ...]:
         """The capture sizes this vLLM picks by default (VllmConfig._set_cudagraph_sizes)."""
