@@ -12,7 +12,8 @@ from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor, compatible, fits_in_case, lora_case
 from cgsim.modes import RUNTIME_RANK, CUDAGraphMode
 from cgsim.properties.registry import Violation, declare
-from cgsim.properties.view import RunView, candidates_hold, group, incompat_reason, not_run, shorts, sweep_violations
+from cgsim.properties.view import (RunView, candidates_hold, group, incompat_reason, not_run, shape_facts, shorts,
+                                   sweep_violations)
 from cgsim.spec import desc_sort_key, dispatch_choices, expected_dispatch, padding_key
 from cgsim.spec import scheduler
 from cgsim.trace import CaptureDone, Dispatch, Release
@@ -39,31 +40,31 @@ def dispatch_sound(run: RunView) -> list[Violation]:
         d, b, step = v.dispatch.desc, v.dispatch.batch, v.dispatch.step
         if d.cg_mode == N:
             if d.num_tokens < b.num_tokens:
-                out.append(Violation("DISPATCH-SOUND", f"{b.short()} dispatched to eager {d.short()} with fewer tokens than the batch", step))
+                out.append(Violation("DISPATCH-SOUND", f"{b.short()} dispatched to eager {d.short()} with fewer tokens than the batch", step, shape_facts(b)))
             continue
         if not compatible(d, b, cases):
             out.append(Violation(
-                "DISPATCH-SOUND", f"{b.short()} dispatched to incompatible {d.short()}: {incompat_reason(d, b, cases)}", step))
+                "DISPATCH-SOUND", f"{b.short()} dispatched to incompatible {d.short()}: {incompat_reason(d, b, cases)}", step, shape_facts(b)))
         if v.captured is None:
             continue  # before capture / after release: BEFORE-CAPTURE judges it
         if d.cg_mode == F:
             if d not in v.captured.stored:
                 out.append(Violation(
-                    "DISPATCH-SOUND", f"{b.short()} dispatched to FULL {d.short()}, but no graph is stored for it", step))
+                    "DISPATCH-SOUND", f"{b.short()} dispatched to FULL {d.short()}, but no graph is stored for it", step, shape_facts(b)))
             elif v.replay is not None and v.replay.path != "full":
                 out.append(Violation(
-                    "DISPATCH-SOUND", f"{b.short()} dispatched to FULL {d.short()} ran on the {v.replay.path} path, not a graph replay", step))
+                    "DISPATCH-SOUND", f"{b.short()} dispatched to FULL {d.short()} ran on the {v.replay.path} path, not a graph replay", step, shape_facts(b)))
         elif d.cg_mode == P:
             if not run.trace.has_piecewise_runner:
                 out.append(Violation(
                     "DISPATCH-SOUND",
                     f"{b.short()} dispatched to PIECEWISE {d.short()}, but nothing runs piecewise graphs "
                     "(no compiled submodule, no breakable capture)",
-                    step,
+                    step, shape_facts(b),
                 ))
             elif d not in v.captured.piecewise:
                 out.append(Violation(
-                    "DISPATCH-SOUND", f"{b.short()} dispatched to PIECEWISE {d.short()}, which was not captured", step))
+                    "DISPATCH-SOUND", f"{b.short()} dispatched to PIECEWISE {d.short()}, which was not captured", step, shape_facts(b)))
     for sv in run.sweeps:
         failures = []
         # A sweep's thousands of decisions are a few distinct descriptors:
@@ -132,8 +133,7 @@ def _fit_facts(run: RunView, step: int | None, b, got: BatchDescriptor, fitting:
     fitting = sorted(fitting, key=desc_sort_key)
     held = [candidates_hold(run, step, b, c) for c in fitting]
     listed = None if any(h is None for h in held) else any(held)
-    shape = b.shape if isinstance(b, Batch) else b
-    return (("batch", b.short()), ("batch_shape", shape.to_json()), ("got", got.short()),
+    return (("batch", b.short()), *shape_facts(b), ("got", got.short()),
             ("fits", [c.short() for c in fitting]), ("fit_in_candidates", listed))
 
 
@@ -187,7 +187,7 @@ def dispatch_minimal(run: RunView) -> list[Violation]:
                 "DISPATCH-MINIMAL",
                 f"{b.short()} dispatched to {d.short()} padding (tokens, reqs) = {got}; captured {better.short()} "
                 f"pads only {least}",
-                v.dispatch.step,
+                v.dispatch.step, shape_facts(b),
             ))
     for sv in run.captured_sweeps:
         failures = []
@@ -240,7 +240,7 @@ def dispatch_roundtrip(run: RunView) -> list[Violation]:
                 "DISPATCH-ROUNDTRIP",
                 f"{b.short()} has exactly the shape of captured {target.short()} but dispatched to {d.short()}"
                 + (f" (pads {padding_key(d, b)})" if d.cg_mode != N else ""),
-                v.dispatch.step,
+                v.dispatch.step, shape_facts(b),
             ))
     for sv in run.captured_sweeps:
         failures = []

@@ -666,8 +666,17 @@ def sweep_violations(prop: str, sweep: SweepView, failures: list[tuple[BatchShap
     of = {"exhaustive": f"all {sw.space}", "boundary": f"{len(sw.batches)} (every boundary class) of the {sw.space}"}.get(
         sw.coverage, f"{len(sw.batches)} (every boundary class and a sample) of the {sw.space}")
     count = f"{len(failures)} of {of} schedulable batches fail; this is the smallest"
-    return [Violation(prop, f"{msg} ({sweep.when()}: {count})", sweep.step if sweep.step >= 0 else None,
-                      facts(b) if facts is not None else ())]
+    given = facts(b) if facts is not None else ()
+    if not any(name == "batch_shape" for name, _ in given):
+        given = (*given, *shape_facts(b))
+    return [Violation(prop, f"{msg} ({sweep.when()}: {count})", sweep.step if sweep.step >= 0 else None, given)]
+
+
+def shape_facts(b: Any) -> tuple:
+    """The fact every dispatch finding carries: the shape of its batch (what
+    dispatch reads of it), for readers that ask whether a scheduler makes it."""
+    shape = b if isinstance(b, BatchShape) else b.shape
+    return (("batch_shape", shape.to_json()),)
 
 
 def candidates_hold(run: "RunView", step: int | None, batch: Any, desc: BatchDescriptor) -> bool | None:
