@@ -94,4 +94,7 @@ def scenario_code(scenario: Scenario) -> str:
         lines.append(f"    seed={scenario.seed!r},")
     lines.append(")")
     lines.append(f"# {mode_resolution(scenario)}")
+    if scenario.served is not None:
+        # The steps replay as they are; their origin stays in the scenario's JSON.
+        lines.append(f"# the dispatch steps: what {scenario.served.short()} under `{scenario.served.launch}`")
     return "\n".join(lines)

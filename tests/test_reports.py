@@ -404,3 +404,21 @@ def test_repro_script_exits_2_not_1_when_something_unexpected_breaks(tmp_path, c
     assert main([]) == 2  # exit 1 means "reproduced" and nothing else
     err = capsys.readouterr().err
     assert err.startswith("error:") and len(err.strip().splitlines()) == 1
+
+
+def test_scenario_code_of_a_served_scenario_builds_its_steps_and_names_their_origin():
+    import dataclasses
+
+    from cgsim.config import ManagerConfig
+    from cgsim.descriptors import Batch
+    from cgsim.scenario import Scenario, Served, Step
+    from cgsim.scenario_code import scenario_code
+
+    served = Served("AsyncScheduler", "vllm serve m --max-num-seqs 2", json.dumps({"requests": [{}, {}]}), 5)
+    sc = Scenario(ManagerConfig(capture_sizes=(1, 2), max_num_reqs=2), (Step.capture(), Step.dispatch(Batch((1, 1)))),
+                  served=served)
+    code = scenario_code(sc)
+    namespace: dict = {}
+    exec(code, namespace)
+    assert namespace["scenario"] == dataclasses.replace(sc, served=None)
+    assert "# the dispatch steps: what served by AsyncScheduler: 2 requests, 5 batches under `vllm serve m" in code
