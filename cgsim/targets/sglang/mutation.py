@@ -5,11 +5,8 @@ without writing into the tree: ``CGSIM_SGLANG_MUTATIONS`` (JSON: a list of
 {"module", "old", "new"}, or the name of a mutation of ``MUTATIONS``) names
 lines of sglang modules and what they become, and a ``sys.meta_path`` finder
 in front of the import system loads each named module from its own file
-with the line replaced.  The variable travels to every process of a job
-(campaign workers, replays, repro scripts); tracebacks point at the
-module's file, whose line numbers stay what they were.  A line that is not
-in the module exactly once, or a name no mutation has, is a broken
-environment (exit 2), never a silent no-op.
+with the line replaced (``cgsim.targets.engine_mutation``).  A name no mutation
+has is a broken environment (exit 2), as is a line that does not apply.
 
 ``MUTATIONS`` is the table ``benchmarks/bench_sglang.py --runner-mutations``
 measures: one-line bugs across padding, buffer filling, replay inputs,
@@ -19,14 +16,12 @@ output slicing, warmup, LoRA, DP attention and the batch-size alignment
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import json
 import os
-import sys
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
+from cgsim.targets import engine_mutation as _shared
+from cgsim.targets.engine_mutation import Mutation
 from cgsim.targets.sglang.compat import SglangEnvironmentError
 
 __all__ = ["MUTATIONS_ENV", "Mutation", "MUTATIONS", "MutationError", "environment_for", "install_from_environment",
@@ -40,19 +35,6 @@ BASE = RUNNER + "base_cuda_graph_runner"
 FULL = "sglang.srt.model_executor.runner_backend.full_cuda_graph_backend"
 REGISTRY = "sglang.srt.model_executor.cuda_graph_buffer_registry"
 EAGLE_DRAFT = "sglang.srt.speculative.eagle_draft_cuda_graph_runner"
-
-
-@dataclass(frozen=True)
-class Mutation:
-    module: str
-    old: str
-    new: str
-    name: str = ""
-    area: str = ""  # padding, buffer filling, replay inputs, output slicing, warmup, LoRA, DP, alignment
-    bug: str = ""  # what goes wrong, in a line
-
-    def to_json(self) -> dict:
-        return {"module": self.module, "old": self.old, "new": self.new, "name": self.name}
 
 
 MUTATIONS: tuple[Mutation, ...] = (
@@ -138,7 +120,7 @@ class MutationError(SglangEnvironmentError):
 
 def environment_for(mutations: Sequence[Mutation]) -> dict[str, str]:
     """The environment that puts ``mutations`` into a job's processes."""
-    return {MUTATIONS_ENV: json.dumps([m.to_json() for m in mutations])}
+    return _shared.environment_for(MUTATIONS_ENV, mutations)
 
 
 def parse(text: str) -> tuple[Mutation, ...]:
@@ -155,8 +137,7 @@ def parse(text: str) -> tuple[Mutation, ...]:
                                         f"{', '.join(BY_NAME)}")
                 out.append(BY_NAME[item])
             else:
-                out.append(Mutation(str(item["module"]), str(item["old"]), str(item["new"]),
-                                    str(item.get("name", ""))))
+                out.append(Mutation.from_json(item))
         return tuple(out)
     except MutationError:
         raise
@@ -165,57 +146,12 @@ def parse(text: str) -> tuple[Mutation, ...]:
                             f"({exc}); e.g. '[\"no-warmup\"]'") from None
 
 
-class _MutatedLoader(importlib.abc.Loader):
-    def __init__(self, fullname: str, origin: str, edits: Sequence[Mutation]):
-        self.fullname, self.origin, self.edits = fullname, origin, edits
-
-    def create_module(self, spec: Any) -> None:
-        return None
-
-    def exec_module(self, module: Any) -> None:
-        with open(self.origin, encoding="utf-8") as fh:
-            source = fh.read()
-        for m in self.edits:
-            count = source.count(m.old)
-            if count != 1:
-                raise MutationError(f"mutation {m.name or m.old.strip()!r} does not apply to {self.fullname} "
-                                    f"({self.origin}): its line occurs {count} times, not once")
-            source = source.replace(m.old, m.new)
-        exec(compile(source, self.origin, "exec"), module.__dict__)  # noqa: S102 - the tree's own code, one line changed
-
-
-class _MutatingFinder(importlib.abc.MetaPathFinder):
-    def __init__(self, mutations: Sequence[Mutation]):
-        self.by_module: dict[str, list[Mutation]] = {}
-        for m in mutations:
-            self.by_module.setdefault(m.module, []).append(m)
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        edits = self.by_module.get(fullname)
-        if edits is None:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None and spec.origin and spec.origin.endswith(".py"):
-                return importlib.util.spec_from_file_location(
-                    fullname, spec.origin, loader=_MutatedLoader(fullname, spec.origin, edits),
-                    submodule_search_locations=spec.submodule_search_locations)
-        return None
-
-
 def install_from_environment() -> tuple[Mutation, ...]:
     """Put the mutations CGSIM_SGLANG_MUTATIONS names in front of the import
     system (once per process; before sglang's runners are imported)."""
     text = os.environ.get(MUTATIONS_ENV)
-    if not text:
-        return ()
-    if any(isinstance(f, _MutatingFinder) for f in sys.meta_path):
+    if not text or _shared.installed(MUTATIONS_ENV):
         return ()
     mutations = parse(text)
-    loaded = [m.module for m in mutations if m.module in sys.modules]
-    if loaded:
-        raise MutationError(f"{MUTATIONS_ENV}: {loaded[0]} was imported before the mutations could be put in")
-    sys.meta_path.insert(0, _MutatingFinder(mutations))
+    _shared.install(MUTATIONS_ENV, mutations, MutationError)
     return mutations
