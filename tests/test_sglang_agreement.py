@@ -12,15 +12,9 @@ import sys
 
 import pytest
 
-from cgsim.targets import TargetEnvironmentError
-from cgsim.targets.sglang import require_sglang
+from sglang_required import require_sglang_or_skip
 
-try:  # the one allowed skip: sglang does not import in this interpreter
-    require_sglang()
-except TargetEnvironmentError as exc:
-    if os.environ.get("CGSIM_REQUIRE_SGLANG") == "1":
-        raise
-    pytest.skip(f"sglang cannot run here ({exc})", allow_module_level=True)
+require_sglang_or_skip()
 
 from cgsim.config import ManagerConfig  # noqa: E402
 from cgsim.spec import sglang as rules  # noqa: E402

@@ -14,16 +14,10 @@ import sys
 
 import pytest
 
-from cgsim.targets import TargetEnvironmentError
-from cgsim.targets.sglang import require_sglang
+from sglang_required import require_sglang_or_skip
 from cgsim.targets.sglang.mutation import MUTATIONS, MUTATIONS_ENV, Mutation, environment_for
 
-try:  # the one allowed skip: sglang does not import in this interpreter
-    VERSION = require_sglang()
-except TargetEnvironmentError as exc:
-    if os.environ.get("CGSIM_REQUIRE_SGLANG") == "1":
-        raise
-    pytest.skip(f"sglang cannot run here ({exc})", allow_module_level=True)
+VERSION = require_sglang_or_skip()
 
 pytestmark = pytest.mark.sglang
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -16,16 +16,11 @@ from unittest import mock
 
 import pytest
 
-from cgsim.targets import TargetEnvironmentError
-from cgsim.targets.sglang import SglangTarget, installed_version, require_sglang
+from sglang_required import require_sglang_or_skip
+from cgsim.targets.sglang import SglangTarget, installed_version
 from cgsim.targets.sglang import compat
 
-try:  # the one allowed skip: sglang does not import in this interpreter
-    VERSION = require_sglang()
-except TargetEnvironmentError as exc:
-    if os.environ.get("CGSIM_REQUIRE_SGLANG") == "1":
-        raise
-    pytest.skip(f"sglang cannot run here ({exc})", allow_module_level=True)
+VERSION = require_sglang_or_skip()
 
 from cgsim.config import ManagerConfig  # noqa: E402
 from cgsim.descriptors import Batch, BatchDescriptor  # noqa: E402
