@@ -403,6 +403,8 @@ def fits(desc, batch):
         and desc.num_tokens >= batch.num_tokens
         and getattr(desc, "num_active_loras", 0) == lora_case(batch.num_active_loras)
         and getattr(desc, "num_ubatches", 1) == batch.num_ubatches
+        # A micro-batched graph whose second micro-batch would be empty runs eagerly.
+        and not (batch.num_ubatches > 1 and 2 * batch.num_tokens < desc.num_tokens)
     )
 
 '''
