@@ -158,3 +158,19 @@ def test_a_prompt_with_one_token_left_over_a_cached_prefix_runs_as_a_decode():
     view.receive(1, _output(new=[("a", 4, 0)], tokens={"a": 4}))
     b = view.receive(2, _output(new=[("b", 2, 0)], cached=[("a", 4)], tokens={"a": 1, "b": 2}))
     assert not b.decode_graph_eligible and b.batch().has_prefill
+
+
+def test_a_request_that_sat_out_at_max_model_len_rejoins_beside_drafts_chosen_for_a_smaller_batch():
+    # Found by a served scenario (a campaign's ModelMiss): under async scheduling
+    # r0, at max_model_len, sits out a step while r1 runs alone and is given the
+    # one-request drafts (2); r0 rejoins verifying none: Batch([3, 1]) of two requests.
+    config = ManagerConfig(mode="NONE", capture_sizes=(2,), max_num_reqs=2, decode_query_len=3,
+                           spec_schedule=((1, 1, 2), (2, 2, 1)))
+    workload = Workload((RequestSpec(0, 4093, 3), RequestSpec(0, 4092, 4)), acceptance=0.0)
+    run = run_scheduler(config, workload)
+    pairs = [b for b in run.batches if b.num_reqs == 2 and not b.has_prefill]
+    if run.scheduler == "AsyncScheduler":
+        assert any(sorted(b.query_lens) == [1, 3] for b in pairs), [b.query_lens for b in run.batches]
+    assert not cross_check(reach(config), [run]).misses
+    # Two requests never both verify the one-request drafts: the uniform rule stands.
+    assert why_not_producible(reach(config), Batch((3, 3))) is not None

@@ -16,8 +16,10 @@ vLLM's scheduler and model runner:
   length is at most the longest decode length of a batch of at least as many
   requests (``longest_decode_len``), usually the schedule's length for the
   request count or for a larger batch that shrank (requests finished, were
-  preempted or skipped); checked against vLLM's own scheduler by
-  ``tests/test_vllm_scheduler.py``;
+  preempted or skipped); in a decode whose lengths differ, the longest of any
+  batch size (a request at max_model_len sat out steps and rejoined:
+  ``longest_mixed_decode_len``); checked against vLLM's own scheduler by
+  ``tests/test_vllm_scheduler.py`` and every served scenario;
 - a batch with a prefill may have any shape, and is never decode-graph
   eligible (the runner passes no uniform length and no max_query_len for it);
 - micro-batching (DBO) splits uniform decode batches of at least the DBO
@@ -39,6 +41,7 @@ __all__ = [
     "decode_query_len",
     "decode_query_lens",
     "longest_decode_len",
+    "longest_mixed_decode_len",
     "ubatches_for",
     "make_batch",
     "why_unschedulable",
@@ -108,18 +111,35 @@ def why_not_producible(config: ManagerConfig, batch: Batch) -> str | None:
     if why is not None:
         return why
     if not batch.has_prefill and not is_decode_batch(config, batch.query_lens):
+        mixed = len(set(batch.query_lens)) > 1
+        longest = (longest_mixed_decode_len if mixed else longest_decode_len)(config, batch.num_reqs)
         return (f"the decode batch of {batch.num_reqs} requests has a request of {batch.max_query_len} tokens, but "
-                f"the model's decodes of that many requests are at most "
-                f"{longest_decode_len(config, batch.num_reqs)} tokens long")
+                f"the model's {'mixed-length ' if mixed else ''}decodes of that many requests are at most "
+                f"{longest} tokens long")
     if batch.num_ubatches not in _eligible_ubatches(config, batch.num_tokens):
         return (f"{batch.num_ubatches} micro-batches for {batch.num_tokens} tokens: the model splits only batches of "
                 f"at least {_ubatch_floor(config)} tokens, into {config.num_ubatches}")
     return None
 
 
+def longest_mixed_decode_len(config: ManagerConfig, num_reqs: int) -> int:
+    """The longest query length in a pure decode of ``num_reqs`` requests
+    whose lengths differ: the longest of any batch size.  A request at
+    max_model_len verifies fewer drafts, and under async scheduling sits out
+    the steps its in-flight tokens may finish it in
+    (``Scheduler.schedule``: ``num_new_tokens == 0``); when it rejoins, the
+    others verify the drafts chosen for the smaller batch they ran in
+    meanwhile (seen: vLLM 0.32, two requests, one drafting two tokens alone:
+    Batch(query_lens=[3, 1]))."""
+    return longest_decode_len(config, 1) if num_reqs > 1 else longest_decode_len(config, num_reqs)
+
+
 def is_decode_batch(config: ManagerConfig, lens: tuple[int, ...]) -> bool:
     """Whether the scheduler can hand in ``lens`` as a pure decode batch:
-    every length at most the longest decode length of its request count."""
+    every length at most the longest decode length of its request count
+    (of any batch size where the lengths differ)."""
+    if len(set(lens)) > 1:
+        return max(lens) <= longest_mixed_decode_len(config, len(lens))
     return max(lens) <= longest_decode_len(config, len(lens))
 
 
@@ -255,8 +275,9 @@ def _decode_shapes(config: ManagerConfig, limit: int, reqs: Iterable[int]) -> li
     request; the fewest tokens stand for them)."""
     out = []
     for r in reqs:
-        for m in range(1, longest_decode_len(config, r) + 1):
-            if r * m <= limit:
+        uniform = longest_decode_len(config, r)
+        for m in range(1, max(uniform, longest_mixed_decode_len(config, r)) + 1):
+            if m <= uniform and r * m <= limit:
                 out.append((r, r * m, m, m))
             if r >= 2 and m >= 2 and m + r - 1 <= limit:
                 out.append((r, m + r - 1, m, None))
