@@ -671,3 +671,20 @@ def test_a_worker_runs_each_config_and_lifecycle_once_until_nothing_new_is_drawn
     more = run_campaign(options(tmp_path, max_examples=40), pipeline=FakePipeline("none"),
                         strategy=_one_config_strategy)
     assert more.summary["scenarios"] == 40 and not more.summary["notes"], more.summary["notes"]
+
+
+def test_a_targets_evidence_hook_that_raises_still_writes_the_final_finding(tmp_path, monkeypatch):
+    """The engine's scheduler asked about a finding's claim (the optional
+    ``evidence`` hook) may itself fail, e.g. on a tree whose scheduler has a
+    bug: the finding is written final all the same, saying why it has none."""
+    from cgsim.targets import get_target
+
+    def evidence(self, finding):
+        raise RuntimeError("the scheduler exploded")
+
+    monkeypatch.setattr(type(get_target("reference")), "evidence", evidence, raising=False)
+    result = run(tmp_path, bug="big", max_examples=60)
+    assert result.exit_code == 1
+    (f,) = result.summary["findings"]
+    assert f["status"] == "shrunk"
+    assert f["scheduler_evidence"] == {"error": "RuntimeError: the scheduler exploded"}

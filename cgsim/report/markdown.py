@@ -229,6 +229,8 @@ def scheduler_said(f: Mapping) -> str | None:
     said = f.get("scheduler_evidence")
     if not said:
         return None
+    if "error" in said:
+        return f"could not be asked ({said['error']})"
     if said.get("batches_from") == "scheduler":
         return f"every batch of this scenario was scheduled by {said['scheduler']} for {said['requests']} requests"
     where = f"in {said['runs']} runs ({said['scheduled']} batches) of `{said['launch']}`"

@@ -334,7 +334,10 @@ class Worker:
             labels = {**labels, "launch": launch(Scenario.from_json(finding.scenario))}
         evidence = getattr(target, "evidence", None)  # the engine's scheduler on the claim's batch or graph
         if evidence is not None and (status in FINAL or status == "unshrunk"):  # a finding's last word
-            said = evidence(finding)
+            try:
+                said = evidence(finding)
+            except Exception as exc:  # noqa: BLE001 - the finding is written all the same, saying why
+                said = {"error": f"{type(exc).__name__}: {first_line(exc, 300)}"}
             if said is not None:
                 labels = {**labels, "scheduler_evidence": said}
         if extra and extra.get("replays", False) is None:  # not replayed here (a recurrence, a shrink)
