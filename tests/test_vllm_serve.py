@@ -141,10 +141,17 @@ def _findings(sc: Scenario, prop: str) -> list[Finding]:
 
 def test_a_served_findings_batches_are_the_schedulers():
     sc = served(CONFIG, TRACE)
-    finding = Finding("DISPATCH-SOUND", "m", "vllm", "mock", sc.to_json(), step=1)
-    said = TARGET.evidence(finding)
-    assert said == {"batches_from": "scheduler", "scheduler": sc.served.scheduler, "requests": 4,
-                    "batch_scheduled": True}
+
+    def said(shape):
+        return TARGET.evidence(Finding("DISPATCH-SOUND", "m", "vllm", "mock", sc.to_json(), step=1,
+                                       extra={"facts": {"batch_shape": shape.to_json()}}))
+
+    assert said(sc.batches[0].shape) == {"batches_from": "scheduler", "scheduler": sc.served.scheduler,
+                                         "requests": 4, "batch_scheduled": True}
+    # A batch of the scenario's sweep is the model's, asked of the scheduler like any other.
+    swept = BatchShape(num_reqs=4, num_tokens=8, max_query_len=2, uniform_token_count=2, has_prefill=False)
+    assert swept not in {b.shape for b in sc.batches}
+    assert said(swept)["batches_from"] == "model"
 
 
 def test_a_dispatch_findings_batch_is_looked_for_among_the_batches_vllm_schedules():

@@ -35,13 +35,14 @@ def scheduler_evidence(scenario: Scenario, facts: Mapping[str, Any]) -> dict | N
     """The scheduler's word on the batch (``facts["batch_shape"]``) or graph
     (``facts["graph"]`` among ``facts["captured"]``) a finding rests on; None
     where it rests on neither."""
-    served = scenario.served
-    if served is not None:
-        return {"batches_from": "scheduler", "scheduler": served.scheduler,
-                "requests": len(json.loads(served.requests)["requests"]), "batch_scheduled": True}
     shape, graph = facts.get("batch_shape"), facts.get("graph")
     if shape is None and graph is None:
         return None
+    served = scenario.served
+    # A served scenario's own dispatch steps are the scheduler's; its sweeps' batches are the model's.
+    if served is not None and graph is None and BatchShape(**shape) in {b.shape for b in scenario.batches}:
+        return {"batches_from": "scheduler", "scheduler": served.scheduler,
+                "requests": len(json.loads(served.requests)["requests"]), "batch_scheduled": True}
     config = scenario.config
     adapters = max(config.lora_cases) + 1 if max(config.lora_cases) else 0
     runs = [run_scheduler(config, dataclasses.replace(
