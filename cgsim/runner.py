@@ -366,6 +366,8 @@ class _SubRuns:
             st.add(Dispatch(step=step, batch=b, desc=desc, captured_flag=sub.handle.captured_flag()))
             execution = sub.handle.execute(b, desc)
             st.add(_replay_event(step, b, desc, execution, sub.workload, sub.handle))
+            if execution.outputs is not None:
+                st.outputs[step] = execution.outputs.detach().float().cpu()
 
         self._each(step, "replay", serve)
 

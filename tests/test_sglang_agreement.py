@@ -28,7 +28,8 @@ pytestmark = pytest.mark.sglang
 ENTRIES = [json.loads(line) for line in open(os.path.join(HERE, "sglang_corpus.jsonl"), encoding="utf-8")]
 # One entry per feature the corpus must cover, and both documented defects.
 SAMPLE = ("sglang/FULL_AND_PIECEWISE-lora", "sglang/FULL-tbo-verify", "sglang/FULL_DECODE_ONLY-dp2",
-          "sglang/FULL-nopad", "sglang/finding/no-crash-52cea3c636", "sglang/finding/sgl-capture-useful-b29347f218")
+          "sglang/FULL-nopad", "sglang/FULL_AND_PIECEWISE-eagle-topk2", "sglang/finding/no-crash-52cea3c636",
+          "sglang/finding/sgl-capture-useful-b29347f218")
 
 
 def test_corpus_covers_what_it_must():
@@ -52,6 +53,13 @@ def test_corpus_covers_what_it_must():
         assert any(d.properties & set(e["expected"]["violations"]) for e in findings.values()), d.name
     # Replays to compare outputs of, on both runner kinds.
     assert sum(bool(e["expected"]["outputs"]) for e in ENTRIES) >= 40
+    # EAGLE's draft runners: their own decisions and replayed rows, chain and top-k drafts, padding off.
+    drafted = [(ManagerConfig.from_json(e["scenario"]["config"]), e["expected"]["managers"]) for e in ENTRIES
+               if set(e["expected"]["managers"]) == {rules.DRAFT_DECODE, rules.DRAFT_EXTEND}]
+    assert len(drafted) >= 10
+    assert all(sub["dispatch"] and sub["outputs"] for _, subs in drafted for sub in subs.values())
+    assert any(rules.eagle_topk(c) > 1 for c, _ in drafted)
+    assert any(rules.options(c).disable_padding for c, _ in drafted)
 
 
 @pytest.mark.parametrize("entry_id", SAMPLE)

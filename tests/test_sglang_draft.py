@@ -268,3 +268,12 @@ def test_draft_extend_hidden_not_filled_is_found_where_the_clean_tree_passes():
     mutated = violations_under(environment_for([skip]), DRAFTED, batches)
     assert any(p == "REPLAY-EQUALS-EAGER" and m.startswith(f"{EXTEND} manager:") for p, m in mutated), mutated
     assert not any(m.startswith(f"{DRAFT} manager:") for _, m in mutated), mutated
+
+
+def test_draft_extend_select_stale_is_found_where_the_clean_tree_passes():
+    # The table's draft extend mutant (replay inputs): the rows kept are the capture's, not the accepted tokens'.
+    batches = [[3, 3, 3], [3]]
+    assert violations_under({}, DRAFTED, batches) == [["errors", "[]"]]
+    mutated = violations_under({MUTATIONS_ENV: json.dumps(["draft-extend-select-stale"])}, DRAFTED, batches)
+    assert any(p == "REPLAY-EQUALS-EAGER" and m.startswith(f"{EXTEND} manager:") for p, m in mutated), mutated
+    assert not any(m.startswith(f"{DRAFT} manager:") for _, m in mutated), mutated

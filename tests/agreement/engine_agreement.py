@@ -74,7 +74,7 @@ def make(todo: list[tuple[str, dict]], target: str, label: str, out: str, jobs: 
             if "error" in s or s.get("unsupported"):
                 print(f"left out {entry_id}: {s.get('error') or s.get('unsupported')}")
                 continue
-            expected = {k: s[k] for k in ("violations", "dispatch", "sweeps", "outputs")}
+            expected = {k: s[k] for k in ("violations", "dispatch", "sweeps", "outputs", "managers")}
             fh.write(json.dumps({"id": entry_id, "target": target, "scenario": scenario, "expected": expected},
                                 sort_keys=True) + "\n")
             kept += 1
@@ -94,19 +94,35 @@ def compare(entry: dict, seen: dict) -> list[str]:
         problems.append(f"violations {seen['violations']} != expected {want['violations']}")
     if stale:
         return problems
+    problems += _decisions_differ(want, seen, "")
+    if "managers" not in want:  # recorded before sub-managers were observed
+        return problems
+    for name in sorted(set(want["managers"]) | set(seen["managers"])):
+        if name not in seen["managers"]:
+            problems.append(f"{name}: not driven")
+        elif name not in want["managers"]:
+            problems.append(f"{name}: driven, but not when recorded")
+        else:
+            problems += _decisions_differ(want["managers"][name], seen["managers"][name], f"{name}: ")
+    return problems
+
+
+def _decisions_differ(want: dict, seen: dict, where: str) -> list[str]:
+    """Where one manager's dispatch decisions, sweep digests or replayed rows differ."""
+    problems = []
     if seen["dispatch"] != want["dispatch"]:
-        problems.append("dispatch decisions differ")
+        problems.append(f"{where}dispatch decisions differ")
     if seen["sweeps"] != want["sweeps"]:
-        problems.append("sweep decisions differ")
+        problems.append(f"{where}sweep decisions differ")
     for step, values in want["outputs"].items():
         got = seen["outputs"].get(step)
         if got is None:
-            problems.append(f"step {step}: no output")
+            problems.append(f"{where}step {step}: no output")
             continue
         pairs = [(a, b) for ra, rb in zip(values, got) for a, b in zip(ra, rb) if math.isfinite(a)]
         err = max((abs(a - b) for a, b in pairs), default=0.0)
         if len(values) != len(got) or not math.isfinite(err) or err > OUTPUT_ATOL:
-            problems.append(f"step {step}: outputs differ by {err:g}")
+            problems.append(f"{where}step {step}: outputs differ by {err:g}")
     return problems
 
 

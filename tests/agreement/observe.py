@@ -19,6 +19,15 @@ def _digest(sweep) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _decisions(trace) -> dict:
+    return {
+        "dispatch": [[e.step, e.desc.to_json()] for e in trace.events if e.kind == "dispatch"],
+        # Every decision of every dispatch sweep, as one digest per sweep.
+        "sweeps": [[e.step, _digest(e)] for e in trace.events if e.kind == "sweep"],
+        "outputs": {str(k): v.tolist() for k, v in trace.outputs.items()},
+    }
+
+
 def observe(entry: dict, backend: str) -> dict:
     from cgsim.properties import check_scenario
     from cgsim.runner import run_scenario
@@ -30,10 +39,9 @@ def observe(entry: dict, backend: str) -> dict:
     return {
         "violations": sorted({v.property for v in verdict.violations}),
         "messages": [f"{v.property}: {v.message}" for v in verdict.violations],
-        "dispatch": [[e.step, e.desc.to_json()] for e in trace.events if e.kind == "dispatch"],
-        # Every decision of every dispatch sweep, as one digest per sweep.
-        "sweeps": [[e.step, _digest(e)] for e in trace.events if e.kind == "sweep"],
-        "outputs": {str(k): v.tolist() for k, v in trace.outputs.items()},
+        **_decisions(trace),
+        # The other managers the target drove (draft runners): their decisions and replayed rows too.
+        "managers": {name: _decisions(sub) for name, sub in sorted(trace.managers.items())},
         "unsupported": trace.unsupported,
     }
 

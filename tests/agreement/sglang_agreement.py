@@ -9,9 +9,10 @@ OUTPUT_ATOL, the same replayed rows.
 ``make`` writes tests/agreement/sglang_corpus.jsonl: the runner backends
 (full and breakable decode and prefill runners, each mode sglang has a
 launch for) x (plain, LoRA with and without base-only graphs, verify graphs,
-two-batch overlap, padding disabled, the default bs ladder, FULL prefill
-request slots) and DP attention configs the installed release accepts, plus
-the documented findings (docs/sglang-findings/*.json, cgsim.targets.sglang.known).
+EAGLE's draft decode and draft extend runners, two-batch overlap, padding
+disabled, the default bs ladder, FULL prefill request slots) and DP
+attention configs the installed release accepts, plus the documented
+findings (docs/sglang-findings/*.json, cgsim.targets.sglang.known).
 ``check`` runs every entry in a fresh child process forked from a parent
 that imported sglang once (engine_agreement.py, shared with the vLLM part).
 A disagreement is a mock or adapter bug to fix, never an sglang finding.
@@ -44,6 +45,11 @@ VARIANTS = {
     "nopad-tbo": dict(num_ubatches=2, ubatch_threshold=2, capture_sizes=(2, 4), sglang=dict(disable_padding=True)),
     "ladder": dict(capture_sizes=(1, 16), max_num_reqs=6, sglang=dict(default_bs_list=True)),
     "lora-verify": dict(lora_cases=(0, 1), decode_query_len=2),
+    # EAGLE's draft decode and draft extend runners (a full decode runner builds them).
+    "eagle-chain": dict(decode_query_len=4),
+    "eagle-topk2": dict(decode_query_len=4, sglang=dict(eagle_topk=2, eagle_steps=3)),
+    "eagle-nopad": dict(decode_query_len=3, capture_sizes=(1, 2, 4), sglang=dict(disable_padding=True)),
+    "eagle-odd-pool": dict(decode_query_len=3, capture_sizes=(1, 3, 5), max_num_reqs=3),
 }
 # The runner backend pairs whose decode graphs capture: decode full alone, with a
 # breakable or a full prefill runner (both breakable, documented defect 1, and none: EXTRA).

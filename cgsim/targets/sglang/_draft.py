@@ -56,14 +56,11 @@ __all__ = ["DraftDecodeHandle", "DraftExtendHandle", "draft_limits", "draft_step
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 
 
-def draft_limits(config: ManagerConfig, device: torch.device | None = None) -> str | None:
-    """Why the driver does not run the draft runners for ``config`` on
-    ``device`` (None: it runs each one sglang builds)."""
+def draft_limits(config: ManagerConfig) -> str | None:
+    """Why the driver does not run the draft runners for ``config`` (None: it
+    runs each one sglang builds)."""
     if rules.draft_decode_config(config) is None and rules.draft_extend_config(config) is None:
         return None
-    if device is not None and device.type != "cpu":
-        # The draft worker's batches are built on the host; the agreement corpus has no draft entries yet.
-        return "the draft runners are driven on the mock only"
     if rules.runner_backends(config)[0] != rules.FULL_BACKEND:
         return "breakable draft runners are not driven"
     if config.num_ubatches > 1:
@@ -78,6 +75,9 @@ def draft_steps(w: Workload, md: Any, ids: torch.Tensor, positions: torch.Tensor
     is advanced in place, as EagleDraftWorker.draft_forward advances
     forward_batch.positions (eagle_worker_v2.py:871-880)."""
     m = int(ids.shape[0])
+    # The graph's batch already lives on the device (positions advanced in place there); the reference's on the host.
+    dev = w.buffers.input_ids.device
+    ids, positions, topk_p, hidden = ids.to(dev), positions.to(dev), topk_p.to(dev), hidden.to(dev)
     outs = []
     for i in range(steps - 1):
         w.buffers.input_ids[:m].copy_(ids)
@@ -204,7 +204,8 @@ class _DraftRunnerHandle:
         self.keys: list = []
         self.mr = _world.FakeModelRunner(
             rank=parent.ranks[0], pool_size=parent.config.max_num_reqs, server_args=parent.server_args,
-            speculative=True, lora=None, attention=lambda mr: _world.ToyAttention(mr, self.workload))
+            speculative=True, lora=None, attention=lambda mr: _world.ToyAttention(mr, self.workload),
+            device=str(parent.device))
         # The draft worker's model runner (TpModelWorker(is_draft_worker=True)).
         self.mr.is_draft_worker = True
         self.worker = _DraftWorker(self, self.mr)
@@ -354,7 +355,7 @@ class DraftDecodeHandle(_DraftRunnerHandle):
         self.mr.draft_attn_backend = DraftAttention(self.mr, self.workload, self.steps, self.topk)
 
     def _probe(self, lens: list[int]) -> Any:
-        ids = torch.zeros(int(sum(lens)), dtype=torch.int64)
+        ids = torch.zeros(int(sum(lens)), dtype=torch.int64, device=self.parent.device)
         return self._forward_batch(lens, [0] * len(lens), ids, ids, None, None, None)
 
     # -- forward batches ------------------------------------------------------------------
@@ -371,21 +372,27 @@ class DraftDecodeHandle(_DraftRunnerHandle):
             table = self.mr.req_to_token_pool.req_to_token
             i = 0
             for r, (c, q) in enumerate(zip(contexts, query_lens)):
-                table[r, c:c + q] = torch.tensor(slots[i:i + q], dtype=table.dtype)
+                table[r, c:c + q] = torch.tensor(slots[i:i + q], dtype=table.dtype, device=table.device)
                 i += q
-        seq_t = torch.tensor(seq, dtype=torch.int64)
+        # prepare_for_draft hands the runner device tensors (seq_lens_cpu stays on the host).
+        dev = self.parent.device
+        ids, positions = ids.to(dev), positions.to(dev)
+        seq_cpu = torch.tensor(seq, dtype=torch.int64)
+        seq_t = seq_cpu.to(dev)
         total = int(sum(query_lens))
         spec = EagleDraftInput(
-            topk_p=topk_p if topk_p is not None else torch.ones(n, width),
-            topk_index=ids.reshape(n, -1) if total == n * width else torch.zeros(n, width, dtype=torch.int64),
-            hidden_states=hidden if hidden is not None else torch.zeros(n, HIDDEN),
+            topk_p=topk_p.to(dev) if topk_p is not None else torch.ones(n, width, device=dev),
+            topk_index=(ids.reshape(n, -1) if total == n * width
+                        else torch.zeros(n, width, dtype=torch.int64, device=dev)),
+            hidden_states=hidden.to(dev) if hidden is not None else torch.zeros(n, HIDDEN, device=dev),
             capture_hidden_mode=CaptureHiddenMode.LAST)
         spec.num_tokens_per_req = width
         spec.num_tokens_for_logprob_per_req = width
         fb = ForwardBatch(
-            forward_mode=ForwardMode.DECODE, batch_size=n, input_ids=ids, req_pool_indices=torch.arange(n),
-            seq_lens=seq_t, seq_lens_cpu=seq_t.clone(), seq_lens_sum=int(sum(seq)),
-            out_cache_loc=torch.zeros(total * self.steps, dtype=torch.int64), positions=positions,
+            forward_mode=ForwardMode.DECODE, batch_size=n, input_ids=ids,
+            req_pool_indices=torch.arange(n, dtype=torch.int64, device=dev), seq_lens=seq_t, seq_lens_cpu=seq_cpu,
+            seq_lens_sum=int(sum(seq)), out_cache_loc=torch.zeros(total * self.steps, dtype=torch.int64, device=dev),
+            positions=positions,
             spec_algorithm=self.mr.spec_algorithm, spec_info=spec, capture_hidden_mode=CaptureHiddenMode.LAST)
         from cgsim.targets.sglang._handle import _bind_kv_plan  # noqa: PLC0415 - _handle imports this module
 
@@ -446,12 +453,13 @@ def extend_forward(w: Workload, md: Any, ids: torch.Tensor, positions: torch.Ten
     the row of each request's last accepted token comes back (the draft
     extend's logits processor keeps those, select_index)."""
     m = int(ids.shape[0])
+    dev = w.buffers.input_ids.device
     w.buffers.input_ids[:m].copy_(ids)
     w.buffers.positions[:m].copy_(positions)
     w.buffers.lora_ids[:m].zero_()
     with set_forward_context(md, m, N, None, 0):
         h = w.model_forward()
-    return (h + hidden[:m])[select]
+    return (h + hidden[:m].to(dev))[select.to(dev)]
 
 
 class ExtendReference(EagerForward):
@@ -505,9 +513,9 @@ class DraftExtendHandle(_DraftRunnerHandle):
         self.mr.draft_extend_attn_backend = self.worker.draft_extend_attn_backend = backend
 
     def _probe(self, lens: list[int]) -> Any:
-        ids = torch.zeros(int(sum(lens)), dtype=torch.int64)
-        n = len(lens)
-        return self._forward_batch(lens, [0] * n, ids, ids, None, torch.zeros(int(sum(lens)), HIDDEN))
+        dev = self.parent.device
+        ids = torch.zeros(int(sum(lens)), dtype=torch.int64, device=dev)
+        return self._forward_batch(lens, [0] * len(lens), ids, ids, None, torch.zeros(int(sum(lens)), HIDDEN, device=dev))
 
     def _forward_batch(self, query_lens: Sequence[int], contexts: Sequence[int], ids: torch.Tensor,
                        positions: torch.Tensor, slots: Sequence[int] | None, hidden: torch.Tensor) -> Any:
@@ -521,19 +529,24 @@ class DraftExtendHandle(_DraftRunnerHandle):
             table = self.mr.req_to_token_pool.req_to_token
             i = 0
             for r, (c, q) in enumerate(zip(contexts, query_lens)):
-                table[r, c:c + q] = torch.tensor(slots[i:i + q], dtype=table.dtype)
+                table[r, c:c + q] = torch.tensor(slots[i:i + q], dtype=table.dtype, device=table.device)
                 i += q
-        seq_t = torch.tensor(seq, dtype=torch.int64)
+        # prepare_for_draft_extend hands the runner device tensors (the _cpu fields stay on the host).
+        dev = self.parent.device
+        ids, positions, hidden = ids.to(dev), positions.to(dev), hidden.to(dev)
+        seq_cpu = torch.tensor(seq, dtype=torch.int64)
+        seq_t = seq_cpu.to(dev)
         total = int(sum(query_lens))
-        accepted = torch.full((n,), width, dtype=torch.int32)
+        accepted = torch.full((n,), width, dtype=torch.int32, device=dev)
         spec = EagleDraftExtendInput(hidden_states=hidden, num_correct_drafts=accepted - 1,
                                      num_accept_tokens=accepted, num_tokens_per_req=width,
                                      num_tokens_for_logprob_per_req=1)
         fb = ForwardBatch(
             forward_mode=ForwardMode.DRAFT_EXTEND_V2, batch_size=n, input_ids=ids,
-            req_pool_indices=torch.arange(n), seq_lens=seq_t, seq_lens_cpu=seq_t.clone(), seq_lens_sum=int(sum(seq)),
-            extend_seq_lens=torch.tensor(list(query_lens), dtype=torch.int32), extend_seq_lens_cpu=list(query_lens),
-            out_cache_loc=torch.zeros(total, dtype=torch.int64), positions=positions,
+            req_pool_indices=torch.arange(n, dtype=torch.int64, device=dev), seq_lens=seq_t, seq_lens_cpu=seq_cpu,
+            seq_lens_sum=int(sum(seq)), extend_seq_lens=torch.tensor(list(query_lens), dtype=torch.int32, device=dev),
+            extend_seq_lens_cpu=list(query_lens), out_cache_loc=torch.zeros(total, dtype=torch.int64, device=dev),
+            positions=positions,
             spec_algorithm=self.mr.spec_algorithm, spec_info=spec, capture_hidden_mode=CaptureHiddenMode.LAST)
         from cgsim.targets.sglang._handle import _bind_kv_plan  # noqa: PLC0415 - _handle imports this module
 
@@ -554,7 +567,7 @@ class DraftExtendHandle(_DraftRunnerHandle):
             with w.serving(desc if desc.cg_mode != N else None):
                 if desc.cg_mode != N:
                     self.replayed = None
-                    out = self.runner.execute(fb, select).hidden_states
+                    out = self.runner.execute(fb, select.to(self.parent.device)).hidden_states
                     if self.replayed is None:
                         raise RuntimeError("EAGLEDraftExtendCudaGraphRunner.execute returned without replaying a graph")
                     graph = self.desc(self.replayed.size)
@@ -562,7 +575,7 @@ class DraftExtendHandle(_DraftRunnerHandle):
                                         padded_rows=graph.num_reqs or 0, output="hidden_states")
                     md = be.forward_metadata
                     return Execution(out.clone(), "full", md.id if md is not None else None, graph)
-                fb.spec_info.select_index = select
+                fb.spec_info.select_index = select.to(self.parent.device)
                 be.init_forward_metadata(fb)
                 out = self.mr.model.forward(fb.input_ids, fb.positions, fb).hidden_states
                 return Execution(out.clone(), "eager", be.forward_metadata.id)

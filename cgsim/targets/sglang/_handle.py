@@ -248,7 +248,7 @@ class SglangHandle:
                     raise TargetUnsupported(f"sglang {version} refuses this config at start-up: "
                                             f"AssertionError: {exc}") from None
                 # EAGLE's draft runners, where the server builds them and the driver runs them.
-                if _draft.draft_limits(config, self.device) is None:
+                if _draft.draft_limits(config) is None:
                     for make, config_of in ((_draft.DraftDecodeHandle, rules.draft_decode_config),
                                             (_draft.DraftExtendHandle, rules.draft_extend_config)):
                         sub_config = config_of(config)

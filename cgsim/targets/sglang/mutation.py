@@ -35,6 +35,7 @@ BASE = RUNNER + "base_cuda_graph_runner"
 FULL = "sglang.srt.model_executor.runner_backend.full_cuda_graph_backend"
 REGISTRY = "sglang.srt.model_executor.cuda_graph_buffer_registry"
 EAGLE_DRAFT = "sglang.srt.speculative.eagle_draft_cuda_graph_runner"
+EAGLE_DRAFT_EXTEND = "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner"
 
 
 MUTATIONS: tuple[Mutation, ...] = (
@@ -110,6 +111,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              "            pass",
              "draft-hidden-not-filled", "EAGLE draft", "an EAGLE draft decode replay does not copy the requests' "
              "hidden states into the graph's buffer (it drafts from the capture's or the previous batch's)"),
+    Mutation(EAGLE_DRAFT_EXTEND, "        copy_srcs.append(select_index)",
+             "        copy_srcs.append(buffers.select_index[:raw_bs])",
+             "draft-extend-select-stale", "EAGLE draft", "an EAGLE draft extend replay keeps the graph's rows to "
+             "keep from the capture or the previous batch, not the requests' accepted tokens"),
 )
 BY_NAME = {m.name: m for m in MUTATIONS}
 
