@@ -14,7 +14,8 @@
 # By default a package the image has wins over its stand-in (install_sglang.sh's rule): on a GPU
 # sglang's buffer copies launch triton kernels, which the triton stand-in refuses (seen on an H200).
 # CGSIM_STANDINS=all puts every stand-in first, as the CPU target is tested.
-# Everything lands in OUTDIR (default $OUT): gpu_sglang.log, sglang_agreement{,_mock}.json.
+# Everything lands in OUTDIR (default $OUT): gpu_sglang.log, sglang_agreement{,_mock}.json, a 90 s cuda
+# campaign's campaign.log and reports.tgz.
 set -u
 OUT=${1:-${OUT:-gpu-sglang-out}}
 mkdir -p "$OUT"
@@ -74,5 +75,23 @@ say "SGLang agreement corpus: mock vs real CUDA graphs (one forked child per ent
 timeout 360 python3 tests/agreement/sglang_agreement.py check --backend cuda --jobs 8 \
   --json "$OUT/sglang_agreement.json" 2>&1 | grep -v "Warn" | tail -80 | tee -a "$log"
 echo "cuda check exit ${PIPESTATUS[0]}" | tee -a "$log"
+
+say "campaign: --target sglang --backend cuda, 90 s"
+rm -rf /tmp/sglang-reports
+timeout 200 python3 -m fuzz run --target sglang --backend cuda --budget 90s --seed 1 --workers 4 --force-workers \
+  --report-dir /tmp/sglang-reports --quiet > "$OUT/campaign.log" 2>&1
+echo "campaign exit $? (0 clean, 1 findings, 2 environment)" | tee -a "$log"
+python3 - <<'PY' 2>&1 | grep -v Warn | tee -a "$log"
+import json
+import sglang
+from cgsim.finding import Finding
+from cgsim.targets.sglang.known import classify
+d = json.load(open("/tmp/sglang-reports/latest/summary.json"))
+print(f"scenarios={d['scenarios']} elapsed_s={d['elapsed_s']} scenarios_per_s={d['scenarios_per_s']}")
+for f in d["findings"]:
+    known = classify(Finding.from_json(f), sglang.__version__)
+    print(f"  {f['property']}: {known.name if known else 'NOT DOCUMENTED'}: {f['message'][:160]}")
+PY
+tar czf "$OUT/reports.tgz" -C /tmp sglang-reports 2>/dev/null
 rm -rf "$tmp"
 say done
