@@ -355,7 +355,7 @@ class DraftDecodeHandle(_DraftRunnerHandle):
         self.mr.draft_attn_backend = DraftAttention(self.mr, self.workload, self.steps, self.topk)
 
     def _probe(self, lens: list[int]) -> Any:
-        ids = torch.zeros(int(sum(lens)), dtype=torch.int64, device=self.parent.device)
+        ids = torch.zeros(int(sum(lens)), dtype=torch.int64)
         return self._forward_batch(lens, [0] * len(lens), ids, ids, None, None, None)
 
     # -- forward batches ------------------------------------------------------------------
@@ -374,8 +374,9 @@ class DraftDecodeHandle(_DraftRunnerHandle):
             for r, (c, q) in enumerate(zip(contexts, query_lens)):
                 table[r, c:c + q] = torch.tensor(slots[i:i + q], dtype=table.dtype, device=table.device)
                 i += q
-        # prepare_for_draft hands the runner device tensors (seq_lens_cpu stays on the host).
-        dev = self.parent.device
+        # prepare_for_draft hands the runner device tensors (seq_lens_cpu stays on the host); a batch
+        # only asked about (no slots) stays on the host, as the target's probes do.
+        dev = self.parent.device if slots is not None else torch.device("cpu")
         ids, positions = ids.to(dev), positions.to(dev)
         seq_cpu = torch.tensor(seq, dtype=torch.int64)
         seq_t = seq_cpu.to(dev)
@@ -513,9 +514,8 @@ class DraftExtendHandle(_DraftRunnerHandle):
         self.mr.draft_extend_attn_backend = self.worker.draft_extend_attn_backend = backend
 
     def _probe(self, lens: list[int]) -> Any:
-        dev = self.parent.device
-        ids = torch.zeros(int(sum(lens)), dtype=torch.int64, device=dev)
-        return self._forward_batch(lens, [0] * len(lens), ids, ids, None, torch.zeros(int(sum(lens)), HIDDEN, device=dev))
+        ids = torch.zeros(int(sum(lens)), dtype=torch.int64)
+        return self._forward_batch(lens, [0] * len(lens), ids, ids, None, torch.zeros(int(sum(lens)), HIDDEN))
 
     def _forward_batch(self, query_lens: Sequence[int], contexts: Sequence[int], ids: torch.Tensor,
                        positions: torch.Tensor, slots: Sequence[int] | None, hidden: torch.Tensor) -> Any:
@@ -531,8 +531,9 @@ class DraftExtendHandle(_DraftRunnerHandle):
             for r, (c, q) in enumerate(zip(contexts, query_lens)):
                 table[r, c:c + q] = torch.tensor(slots[i:i + q], dtype=table.dtype, device=table.device)
                 i += q
-        # prepare_for_draft_extend hands the runner device tensors (the _cpu fields stay on the host).
-        dev = self.parent.device
+        # prepare_for_draft_extend hands the runner device tensors (the _cpu fields stay on the host); a
+        # batch only asked about (no slots) stays on the host.
+        dev = self.parent.device if slots is not None else torch.device("cpu")
         ids, positions, hidden = ids.to(dev), positions.to(dev), hidden.to(dev)
         seq_cpu = torch.tensor(seq, dtype=torch.int64)
         seq_t = seq_cpu.to(dev)

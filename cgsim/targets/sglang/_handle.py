@@ -47,7 +47,7 @@ from cgsim.descriptors import Batch, BatchDescriptor, BatchShape
 from cgsim.modes import CUDAGraphMode
 from cgsim.spec import sglang as rules
 from cgsim.spec.scheduler import sweep_token_limit
-from cgsim.targets.base import CandidateSnapshot, Execution, TargetEnvironmentError, TargetUnsupported
+from cgsim.targets.base import CandidateSnapshot, Execution, TargetUnsupported
 from cgsim.targets.sglang import _draft, _world, compat
 from cgsim.targets.sglang.blame import guarded
 from cgsim.trace import Trace
@@ -225,7 +225,7 @@ class SglangHandle:
         self._override: Any = None
         # EAGLE's draft worker's graph runners (draft decode, draft extend), in capture order.
         self.drafts: list[Any] = []
-        self._zeros = torch.zeros(0, dtype=torch.int64, device=self.device)
+        self._zeros = torch.zeros(0, dtype=torch.int64)
         with self._sglang():
             self.ranks = [_Rank(self, r, workload if r == 0 else self._peer_workload()) for r in range(self.dp)]
             for rank in self.ranks:
@@ -258,7 +258,7 @@ class SglangHandle:
         reqs = max([self.config.max_num_reqs + 2] + [d.num_reqs or 0 for d in self._initial])
         # Every batch of the scenario fits too, whatever the graphs hold.
         tokens = max([self._max_tokens()] + [d.num_tokens for d in self._initial])
-        self._zeros = torch.zeros(max(tokens, sweep_token_limit(config)) + 1, dtype=torch.int64, device=self.device)
+        self._zeros = torch.zeros(max(tokens, sweep_token_limit(config)) + 1, dtype=torch.int64)
         for rank in self.ranks:
             rank.workload.ensure_capacity(reqs, tokens)
 
@@ -450,7 +450,9 @@ class SglangHandle:
                        prefill: bool, dp: dict | None) -> Any:
         """The ForwardBatch ForwardBatch.init_new would hand the runner for these
         requests (rows 0..n-1 of the request pool; ``slots`` None: a batch that is
-        only asked about, not run)."""
+        only asked about, not run, built on the host: the runners decide from host
+        fields alone, and a sweep of thousands of device-side probes made a 4-worker
+        CUDA campaign on one H200 time scenarios out)."""
         n = len(lens)
         mr = rank.mr
         seq = [c + q for c, q in zip(contexts, lens)]
@@ -461,7 +463,7 @@ class SglangHandle:
                 table[r, c:c + q] = torch.tensor(slots[i:i + q], dtype=table.dtype, device=table.device)
                 i += q
         total = int(sum(lens))
-        dev = self.device
+        dev = self.device if slots is not None else torch.device("cpu")
         # The workload lays a batch out on the host; ForwardBatch.init_new hands the runner device tensors.
         input_ids, positions = input_ids.to(dev), positions.to(dev)
         seq_cpu = torch.tensor(seq, dtype=torch.int64)
@@ -491,7 +493,7 @@ class SglangHandle:
                 **common)
         else:
             mode = ForwardMode.TARGET_VERIFY if spec else ForwardMode.DECODE
-            fb = ForwardBatch(forward_mode=mode, spec_info=self._verify_info() if spec else None, **common)
+            fb = ForwardBatch(forward_mode=mode, spec_info=self._verify_info(dev) if spec else None, **common)
             if self.tbo:
                 # The scheduler's split; None = this step runs without two-batch overlap.
                 fb.tbo_split_seq_index = (compute_split_seq_index(mode, total, None, self.width) if ubatches == 2
@@ -499,11 +501,11 @@ class SglangHandle:
         _bind_kv_plan(mr, fb)
         return fb
 
-    def _verify_info(self) -> Any:
+    def _verify_info(self, dev: torch.device) -> Any:
         from sglang.srt.speculative.eagle_info import EagleVerifyInput
 
         return EagleVerifyInput(
-            draft_token=None, custom_mask=torch.ones(1, dtype=torch.bool, device=self.device), positions=None, retrieve_index=None,
+            draft_token=None, custom_mask=torch.ones(1, dtype=torch.bool, device=dev), positions=None, retrieve_index=None,
             retrieve_next_token=None, retrieve_next_sibling=None, retrieve_cum_len=None,
             spec_steps=rules.eagle_steps(self.config), topk=rules.eagle_topk(self.config), draft_token_num=self.width,
             capture_hidden_mode=CaptureHiddenMode.FULL, seq_lens_sum=None, seq_lens_cpu=None)
@@ -522,7 +524,7 @@ class SglangHandle:
 
     def _zeros_for(self, n: int) -> torch.Tensor:
         if self._zeros.shape[0] < n:
-            self._zeros = torch.zeros(2 * n, dtype=torch.int64, device=self.device)
+            self._zeros = torch.zeros(2 * n, dtype=torch.int64)
         return self._zeros[:n]
 
     def _is_extend(self, batch: Batch) -> bool:
