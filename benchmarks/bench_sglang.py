@@ -144,7 +144,7 @@ def runner_mutations(a: argparse.Namespace) -> int:
     from cgsim.targets.sglang.mutation import MUTATIONS, environment_for
 
     only = set(a.only.split(",")) if a.only else None
-    print(f"| mutation | area | found in | median examples | median s | max s | by |")
+    print("| mutation | area | found in | median examples | median s | max s | by |")
     print("|---|---|---:|---:|---:|---:|---|")
     for m in MUTATIONS:
         if only is not None and m.name not in only:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import Iterable, Sequence
+from typing import Iterable
 
 from cgsim.modes import CUDAGraphMode
 
-__all__ = ["BatchDescriptor", "Batch", "BatchShape", "lora_case", "compatible", "fits_in_case", "padding_waste",
-           "empty_second_ubatch"]
+__all__ = ["BatchDescriptor", "Batch", "BatchShape", "lora_case"]
 
 
 @dataclass(frozen=True)
@@ -237,39 +236,3 @@ def _lora_case(num_active_loras: int, lora_cases: tuple[int, ...]) -> int:
         if case >= num_active_loras:
             return case
     return cases[-1]
-
-
-def empty_second_ubatch(graph_tokens: int, batch_tokens: int, num_ubatches: int) -> bool:
-    """Whether a micro-batched batch padded to a graph of ``graph_tokens``
-    leaves its second micro-batch empty.  vLLM's runner then runs it eagerly
-    whatever the manager dispatched (``dp_utils``, 0.30-0.33: ``2 *
-    num_tokens < ubatch_desc.num_tokens``): such a graph cannot run it."""
-    return num_ubatches > 1 and 2 * batch_tokens < graph_tokens
-
-
-def compatible(desc: BatchDescriptor, batch: Batch, lora_cases: Sequence[int] = (0,)) -> bool:
-    """Whether a graph captured for ``desc`` can run ``batch`` (SPEC §2)."""
-    return desc.num_active_loras == lora_case(batch.num_active_loras, lora_cases) and fits_in_case(desc, batch)
-
-
-def fits_in_case(desc: BatchDescriptor, batch: Batch) -> bool:
-    """compatible() for a batch already known to be in ``desc``'s LoRA case
-    (a dispatcher walking one case's candidates checks that once per batch)."""
-    if desc.uniform_token_count is not None and desc.uniform_token_count != batch.uniform_token_count:
-        return False
-    if desc.max_query_len is not None and (
-        batch.decode_max_query_len is None or batch.decode_max_query_len > desc.max_query_len
-    ):
-        return False
-    if desc.num_reqs is not None and desc.num_reqs < batch.num_reqs:
-        return False
-    if desc.num_tokens < batch.num_tokens:
-        return False
-    return desc.num_ubatches == batch.num_ubatches and not empty_second_ubatch(
-        desc.num_tokens, batch.num_tokens, desc.num_ubatches)
-
-
-def padding_waste(desc: BatchDescriptor, batch: Batch) -> tuple[int, int]:
-    """(padded tokens, padded requests) when ``batch`` runs on ``desc``."""
-    reqs = 0 if desc.num_reqs is None else desc.num_reqs - batch.num_reqs
-    return desc.num_tokens - batch.num_tokens, reqs

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor, padding_waste
+from cgsim.descriptors import Batch, BatchDescriptor
+from cgsim.spec.fit import padding_waste
 from cgsim.spec import expected_candidate_tiers, expected_capture_order, expected_dispatch, resolved_mode
 
 __all__ = ["explain_config", "explain_text", "write_plot", "representative_batches"]

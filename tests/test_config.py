@@ -5,7 +5,8 @@ import json
 import pytest
 
 from cgsim.config import ConfigError, ManagerConfig, dense_spec_schedule
-from cgsim.descriptors import Batch, BatchDescriptor, compatible, lora_case
+from cgsim.descriptors import Batch, BatchDescriptor, lora_case
+from cgsim.spec.fit import compatible
 from cgsim.modes import CUDAGraphMode as M
 
 

@@ -438,7 +438,8 @@ def test_the_exported_fit_rule_is_cgsims(data):
     every (graph, batch) pair as cgsim's own does (``descriptors.compatible``)."""
     from typing import NamedTuple
 
-    from cgsim.descriptors import Batch, BatchDescriptor, compatible
+    from cgsim.descriptors import Batch, BatchDescriptor
+    from cgsim.spec.fit import compatible
     from cgsim.modes import CUDAGraphMode
     from fuzz.export_test import vllm_code
 

@@ -223,3 +223,43 @@ def test_a_micro_batched_decode_graph_that_only_half_empty_batches_reach_is_not_
 
     sc = Scenario.from_json({'schema_version': 1, 'ruleset': 'vllm-0.21', 'workload': 'toy', 'seed': 0, 'config': {'mode': 'FULL', 'capture_sizes': [17, 24, 80], 'max_num_reqs': 16, 'max_capture_size': 88, 'decode_query_len': 5, 'spec_schedule': [[1, 7, 4], [8, 14, 2], [15, 16, 1]], 'lora_cases': [0], 'breakable': True, 'varlen_decode': False, 'num_ubatches': 2, 'ubatch_threshold': 32, 'attention_support': 'ALWAYS', 'attention_split': False, 'compiled_piecewise': True}, 'steps': [{'kind': 'capture'}, {'kind': 'dispatch', 'batch': {'query_lens': [4, 4], 'num_active_loras': 0, 'num_ubatches': 1, 'has_prefill': True}}, {'kind': 'release'}, {'kind': 'capture'}, {'kind': 'dispatch', 'batch': {'query_lens': [5], 'num_active_loras': 0, 'num_ubatches': 1, 'has_prefill': False}}, {'kind': 'dispatch', 'batch': {'query_lens': [3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3], 'num_active_loras': 0, 'num_ubatches': 2, 'has_prefill': False}}]})
     assert not check_scenario(sc, run_scenario(sc)).violations
+
+
+# -- the reference's own copies of the spec's rules (written apart, so a bug in either shows) ----------
+
+
+def test_the_reference_fit_check_is_the_spec_fit_rule():
+    from itertools import product
+
+    from cgsim.descriptors import BatchDescriptor
+    from cgsim.spec.fit import fits_in_case
+    from cgsim.targets.reference import _runs
+
+    descs = [BatchDescriptor(mode, tokens, reqs, uniform, mql, 0, ub)
+             for mode, tokens, reqs, uniform, mql, ub in product(
+                 (M.FULL, M.PIECEWISE), (1, 3, 4, 8), (None, 1, 2, 4), (None, 1, 2), (None, 2), (1, 2))
+             if not (uniform is not None and mql is not None)]
+    shapes = [Batch(lens, num_ubatches=ub, has_prefill=prefill)
+              for lens, ub, prefill in product(((1,), (2,), (1, 1), (2, 2), (3, 1), (1, 1, 1, 1), (4, 4)),
+                                               (1, 2), (False, True))]
+    pairs = [(d, b) for d in descs for b in shapes]
+    assert [_runs(d, b) for d, b in pairs] == [fits_in_case(d, b) for d, b in pairs]
+    assert 0 < sum(fits_in_case(d, b) for d, b in pairs) < len(pairs)
+
+
+@settings(max_examples=150, deadline=None)
+@given(configs())
+def test_the_reference_drops_the_decode_graphs_the_spec_drops(config):
+    from cgsim.modes import CUDAGraphMode
+    from cgsim.spec.candidates import drop_unscheduled_decode
+    from cgsim.targets.reference import ModelCudaGraphManager
+
+    from cgsim.descriptors import BatchDescriptor
+
+    # Every uniform decode graph the config could ask for, before either drops any.
+    full = [BatchDescriptor(CUDAGraphMode.FULL, r * q, r, q, None, lora, ub)
+            for q in range(1, config.decode_query_len + 1) for r in range(1, min(config.max_num_reqs, 24) + 1)
+            for lora in config.lora_cases for ub in sorted({1, config.num_ubatches})]
+    manager = ModelCudaGraphManager.__new__(ModelCudaGraphManager)
+    manager.config = config
+    assert manager._scheduled_decode_graphs(full) == drop_unscheduled_decode(config, full)

@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import cgsim.runner as runner
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor, compatible
+from cgsim.descriptors import Batch, BatchDescriptor
+from cgsim.spec.fit import compatible
 from cgsim.modes import CUDAGraphMode as M
 from cgsim.properties import check_scenario
 from cgsim.properties.view import RunView, SweepView

@@ -9,13 +9,14 @@ from operator import attrgetter
 from typing import Iterable, Sequence
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor, compatible, fits_in_case, lora_case
+from cgsim.descriptors import Batch, BatchDescriptor, lora_case
 from cgsim.modes import RUNTIME_RANK, CUDAGraphMode
 from cgsim.properties.registry import Violation, declare
 from cgsim.properties.view import (RunView, candidates_hold, group, incompat_reason, not_run, shape_facts, shorts,
                                    sweep_violations)
 from cgsim.spec import desc_sort_key, dispatch_choices, expected_dispatch, padding_key
 from cgsim.spec import scheduler
+from cgsim.spec.fit import compatible, fits_in_case
 from cgsim.trace import CaptureDone, Dispatch, Release
 
 __all__ = ["useless_descriptors"]

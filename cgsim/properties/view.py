@@ -18,7 +18,6 @@ anywhere.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress, repeat
@@ -27,10 +26,11 @@ from typing import Any, Callable, Iterable, Sequence
 
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, lora_case
-from cgsim.modes import RUNTIME_RANK, CUDAGraphMode, ModeResolutionError
+from cgsim.modes import CUDAGraphMode, ModeResolutionError
 from cgsim.properties.registry import Violation
 from cgsim.scenario import Scenario, Step
 from cgsim.spec import expected_capture_descs, get_ruleset, resolved_mode
+from cgsim.spec.fit import NO_FIT, Fit, best_fits
 from cgsim.spec.rulesets import Ruleset
 from cgsim.trace import (
     Candidates,
@@ -132,29 +132,6 @@ class DispatchView:
     runtime_forwards: list[Forward] = field(default_factory=list)
 
 
-class Fit:
-    """The captured graphs that fit one swept batch best, per mode.  Shared
-    by every swept batch with the same shape and LoRA case (most of a
-    sweep's batches share one with a neighbour)."""
-
-    __slots__ = ("by_mode", "choices", "exact")
-
-    def __init__(self, by_mode: dict[CUDAGraphMode, tuple[tuple[int, int], tuple[BatchDescriptor, ...]]],
-                 choices: tuple[BatchDescriptor, ...], exact: tuple[BatchDescriptor, ...]):
-        # mode -> ((token padding, request padding), the descriptors padding that little)
-        self.by_mode = by_mode
-        # What a correct dispatcher may return (empty: nothing fits, run
-        # eagerly): the best fits of the highest-priority mode that fits.
-        self.choices = choices
-        # Descriptors of exactly the batch's shape (no padding at all).
-        self.exact = exact
-
-
-_BY_PRIORITY = sorted(RUNTIME_RANK, key=RUNTIME_RANK.get, reverse=True)
-
-
-_NO_FIT = Fit({}, (), ())
-
 # Best fits of recent sweeps, oldest first: (swept batches' identity, captured
 # descriptors, LoRA cases) -> (those batches, their fits).  The batches are
 # kept so that their identity cannot be reused while the entry lives.
@@ -255,7 +232,7 @@ class SweepView:
 
     def _compute(self) -> list[Fit]:
         if not (self.captured and self.captured.descs):
-            return [_NO_FIT] * len(self.sweep.batches)
+            return [NO_FIT] * len(self.sweep.batches)
         # The runner plans a config's sweep once, so a config drawn again (or
         # captured again in one run) sweeps the very same batches into the same
         # graphs: their best fits are the same too.
@@ -264,91 +241,11 @@ class SweepView:
         hit = _FITS.get(key)
         if hit is not None and hit[0] is batches:
             return hit[1]
-        fits = self._best_fits()
+        fits = best_fits(batches, self.captured.descs, self.lora_cases)
         if len(_FITS) >= _FITS_BOUND:
             del _FITS[next(iter(_FITS))]
         _FITS[key] = (batches, fits)
         return fits
-
-    def _best_fits(self) -> list[Fit]:
-        cases = sorted(set(self.lora_cases))
-        case_of = {a: lora_case(a, cases) for a in range(max(cases) + 2)}
-        # Per (LoRA case, micro-batches, mode): the descriptors by what they
-        # admit - any batch; decodes of one uniform length (per length);
-        # decodes up to a max_query_len - each list by increasing tokens, as
-        # (tokens, max_query_len, reqs, descriptor).  A batch searches only
-        # the lists it can fit: a prefill never walks the decode graphs.
-        lists: dict[tuple[int, int], dict[CUDAGraphMode, tuple[list, dict[int, list], list]]] = {}
-        for d in sorted(self.captured.descs, key=lambda d: d.num_tokens):
-            by_mode = lists.setdefault((d.num_active_loras, d.num_ubatches), {})
-            admits_any, by_uniform, bounded = by_mode.setdefault(d.cg_mode, ([], {}, []))
-            entry = (d.num_tokens, d.max_query_len, d.num_reqs, d)
-            if d.uniform_token_count is not None:
-                by_uniform.setdefault(d.uniform_token_count, []).append(entry)
-            elif d.max_query_len is not None:
-                bounded.append(entry)
-            else:
-                admits_any.append(entry)
-        # Highest priority first: a batch's first mode that fits gives its choices.
-        lists = {key: {m: by_mode[m] for m in _BY_PRIORITY if m in by_mode} for key, by_mode in lists.items()}
-        # The best fits depend on a batch's shape and its LoRA case only, not
-        # on its exact LoRA count: batches that differ only there share them
-        # (where a case serves more than one count).
-        seen: dict[tuple, Fit] | None = {} if max(cases) + 1 > len(cases) else None
-        # (LoRA case, micro-batches) where some graph admits a prefill: elsewhere
-        # (decode-only graphs) every prefill runs eagerly.
-        prefill_fits = {key: any(lst[0] for lst in by_mode.values()) for key, by_mode in lists.items()}
-        out = []
-        none: dict[CUDAGraphMode, tuple[list, dict[int, list], list]] = {}
-        for b in self.sweep.batches:
-            case = case_of.get(b.num_active_loras, cases[-1])
-            bt, br, bu, bm = b.num_tokens, b.num_reqs, b.uniform_token_count, b.max_query_len
-            bp, ub = b.has_prefill, b.num_ubatches
-            if bp and not prefill_fits.get((case, ub)):
-                out.append(_NO_FIT)
-                continue
-            if seen is not None:
-                shape = (case, ub, bt, br, bu, bp, bm)
-                fit = seen.get(shape)
-                if fit is not None:
-                    out.append(fit)
-                    continue
-            best = {}
-            choices: tuple[BatchDescriptor, ...] = ()
-            exact: tuple[BatchDescriptor, ...] = ()
-            start = (bt,)
-            for mode, (admits_any, by_uniform, bounded) in lists.get((case, ub), none).items():
-                searched = (admits_any,) if bp else (admits_any, by_uniform.get(bu, ()), bounded)
-                got = None
-                for entries in searched:
-                    # By increasing tokens, a list's first fit pads the
-                    # fewest tokens; past the best so far nothing can tie.
-                    for j in range(bisect_left(entries, start), len(entries)):
-                        dt, dm, dr, d = entries[j]
-                        if got is not None and dt > got[0][0] + bt:
-                            break
-                        if ub > 1 and 2 * bt < dt:
-                            break  # an empty second micro-batch, and so for any larger graph
-                        # the rest of compatible(d, b): the lists hold only d's LoRA case,
-                        # micro-batch count, uniform length and no token count below bt
-                        if (dm is not None and (bp or bm > dm)) or (dr is not None and dr < br):
-                            continue
-                        pad = (dt - bt, 0 if dr is None else dr - br)
-                        if got is None or pad < got[0]:
-                            got = (pad, (d,))
-                        elif pad == got[0]:
-                            got = (pad, got[1] + (d,))
-                if got is not None:
-                    best[mode] = got
-                    if not choices:
-                        choices = got[1]
-                    if got[0] == (0, 0):
-                        exact += got[1]
-            fit = Fit(best, choices, exact) if best else _NO_FIT
-            if seen is not None:
-                seen[shape] = fit
-            out.append(fit)
-        return out
 
 
 def not_run(d: BatchDescriptor, captured: Captured, has_piecewise_runner: bool) -> str | None:

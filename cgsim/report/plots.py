@@ -32,10 +32,11 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, lora_case, padding_waste
+from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, lora_case
 from cgsim.modes import CUDAGraphMode
 from cgsim.spec import desc_sort_key, dispatch_choices, eager_descriptor, expected_capture_order, resolved_mode
 from cgsim.spec import scheduler
+from cgsim.spec.fit import padding_waste
 
 __all__ = [
     "DispatchRow",

@@ -11,7 +11,8 @@ from collections import defaultdict
 from functools import lru_cache
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import BatchDescriptor, empty_second_ubatch
+from cgsim.descriptors import BatchDescriptor
+from cgsim.spec.fit import empty_second_ubatch
 from cgsim.modes import CUDAGraphMode, resolve_mode
 from cgsim.spec.engine_configs import decode_shapes, varlen_token_grid
 from cgsim.spec.rulesets import Ruleset, get_ruleset

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from cgsim.descriptors import Batch, BatchDescriptor, compatible, lora_case, padding_waste
-from cgsim.modes import RUNTIME_RANK, CUDAGraphMode
+from cgsim.descriptors import Batch, BatchDescriptor, lora_case
+from cgsim.modes import CUDAGraphMode
+from cgsim.spec.fit import dispatch_choices, padding_waste
 
 __all__ = ["dispatch_choices", "expected_dispatch", "eager_descriptor", "padding_key"]
 
@@ -27,20 +28,6 @@ def eager_descriptor(batch: Batch, lora_cases: Iterable[int]) -> BatchDescriptor
         num_active_loras=lora_case(batch.num_active_loras, lora_cases),
         num_ubatches=batch.num_ubatches,
     )
-
-
-def dispatch_choices(batch: Batch, captured: Iterable[BatchDescriptor], lora_cases: Iterable[int]) -> frozenset[BatchDescriptor]:
-    """Every descriptor dispatch may correctly return for ``batch``: the
-    compatible captured ones of the highest mode that pad least.  Empty when
-    nothing captured fits (dispatch must then run eagerly)."""
-    lora_cases = tuple(lora_cases)
-    fits = [d for d in captured if compatible(d, batch, lora_cases)]
-    if not fits:
-        return frozenset()
-    best_rank = max(RUNTIME_RANK[d.cg_mode] for d in fits)
-    fits = [d for d in fits if RUNTIME_RANK[d.cg_mode] == best_rank]
-    least = min(padding_key(d, batch) for d in fits)
-    return frozenset(d for d in fits if padding_key(d, batch) == least)
 
 
 def expected_dispatch(batch: Batch, captured: Iterable[BatchDescriptor], lora_cases: Iterable[int]) -> BatchDescriptor:

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor, compatible
+from cgsim.descriptors import Batch, BatchDescriptor
 from cgsim.modes import AttentionSupport, CUDAGraphMode
 from cgsim.scenario import Scenario, Step
+from cgsim.spec.fit import compatible
 from cgsim.targets.reference import ModelCudaGraphManager, ReferenceTarget
 from cgsim.targets.registry import TargetFamily
 

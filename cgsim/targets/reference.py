@@ -16,9 +16,8 @@ from itertools import groupby
 from typing import Callable, Sequence
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, fits_in_case, lora_case
+from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, lora_case
 from cgsim.modes import CUDAGraphMode, resolve_mode
-from cgsim.spec.candidates import drop_unscheduled_decode
 from cgsim.spec.engine_configs import varlen_token_grid, vllm_capture_sizes
 from cgsim.spec.rulesets import Ruleset, RulesetRejects
 from cgsim.targets.base import CandidateSnapshot, Execution, TargetUnsupported
@@ -37,6 +36,24 @@ _EAGER_BOUND = 200_000
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 ForwardFn = Callable[[CUDAGraphMode], None]
 CreateForward = Callable[[BatchDescriptor, bool], ForwardFn]
+
+
+def _runs(desc: BatchDescriptor, batch: Batch) -> bool:
+    """Whether a graph of ``desc`` (already the batch's LoRA case) runs ``batch``:
+    the batch's decode length or max query length, no more requests or tokens
+    than the graph holds, its micro-batch count, and no empty second
+    micro-batch (the runner runs that eagerly)."""
+    if desc.uniform_token_count is not None and batch.uniform_token_count != desc.uniform_token_count:
+        return False
+    if desc.max_query_len is not None:
+        longest = batch.decode_max_query_len
+        if longest is None or longest > desc.max_query_len:
+            return False
+    if batch.num_tokens > desc.num_tokens or (desc.num_reqs is not None and batch.num_reqs > desc.num_reqs):
+        return False
+    if batch.num_ubatches != desc.num_ubatches:
+        return False
+    return desc.num_ubatches == 1 or 2 * batch.num_tokens >= desc.num_tokens
 
 
 class CudaGraphManager:
@@ -140,11 +157,37 @@ class CudaGraphManager:
         # With dynamic speculative decoding a decode graph whose (length, request
         # count) the scheduler never produces would never replay.
         if F in by_mode:
-            kept_full = set(drop_unscheduled_decode(self.config, by_mode[F]))
+            kept_full = set(self._scheduled_decode_graphs(by_mode[F]))
             by_mode[F] = [d for d in by_mode[F] if d in kept_full]
         for descs in by_mode.values():
             descs.sort(key=lambda d: d.num_tokens, reverse=True)
         return {mode: descs for mode, descs in by_mode.items() if descs}
+
+    def _scheduled_decode_graphs(self, full: list[BatchDescriptor]) -> list[BatchDescriptor]:
+        """The FULL graphs a scheduled batch can reach.  With a dynamic draft
+        schedule the drafts of a step are chosen for the step before's request
+        count, so a decode graph of length q and R requests serves the pure
+        decodes of r requests above the next smaller such graph's, and only
+        those r the schedule gives length q (a shrunk batch keeps its drafts);
+        a micro-batched graph only those at the DBO threshold whose second
+        micro-batch is not empty."""
+        if self.config.spec_schedule is None:
+            return list(full)
+        most = self.config.scheduler_decode_limits
+        kept, below = [], {}
+        for d in sorted(full, key=lambda d: (d.num_tokens, d.num_reqs or 0)):
+            q = d.uniform_token_count
+            if q is None or d.num_reqs is None:
+                kept.append(d)
+                continue
+            group = (q, d.num_active_loras, d.num_ubatches)
+            floor = max(self.config.ubatch_threshold, self.config.num_ubatches) if d.num_ubatches > 1 else 1
+            served = [r for r in range(below.get(group, 0) + 1, min(d.num_reqs, most.get(q, 0)) + 1)
+                      if r * q >= floor and not (d.num_ubatches > 1 and 2 * r * q < d.num_tokens)]
+            if served:
+                kept.append(d)
+                below[group] = d.num_reqs
+        return kept
 
     def decode_graphs_by_requests(self) -> list[BatchDescriptor]:
         """Uniform decode graphs sized by request count (vllm-0.34): per decode
@@ -272,7 +315,7 @@ class CudaGraphManager:
                 must[count] = lora_case(count, self.lora_cases)
             found = None
             for desc in candidates.get((tokens, loras), ()):
-                if desc.num_active_loras == must[count] and fits_in_case(desc, batch):
+                if desc.num_active_loras == must[count] and _runs(desc, batch):
                     found = desc
                     break
             if found is None:

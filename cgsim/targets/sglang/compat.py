@@ -29,7 +29,7 @@ import sys
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator
 
 from cgsim.targets.base import TargetEnvironmentError
 

@@ -32,10 +32,10 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from cgsim.targets.base import TargetEnvironmentError, TargetUnsupported
-from cgsim.targets.vllm.source import SOURCE_ENV, SourceTree, active_source, apply_source, source_from_environment
+from cgsim.targets.vllm.source import SourceTree, active_source, apply_source, source_from_environment
 from cgsim.text import first_line
 
 __all__ = [

@@ -39,8 +39,9 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, empty_second_ubatch
+from cgsim.descriptors import Batch, BatchDescriptor, BatchShape
 from cgsim.modes import CUDAGraphMode, ModeResolutionError
+from cgsim.spec.fit import empty_second_ubatch
 from cgsim.spec.rulesets import Ruleset
 from cgsim.targets.base import CandidateSnapshot, Execution, TargetUnsupported
 from cgsim.targets.vllm.coverage import measuring

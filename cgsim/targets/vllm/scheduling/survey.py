@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Iterator
 
 from cgsim.config import ManagerConfig
 from cgsim.targets.vllm.compat import require_vllm
