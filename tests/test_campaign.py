@@ -199,6 +199,7 @@ def test_finding_is_shrunk_and_written_with_a_repro(tmp_path):
     assert summary["properties"]["FAKE-LORA"]["checks"] == summary["scenarios"]
 
 
+@pytest.mark.slow
 def test_a_finding_is_written_once_its_replay_shows_it(tmp_path):
     """Each failure is replayed once before its first file is written (kept
     as written here: too slow to shrink); replays are no scenarios, so a
@@ -293,6 +294,7 @@ def test_a_propertys_overflow_note_is_no_finding_of_its_own(tmp_path, monkeypatc
     assert [(f.property, f.extra["known_defect"]) for f in findings] == [("FAKE-BIG", "big")]
 
 
+@pytest.mark.slow
 def test_a_shrink_past_its_limit_is_recorded_and_the_search_goes_on(tmp_path):
     """A slow shrink stops at --shrink-limit: its smallest failure so far is
     final (shrink-interrupted, saying why) and the worker fuzzes on, so a
@@ -304,6 +306,7 @@ def test_a_shrink_past_its_limit_is_recorded_and_the_search_goes_on(tmp_path):
     assert limited and all(f.status == "shrink-interrupted" for f in limited)
 
 
+@pytest.mark.slow
 def test_a_failure_whose_run_outlasts_the_shrink_limit_waits_for_a_cheaper_recurrence(tmp_path):
     """A run longer than --shrink-limit leaves no time to shrink: Hypothesis
     would run that scenario again first.  Such a failure is written at once
@@ -332,6 +335,7 @@ def test_a_documented_defect_is_shrunk_once_over_all_its_properties(tmp_path, mo
     assert "first_seen_scenarios" in other.extra
 
 
+@pytest.mark.slow
 def test_shrinking_takes_at_most_its_share_of_the_time(tmp_path):
     """With the share spent, a new failure is written at once ("pending",
     with its time to find) and the search goes on instead of shrinking it;
@@ -393,12 +397,14 @@ def test_same_seed_same_findings(tmp_path):
     assert a.summary["scenarios"] == b.summary["scenarios"]
 
 
+@pytest.mark.slow
 def test_same_seed_same_budget_same_findings(tmp_path):
     a = run(tmp_path / "a", bug="big", budget_s=2.0, seed=3)
     b = run(tmp_path / "b", bug="big", budget_s=2.0, seed=3)
     assert sorted(f["id"] for f in a.summary["findings"]) == sorted(f["id"] for f in b.summary["findings"])
 
 
+@pytest.mark.slow
 def test_a_counted_run_does_not_depend_on_the_machines_speed(tmp_path):
     """--max-examples bounds a test's run, never a wall-clock budget: on a
     machine this slow (60 ms a scenario) every scenario asked for still runs."""
@@ -445,6 +451,7 @@ def test_target_that_corrupts_its_state_is_a_finding(tmp_path):
     assert f["status"] == "shrunk"
 
 
+@pytest.mark.slow
 def test_hanging_target_is_a_finding_with_a_timeout(tmp_path):
     result = run(tmp_path, bug="hang", max_examples=30, timeout_s=0.3)
     assert result.exit_code == 1
@@ -455,6 +462,7 @@ def test_hanging_target_is_a_finding_with_a_timeout(tmp_path):
     assert result.summary["workers"][0]["restarts"] >= 1
 
 
+@pytest.mark.slow
 def test_hard_hang_is_killed_by_the_watchdog_and_the_worker_restarts(tmp_path):
     result = run(tmp_path, bug="hard-hang", max_examples=20, timeout_s=0.3)
     hangs = [f for f in result.summary["findings"] if f["property"] == "NO-HANG"]
@@ -463,6 +471,7 @@ def test_hard_hang_is_killed_by_the_watchdog_and_the_worker_restarts(tmp_path):
     assert result.summary["workers"][0]["restarts"] >= 1
 
 
+@pytest.mark.slow
 def test_worker_killed_by_a_segfault_becomes_a_finding(tmp_path):
     result = run(tmp_path, bug="segv", max_examples=20)
     crashes = [f for f in result.summary["findings"] if f["property"] == "NO-CRASH"]
@@ -479,6 +488,7 @@ def test_two_workers_merge_into_one_report(tmp_path):
     assert all(w["scenarios"] > 0 for w in result.summary["workers"])
 
 
+@pytest.mark.slow
 def test_gpus_give_each_worker_its_own_device(tmp_path, monkeypatch):
     # One worker per listed GPU, spawned, CUDA_VISIBLE_DEVICES set per worker.
     import fuzz.campaign.options as options_mod
@@ -502,6 +512,7 @@ def test_two_campaigns_share_a_report_dir(tmp_path):
     assert os.path.realpath(os.path.join(reports, "latest")) == os.path.realpath(b.run_dir)
 
 
+@pytest.mark.slow
 def test_concurrent_campaigns_in_one_report_dir(tmp_path):
     procs = [_spawn_campaign(tmp_path, bug="big", budget=600.0, seed=s, extra=", max_examples=40") for s in (1, 2)]
     for p in procs:
@@ -539,6 +550,7 @@ def _wait_for_findings(tmp_path, timeout=20.0):
     raise AssertionError("no finding appeared")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_leaves_a_valid_partial_report(tmp_path, sig):
     p = _spawn_campaign(tmp_path, bug="two", budget=60.0, workers=2)
@@ -641,6 +653,7 @@ def _one_config_strategy(ruleset, target=None):
         ruleset=ruleset or "pr48822"))
 
 
+@pytest.mark.slow
 def test_a_worker_runs_each_config_and_lifecycle_once_until_nothing_new_is_drawn(tmp_path):
     """Scenarios that differ only in their batches are one run to the
     dispatch sweep: a worker rejects the repeats (counted in the report's

@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from cgsim.report.defects import group_defects
 from fuzz.cli import main
 
@@ -47,6 +49,7 @@ def test_findings_without_violates_each_stand_alone():
     assert [c["findings"] for c in cards] == [["a"], ["b"]]
 
 
+@pytest.mark.slow
 def test_the_range_off_by_one_mutant_is_one_defect_and_the_console_says_what_held(tmp_path, capsys, monkeypatch):
     """The campaign's end: the three properties the mutant breaks, one card
     for them, "N held", the properties that judged nothing on their own
@@ -76,6 +79,7 @@ def test_the_range_off_by_one_mutant_is_one_defect_and_the_console_says_what_hel
     assert proc.returncode == 1 and "REPRODUCED" in proc.stdout, proc.stderr
 
 
+@pytest.mark.slow
 def test_the_report_shows_one_card_per_defect(tmp_path):
     from fuzz.campaign import CampaignOptions, run_campaign
 

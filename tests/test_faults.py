@@ -32,6 +32,9 @@ import pytest
 from cgsim.report.findings import scan_findings
 from test_campaign import FakePipeline, fake_strategy  # noqa: F401  (the campaigns below import both from here)
 
+# Each test runs campaigns in processes and kills them: the inner loop deselects them (-m "not slow").
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
 
@@ -604,6 +607,7 @@ import sys, warnings
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 from test_faults import FaultPipeline, fake_strategy
 from fuzz.campaign import CampaignOptions, run_campaign
+
 opts = CampaignOptions(target="reference", budget_s=600.0, max_examples=400, workers=2, seed=1,
                        report_dir=sys.argv[1], quiet=True, timeout_s=5.0, shrink_grace_s=5.0)
 sys.exit(run_campaign(opts, pipeline=FaultPipeline("slow-two"), strategy=fake_strategy).exit_code)

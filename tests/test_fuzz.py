@@ -87,6 +87,7 @@ def test_spec_schedules_halve_and_reach_past_a_one_request_engine():
     assert beyond[0] == (1, 1, 3) and beyond[1][0] == 2 and beyond[1][2] < 3
 
 
+@pytest.mark.slow
 def test_speculative_configs_capture_past_their_request_limit_as_often_as_a_draft_needs():
     """vLLM 0.25-0.31's draft decode manager survives a dynamic schedule only
     where every capture size lies past max_num_seqs plus a decode (#3 crashes
@@ -106,6 +107,7 @@ def test_speculative_configs_capture_past_their_request_limit_as_often_as_a_draf
     assert len(dynamic) > 500 and len(past) > 0.25 * len(dynamic), (len(past), len(dynamic))
 
 
+@pytest.mark.slow
 def test_surviving_dynamic_sd_configs_start_on_releases_whose_draft_decode_manager_takes_the_targets_lengths():
     """vLLM 0.25-0.31 give the draft decode manager (decode_query_len 1) the
     target's tiers as lengths k + 1 - K and round every capture size up to

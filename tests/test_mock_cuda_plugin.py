@@ -108,6 +108,7 @@ def test_without_the_flag_a_gpu_only_suite_skips_on_cpu(tmp_path):
     assert "4 skipped" in res.stdout
 
 
+@pytest.mark.slow
 def test_under_the_mock_the_gpu_only_suite_runs_on_cpu(tmp_path):
     res = _pytest(tmp_path, GPU_ONLY_SUITE, "--cgsim-mock-cuda")
     assert res.returncode == 0, res.stdout + res.stderr

@@ -116,6 +116,7 @@ def test_every_mutant_is_fuzzed():
     assert set(FUZZ) == set(MUTANTS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(FUZZ))
 def test_fuzzer_finds_and_shrinks_mutant(name):
     strategy, catchers = FUZZ[name]

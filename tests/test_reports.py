@@ -379,6 +379,7 @@ def test_index_md_says_where_to_run_its_commands_and_shows_what_was_in_flight():
 
 
 # -- repro scripts: quiet, strict exits ------------------------------------------------------------------------
+@pytest.mark.slow
 def test_repro_script_prints_no_numpy_warning_and_refuses_a_bad_timeout(tmp_path):
     path = write_repro(str(tmp_path), finding())
     env = dict(os.environ, PYTHONPATH=ROOT)
