@@ -104,6 +104,25 @@ class Finding:
     def repro(self) -> str:
         return f"repro_{self.id}.py"
 
+    def fact(self, name: str) -> Any:
+        """A structured fact the property recorded with the violation (None: none by that name)."""
+        return (self.extra.get("facts") or {}).get(name)
+
+    @property
+    def manager(self) -> str | None:
+        """The sub-manager (a draft model's) whose trace the violation is in; None: the main manager.
+        Findings recorded before the fact existed name it only as their message's prefix."""
+        name = self.fact("manager")
+        if name is not None or self.fact("overflow") is not None:
+            return name
+        head, sep, _ = self.message.partition(" manager: ")
+        return head if sep and head.startswith("draft-") and " " not in head else None
+
+    @property
+    def is_overflow_note(self) -> bool:
+        """The note in place of the violations a property's count cap dropped: no finding of its own."""
+        return self.fact("overflow") is not None
+
     @property
     def shrinkable(self) -> bool:
         prop = ALL_PROPERTIES.get(self.property)

@@ -1168,3 +1168,45 @@ def test_a_sweep_judged_again_under_other_captured_graphs_gets_its_own_best_fits
     assert sound and f"dispatched to FULL {dropped.short()}, but no graph is stored for it" in sound[0].message
     # ... and judged again as recorded, nothing.
     assert not check_scenario(sc, trace).violations
+
+
+# -- what readers take from a violation instead of its message ---------------------------------------
+
+
+def test_the_count_cap_note_and_a_sub_managers_violations_say_so_as_facts():
+    import json
+    import os
+
+    from cgsim.finding import Finding
+    from cgsim.properties.registry import Violation
+    from cgsim.properties.view import MAX_PER_GROUP, group
+
+    many = [Violation("DISPATCH-SOUND", f"batch {i}", 1) for i in range(4 * MAX_PER_GROUP + 3)]
+    kept = group(many)
+    note = Finding.from_violation(kept[-1], {"config": {}}, "reference", "mock")
+    assert note.is_overflow_note and note.fact("overflow") == 3 and note.manager is None
+    assert not any(Finding.from_violation(v, {}, "reference", "mock").is_overflow_note for v in kept[:-1])
+    sub = Finding.from_violation(Violation("CAPTURE-ONCE", "draft-decode manager: twice", 0,
+                                           (("manager", "draft-decode"),)), {}, "vllm", "mock")
+    assert sub.manager == "draft-decode"
+    # A finding recorded before the fact existed still names its manager (the export reads it).
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    legacy = Finding.from_json(json.load(open(os.path.join(root, "docs", "findings", "fresh-metadata-2f61040c3e.json"))))
+    assert legacy.fact("manager") is None and legacy.manager == "draft-prefill"
+
+
+def test_a_sub_managers_violation_carries_its_manager_as_a_fact():
+    from unittest import mock
+
+    from cgsim.properties.view import RunView
+    from cgsim.runner import run_scenario
+
+    config = ManagerConfig(mode=CUDAGraphMode.FULL_AND_PIECEWISE, capture_sizes=(1, 2, 4, 8), max_num_reqs=8)
+    scenario = Scenario(config, (Step.capture(), Step.dispatch(Batch((1,) * 3))))
+    buggy = RunView(scenario, run_scenario(scenario, "mutant:range-off-by-one"))
+    # The buggy run judged as the draft decode manager of a clean one.
+    with mock.patch.object(RunView, "manager_views", lambda self: {} if self is buggy else {"draft-decode": buggy}):
+        verdict = check_scenario(scenario, run_scenario(scenario, "reference"))
+    assert verdict.violations
+    assert all(dict(v.facts).get("manager") == "draft-decode" and v.message.startswith("draft-decode manager: ")
+               for v in verdict.violations)

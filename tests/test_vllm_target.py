@@ -501,7 +501,6 @@ def test_surviving_dynamic_sd_configs_start_and_show_the_nearest_group_defect():
     from hypothesis import Phase, given, settings
 
     from cgsim.observe import observe
-    from cgsim.properties.view import is_overflow_note
     from cgsim.scenario import Scenario, Step
     from fuzz.strategies import surviving_dynamic_sd_configs
 
@@ -522,7 +521,7 @@ def test_surviving_dynamic_sd_configs_start_and_show_the_nearest_group_defect():
             assert not outcome.findings and not outcome.checked, outcome.findings
             continue
         for f in outcome.findings:
-            if is_overflow_note(f.message):
+            if f.is_overflow_note:
                 continue
             known = classify(f, CAPS.version)
             if known is None:

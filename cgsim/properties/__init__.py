@@ -89,6 +89,7 @@ def check_scenario(scenario: Scenario, trace: Trace, only: Iterable[str] | None 
             if not sub.ruleset.judges(prop.id) or not prop.applies(sub):
                 continue
             checked.append(prop.id)
-            violations.extend(Violation(v.property, f"{name} manager: {v.message}", v.step, v.facts)
+            violations.extend(Violation(v.property, f"{name} manager: {v.message}", v.step,
+                                        v.facts + (("manager", name),))
                               for v in prop.check(sub))
     return Verdict(tuple(violations), tuple(dict.fromkeys(checked)))

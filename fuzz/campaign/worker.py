@@ -63,7 +63,6 @@ from typing import Any, Callable
 from cgsim.finding import Finding
 from cgsim.observe import RUNNER, Outcome, Pipeline, backstop_timeout, observe, scenario_timeout
 from cgsim.profiles import get_profile
-from cgsim.properties.view import is_overflow_note
 from cgsim.report.findings import FindingStore
 from cgsim.report.repro import write_repro
 from cgsim.scenario import Scenario
@@ -398,7 +397,7 @@ class Worker:
         overflow note ("... and N more") is no finding of its own."""
         out: dict[str, Finding] = {}
         for f in outcome.findings:
-            if out and is_overflow_note(f.message):
+            if out and f.is_overflow_note:
                 continue
             out.setdefault(self.finding_key(f), f)
         return out

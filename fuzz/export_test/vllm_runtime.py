@@ -98,9 +98,9 @@ class RuntimeTemplates:
     def _fresh_metadata(self) -> "_Parts":
         from fuzz.export_test import vllm as w  # noqa: PLC0415
 
-        if self.f.message.startswith("draft-prefill"):
+        if self.f.manager == "draft-prefill":
             return self._fresh_metadata_draft_prefill()
-        if self.f.message.startswith("draft"):
+        if self.f.manager is not None:
             raise w.ExportError(
                 f"finding {self.f.id}: FRESH-METADATA of the draft decode manager is not exported (it builds its "
                 "own metadata as the target's manager does); replay it with python -m fuzz replay")
