@@ -219,6 +219,11 @@ class BatchShape:
                 "uniform_token_count": self.uniform_token_count, "has_prefill": self.has_prefill,
                 "num_active_loras": self.num_active_loras, "num_ubatches": self.num_ubatches}
 
+    @classmethod
+    def from_json(cls, data: dict) -> "BatchShape":
+        return cls(**{k: data[k] for k in ("num_reqs", "num_tokens", "max_query_len", "uniform_token_count",
+                                           "has_prefill", "num_active_loras", "num_ubatches")})
+
 
 def lora_case(num_active_loras: int, lora_cases: Iterable[int]) -> int:
     """Map an active LoRA count to the captured case that serves it: the smallest

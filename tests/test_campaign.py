@@ -146,7 +146,8 @@ class FakePipeline:
             big = [i for i, b in enumerate(scenario.batches) if b.num_tokens >= 3]
             if big:
                 viol.append(Violation("FAKE-BIG", "batch of many tokens", big[0]))
-                viol.append(Violation("FAKE-BIG", "... and 3 more violations of this property", None))
+                viol.append(Violation("FAKE-BIG", "... and 3 more violations of this property", None,
+                                      (("overflow", 3),)))
         if self.bug in ("two", "two-slow"):
             for i, b in enumerate(scenario.batches):
                 if b.num_active_loras:

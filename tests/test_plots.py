@@ -105,11 +105,15 @@ def test_desc_from_short_inverts_short(desc):
 DISPATCH_MUTANTS = sorted(n for n, m in MUTANT_INFO.items() if ALL_PROPERTIES[m.caught_by].family == "dispatch")
 
 
+@pytest.mark.parametrize("read", ["facts", "message"])
 @pytest.mark.parametrize("name", DISPATCH_MUTANTS)
-def test_a_dispatch_findings_mark_names_what_the_target_returned(name):
+def test_a_dispatch_findings_mark_names_what_the_target_returned(name, read):
     """The mark is the batch the violation names and the descriptor the run
     dispatched it to (a dispatch step's, or the dispatch sweep's after the
-    capture): read back from the property's message, checked against the Trace."""
+    capture): read from the finding's facts (or, for a finding recorded
+    before them, from the property's message), checked against the Trace."""
+    from dataclasses import replace
+
     info = MUTANT_INFO[name]
     scenario = info.example()
     trace = run_scenario(scenario, target=f"mutant:{name}", backend="mock")
@@ -120,6 +124,9 @@ def test_a_dispatch_findings_mark_names_what_the_target_returned(name):
     kinds = set()
     for v in violations:
         finding = Finding.from_violation(v, scenario.to_json(), f"mutant:{name}", "mock", scenario.short())
+        assert {"batch_shape", "dispatched"} <= set(finding.extra["facts"]), v.message
+        # Each reader alone: the facts with no message to fall back on, or a message with no facts.
+        finding = replace(finding, extra={}) if read == "message" else replace(finding, message="(not read)")
         mark = plots.finding_mark(finding)
         if "dispatch sweep" in v.message:
             assert mark is not None, v.message

@@ -41,31 +41,31 @@ def dispatch_sound(run: RunView) -> list[Violation]:
         d, b, step = v.dispatch.desc, v.dispatch.batch, v.dispatch.step
         if d.cg_mode == N:
             if d.num_tokens < b.num_tokens:
-                out.append(Violation("DISPATCH-SOUND", f"{b.short()} dispatched to eager {d.short()} with fewer tokens than the batch", step, shape_facts(b)))
+                out.append(Violation("DISPATCH-SOUND", f"{b.short()} dispatched to eager {d.short()} with fewer tokens than the batch", step, shape_facts(b, d)))
             continue
         if not compatible(d, b, cases):
             out.append(Violation(
-                "DISPATCH-SOUND", f"{b.short()} dispatched to incompatible {d.short()}: {incompat_reason(d, b, cases)}", step, shape_facts(b)))
+                "DISPATCH-SOUND", f"{b.short()} dispatched to incompatible {d.short()}: {incompat_reason(d, b, cases)}", step, shape_facts(b, d)))
         if v.captured is None:
             continue  # before capture / after release: BEFORE-CAPTURE judges it
         if d.cg_mode == F:
             if d not in v.captured.stored:
                 out.append(Violation(
-                    "DISPATCH-SOUND", f"{b.short()} dispatched to FULL {d.short()}, but no graph is stored for it", step, shape_facts(b)))
+                    "DISPATCH-SOUND", f"{b.short()} dispatched to FULL {d.short()}, but no graph is stored for it", step, shape_facts(b, d)))
             elif v.replay is not None and v.replay.path != "full":
                 out.append(Violation(
-                    "DISPATCH-SOUND", f"{b.short()} dispatched to FULL {d.short()} ran on the {v.replay.path} path, not a graph replay", step, shape_facts(b)))
+                    "DISPATCH-SOUND", f"{b.short()} dispatched to FULL {d.short()} ran on the {v.replay.path} path, not a graph replay", step, shape_facts(b, d)))
         elif d.cg_mode == P:
             if not run.trace.has_piecewise_runner:
                 out.append(Violation(
                     "DISPATCH-SOUND",
                     f"{b.short()} dispatched to PIECEWISE {d.short()}, but nothing runs piecewise graphs "
                     "(no compiled submodule, no breakable capture)",
-                    step, shape_facts(b),
+                    step, shape_facts(b, d),
                 ))
             elif d not in v.captured.piecewise:
                 out.append(Violation(
-                    "DISPATCH-SOUND", f"{b.short()} dispatched to PIECEWISE {d.short()}, which was not captured", step, shape_facts(b)))
+                    "DISPATCH-SOUND", f"{b.short()} dispatched to PIECEWISE {d.short()}, which was not captured", step, shape_facts(b, d)))
     for sv in run.sweeps:
         failures = []
         # A sweep's thousands of decisions are a few distinct descriptors:
@@ -134,7 +134,7 @@ def _fit_facts(run: RunView, step: int | None, b, got: BatchDescriptor, fitting:
     fitting = sorted(fitting, key=desc_sort_key)
     held = [candidates_hold(run, step, b, c) for c in fitting]
     listed = None if any(h is None for h in held) else any(held)
-    return (("batch", b.short()), *shape_facts(b), ("got", got.short()),
+    return (("batch", b.short()), *shape_facts(b, got), ("got", got.short()),
             ("fits", [c.short() for c in fitting]), ("fit_in_candidates", listed))
 
 
@@ -188,7 +188,7 @@ def dispatch_minimal(run: RunView) -> list[Violation]:
                 "DISPATCH-MINIMAL",
                 f"{b.short()} dispatched to {d.short()} padding (tokens, reqs) = {got}; captured {better.short()} "
                 f"pads only {least}",
-                v.dispatch.step, shape_facts(b),
+                v.dispatch.step, shape_facts(b, d),
             ))
     for sv in run.captured_sweeps:
         failures = []
@@ -241,7 +241,7 @@ def dispatch_roundtrip(run: RunView) -> list[Violation]:
                 "DISPATCH-ROUNDTRIP",
                 f"{b.short()} has exactly the shape of captured {target.short()} but dispatched to {d.short()}"
                 + (f" (pads {padding_key(d, b)})" if d.cg_mode != N else ""),
-                v.dispatch.step, shape_facts(b),
+                v.dispatch.step, shape_facts(b, d),
             ))
     for sv in run.captured_sweeps:
         failures = []

@@ -565,15 +565,18 @@ def sweep_violations(prop: str, sweep: SweepView, failures: list[tuple[BatchShap
     count = f"{len(failures)} of {of} schedulable batches fail; this is the smallest"
     given = facts(b) if facts is not None else ()
     if not any(name == "batch_shape" for name, _ in given):
-        given = (*given, *shape_facts(b))
+        given = (*given, *shape_facts(b, sw.descs[sw.batches.index(b)]))
+    given = (*given, ("swept_after", sweep.after))
     return [Violation(prop, f"{msg} ({sweep.when()}: {count})", sweep.step if sweep.step >= 0 else None, given)]
 
 
-def shape_facts(b: Any) -> tuple:
-    """The fact every dispatch finding carries: the shape of its batch (what
-    dispatch reads of it), for readers that ask whether a scheduler makes it."""
+def shape_facts(b: Any, dispatched: BatchDescriptor | None = None) -> tuple:
+    """The facts every dispatch finding carries: the shape of its batch (what
+    dispatch reads of it), for readers that ask whether a scheduler makes it,
+    and the descriptor dispatch returned for it."""
     shape = b if isinstance(b, BatchShape) else b.shape
-    return (("batch_shape", shape.to_json()),)
+    out: tuple = (("batch_shape", shape.to_json()),)
+    return out if dispatched is None else (*out, ("dispatched", dispatched.to_json()))
 
 
 def candidates_hold(run: "RunView", step: int | None, batch: Any, desc: BatchDescriptor) -> bool | None:

@@ -200,8 +200,11 @@ def spec_rows(config: ManagerConfig, ruleset: str, max_tokens: int | None = None
 
 
 # -- findings -------------------------------------------------------------------------------------
-# A dispatch property names the descriptor the target returned right after
-# "dispatched to [word]", "ran eagerly (" or "returned" (cgsim.properties.dispatch).
+# A dispatch finding's facts say which batch it is about, whether a sweep
+# found it (after what) and what dispatch returned.  Findings recorded before
+# those facts say it only in their message: a dispatch property names the
+# descriptor the target returned right after "dispatched to [word]", "ran
+# eagerly (" or "returned" (cgsim.properties.dispatch).
 _CHOSEN = re.compile(r"(?:dispatched to|ran eagerly|returned) \(?(?:(?:eager|incompatible|FULL|PIECEWISE|NONE) )?(Desc\([^)]*\))")
 _DESC = re.compile(r"Desc\((\w+)((?: \w+=\d+)*)\)")
 
@@ -266,6 +269,11 @@ def _dispatch_step(data: Mapping[str, Any]) -> tuple[Any, Batch | BatchShape] | 
         return None
     if not 0 <= step < len(scenario.steps):
         return None
+    facts = data.get("facts") or {}
+    if "swept_after" in facts and "batch_shape" in facts:
+        if facts["swept_after"] != "capture" or scenario.steps[step].kind != "capture":
+            return None
+        return scenario, BatchShape.from_json(facts["batch_shape"])
     message = str(data.get("message", ""))
     if "in the dispatch sweep" in message:
         shape = _swept_shape(message)
@@ -313,7 +321,9 @@ def finding_mark(finding: Any) -> Mark | None:
     scenario, batch = found
     cfg = scenario.config
     expected = tuple(sorted(dispatch_choices(batch, _captured(cfg, scenario.ruleset), cfg.lora_cases), key=desc_sort_key))
-    chosen = _chosen_from_message(str(data.get("message", "")))
+    facts = data.get("facts") or {}
+    chosen = (BatchDescriptor.from_json(facts["dispatched"]) if "dispatched" in facts
+              else _chosen_from_message(str(data.get("message", ""))))
     got = chosen.short() if chosen is not None else "see the message"
     want = " or ".join(d.short() for d in expected) if expected else "an eager run (no captured graph fits)"
     caption = f"{data.get('property')} at step {data.get('step')}: {batch.short()} went to {got}; the spec expects {want}"
