@@ -7,6 +7,7 @@
 # repository root there:
 #
 #   bash benchmarks/gpu_sglang.sh [OUTDIR]     # (the device call carries .gpu and .whl/sglang)
+#   CGSIM_GPU_SGLANG=mutations bash benchmarks/gpu_sglang.sh [OUTDIR]   # instead: the runner-mutation table
 #
 # Carried, built on a machine with network by benchmarks/make_gpu_sglang_bundle.sh:
 #   .gpu/sglang-<version>-tree.tar.xz   sglang's pruned pure-Python tree, its dist-info, standins/
@@ -66,6 +67,23 @@ export PYTHONPATH="$tmp/site:$tmp/used-standins:$tmp/tree:$PWD"
 python3 -c 'import sys, torch, sglang, cgsim; print(sys.version.split()[0], "torch", torch.__version__, "sglang",
     sglang.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU", "cgsim", cgsim.__file__)' \
   2>&1 | grep -v Warn | tail -1 | tee -a "$log"
+
+if [ "${CGSIM_GPU_SGLANG:-}" = "mutations" ]; then
+  # The runner-mutation table on this machine's cores: one process per mutation, all at once.
+  say "bench_sglang.py --runner-mutations: one process per mutation, 5 seeds, 60 s each"
+  names=$(python3 -c "from cgsim.targets.sglang.mutation import MUTATIONS; print(' '.join(m.name for m in MUTATIONS))" \
+    2>/dev/null | tail -1)
+  for n in $names; do
+    timeout 420 python3 benchmarks/bench_sglang.py --runner-mutations --seeds 5 --limit-s 60 --only "$n" \
+      > "$tmp/mut_$n.txt" 2>&1 &
+  done
+  wait
+  for n in $names; do grep "^| $n " "$tmp/mut_$n.txt" || echo "| $n | (no row: see the process's output) |"; done \
+    | tee -a "$log"
+  rm -rf "$tmp"
+  say done
+  exit 0
+fi
 
 say "SGLang agreement corpus on the mock (the bundle works)"
 timeout 150 python3 tests/agreement/sglang_agreement.py check --backend mock --jobs 8 \
