@@ -42,8 +42,9 @@ __all__ = [
     "useless_descriptors",
 ]
 
-# Every declared id, harness outcomes included (CHECK-CRASH has no check).
-ALL_PROPERTIES: dict[str, Property] = registered()
+# Every declared id of the decode managers' judge, harness outcomes included (CHECK-CRASH has no check);
+# the encoder family judges encoder scenarios (cgsim.properties.encoder.ENCODER_PROPERTIES).
+ALL_PROPERTIES: dict[str, Property] = {pid: p for pid, p in registered().items() if p.family != "encoder"}
 # The ones a trace can be judged by.
 PROPERTIES: dict[str, Property] = {pid: p for pid, p in ALL_PROPERTIES.items() if not p.harness_only}
 

@@ -1,0 +1,48 @@
+"""Hypothesis strategies for encoder scenarios: configs as users set the
+encoder graphs (budgets, items per graph, frames per batch, the cap), the
+model's budget range, and lifecycles of capture, encoder batches and clears
+(images and videos whose tokens span the budgets)."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from cgsim.encoder.values import EncoderConfig, EncoderItem, EncoderScenario, EncoderStep
+
+__all__ = ["encoder_configs", "encoder_items", "encoder_scenarios"]
+
+
+@st.composite
+def encoder_configs(draw, video: bool | None = None) -> EncoderConfig:
+    min_budget = draw(st.sampled_from((4, 8, 16, 24)))
+    max_tokens = draw(st.integers(min_budget, 320))
+    budgets = ()
+    if draw(st.booleans()):
+        budgets = tuple(sorted(draw(st.lists(st.integers(1, max_tokens), min_size=1, max_size=4))))
+    items = draw(st.sampled_from((0, 0, 1, 2, 3, 4, 8)))
+    frames = draw(st.sampled_from((None, None, 1, 2, 4, 8, 16)))
+    cap = draw(st.sampled_from((None, None, 32, 64, 128)))
+    return EncoderConfig(token_budgets=budgets, max_vision_items=items, max_frames_per_batch=frames,
+                         max_token_budget=cap, max_num_batched_tokens=max_tokens, min_budget=min_budget,
+                         max_frames_per_video=draw(st.sampled_from((1, 2, 4))),
+                         video=draw(st.booleans()) if video is None else video)
+
+
+@st.composite
+def encoder_items(draw, config: EncoderConfig) -> EncoderItem:
+    if config.video and config.max_frames_per_video > 1 and draw(st.integers(0, 3)) == 0:
+        frames = draw(st.integers(1, config.max_frames_per_video))
+        return EncoderItem(frames, 2 * draw(st.integers(1, 3)), 2 * draw(st.integers(1, 3)), video=True)
+    return EncoderItem(1, 2 * draw(st.integers(1, 8)), 2 * draw(st.integers(1, 6)))
+
+
+@st.composite
+def encoder_scenarios(draw, ruleset: str = "encoder", config: EncoderConfig | None = None) -> EncoderScenario:
+    config = config if config is not None else draw(encoder_configs())
+    steps = [EncoderStep("capture")]
+    for _ in range(draw(st.integers(1, 4))):
+        if draw(st.integers(0, 5)) == 0:
+            steps.append(EncoderStep("clear" if steps[-1].kind != "clear" else "capture"))
+        else:
+            steps.append(EncoderStep("encode", tuple(draw(st.lists(encoder_items(config), min_size=1, max_size=5)))))
+    return EncoderScenario(config, tuple(steps), ruleset, draw(st.integers(0, 3)))
