@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from cgsim.encoder.values import EncoderConfig
+from cgsim.encoder.values import EncoderConfig, frame_slots
 
 __all__ = ["ReferenceEncoderManager"]
 
@@ -84,7 +84,7 @@ class ReferenceEncoderManager:
         self.graphs[budget] = (graph, values, out)
 
     def _frame_slots(self) -> int:
-        return self.max_frames_per_batch or self.max_batch_size
+        return frame_slots(self.max_batch_size, self.max_frames_per_batch)
 
     def _budget_for(self, tokens: int, items: int, frames: int) -> int | None:
         if items > self.max_batch_size or frames > self._frame_slots():

@@ -6,8 +6,7 @@ stale buffer or a wrong slice changes a real item's output.
 
 The graph's buffers follow Qwen3-VL's (model_executor/models/qwen3_vl.py
 ``prepare_encoder_cudagraph_capture_inputs``): patch rows sized by the token
-budget, per-frame metadata padded to ``max_frames_per_batch`` (else to
-``max_batch_size``), with padding logics that send padding to a trash slot
+budget, per-frame metadata for ``values.frame_slots`` frames, with padding logics that send padding to a trash slot
 (a zero-filled pad would join frame 0 and item 0, as an unpadded cu_seqlens
 would in Qwen's attention).
 
@@ -24,7 +23,7 @@ from typing import Any, Sequence
 import torch
 
 from cgsim.encoder.interface import CGSIM_CLASSES, EncoderClasses
-from cgsim.encoder.values import MERGE, EncoderItem
+from cgsim.encoder.values import MERGE, EncoderItem, frame_slots
 
 __all__ = ["ToyVisionEncoder", "ITEM_IDS", "PIXELS", "GRID", "BUFFER_KEYS", "HIDDEN", "IN_DIM"]
 
@@ -215,9 +214,7 @@ class ToyVisionEncoder:
     # ---- buffers -------------------------------------------------------------------------------
 
     def _slots(self, token_budget: int, max_batch_size: int, max_frames_per_batch: int) -> _Slots:
-        # Qwen3-VL pads its per-frame metadata to max_frames_per_batch when set, else to max_batch_size.
-        frames = max_frames_per_batch if max_frames_per_batch else max_batch_size
-        return _Slots(token_budget, frames, max_batch_size)
+        return _Slots(token_budget, frame_slots(max_batch_size, max_frames_per_batch), max_batch_size)
 
     def _metadata(self, grid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per patch row its frame in the batch; per frame its item."""

@@ -9,13 +9,21 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["MERGE", "EncoderItem", "EncoderConfig", "EncoderStep", "EncoderScenario", "EncoderScenarioError",
+__all__ = ["MERGE", "frame_slots", "EncoderItem", "EncoderConfig", "EncoderStep", "EncoderScenario", "EncoderScenarioError",
            "ENCODER_STEP_KINDS", "ENCODER_SCHEMA_VERSION"]
 
 # Patches merged into one output token (a 2x2 spatial merge, as Qwen-VL's).
 MERGE = 4
 ENCODER_SCHEMA_VERSION = 1
 ENCODER_STEP_KINDS = ("capture", "encode", "clear")
+
+
+def frame_slots(max_batch_size: int, max_frames_per_batch: int) -> int:
+    """Frames a graph's per-frame metadata holds: Qwen3-VL pads cu_seqlens to
+    max_frames_per_batch for videos and to max_batch_size for images, and
+    captures at least one sequence per item (qwen3_vl.py
+    prepare_encoder_metadata, prepare_encoder_cudagraph_capture_inputs)."""
+    return max(max_batch_size, max_frames_per_batch)
 
 
 class EncoderScenarioError(ValueError):
@@ -172,6 +180,10 @@ class EncoderScenario:
                 if any(item.video for item in step.items):
                     raise EncoderScenarioError(f"step {i}: a video in a config that allows none")
         for i, step in enumerate(self.steps):
+            if len({item.video for item in step.items}) > 1:
+                # vLLM's runner groups a step's items by modality (group_and_batch_mm_kwargs) before the manager.
+                raise EncoderScenarioError(f"step {i}: images and videos in one batch; the engine encodes each "
+                                           "modality in its own batch")
             if any(item.frames > self.config.max_frames_per_video for item in step.items):
                 raise EncoderScenarioError(
                     f"step {i}: a video longer than the model's {self.config.max_frames_per_video} frames")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cgsim.encoder.values import EncoderConfig
+from cgsim.encoder.values import EncoderConfig, frame_slots
 
 __all__ = ["EncoderDesign", "EncoderPlan", "DESIGNS", "design", "plan", "EncoderConfigRefused", "Group",
            "fits", "smallest_fitting", "doubling_grid", "subdivided_grid"]
@@ -112,10 +112,9 @@ class EncoderPlan:
     use_dp: bool
 
     def frame_slots(self, budget: int, d: EncoderDesign) -> int:
-        """Frames a graph of ``budget`` holds (the toy pads per-frame metadata
-        to max_frames_per_batch, else to max_batch_size, as Qwen3-VL does)."""
+        """Frames a graph of ``budget`` holds (the model's rule, ``values.frame_slots``)."""
         frames = min(self.max_frames_per_batch, budget) if d.frames_capped_by_budget else self.max_frames_per_batch
-        return frames if frames else self.max_batch_size
+        return frame_slots(self.max_batch_size, frames)
 
 
 def plan(config: EncoderConfig, ruleset: str) -> EncoderPlan:
