@@ -100,6 +100,16 @@ def test_ray_flag_conflicts_are_usage_errors(tmp_path):
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "is a file" in p.stderr, p.stderr
 
 
+def test_validation_connects_to_nothing(monkeypatch):
+    from fuzz.campaign.options import CampaignOptions, UsageError, validate
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # a connect would fail: Ray is "not installed"
+    o = validate(CampaignOptions(ray="auto", workers=64))
+    assert o.cluster is None and o.workers == 64  # bounded by the cluster the run joins (join_cluster)
+    with pytest.raises(UsageError, match="Ray Client"):  # known without connecting
+        validate(CampaignOptions(ray="ray://head:10001"))
+
+
 # -- the example database (local campaigns: the driver owns the database either way) --------------------
 def test_example_db_replays_saved_failures_first_and_forgets_fixed_ones(tmp_path):
     from fuzz.campaign.example_db import open_example_db
@@ -299,3 +309,12 @@ def test_ray_client_addresses_are_refused(tmp_path, cluster):
 
     with pytest.raises(UsageError, match="Ray Client"):
         connect("ray://head:10001")
+
+
+@needs_ray
+def test_more_workers_than_the_cluster_has_is_a_usage_error(tmp_path, cluster):
+    from fuzz.campaign import UsageError
+
+    with pytest.raises(UsageError, match="the cluster has 2 CPU"):
+        over_ray(tmp_path, workers=3)
+    assert not (tmp_path / "reports").exists()  # nothing started

@@ -2,7 +2,8 @@
 
 ``run_campaign`` validates everything up front (``options.validate``: a bad
 target, ruleset, backend, budget or report directory, or a broken
-environment, is a usage error before any worker starts), then runs the
+environment, is a usage error before any worker starts; with ``--ray`` it
+then joins the cluster, ``ray_executor.join_cluster``), then runs the
 workers under an executor (``executor``): the supervisor (``supervisor``:
 processes on this host, restarts, deaths as findings) or, with ``--ray``,
 Ray actors on every node of a cluster (``ray_executor``), shows progress
@@ -171,6 +172,10 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
     # a stop signal there ends it at once (StopSignal, KeyboardInterrupt).
     with stop_signals_raise():
         o = validate(options)
+        if o.ray is not None:
+            from fuzz.campaign.ray_executor import join_cluster
+
+            o = join_cluster(o)
         try:
             strategy(o.ruleset, o.target)
         except Exception as exc:

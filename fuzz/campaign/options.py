@@ -16,7 +16,7 @@ from cgsim.profiles import PROFILES, get_profile
 from cgsim.text import first_line
 
 __all__ = ["UsageError", "CampaignOptions", "parse_budget", "options_for_profile", "validate", "resolve_gpus",
-           "START_METHODS"]
+           "check_ray_address", "START_METHODS"]
 
 START_METHODS = ("fork", "spawn", "forkserver")
 DEFAULT_SHRINK_SHARE = 0.25
@@ -71,7 +71,7 @@ class CampaignOptions:
     # Filled in by validate():
     gpu_list: tuple[str, ...] | None = None
     environment: tuple[tuple[str, Any], ...] = ()  # what the target reports about the code under test
-    cluster: Any = None  # with ray: the ray_executor.Cluster connected to
+    cluster: Any = None  # with ray: the ray_executor.Cluster the run joined (join_cluster), not validate()
     # What the target's self-check met about the code under test (Findings): replayed first.
     self_check_findings: tuple[Any, ...] = ()
 
@@ -164,6 +164,7 @@ def validate(o: CampaignOptions) -> CampaignOptions:
         if o.start_method is not None:
             raise UsageError("--start-method is for worker processes on this machine; with --ray the workers are "
                              "Ray actors: leave it out")
+        check_ray_address(o.ray)
     changes: dict[str, Any] = {}
     if o.ruleset is not None:
         _one_line(get_ruleset, o.ruleset)
@@ -202,25 +203,20 @@ def validate(o: CampaignOptions) -> CampaignOptions:
         changes["gpu_list"] = gpus
         if o.one_per_gpu:
             changes["workers"] = len(gpus)
-    if o.ray is not None:
-        from fuzz.campaign.ray_executor import connect
-
-        cluster = connect(o.ray, quiet=o.quiet)
-        capacity = cluster.gpus if o.backend == "cuda" else cluster.cpus
-        what = "GPU" if o.backend == "cuda" else "CPU"
-        if capacity < 1:
-            raise UsageError(f"--ray {o.ray}: the cluster has no {what} for a worker ({cluster.describe()}); "
-                             + ("add GPU nodes (ray start --address=... on a GPU machine)" if what == "GPU"
-                                else "add nodes with CPUs"))
-        if o.workers_from_cluster:
-            changes["workers"] = capacity
-        elif o.workers > capacity:
-            raise UsageError(f"--workers {o.workers} with --ray: the cluster has {capacity} {what}(s) "
-                             f"({cluster.describe()}), one per worker; give at most {capacity} or leave --workers out")
-        changes["cluster"] = cluster
-    else:
+    if o.ray is None:
         changes["workers"] = _bounded_workers(replace(o, **changes))
+    # With --ray the workers are bounded by the cluster, which the run joins
+    # (ray_executor.join_cluster): validation connects to nothing.
     return replace(o, **changes)
+
+
+def check_ray_address(address: str) -> None:
+    """UsageError for a --ray address no campaign can use, known without
+    connecting: Ray Client (``ray://``) runs this process off the cluster."""
+    if address.startswith("ray://"):
+        raise UsageError(f"--ray {address}: Ray Client runs this process off the cluster, but the report and the "
+                         "findings are written where the campaign runs; run it on a cluster node (ray start "
+                         "--address=HEAD:6379 there) with --ray auto")
 
 
 def _bounded_workers(o: CampaignOptions) -> int:

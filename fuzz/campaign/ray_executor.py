@@ -5,9 +5,11 @@ local ``supervisor``.
 - ``connect``: the cluster (``auto``: the one this machine belongs to, also
   through ``RAY_ADDRESS``; ``local``: a one-machine Ray started for this
   campaign and stopped with it; else a GCS address ``HOST:PORT``).  Ray
-  Client (``ray://``) is refused: its driver runs off the cluster, and the
-  findings must be written on the machine that holds the report.  A process
-  that already called ``ray.init`` keeps its connection.
+  Client (``ray://``) is refused (``options.check_ray_address``, also at
+  validation): its driver runs off the cluster, and the findings must be
+  written on the machine that holds the report.  A process that already
+  called ``ray.init`` keeps its connection.  ``join_cluster``: the run's
+  options on it, its workers bounded by the cluster's CPUs (GPUs).
 - ``RayExecutor``: one actor per worker, one CPU each, or one GPU each with
   ``--backend cuda`` (``ray_actors.WorkerActor``), spread over the nodes;
   the same slots, shares of ``--max-examples``, seeds
@@ -47,11 +49,11 @@ from cgsim.observe import Pipeline
 from cgsim.properties.harness import NO_CRASH, NO_HANG
 from cgsim.text import first_line
 from fuzz.campaign.executor import ExecutorCommon
-from fuzz.campaign.options import CampaignOptions, UsageError
+from fuzz.campaign.options import CampaignOptions, UsageError, check_ray_address
 from fuzz.campaign.supervisor import EXIT_ERROR_RESTARTS, MAX_RESTARTS, Slot, _split, describe_inflight, read_inflight
 from fuzz.campaign.worker import EXIT_DONE, EXIT_ERROR, EXIT_RESTART, EXIT_STORE, WorkerSpec, default_strategy
 
-__all__ = ["Node", "Cluster", "connect", "RayExecutor", "RaySlot", "MISSING_RAY"]
+__all__ = ["Node", "Cluster", "connect", "join_cluster", "RayExecutor", "RaySlot", "MISSING_RAY"]
 
 MISSING_RAY = "--ray needs Ray, which is not installed here: pip install 'cgsim[ray]' (or pip install ray)"
 _CALL_TIMEOUT_S = 60.0
@@ -94,10 +96,7 @@ def connect(address: str, quiet: bool = False) -> Cluster:
         import ray
     except ImportError:
         raise UsageError(MISSING_RAY) from None
-    if address.startswith("ray://"):
-        raise UsageError(f"--ray {address}: Ray Client runs this process off the cluster, but the report and the "
-                         "findings are written where the campaign runs; run it on a cluster node (ray start "
-                         "--address=HEAD:6379 there) with --ray auto")
+    check_ray_address(address)
     opened = False
     if not ray.is_initialized():
         kwargs: dict[str, Any] = {"logging_level": logging.ERROR if quiet else logging.WARNING,
@@ -122,6 +121,28 @@ def connect(address: str, quiet: bool = False) -> Cluster:
               int(n.get("Resources", {}).get("GPU", 0)))
          for n in ray.nodes() if n.get("Alive")), key=lambda n: (n.host, n.node_id)))
     return Cluster(address, nodes, ray.get_runtime_context().get_node_id(), opened)
+
+
+def join_cluster(o: CampaignOptions) -> CampaignOptions:
+    """Validated options with ``--ray``, on the cluster they name: connected
+    (``connect``), with one worker per CPU of the cluster (per GPU with
+    ``--backend cuda``) without ``--workers``, else at most that many; or
+    UsageError (one line).  Called where the campaign starts, after
+    ``options.validate``."""
+    cluster = connect(o.ray, quiet=o.quiet)
+    capacity = cluster.gpus if o.backend == "cuda" else cluster.cpus
+    what = "GPU" if o.backend == "cuda" else "CPU"
+    if capacity < 1:
+        raise UsageError(f"--ray {o.ray}: the cluster has no {what} for a worker ({cluster.describe()}); "
+                         + ("add GPU nodes (ray start --address=... on a GPU machine)" if what == "GPU"
+                            else "add nodes with CPUs"))
+    workers = o.workers
+    if o.workers_from_cluster:
+        workers = capacity
+    elif o.workers > capacity:
+        raise UsageError(f"--workers {o.workers} with --ray: the cluster has {capacity} {what}(s) "
+                         f"({cluster.describe()}), one per worker; give at most {capacity} or leave --workers out")
+    return o.with_(workers=workers, cluster=cluster)
 
 
 @dataclass
