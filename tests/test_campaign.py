@@ -573,7 +573,7 @@ def test_time_to_find_counts_the_earlier_incarnations_of_a_restarted_worker(tmp_
     """A restarted worker's first sighting counts from the worker's first
     start: what its slot's earlier incarnations fuzzed comes with the spec."""
     from fuzz.campaign import CampaignOptions
-    from fuzz.campaign.supervisor import Slot
+    from fuzz.campaign.executor import Slot
     from fuzz.campaign.worker import Worker, WorkerSpec
 
     slot = Slot(index=0, gpu=None, share=None, incarnation=2)

@@ -4,7 +4,9 @@ Two executors: ``supervisor.Supervisor`` (worker processes on this host) and
 ``ray_executor.RayExecutor`` (workers as Ray actors on every node of a
 cluster).  ``run_campaign`` drives either through ``Executor``; what they
 share (the stop signals, counters, deaths turned into findings, the workers'
-messages) is ``ExecutorCommon``.
+messages, each worker's ``WorkerSpec``) is ``ExecutorCommon``; a worker
+position is a ``Slot``, each with its share of ``--max-examples``
+(``split_examples``) and the same restart limits.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import signal
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol
 
 from cgsim.finding import Finding
@@ -21,13 +24,16 @@ from cgsim.properties.registry import Violation
 from cgsim.report.findings import FindingStore
 from cgsim.report.repro import write_repro
 from cgsim.scenario import Scenario, ScenarioError
+from fuzz.campaign.worker import WorkerSpec
 
-__all__ = ["Executor", "ExecutorCommon", "STOP_SIGNALS", "STOP_GRACE_S", "StopSignal", "stop_signals_raise",
-           "signame"]
+__all__ = ["Executor", "ExecutorCommon", "Slot", "split_examples", "STOP_SIGNALS", "STOP_GRACE_S", "StopSignal",
+           "stop_signals_raise", "signame", "MAX_RESTARTS", "EXIT_ERROR_RESTARTS"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # After a stop signal: how long the workers have, together, to finish the finding at hand.
 STOP_GRACE_S = 1.5
+MAX_RESTARTS = 20  # per worker slot; a target that kills every worker should not spin forever
+EXIT_ERROR_RESTARTS = 2
 
 
 class StopSignal(BaseException):
@@ -62,6 +68,52 @@ def stop_signals_raise() -> Iterator[None]:
             signal.signal(sig, handler)
         # Block again what was blocked; never unblock (a caller may have blocked them for good).
         signal.pthread_sigmask(signal.SIG_BLOCK, set(mask) & set(STOP_SIGNALS))
+
+
+@dataclass
+class Slot:
+    """One worker position; its process may be replaced (a new incarnation)."""
+
+    index: int
+    gpu: str | None
+    share: int | None
+    incarnation: int = 0
+    process: Any = None
+    restarts: int = 0
+    error_restarts: int = 0
+    killed_by_watchdog: bool = False
+    end: str = "running"
+    stats: dict[int, dict] = field(default_factory=dict)  # incarnation -> latest snapshot
+    found: set = field(default_factory=set)
+    spans: list = field(default_factory=list)  # per incarnation: [incarnation, start, end or None, how it ended]
+
+    @property
+    def scenarios(self) -> int:
+        return sum(s.get("scenarios", 0) for s in self.stats.values())
+
+    def fuzzed_before(self) -> tuple[float, float, int]:
+        """Wall s, CPU s and scenarios of the incarnations before this one (their last snapshots)."""
+        earlier = [s for k, s in self.stats.items() if k < self.incarnation]
+        return (round(sum(s.get("fuzz_s", 0.0) for s in earlier), 3),
+                round(sum(s.get("fuzz_cpu_s", 0.0) for s in earlier), 3), sum(s.get("scenarios", 0) for s in earlier))
+
+    def row(self, t0: float) -> dict:
+        spans = [{"incarnation": k, "start_s": round(a - t0, 3), "end_s": None if b is None else round(b - t0, 3), "end": how}
+                 for k, a, b, how in self.spans]
+        return {"worker": self.index, "gpu": self.gpu, "scenarios": self.scenarios, "restarts": self.restarts,
+                "end": self.end, "spans": spans}
+
+    def close_span(self) -> None:
+        if self.spans and self.spans[-1][2] is None:
+            self.spans[-1][2:] = [time.time(), self.end]
+
+
+def split_examples(total: int | None, n: int) -> list[int | None]:
+    """``--max-examples`` (None: no cap) shared out over ``n`` workers."""
+    if total is None:
+        return [None] * n
+    base, rem = divmod(total, n)
+    return [base + (1 if i < rem else 0) for i in range(n)]
 
 
 class Executor(Protocol):
@@ -119,7 +171,7 @@ class ExecutorCommon:
     ``kill_workers()``.
     """
 
-    slots: list
+    slots: list[Slot]
     stop_event: Any
 
     def __init__(self, options: Any, run_id: str, run_dir: str, deadline: float, pipeline: Any,
@@ -160,6 +212,19 @@ class ExecutorCommon:
 
     def kill_workers(self) -> None:
         raise NotImplementedError
+
+    def worker_spec(self, slot: Slot, gpu: str | None = None) -> WorkerSpec:
+        """What the worker of ``slot`` runs, in its current incarnation: the
+        rest of its share of ``--max-examples`` (0: nothing left to run)."""
+        share = slot.share
+        if share is not None:
+            share = max(0, share - slot.scenarios)
+        return WorkerSpec(
+            options=self.o, index=slot.index, incarnation=slot.incarnation, run_id=self.run_id, run_dir=self.run_dir,
+            parent_pid=os.getpid(), deadline=self.deadline, max_examples=share, gpu=gpu,
+            skip_properties=tuple(sorted(slot.found)), pipeline=self.pipeline, strategy=self.strategy,
+            replay=self.replay if slot.incarnation == 0 else (), fuzzed_before=slot.fuzzed_before(),
+        )
 
     # -- the workers' messages -----------------------------------------------------
     def _apply(self, msg: tuple) -> None:

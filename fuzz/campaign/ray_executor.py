@@ -48,10 +48,10 @@ from typing import Any, Callable
 from cgsim.observe import Pipeline
 from cgsim.properties.harness import NO_CRASH, NO_HANG
 from cgsim.text import first_line
-from fuzz.campaign.executor import ExecutorCommon
+from fuzz.campaign.executor import EXIT_ERROR_RESTARTS, MAX_RESTARTS, ExecutorCommon, Slot, split_examples
 from fuzz.campaign.options import CampaignOptions, UsageError, check_ray_address
-from fuzz.campaign.supervisor import EXIT_ERROR_RESTARTS, MAX_RESTARTS, Slot, _split, describe_inflight, read_inflight
-from fuzz.campaign.worker import EXIT_DONE, EXIT_ERROR, EXIT_RESTART, EXIT_STORE, WorkerSpec, default_strategy
+from fuzz.campaign.supervisor import describe_inflight, read_inflight
+from fuzz.campaign.worker import EXIT_DONE, EXIT_ERROR, EXIT_RESTART, EXIT_STORE, default_strategy
 
 __all__ = ["Node", "Cluster", "connect", "join_cluster", "RayExecutor", "RaySlot", "MISSING_RAY"]
 
@@ -177,7 +177,7 @@ class RayExecutor(ExecutorCommon):
         self._kill_requested = False
         self._stop_sent = False
         self.state: dict[int, dict] = {}
-        shares = _split(options.max_examples, options.workers)
+        shares = split_examples(options.max_examples, options.workers)
         self.slots = [RaySlot(i, None, shares[i]) for i in range(options.workers)]
         # Pinned to this machine (no CPU of its own): it writes the run directory.
         self.sink = FindingsSinkActor.options(
@@ -209,21 +209,10 @@ class RayExecutor(ExecutorCommon):
         for slot in self.slots:
             self._start(slot)
 
-    def _spec(self, slot: RaySlot) -> WorkerSpec:
-        share = slot.share
-        if share is not None:
-            share = max(0, share - slot.scenarios)
-        return WorkerSpec(
-            options=self.o, index=slot.index, incarnation=slot.incarnation, run_id=self.run_id, run_dir=self.run_dir,
-            parent_pid=os.getpid(), deadline=self.deadline, max_examples=share,
-            skip_properties=tuple(sorted(slot.found)), pipeline=self.pipeline, strategy=self.strategy,
-            replay=self.replay if slot.incarnation == 0 else (), fuzzed_before=slot.fuzzed_before(),
-        )
-
     def _start(self, slot: RaySlot) -> None:
         from fuzz.campaign.ray_actors import WorkerRayActor
 
-        spec = self._spec(slot)
+        spec = self.worker_spec(slot)
         if spec.max_examples == 0:
             slot.end = "done"
             return

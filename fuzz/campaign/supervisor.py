@@ -27,62 +27,22 @@ import os
 import queue as queue_mod
 import signal
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from cgsim.observe import Pipeline
 from cgsim.properties.harness import NO_CRASH, NO_HANG
 from cgsim.scenario import Scenario, ScenarioError
 from fuzz.campaign import resources
-from fuzz.campaign.executor import STOP_SIGNALS, ExecutorCommon
+from fuzz.campaign.executor import (EXIT_ERROR_RESTARTS, MAX_RESTARTS, STOP_SIGNALS, ExecutorCommon, Slot,
+                                    split_examples)
 from fuzz.campaign.executor import signame as _signame
 from fuzz.campaign.options import CampaignOptions
-from fuzz.campaign.worker import (EXIT_DONE, EXIT_ERROR, EXIT_RESTART, EXIT_STORE, WorkerSpec, default_strategy,
-                                  inflight_path, worker_main)
+from fuzz.campaign.worker import (EXIT_DONE, EXIT_ERROR, EXIT_RESTART, EXIT_STORE, default_strategy, inflight_path,
+                                  worker_main)
 
-__all__ = ["Slot", "Supervisor", "MAX_RESTARTS", "STOP_SIGNALS", "read_inflight", "describe_inflight"]
+__all__ = ["Supervisor", "read_inflight", "describe_inflight"]
 
-MAX_RESTARTS = 20  # per worker slot; a target that kills every worker should not spin forever
 WARM_WAIT_S = 10.0  # the first worker's memory is measured after its first scenario, or after this long
-EXIT_ERROR_RESTARTS = 2
-
-
-@dataclass
-class Slot:
-    """One worker position; its process may be replaced (a new incarnation)."""
-
-    index: int
-    gpu: str | None
-    share: int | None
-    incarnation: int = 0
-    process: Any = None
-    restarts: int = 0
-    error_restarts: int = 0
-    killed_by_watchdog: bool = False
-    end: str = "running"
-    stats: dict[int, dict] = field(default_factory=dict)  # incarnation -> latest snapshot
-    found: set = field(default_factory=set)
-    spans: list = field(default_factory=list)  # per incarnation: [incarnation, start, end or None, how it ended]
-
-    @property
-    def scenarios(self) -> int:
-        return sum(s.get("scenarios", 0) for s in self.stats.values())
-
-    def fuzzed_before(self) -> tuple[float, float, int]:
-        """Wall s, CPU s and scenarios of the incarnations before this one (their last snapshots)."""
-        earlier = [s for k, s in self.stats.items() if k < self.incarnation]
-        return (round(sum(s.get("fuzz_s", 0.0) for s in earlier), 3),
-                round(sum(s.get("fuzz_cpu_s", 0.0) for s in earlier), 3), sum(s.get("scenarios", 0) for s in earlier))
-
-    def row(self, t0: float) -> dict:
-        spans = [{"incarnation": k, "start_s": round(a - t0, 3), "end_s": None if b is None else round(b - t0, 3), "end": how}
-                 for k, a, b, how in self.spans]
-        return {"worker": self.index, "gpu": self.gpu, "scenarios": self.scenarios, "restarts": self.restarts,
-                "end": self.end, "spans": spans}
-
-    def close_span(self) -> None:
-        if self.spans and self.spans[-1][2] is None:
-            self.spans[-1][2:] = [time.time(), self.end]
 
 
 class Supervisor(ExecutorCommon):
@@ -95,7 +55,7 @@ class Supervisor(ExecutorCommon):
         self.stop_event = self.ctx.Event()
         # Per worker: when its scenario started, and how long it may run (worker.py).
         self.heartbeat = self.ctx.Array("d", 2 * options.workers, lock=False)
-        shares = _split(options.max_examples, options.workers)
+        shares = split_examples(options.max_examples, options.workers)
         gpus = options.gpu_list
         self.slots = [Slot(i, gpus[i % len(gpus)] if gpus else None, shares[i]) for i in range(options.workers)]
         self.waiting: list[Slot] = []  # not started yet: they wait for the first worker's size
@@ -138,19 +98,8 @@ class Supervisor(ExecutorCommon):
             return False
         return True
 
-    def _spec(self, slot: Slot) -> WorkerSpec:
-        share = slot.share
-        if share is not None:
-            share = max(0, share - slot.scenarios)
-        return WorkerSpec(
-            options=self.o, index=slot.index, incarnation=slot.incarnation, run_id=self.run_id, run_dir=self.run_dir,
-            parent_pid=os.getpid(), deadline=self.deadline, max_examples=share, gpu=slot.gpu,
-            skip_properties=tuple(sorted(slot.found)), pipeline=self.pipeline, strategy=self.strategy,
-            replay=self.replay if slot.incarnation == 0 else (), fuzzed_before=slot.fuzzed_before(),
-        )
-
     def _start(self, slot: Slot) -> None:
-        spec = self._spec(slot)
+        spec = self.worker_spec(slot, gpu=slot.gpu)
         if spec.max_examples == 0:
             slot.end = "done"
             slot.process = None
@@ -324,13 +273,6 @@ class Supervisor(ExecutorCommon):
             slot.close_span()
             slot.process = None
         self._drain()
-
-
-def _split(total: int | None, n: int) -> list[int | None]:
-    if total is None:
-        return [None] * n
-    base, rem = divmod(total, n)
-    return [base + (1 if i < rem else 0) for i in range(n)]
 
 
 def read_inflight(run_dir: str, index: int) -> dict | None:
