@@ -595,7 +595,7 @@ def test_an_orphaned_worker_never_writes_or_removes_a_finding(tmp_path):
     from cgsim.report.findings import FindingStore
     from cgsim.scenario import Scenario
     from fuzz.campaign import CampaignOptions
-    from fuzz.campaign.worker import Worker, WorkerSpec, _Abort
+    from fuzz.campaign.worker import Abort, Worker, WorkerSpec
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # a campaign pid that no longer exists
@@ -615,7 +615,7 @@ def test_an_orphaned_worker_never_writes_or_removes_a_finding(tmp_path):
                    scenario=scenario.to_json(), status="shrinking", run_id="r", worker=0, extra={"incarnation": 0})
     # A file the last report lists, written by this worker while it was live.
     FindingStore(str(run_dir / "findings")).put(seen)
-    with pytest.raises(_Abort):
+    with pytest.raises(Abort):
         worker._record(seen.with_(message="rewritten"), "shrink-interrupted")
     worker._remove_own(seen.id)
     (kept,) = scan_findings(str(run_dir / "findings"))

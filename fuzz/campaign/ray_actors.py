@@ -45,7 +45,7 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 from cgsim.finding import Finding  # noqa: E402
 from cgsim.report.findings import FindingStore
 from cgsim.report.repro import write_repro
-from fuzz.campaign.worker import (EXIT_DONE, EXIT_ERROR, EXIT_STORE, Worker, WorkerSpec, _Abort, _StoreFailed,
+from fuzz.campaign.worker import (EXIT_DONE, EXIT_ERROR, EXIT_STORE, Abort, StoreFailed, Worker, WorkerSpec,
                                   inflight_path)
 
 __all__ = ["FindingsSink", "WorkerActor", "RayWorker", "SINK_TIMEOUT_S"]
@@ -188,7 +188,7 @@ class RayWorker(Worker):
         self.store = _SinkStore(sink, spec.index, spec.incarnation)
         self._sink_gone = False
 
-    def _prepare(self) -> None:
+    def prepare(self) -> None:
         # Nothing goes to this node's disk.  The backend is this node's to
         # check (the driver may have no GPU): a worker error, in the notes.
         from cgsim.backends import get_backend
@@ -200,7 +200,7 @@ class RayWorker(Worker):
         # sink refuses their writes, and a sink that stops answering is gone.
         return self._sink_gone
 
-    def _write_inflight(self, scenario: Any) -> None:
+    def write_inflight(self, scenario: Any) -> None:
         from cgsim.observe import backstop_timeout, scenario_timeout
 
         limit = backstop_timeout(scenario_timeout(scenario, self.o.timeout_s))
@@ -212,11 +212,11 @@ class RayWorker(Worker):
         except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
             # Never run a scenario nobody would hear of if it killed us.
             self._sink_gone = True
-            raise _Abort() from None
+            raise Abort() from None
         if stop:
             self.stop_event.set()
 
-    def _clear_inflight(self) -> None:
+    def clear_inflight(self) -> None:
         try:
             self.sink.idle.remote(self.spec.index, self.spec.incarnation)
         except ray.exceptions.RayError:
@@ -248,9 +248,9 @@ class WorkerActor:
         faulthandler.enable()
         try:
             return RayWorker(spec, sink, node).run(), ""
-        except _StoreFailed:
+        except StoreFailed:
             return EXIT_STORE, ""
-        except _Abort:  # the sink went away with the campaign
+        except Abort:  # the sink went away with the campaign
             return EXIT_DONE, ""
         except BaseException:
             return EXIT_ERROR, traceback.format_exc()

@@ -69,8 +69,8 @@ from cgsim.scenario import Scenario
 from cgsim.text import first_line, reason_class
 from fuzz.campaign.options import CampaignOptions
 
-__all__ = ["WorkerSpec", "worker_main", "derive_seed", "EXIT_DONE", "EXIT_RESTART", "EXIT_ERROR", "EXIT_STORE",
-           "capture_size_range", "default_strategy", "inflight_path"]
+__all__ = ["Worker", "WorkerSpec", "worker_main", "derive_seed", "EXIT_DONE", "EXIT_RESTART", "EXIT_ERROR", "EXIT_STORE",
+           "Abort", "StoreFailed", "capture_size_range", "default_strategy", "inflight_path"]
 
 EXIT_DONE = 0
 EXIT_RESTART = 75  # "restart me": the target may have poisoned this process
@@ -163,7 +163,7 @@ class WorkerSpec:
     fuzzed_before: tuple[float, float, int] = (0.0, 0.0, 0)
 
 
-class _Abort(BaseException):
+class Abort(BaseException):
     """Stop the Hypothesis run now (deadline, stop request, example cap).  A
     BaseException, so Hypothesis propagates it instead of shrinking it."""
 
@@ -177,7 +177,7 @@ class _ShrinkLimit(BaseException):
     failure so far and go on searching in the next chunk."""
 
 
-class _StoreFailed(BaseException):
+class StoreFailed(BaseException):
     """A finding could not be written: stop this worker (the parent was told)."""
 
 
@@ -198,6 +198,14 @@ class _PropertyFailed(AssertionError):
 
 
 class Worker:
+    """One worker's Hypothesis loop.  Where its output goes is replaceable
+    (a Ray actor sends it to the driver's node, ``ray_actors.RayWorker``):
+    ``store`` (a ``FindingStore``: ``put``, ``remove_own``), ``queue``
+    (``put`` a message) and the hooks ``prepare``, ``write_inflight``,
+    ``clear_inflight`` and ``orphaned``.  ``run`` raises ``StoreFailed``
+    when a finding could not be written and may raise ``Abort`` when the
+    campaign is gone."""
+
     def __init__(self, spec: WorkerSpec, queue: Any, stop_event: Any, heartbeat: Any):
         self.spec = spec
         self.o = spec.options
@@ -288,7 +296,7 @@ class Worker:
         # Where the batches came from: the engine's own scheduler, or cgsim's model of it.
         add("batch_sources", scenario.served.scheduler if scenario.served is not None else "model")
 
-    def _write_inflight(self, scenario: Any) -> None:
+    def write_inflight(self, scenario: Any) -> None:
         # Cheap (one rewrite, no fsync): read by the parent after this process
         # died, to name the scenario that killed it, and by ``fuzz report``
         # after the campaign died.  Emptied when the scenario returns, so a
@@ -308,7 +316,7 @@ class Worker:
         except (OSError, ValueError):
             pass
 
-    def _clear_inflight(self) -> None:
+    def clear_inflight(self) -> None:
         try:
             if self._inflight is not None:
                 self._inflight.seek(0)
@@ -353,9 +361,9 @@ class Worker:
             # Nothing more can be recorded here; the parent keeps the finding
             # in its report's notes and stops the campaign.
             self._send("store-error", spec.index, f"cannot write finding {finding.id}: {exc}", finding.to_json())
-            raise _StoreFailed() from None
+            raise StoreFailed() from None
         if done is None:
-            raise _Abort()  # the campaign is gone: an orphan must not add to its report
+            raise Abort()  # the campaign is gone: an orphan must not add to its report
         self._send("finding", spec.index, finding.id, finding.property, status)
         return finding
 
@@ -474,13 +482,13 @@ class Worker:
             pass  # a stale provisional file is a duplicate in the report, never a loss
 
     # -- the campaign loop -------------------------------------------------------
-    def _prepare(self) -> None:
+    def prepare(self) -> None:
         """Before anything else in ``run``: where this worker's files go."""
         os.makedirs(self.findings_dir, exist_ok=True)
         os.makedirs(self.work_dir, exist_ok=True)
 
     def run(self) -> int:
-        self._prepare()
+        self.prepare()
         from hypothesis import given, seed
 
         from cgsim.targets import get_target
@@ -591,7 +599,7 @@ class Worker:
         """Run and judge one scenario, announced in flight (and to the
         watchdog) while it runs."""
         spec = self.spec
-        self._write_inflight(scenario)
+        self.write_inflight(scenario)
         if self.heartbeat is not None:
             # [index]: since when it runs; [workers + index]: after how long
             # the parent's watchdog may call it hung (past the backstop).
@@ -603,7 +611,7 @@ class Worker:
         finally:
             if self.heartbeat is not None:
                 self.heartbeat[spec.index] = 0.0
-            self._clear_inflight()
+            self.clear_inflight()
 
     def _replay(self, entries: tuple) -> bool:
         """Run the failures that earlier campaigns saved (``example_db``),
@@ -667,7 +675,7 @@ class Worker:
 
         def body(scenario: Any) -> None:
             if self._over(pinned=st["pinned"] is not None):
-                raise _Abort()
+                raise Abort()
             if st["pinned"] is None and self._repeat(scenario):
                 reject()
             if st["pinned"] is not None and limit is not None and time.monotonic() - st["pinned_at"] > limit:
@@ -727,7 +735,7 @@ class Worker:
         ran_before = self.scenarios
         try:
             test()
-        except (_Abort, _Restart):
+        except (Abort, _Restart):
             status = "shrink-interrupted"
         except _ShrinkLimit:
             status = "shrink-interrupted"
@@ -756,7 +764,7 @@ class Worker:
             try:
                 self._finalise(st["pinned"], st["best"], st["first"], status, st.get("flaky"),
                                note=f"shrink stopped at its {limit:g}s limit (--shrink-limit)" if st.get("limited") else None)
-            except _Abort:
+            except Abort:
                 pass
         return bool(st["restart"])
 
@@ -829,7 +837,7 @@ def worker_main(spec: WorkerSpec, queue: Any, stop_event: Any, heartbeat: Any) -
     code = EXIT_ERROR
     try:
         code = Worker(spec, queue, stop_event, heartbeat).run()
-    except _StoreFailed:
+    except StoreFailed:
         code = EXIT_STORE
     except BaseException as exc:
         try:
