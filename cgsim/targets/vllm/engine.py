@@ -33,13 +33,15 @@ from cgsim.text import first_line
 
 __all__ = ["EngineLaunch", "EngineRefused", "launch_for", "engine_config", "manager_config", "reach", "check_reached",
            "token_sizes", "default_capture_sizes", "takes_dynamic_schedule", "runs_v2_runner", "launched",
-           "TOY_ROOT", "CHECKPOINTS"]
+           "v2_runner_env", "TOY_ROOT", "CHECKPOINTS"]
 
-DENSE, MOE = "dense", "moe"
+DENSE, MOE, VISION = "dense", "moe", "vision"
 TOY_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "toy")
 TOY_ARCHITECTURES = {DENSE: "CgsimToyForCausalLM", MOE: "CgsimToyMoeForCausalLM"}
 # The checkpoints a launch line names: public models of the toy's families.
-CHECKPOINTS = {DENSE: "meta-llama/Llama-3.1-8B-Instruct", MOE: "mistralai/Mixtral-8x7B-Instruct-v0.1"}
+# (The vision toy is registered by encoder_engine.py, the encoder graphs' front door.)
+CHECKPOINTS = {DENSE: "meta-llama/Llama-3.1-8B-Instruct", MOE: "mistralai/Mixtral-8x7B-Instruct-v0.1",
+               VISION: "Qwen/Qwen2.5-VL-7B-Instruct"}
 DRAFT_CHECKPOINT = "yuhuili/EAGLE-LLaMA3.1-Instruct-8B"
 # The attention backend whose metadata builder declares each support level on
 # a Hopper GPU (v1/attention/backends: FA3 ALWAYS, FA2 UNIFORM_BATCH, FlashInfer
@@ -183,10 +185,16 @@ def launch_for(config: ManagerConfig, release: bool = False) -> EngineLaunch:
         model = MOE
         args.update(enable_expert_parallel=True, enable_eplb=True, enable_elastic_ep=True, data_parallel_size=2,
                     eplb_config={"use_async": False})
-    env = {V2_RUNNER_ENV: "1"} if _has_v1_runner() else {}  # the runner whose manager cgsim drives
+    env = v2_runner_env()
     if config.breakable:
         env[BREAKABLE_ENV] = "1"
     return EngineLaunch.of(model, args, env, ATTENTION_BACKENDS[config.attention_support])
+
+
+def v2_runner_env() -> dict[str, str]:
+    """The environment a launch sets for the V2 model runner (whose managers
+    cgsim drives): nothing where the tree has no other runner."""
+    return {V2_RUNNER_ENV: "1"} if _has_v1_runner() else {}
 
 
 @functools.lru_cache(maxsize=1)
