@@ -44,7 +44,7 @@ from cgsim.descriptors import Batch, BatchDescriptor, BatchShape
 from cgsim.modes import CUDAGraphMode
 from cgsim.spec import sglang as rules
 from cgsim.targets.base import CandidateSnapshot, Execution
-from cgsim.targets.sglang import _world
+from cgsim.targets.sglang import _world, compat
 from cgsim.targets.sglang.blame import guarded
 from cgsim.workload import EagerForward, Workload
 from cgsim.workload.context import get_forward_context, set_forward_context
@@ -395,9 +395,7 @@ class DraftDecodeHandle(_DraftRunnerHandle):
             seq_lens_sum=int(sum(seq)), out_cache_loc=torch.zeros(total * self.steps, dtype=torch.int64, device=dev),
             positions=positions,
             spec_algorithm=self.mr.spec_algorithm, spec_info=spec, capture_hidden_mode=CaptureHiddenMode.LAST)
-        from cgsim.targets.sglang._handle import _bind_kv_plan  # noqa: PLC0415 - _handle imports this module
-
-        _bind_kv_plan(self.mr, fb)
+        compat.tree().bind_kv_plan(self.mr, fb)
         return fb
 
     # -- execute -----------------------------------------------------------------------
@@ -549,9 +547,7 @@ class DraftExtendHandle(_DraftRunnerHandle):
             extend_seq_lens_cpu=list(query_lens), out_cache_loc=torch.zeros(total, dtype=torch.int64, device=dev),
             positions=positions,
             spec_algorithm=self.mr.spec_algorithm, spec_info=spec, capture_hidden_mode=CaptureHiddenMode.LAST)
-        from cgsim.targets.sglang._handle import _bind_kv_plan  # noqa: PLC0415 - _handle imports this module
-
-        _bind_kv_plan(self.mr, fb)
+        compat.tree().bind_kv_plan(self.mr, fb)
         return fb
 
     @guarded

@@ -110,13 +110,6 @@ def _records_nolora(mr: Any) -> bool:
     return bool(rule(mr)) if rule is not None else False
 
 
-def _bind_kv_plan(mr: Any, fb: Any) -> None:
-    """What ForwardBatch.init_new does with the KV index translator, per tree."""
-    bind = compat.tree().kv_bind
-    if bind is not None:
-        getattr(mr.kv_index_translator, bind)(fb)
-
-
 def _drop_elastic_state(decode_runner: Any) -> None:
     """sglang's elastic release of the decode runner's graphs and the pool."""
     setup = importlib.import_module(compat.SETUP)
@@ -498,7 +491,7 @@ class SglangHandle:
                 # The scheduler's split; None = this step runs without two-batch overlap.
                 fb.tbo_split_seq_index = (compute_split_seq_index(mode, total, None, self.width) if ubatches == 2
                                           else None)
-        _bind_kv_plan(mr, fb)
+        compat.tree().bind_kv_plan(mr, fb)
         return fb
 
     def _verify_info(self, dev: torch.device) -> Any:

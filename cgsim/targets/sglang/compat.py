@@ -29,7 +29,7 @@ import sys
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 from cgsim.targets.base import TargetEnvironmentError
 
@@ -156,6 +156,12 @@ class Tree:
     @property
     def ruleset(self) -> str:
         return self.design.ruleset
+
+    def bind_kv_plan(self, mr: Any, fb: Any) -> None:
+        """What ForwardBatch.init_new does with the KV index translator on this
+        tree, for a ForwardBatch cgsim builds (``kv_bind``)."""
+        if self.kv_bind is not None:
+            getattr(mr.kv_index_translator, self.kv_bind)(fb)
 
     def to_json(self) -> dict:
         out = {"sglang_version": self.version, "sglang_design": self.ruleset}
