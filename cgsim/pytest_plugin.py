@@ -219,12 +219,12 @@ _MISSING = object()
 def pytest_report_header(config: pytest.Config) -> str | None:
     if _MOCK not in config.stash:
         return None
-    from cgsim.cuda_mock import _runtime
+    from cgsim.cuda_mock import DEVICE_NAME, get_device_capability
 
     engine = config.getoption("cgsim_mock_engine", default=None)
     adapted = f"; {engine} adapted: {', '.join(name for name, _ in VLLM_ADAPTER)}" if engine == "vllm" else ""
-    return (f"cgsim: torch.cuda is cgsim's CPU mock ({_runtime.DEVICE_NAME}: one device, capability "
-            f"{_runtime.get_device_capability()}; CUDA graphs capture and replay CPU tensors; no CUDA memory or "
+    return (f"cgsim: torch.cuda is cgsim's CPU mock ({DEVICE_NAME}: one device, capability "
+            f"{get_device_capability()}; CUDA graphs capture and replay CPU tensors; no CUDA memory or "
             f"kernels){adapted}")
 
 

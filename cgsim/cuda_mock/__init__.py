@@ -70,6 +70,7 @@ from ._errors import (
 from ._memory import host_buffer, poison_value
 from ._patch import is_patched, patched_torch_cuda
 from ._runtime import (
+    DEVICE_NAME,
     Event,
     Stream,
     current_device,
@@ -78,6 +79,7 @@ from ._runtime import (
     device_count,
     empty_cache,
     empty_host_cache,
+    get_device_capability,
     is_available,
     set_device,
     stream,
@@ -106,6 +108,8 @@ __all__ = [
     "device_count",
     "current_device",
     "set_device",
+    "get_device_capability",
+    "DEVICE_NAME",
     "CUDA_ERROR_TYPE",
     "CAPTURE_UNSUPPORTED",
     "CAPTURE_INVALIDATED",
