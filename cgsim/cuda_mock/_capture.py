@@ -422,7 +422,7 @@ def _copy_back(op: Any, args: tuple, kwargs: dict, outs: list, multi: bool) -> N
 _NOT_HOST = object()
 
 
-def _host_op(cap: _runtime._CaptureRecord, func: Any, info: _OpInfo, args: tuple, kwargs: dict) -> Any:
+def _host_op(cap: _runtime.CaptureRecord, func: Any, info: _OpInfo, args: tuple, kwargs: dict) -> Any:
     """Ops on host memory run now (CPU work is not captured); copies between host
     and device memory follow the host-copy rules."""
     if cap.host_depth:
@@ -581,7 +581,7 @@ class CUDAGraph:
         self._pool = _memory.get_pool_for_capture(self._pool_id)
         self._capture_stream = s
         self._recorder = _Recorder(self._pool)
-        G.capture = _runtime._CaptureRecord(self, s)
+        G.capture = _runtime.CaptureRecord(self, s)
         self._mode = _CaptureMode()
         self._mode.__enter__()
 

@@ -19,6 +19,7 @@ import torch
 from . import _errors, _memory
 
 __all__ = [
+    "CaptureRecord",
     "Stream",
     "ExternalStream",
     "Event",
@@ -51,7 +52,7 @@ DEVICE_NAME = "cgsim mock GPU (CPU)"
 TOTAL_MEMORY = 80 * 2**30
 
 
-class _CaptureRecord:
+class CaptureRecord:
     """What the runtime knows about the capture under way (at most one per
     process, as with real graphs)."""
 
@@ -69,7 +70,7 @@ class _State(threading.local):
 
 
 class _Global:
-    capture: _CaptureRecord | None = None
+    capture: CaptureRecord | None = None
 
 
 G = _Global()
@@ -77,7 +78,7 @@ _tls = _State()
 _stream_ids = itertools.count(1)
 
 
-def capturing() -> _CaptureRecord | None:
+def capturing() -> CaptureRecord | None:
     return G.capture
 
 

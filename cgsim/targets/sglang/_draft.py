@@ -149,7 +149,7 @@ class DraftAttention(_world.ToyAttention):
         table = self.model_runner.req_to_token_pool.req_to_token
         slots = [int(table[row, max(pos, 0)]) if 0 <= row < table.shape[0] else 0
                  for row, s in zip(rows, seq_lens) for pos in range(s - self.width, s)]
-        layout = _world._ViewLayout([self.width] * bs, seq_lens, slots)
+        layout = _world.ViewLayout([self.width] * bs, seq_lens, slots)
         return self.workload.prepare_attn(layout, bs, num_tokens, self.width, for_capture=for_capture)
 
 
@@ -483,7 +483,7 @@ class _DraftExtendModel(torch.nn.Module):
     def __init__(self, handle: "DraftExtendHandle"):
         super().__init__()
         self.h = handle
-        shared_experts = _world._optional("sglang.srt.configs.shared_experts", "SharedExpertsConfig")
+        shared_experts = _world.optional_attr("sglang.srt.configs.shared_experts", "SharedExpertsConfig")
         if shared_experts is not None:  # 0.5.23 reads the model's shared-experts config
             self.shared_experts_config = shared_experts()
 

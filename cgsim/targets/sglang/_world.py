@@ -40,8 +40,9 @@ from cgsim.modes import CUDAGraphMode
 from cgsim.workload.context import set_forward_context
 from cgsim.workload.model import HIDDEN
 
-__all__ = ["ToyAttention", "ToyCausalLM", "AdapterSlots", "FakeModelRunner", "sglang_process", "rank_parallel",
-           "reset_process_state", "install_server_args", "parallel_override", "body_context", "CONTEXT_LEN"]
+__all__ = ["ToyAttention", "ToyCausalLM", "AdapterSlots", "FakeModelRunner", "ViewLayout", "sglang_process",
+           "rank_parallel", "reset_process_state", "install_server_args", "parallel_override", "body_context",
+           "optional_attr", "CONTEXT_LEN"]
 
 # Longest sequence a request may reach (the request pool's row width).
 CONTEXT_LEN = 1024
@@ -111,11 +112,11 @@ class ToyAttention(AttentionBackend):
 
             raise EngineCallError(f"sglang prepared attention metadata for a {mode.name} view of {bs} requests and "
                                   f"{sum(query_lens)} query tokens over {num_tokens} input rows")
-        layout = _ViewLayout(query_lens, seq_lens, slots)
+        layout = ViewLayout(query_lens, seq_lens, slots)
         return self.workload.prepare_attn(layout, bs, num_tokens, max(query_lens + [1]), for_capture=for_capture)
 
 
-class _ViewLayout:
+class ViewLayout:
     """The requests of a view sglang prepared metadata for, as
     ``Workload.prepare_attn`` reads a request layout (made once per view)."""
 
@@ -199,7 +200,7 @@ class ToyCausalLM(nn.Module):
     def __init__(self, rank: Any):
         super().__init__()
         self.model = _Body(rank)
-        shared_experts = _optional("sglang.srt.configs.shared_experts", "SharedExpertsConfig")
+        shared_experts = optional_attr("sglang.srt.configs.shared_experts", "SharedExpertsConfig")
         if shared_experts is not None:  # 0.5.23 reads the model's shared-experts config
             self.shared_experts_config = shared_experts()
 
@@ -300,7 +301,7 @@ class FakeModelRunner(ModelRunner):
     linear_attn_model_spec = kimi_linear_config = hybrid_lightning_config = None
 
 
-def _optional(module: str, name: str) -> Any:
+def optional_attr(module: str, name: str) -> Any:
     """An sglang attribute some trees have (None where this one lacks it)."""
     try:
         return getattr(importlib.import_module(module), name, None)

@@ -31,7 +31,7 @@ _CUDA_MOCK = os.path.join(_CGSIM, "cuda_mock")
 # The fake process's objects sglang calls: an AttributeError or TypeError naming
 # one is the adapter's interface drifting from sglang's.
 STAND_IN_NAMES = ("FakeModelRunner", "AdapterSlots", "ToyAttention", "ToyCausalLM", "_Body", "_ModelConfig",
-                  "_TpGroup", "_QuietProgress", "_ViewLayout", "SglangHandle", "'types.SimpleNamespace'",
+                  "_TpGroup", "_QuietProgress", "ViewLayout", "SglangHandle", "'types.SimpleNamespace'",
                   "'SimpleNamespace'", "_Inert", "DraftAttention", "_DraftWorker", "DraftDecodeHandle",
                   "DraftExtendHandle", "_DraftExtendModel")
 
