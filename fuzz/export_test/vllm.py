@@ -3,13 +3,12 @@
 ``VllmConfig`` pieces, ``monkeypatch`` and ``unittest.mock`` doubles for the GPU
 parts).  The generated code's fixed parts are in ``vllm_code``; the templates of
 the properties that drive capture and replay and watch what the model sees are
-in ``vllm_runtime``."""
+in ``vllm_runtime``; what both write with (``Parts``, ``fill``) in ``vllm_parts``."""
 
 from __future__ import annotations
 
 import re
 import textwrap
-from dataclasses import dataclass
 
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor
@@ -18,13 +17,11 @@ from cgsim.modes import CUDAGraphMode, ModeResolutionError
 from cgsim.scenario import Scenario, Step
 from fuzz.export_test.docs import DocumentedFinding, ExportError
 from fuzz.export_test import vllm_code as code
+from fuzz.export_test.vllm_parts import (MAX_ENUMERATED_SHAPES, Parts, count_partitions, fill, scheduler_constants,
+                                         speculators_literal)
 from fuzz.export_test.vllm_runtime import BREAKABLE_PROPERTIES, RUNTIME_PROPERTIES, RuntimeTemplates
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
-
-# Past this many query-length partitions the CAPTURE-USEFUL test's enumeration of
-# every producible batch would take minutes: shrink the finding first.
-MAX_ENUMERATED_SHAPES = 50_000
 
 VLLM_PROPERTIES = (
     "BEFORE-CAPTURE",
@@ -41,28 +38,6 @@ VLLM_PROPERTIES = (
     "RELEASE-RECAPTURE",
     *RUNTIME_PROPERTIES,
 )
-
-# Where the Eagle/MTP speculator that builds the draft model's managers lives
-# (its init_cudagraph_manager builds a prefill and a decode manager):
-# target_dependent_ar from 0.32, autoregressive 0.23-0.31, eagle 0.20-0.22.
-_SPECULATORS = (
-    ("vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator", "TargetDependentARSpeculator"),
-    ("vllm.v1.worker.gpu.spec_decode.autoregressive.speculator", "AutoRegressiveSpeculator"),
-    ("vllm.v1.worker.gpu.spec_decode.eagle.speculator", "EagleSpeculator"),
-)
-
-
-def _fill(template: str, **values: str) -> str:
-    """``<<name>>`` placeholders in a template of generated code (which keeps
-    its own braces for f-strings)."""
-    out = template
-    for k, v in values.items():
-        out = out.replace(f"<<{k}>>", v)
-    left = re.findall(r"<<(\w+)>>", out)
-    if left:
-        raise AssertionError(f"unfilled placeholders {left}")
-    return out
-
 
 def _desc_literal(d: BatchDescriptor) -> str:
     args = [f"CUDAGraphMode.{d.cg_mode.value}", f"num_tokens={d.num_tokens}", f"num_reqs={d.num_reqs}"]
@@ -127,22 +102,6 @@ def _mode_inputs(cfg: ManagerConfig) -> str:
 def _wrap(text: str, indent: str = "", width: int = 79) -> str:
     return textwrap.fill(text, width=width, initial_indent=indent, subsequent_indent=indent,
                          break_long_words=False, break_on_hyphens=False)
-
-
-@dataclass
-class _Parts:
-    """What a property's template contributes to the module."""
-
-    body: str  # the test function's body after the steps it runs first
-    helpers: tuple[str, ...] = ()
-    constants: tuple[str, ...] = ()
-    # Whether the checked step itself runs before the body (a capture whose
-    # result the body judges) or is the body's own business.
-    runs_checked_step: bool = False
-    builds_manager: bool = True
-    fixtures: tuple[str, ...] = ()  # the test function's fixtures beyond vllm_config, cpu_graphs, recorder
-    imports: tuple[str, ...] = ()  # vLLM imports the body or its helpers need
-    preamble: str = ""  # lines before the manager is built (skips for releases the test cannot judge)
 
 
 class _VllmWriter(RuntimeTemplates):
@@ -291,7 +250,7 @@ class _VllmWriter(RuntimeTemplates):
         vllm = sorted(set(vllm) | set(self._parts.imports), key=lambda line: line.split()[1])
         return "\n".join(std) + "\n\nimport pytest\nimport torch\n\n" + "\n".join(vllm)
 
-    def _config_constants(self, parts: _Parts) -> str:
+    def _config_constants(self, parts: Parts) -> str:
         c = self.cfg
         max_size = c.max_capture_size or max(c.capture_sizes)
         lines = [
@@ -350,7 +309,7 @@ class _VllmWriter(RuntimeTemplates):
                 f'    object.__setattr__(spec, "num_speculative_tokens_per_batch_size", {sched})',
                 "    vllm_config.speculative_config = spec",
             ]
-        return _fill(code.FIXTURE_VLLM_CONFIG, extra="\n".join(extra) + ("\n" if extra else ""))
+        return fill(code.FIXTURE_VLLM_CONFIG, extra="\n".join(extra) + ("\n" if extra else ""))
 
     def _cpu_graphs_fixture(self, uses_release: bool, breakable: bool = False) -> str:
         extra = ""
@@ -363,20 +322,20 @@ class _VllmWriter(RuntimeTemplates):
                 '    monkeypatch.setattr(torch.accelerator, "synchronize", lambda *args: None)\n'
                 '    monkeypatch.setattr(torch.accelerator, "empty_cache", lambda: None)\n'
             )
-        return _fill(code.FIXTURE_CPU_GRAPHS, release=extra)
+        return fill(code.FIXTURE_CPU_GRAPHS, release=extra)
 
     def _build_manager_helper(self) -> str:
         c = self.cfg
         kwargs = ["        lora_capture_cases=LORA_CASES,", "        varlen_decode=VARLEN_DECODE,"]
         if c.num_ubatches > 1:
             kwargs.append("        ubatch_runner=ubatch_runner_double(),")
-        text = _fill(code.HELPER_BUILD_MANAGER, kwargs="\n".join(kwargs))
+        text = fill(code.HELPER_BUILD_MANAGER, kwargs="\n".join(kwargs))
         if c.num_ubatches > 1:
             text = code.HELPER_UBATCH_RUNNER.strip("\n") + "\n\n\n" + text.strip("\n")
         return text
 
     # -- the test function ----------------------------------------------------------
-    def _test_function(self, parts: _Parts, steps: list[Step], uses_capture: bool) -> str:
+    def _test_function(self, parts: Parts, steps: list[Step], uses_capture: bool) -> str:
         name = "test_" + re.sub(r"[^a-z0-9]+", "_", self.f.id.lower())
         fixtures = ["vllm_config", "cpu_graphs"] + (["recorder"] if uses_capture else []) + list(parts.fixtures)
         doc = _wrap(self.f.statement[:1].upper() + self.f.statement[1:] + ".", "    ", width=84)
@@ -422,13 +381,13 @@ class _VllmWriter(RuntimeTemplates):
         return _literal_lines("cgsim saw: " + self.f.message, 8)
 
     # -- templates, one per property -------------------------------------------------
-    def _dispatch_check(self, template: str, best: bool = True) -> _Parts:
+    def _dispatch_check(self, template: str, best: bool = True) -> Parts:
         b = self._checked_batch()
-        body = _fill(template, batchline=self._batch_line(b),
-                     seen=self._seen())
-        return _Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS) + ((code.HELPER_BEST,) if best else ()))
+        body = fill(template, batchline=self._batch_line(b),
+                    seen=self._seen())
+        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS) + ((code.HELPER_BEST,) if best else ()))
 
-    def _dispatch_priority(self) -> _Parts:
+    def _dispatch_priority(self) -> Parts:
         return self._dispatch_check('''
 <<batchline>>
     desc = dispatch(manager, batch)
@@ -445,7 +404,7 @@ class _VllmWriter(RuntimeTemplates):
     )
 ''')
 
-    def _dispatch_complete(self) -> _Parts:
+    def _dispatch_complete(self) -> Parts:
         return self._dispatch_check('''
 <<batchline>>
     desc = dispatch(manager, batch)
@@ -457,7 +416,7 @@ class _VllmWriter(RuntimeTemplates):
     )
 ''')
 
-    def _dispatch_sound(self) -> _Parts:
+    def _dispatch_sound(self) -> Parts:
         return self._dispatch_check('''
 <<batchline>>
     desc = dispatch(manager, batch)
@@ -488,9 +447,9 @@ class _VllmWriter(RuntimeTemplates):
     )
 ''', best=False)
 
-    def _pad_consistent(self) -> _Parts:
+    def _pad_consistent(self) -> Parts:
         b = self._checked_batch()
-        body = _fill('''
+        body = fill('''
 <<batchline>>
     desc = dispatch(manager, batch)
     if desc.cg_mode == CUDAGraphMode.FULL:
@@ -506,18 +465,18 @@ class _VllmWriter(RuntimeTemplates):
         )
 ''', batchline=self._batch_line(b),
                      seen=_literal_lines("cgsim saw: " + self.f.message, 12))
-        return _Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_SHORT))
+        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_SHORT))
 
-    def _capture_useful(self) -> _Parts:
+    def _capture_useful(self) -> Parts:
         c = self.cfg
         max_size = c.max_capture_size or max(c.capture_sizes)
-        shapes = _count_partitions(max_size, c.max_num_reqs)
+        shapes = count_partitions(max_size, c.max_num_reqs)
         if shapes > MAX_ENUMERATED_SHAPES:
             raise ExportError(
                 f"finding {self.f.id}: CAPTURE-USEFUL over {shapes} batch shapes (capture sizes up to {max_size}, "
                 f"{c.max_num_reqs} requests) is too many to enumerate in a test; shrink the finding first")
         captured = "recorder.captured(manager)" if self._captures(True) else "capture_descs(manager)"
-        body = _fill('''
+        body = fill('''
     captured = <<captured>>
     chosen = set()
     for batch in producible_batches():
@@ -533,11 +492,11 @@ class _VllmWriter(RuntimeTemplates):
         <<seen>>
     )
 ''', captured=captured, scheduler=_literal_lines(_scheduler_words(c) + ". ", 8), seen=self._seen())
-        return _Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS, code.HELPER_BEST, code.HELPER_SCHEDULER,
-                                     code.HELPER_CAPTURE_DESCS),
-                      constants=(_scheduler_constants(c),), runs_checked_step=True)
+        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS, code.HELPER_BEST, code.HELPER_SCHEDULER,
+                                    code.HELPER_CAPTURE_DESCS),
+                     constants=(scheduler_constants(c),), runs_checked_step=True)
 
-    def _decode_lengths(self) -> _Parts:
+    def _decode_lengths(self) -> Parts:
         c = self.cfg
         from cgsim.spec import expected_capture_descs  # noqa: PLC0415
 
@@ -554,7 +513,7 @@ class _VllmWriter(RuntimeTemplates):
         if c.spec_schedule is not None:
             sched_text += (f" (dynamic schedule {[list(e) for e in c.spec_schedule]} clamped to "
                            f"{c.num_speculative_tokens} speculative tokens and {c.max_num_reqs} requests)")
-        body = _fill('''
+        body = fill('''
     mode = manager.cudagraph_mode
     if VARLEN_DECODE or not (
         mode.separate_routine() and mode.decode_mode() == CUDAGraphMode.FULL
@@ -588,9 +547,9 @@ class _VllmWriter(RuntimeTemplates):
             f"FEASIBLE_DECODE_QUERY_LENS = {feasible}",
         )
         helpers = () if captured else (code.HELPER_CAPTURE_DESCS,)
-        return _Parts(body, helpers=helpers, constants=constants, runs_checked_step=True)
+        return Parts(body, helpers=helpers, constants=constants, runs_checked_step=True)
 
-    def _init_total(self) -> _Parts:
+    def _init_total(self) -> Parts:
         from cgsim.spec import resolved_mode  # noqa: PLC0415
 
         try:
@@ -600,7 +559,7 @@ class _VllmWriter(RuntimeTemplates):
                               "needs a valid config") from None
         drafts = self.cfg.decode_query_len > 1
         context = f"{_mode_inputs(self.cfg)}; cgsim's spec resolves it to {spec_mode.value}"
-        body = _fill('''
+        body = fill('''
     mode = resolve_cudagraph_mode(vllm_config)
     error = None
     try:
@@ -638,10 +597,10 @@ class _VllmWriter(RuntimeTemplates):
                      context=_literal_lines(context, 8))
         helpers = [code.HELPER_SHORT, code.HELPER_CAPTURE_DESCS]
         if drafts:
-            helpers.append(_fill(code.HELPER_DRAFT_MANAGERS, speculators=_speculators_literal()))
-        return _Parts(body, helpers=tuple(helpers), builds_manager=False)
+            helpers.append(fill(code.HELPER_DRAFT_MANAGERS, speculators=speculators_literal()))
+        return Parts(body, helpers=tuple(helpers), builds_manager=False)
 
-    def _mode_resolution(self) -> _Parts:
+    def _mode_resolution(self) -> Parts:
         from cgsim.spec import get_ruleset, resolved_mode  # noqa: PLC0415
 
         inputs = _literal_lines(_mode_inputs(self.cfg) + ". ", 8)
@@ -650,7 +609,7 @@ class _VllmWriter(RuntimeTemplates):
             # verification's decode route), as resolved by the spec.
             want = resolved_mode(get_ruleset(self.scenario.ruleset).effective_config(self.cfg))
         except (ModeResolutionError, ValueError) as exc:
-            body = _fill('''
+            body = fill('''
     try:
         mode = _resolve(vllm_config)
     except ValueError:
@@ -662,8 +621,8 @@ class _VllmWriter(RuntimeTemplates):
         <<reason>>
     )
 ''', inputs=inputs, reason=_literal_lines(f"Spec: {exc}", 8))
-            return _Parts(body, builds_manager=False)
-        body = _fill('''
+            return Parts(body, builds_manager=False)
+        body = fill('''
     mode = resolve_cudagraph_mode(vllm_config)
     assert mode == CUDAGraphMode.<<want>>, (
         f"MODE-RESOLUTION: vLLM resolved {mode.name}; cgsim's spec (SPEC §2) "
@@ -672,9 +631,9 @@ class _VllmWriter(RuntimeTemplates):
         <<seen>>
     )
 ''', inputs=inputs, want=want.value, seen=self._seen())
-        return _Parts(body, builds_manager=False)
+        return Parts(body, builds_manager=False)
 
-    def _cand_order(self) -> _Parts:
+    def _cand_order(self) -> Parts:
         from cgsim.spec import expected_capture_descs  # noqa: PLC0415
 
         try:
@@ -683,7 +642,7 @@ class _VllmWriter(RuntimeTemplates):
             raise ExportError(f"finding {self.f.id}: the spec rejects its config ({exc})") from None
         want = [d for mode in (P, F) for d in spec.get(mode, ())]
         literal = "[\n" + "".join(_desc_item(d) for d in want) + "]"
-        body = _fill('''
+        body = fill('''
     built = capture_descs(manager)
     # Candidate init run again on the finished manager must give the same lists.
     saved = manager._capture_descs, manager._candidates
@@ -707,14 +666,14 @@ class _VllmWriter(RuntimeTemplates):
 ''', ruleset=self.scenario.ruleset, seen=self._seen())
         constants = ("# The descriptors cgsim's spec captures for this config (SPEC §2-§3).\n"
                      f"SPEC_CAPTURE_DESCS = {literal}",)
-        return _Parts(body, helpers=(code.HELPER_SHORT, code.HELPER_CAPTURE_DESCS), constants=constants,
-                      runs_checked_step=True)
+        return Parts(body, helpers=(code.HELPER_SHORT, code.HELPER_CAPTURE_DESCS), constants=constants,
+                     runs_checked_step=True)
 
-    def _release_recapture(self) -> _Parts:
+    def _release_recapture(self) -> Parts:
         if self.step is None or self.scenario.steps[self.step].kind != "release":
             raise ExportError(f"finding {self.f.id}: RELEASE-RECAPTURE is written for a finding seen at a release "
                               f"step; step {self.f.step} is not one")
-        body = _fill('''
+        body = fill('''
     release(manager, vllm_config)  # step <<step>>: release
     assert not manager._graphs_captured, (
         "RELEASE-RECAPTURE: after release the manager still says its graphs are "
@@ -727,9 +686,9 @@ class _VllmWriter(RuntimeTemplates):
         f"{[short(d) for d in manager.graphs]}"
     )
 ''', step=str(self.step), seen=self._seen())
-        return _Parts(body, helpers=(code.HELPER_SHORT,))
+        return Parts(body, helpers=(code.HELPER_SHORT,))
 
-    def _before_capture(self) -> _Parts:
+    def _before_capture(self) -> Parts:
         if self.step is None:
             raise ExportError(f"finding {self.f.id}: BEFORE-CAPTURE names no step")
         s = self.scenario.steps[self.step]
@@ -743,7 +702,7 @@ class _VllmWriter(RuntimeTemplates):
             when = "after a release with no capture since" if last_release is not None else "before any capture"
             b = s.batch
             assert b is not None
-            body = _fill('''
+            body = fill('''
 <<batchline>>
     desc = dispatch(manager, batch)
     assert desc.cg_mode == CUDAGraphMode.NONE, (
@@ -753,10 +712,10 @@ class _VllmWriter(RuntimeTemplates):
         <<seen>>
     )
 ''', batchline=self._batch_line(b), when=when, seen=self._seen())
-            return _Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_SHORT))
+            return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_SHORT))
         if s.kind != "capture":
             raise ExportError(f"finding {self.f.id}: BEFORE-CAPTURE at a {s.kind} step is not exported")
-        body = _fill('''
+        body = fill('''
     error = None
     try:
         capture(manager, recorder)  # step <<step>>: capture
@@ -770,16 +729,16 @@ class _VllmWriter(RuntimeTemplates):
         <<seen>>
     )
 ''', step=str(self.step), seen=self._seen())
-        return _Parts(body)
+        return Parts(body)
 
-    def _no_crash(self) -> _Parts:
+    def _no_crash(self) -> Parts:
         if self.step is None:
             raise ExportError(f"finding {self.f.id}: NO-CRASH names no step to run")
         if self.cfg.breakable:
             return self._no_crash_breakable_recapture()
         s = self.scenario.steps[self.step]
         call = self._step_line(self.step, s).strip()
-        body = _fill('''
+        body = fill('''
     error = None
     try:
         <<call>>
@@ -790,7 +749,7 @@ class _VllmWriter(RuntimeTemplates):
         <<seen>>
     )
 ''', call=call, kind=s.kind, seen=self._seen())
-        return _Parts(body)
+        return Parts(body)
 
 
 def _literal_lines(text: str, indent: int, width: int = 84) -> str:
@@ -800,20 +759,6 @@ def _literal_lines(text: str, indent: int, width: int = 84) -> str:
     chunks = textwrap.wrap(text, width=width - indent - 2, drop_whitespace=False, break_long_words=True,
                            break_on_hyphens=False) or [""]
     return ("\n" + " " * indent).join(f'"{c}"' for c in chunks)
-
-
-def _speculators_literal() -> str:
-    return "(\n" + "".join(f"    (\n        {m!r},\n        {c!r},\n    ),\n" for m, c in _SPECULATORS) + ")"
-
-
-def _count_partitions(total: int, parts: int) -> int:
-    """How many multisets of at most ``parts`` positive lengths sum to at most
-    ``total`` (partitions into at most k parts = partitions into parts <= k)."""
-    ways = [1] + [0] * total
-    for size in range(1, min(parts, total) + 1):
-        for t in range(size, total + 1):
-            ways[t] += ways[t - size]
-    return sum(ways[1:])
 
 
 def _scheduler_words(c: ManagerConfig) -> str:
@@ -828,21 +773,6 @@ def _scheduler_words(c: ManagerConfig) -> str:
         text += (f"; DBO splits pure decodes of at least {max(c.ubatch_threshold, c.num_ubatches)} tokens into "
                  f"{c.num_ubatches} micro-batches")
     return text
-
-
-def _scheduler_constants(c: ManagerConfig) -> str:
-    lens = {r: c.scheduler_decode_query_len(r) for r in range(1, c.max_num_reqs + 1)}
-    lines = [
-        "# What the scheduler can hand the runner (cgsim's scheduler model): at most",
-        "# MAX_NUM_REQS requests; any shape as prompt chunks (a batch with a prefill);",
-        "# a pure decode gives each of its n requests DECODE_LEN_FOR_REQS[n] tokens",
-        "# (1 + the speculative tokens scheduled for n requests).",
-        f"DECODE_LEN_FOR_REQS = {lens}",
-        f"MAX_CAPTURE_SIZE = {c.max_capture_size or max(c.capture_sizes)}",
-    ]
-    if c.num_ubatches <= 1:
-        lines.append("UBATCH_THRESHOLD = None  # no DBO")
-    return "\n".join(lines)
 
 
 def write_vllm_test(finding: Finding, source: str | None, doc: DocumentedFinding | None) -> str:

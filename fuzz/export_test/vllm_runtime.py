@@ -23,13 +23,12 @@ design's own capture list, and stay compared on its design only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from cgsim.modes import CUDAGraphMode
+from fuzz.export_test import vllm_code as code
+from fuzz.export_test.docs import ExportError
 from fuzz.export_test.vllm_code import DUMMY_CAPTURE_INPUTS
-
-if TYPE_CHECKING:  # the writer that mixes these in
-    from fuzz.export_test.vllm import _Parts
+from fuzz.export_test.vllm_parts import (MAX_ENUMERATED_SHAPES, Parts, count_partitions, fill, scheduler_constants,
+                                         speculators_literal)
 
 __all__ = ["RUNTIME_PROPERTIES", "DESIGN_FREE_PROPERTIES", "BREAKABLE_PROPERTIES", "RuntimeTemplates", "design_free"]
 
@@ -56,17 +55,15 @@ class RuntimeTemplates:
     own (``_<property>``), each returning the test's parts."""
 
     # -- DISPATCH-ROUNDTRIP -----------------------------------------------------------
-    def _dispatch_roundtrip(self) -> "_Parts":
-        from fuzz.export_test import vllm as w  # noqa: PLC0415 - the writer module mixes this class in
-
+    def _dispatch_roundtrip(self) -> Parts:
         c = self.cfg
         max_size = c.max_capture_size or max(c.capture_sizes)
-        shapes = w._count_partitions(max_size, c.max_num_reqs)
-        if shapes > w.MAX_ENUMERATED_SHAPES:
-            raise w.ExportError(
+        shapes = count_partitions(max_size, c.max_num_reqs)
+        if shapes > MAX_ENUMERATED_SHAPES:
+            raise ExportError(
                 f"finding {self.f.id}: DISPATCH-ROUNDTRIP over {shapes} batch shapes (capture sizes up to {max_size}, "
                 f"{c.max_num_reqs} requests) is too many to enumerate in a test; shrink the finding first")
-        body = w._fill('''
+        body = fill('''
     # Every batch the scheduler can produce that has exactly the shape of a
     # captured graph (no padded token, no padded request), dispatched with the
     # arguments the model runner computes for it.
@@ -90,21 +87,19 @@ class RuntimeTemplates:
         <<seen>>
     )
 ''', seen=self._seen())
-        return w._Parts(body, helpers=(w.code.HELPER_BATCH, w.code.HELPER_FITS, w.code.HELPER_BEST,
-                                       w.code.HELPER_SCHEDULER, HELPER_RUNNER_DISPATCH, HELPER_ROUNDTRIP),
-                        constants=(w._scheduler_constants(c),), runs_checked_step=True)
+        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS, code.HELPER_BEST,
+                                    code.HELPER_SCHEDULER, HELPER_RUNNER_DISPATCH, HELPER_ROUNDTRIP),
+                     constants=(scheduler_constants(c),), runs_checked_step=True)
 
     # -- FRESH-METADATA ---------------------------------------------------------------
-    def _fresh_metadata(self) -> "_Parts":
-        from fuzz.export_test import vllm as w  # noqa: PLC0415
-
+    def _fresh_metadata(self) -> Parts:
         if self.f.manager == "draft-prefill":
             return self._fresh_metadata_draft_prefill()
         if self.f.manager is not None:
-            raise w.ExportError(
+            raise ExportError(
                 f"finding {self.f.id}: FRESH-METADATA of the draft decode manager is not exported (it builds its "
                 "own metadata as the target's manager does); replay it with python -m fuzz replay")
-        body = w._fill('''
+        body = fill('''
     # A FULL (or breakable PIECEWISE) graph replays what its capture recorded.
     # A backend that sets up metadata lazily on first use (FlashMLA's tile
     # scheduler) does so in the eager warmup; the graph must be captured with
@@ -130,16 +125,14 @@ class RuntimeTemplates:
         <<seen>>
     )
 ''', seen=self._seen())
-        return w._Parts(body, helpers=(w.code.HELPER_SHORT, HELPER_OBSERVER), fixtures=("observer",),
-                        imports=("from vllm.forward_context import get_forward_context",), runs_checked_step=True)
+        return Parts(body, helpers=(code.HELPER_SHORT, HELPER_OBSERVER), fixtures=("observer",),
+                     imports=("from vllm.forward_context import get_forward_context",), runs_checked_step=True)
 
-    def _fresh_metadata_draft_prefill(self) -> "_Parts":
-        from fuzz.export_test import vllm as w  # noqa: PLC0415
-
+    def _fresh_metadata_draft_prefill(self) -> Parts:
         if self.step is None or self.scenario.steps[self.step].kind != "capture" or self.cfg.decode_query_len < 2:
-            raise w.ExportError(f"finding {self.f.id}: a draft prefill FRESH-METADATA finding is written for a "
+            raise ExportError(f"finding {self.f.id}: a draft prefill FRESH-METADATA finding is written for a "
                                 "capture step of a config with speculative tokens")
-        body = w._fill('''
+        body = fill('''
     # capture_model: the target's graphs first, then the speculator's, whose
     # prefill manager (draft position 0) captures the target's batch shapes.
     target_states = capture(manager, recorder)  # step <<step>>: capture
@@ -182,21 +175,19 @@ class RuntimeTemplates:
         <<seen>>
     )
 ''', step=str(self.step), seen=self._seen())
-        return w._Parts(body, helpers=(w.code.HELPER_SHORT, HELPER_OBSERVER,
-                                       w._fill(w.code.HELPER_DRAFT_MANAGERS, speculators=w._speculators_literal()),
-                                       HELPER_DRAFT_PREFILL),
-                        fixtures=("observer", "monkeypatch"),
-                        imports=("from vllm.forward_context import get_forward_context",))
+        return Parts(body, helpers=(code.HELPER_SHORT, HELPER_OBSERVER,
+                                    fill(code.HELPER_DRAFT_MANAGERS, speculators=speculators_literal()),
+                                    HELPER_DRAFT_PREFILL),
+                     fixtures=("observer", "monkeypatch"),
+                     imports=("from vllm.forward_context import get_forward_context",))
 
     # -- NO-CRASH of a breakable re-capture after a release -------------------------
-    def _no_crash_breakable_recapture(self) -> "_Parts":
-        from fuzz.export_test import vllm as w  # noqa: PLC0415
-
+    def _no_crash_breakable_recapture(self) -> Parts:
         steps = self.scenario.steps
         if (self.step is None or steps[self.step].kind != "capture"
                 or not any(s.kind == "release" for s in steps[: self.step])
                 or not any(s.kind == "capture" for s in steps[: self.step])):
-            raise w.ExportError(
+            raise ExportError(
                 f"finding {self.f.id}: NO-CRASH with breakable CUDA graphs is exported for a re-capture after a "
                 "release only (the CPU graph double models the graph pools' lifetimes, nothing else of a GPU); "
                 "replay it with python -m fuzz replay")
@@ -213,7 +204,7 @@ class RuntimeTemplates:
             "allocator (from 2.11 on): the re-capture has nothing to trip over"
         )
 '''
-        body = w._fill('''
+        body = fill('''
     assert PoolGraph.begun, (
         "the first capture began no CUDA graph segment: the test does not apply"
     )
@@ -238,17 +229,15 @@ class RuntimeTemplates:
         <<seen>>
     )
 ''', step=str(self.step), seen=self._seen())
-        return w._Parts(body, helpers=(HELPER_POOL_GRAPHS,), fixtures=("pool_graphs",), preamble=preamble)
+        return Parts(body, helpers=(HELPER_POOL_GRAPHS,), fixtures=("pool_graphs",), preamble=preamble)
 
     # -- SKIP-ATTN --------------------------------------------------------------------
-    def _skip_attn(self) -> "_Parts":
-        from fuzz.export_test import vllm as w  # noqa: PLC0415
-
+    def _skip_attn(self) -> Parts:
         if not self.cfg.breakable:
-            raise w.ExportError(
+            raise ExportError(
                 f"finding {self.f.id}: SKIP-ATTN is exported for breakable PIECEWISE graphs only (whether a "
                 "non-breakable PIECEWISE warmup builds metadata is a design choice of each release)")
-        body = w._fill('''
+        body = fill('''
     # Breakable CUDA graphs capture the whole forward as pieces split at
     # @eager_break_during_capture ops, so ops that read attention metadata sit
     # inside the pieces: every capture-time forward of a breakable PIECEWISE
@@ -271,21 +260,19 @@ class RuntimeTemplates:
         <<seen>>
     )
 ''', seen=self._seen())
-        return w._Parts(body, helpers=(w.code.HELPER_SHORT, HELPER_OBSERVER), fixtures=("observer",),
-                        imports=("from vllm.forward_context import get_forward_context",), runs_checked_step=True)
+        return Parts(body, helpers=(code.HELPER_SHORT, HELPER_OBSERVER), fixtures=("observer",),
+                     imports=("from vllm.forward_context import get_forward_context",), runs_checked_step=True)
 
     # -- REPLAY-EQUALS-EAGER ----------------------------------------------------------
-    def _replay_equals_eager(self) -> "_Parts":
-        from fuzz.export_test import vllm as w  # noqa: PLC0415
-
+    def _replay_equals_eager(self) -> Parts:
         b = self._checked_batch()
         c = self.cfg
         if not c.breakable or c.attention_split or c.compiled_piecewise:
-            raise w.ExportError(
+            raise ExportError(
                 f"finding {self.f.id}: REPLAY-EQUALS-EAGER is exported for breakable PIECEWISE graphs with "
                 "attention inside the pieces only (the CPU graph double replays the toy model's own kernels; a "
                 "torch-compiled model's piecewise graphs are not modelled); replay it with python -m fuzz replay")
-        body = w._fill('''
+        body = fill('''
 <<batchline>>
     desc = dispatch(manager, batch)
     if desc.cg_mode != CUDAGraphMode.PIECEWISE:
@@ -301,10 +288,10 @@ class RuntimeTemplates:
         <<seen>>
     )
 ''', batchline=self._batch_line(b), seen=self._seen())
-        return w._Parts(body, helpers=(w.code.HELPER_BATCH, w.code.HELPER_SHORT, HELPER_REPLAY),
-                        fixtures=("graph_model",), imports=(
-                            "from vllm.forward_context import get_forward_context, set_forward_context",),
-                        runs_checked_step=False)
+        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_SHORT, HELPER_REPLAY),
+                     fixtures=("graph_model",), imports=(
+                         "from vllm.forward_context import get_forward_context, set_forward_context",),
+                     runs_checked_step=False)
 
 
 # ---------------------------------------------------------------------------
