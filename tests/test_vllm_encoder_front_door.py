@@ -80,10 +80,14 @@ def test_each_setting_reaches_the_manager_inputs(changes, expected):
     assert {k: inputs[k] for k in expected} == expected
 
 
-@pytest.mark.skipif(not HAS_MAX_TOKEN_BUDGET, reason="encoder_cudagraph_max_token_budget is new in vLLM 0.34")
-def test_the_max_token_budget_reaches_the_manager_inputs():
-    inputs = encoder_manager_inputs(encoder_engine_config(_settings(max_token_budget=1024)))
-    assert inputs["max_token_budget"] == 1024
+def test_the_max_token_budget_reaches_the_manager_inputs_where_the_tree_has_it():
+    # encoder_cudagraph_max_token_budget is new in vLLM 0.34: older trees refuse it as an unknown field.
+    if HAS_MAX_TOKEN_BUDGET:
+        inputs = encoder_manager_inputs(encoder_engine_config(_settings(max_token_budget=1024)))
+        assert inputs["max_token_budget"] == 1024
+    else:
+        with pytest.raises(EngineRefused, match="encoder_cudagraph_max_token_budget"):
+            encoder_engine_config(_settings(max_token_budget=1024))
 
 
 # -- vLLM's refusals are EngineRefused in vLLM's words ---------------------------------------------------------
