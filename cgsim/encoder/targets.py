@@ -1,7 +1,15 @@
 """The encoder targets: what builds an encoder handle for a scenario on a
 backend.  ``encoder-reference`` (cgsim's reference manager),
 ``encoder-mutant:NAME`` (one of its mutants) and ``vllm-encoder`` (vLLM's
-own ``EncoderCudaGraphManager``, ``cgsim.targets.vllm.encoder``)."""
+own ``EncoderCudaGraphManager`` through vLLM's front door,
+``cgsim.targets.vllm.encoder``).
+
+An encoder target has: ``name``, ``default_ruleset()`` (the design it
+follows), ``check_environment()`` (TargetEnvironmentError, one line),
+``environment()``, ``reach(scenario)`` (the scenario with the config the
+engine builds from the settings it stands for, and the launch that reaches
+it; TargetUnsupported where the engine refuses them: counted, never judged)
+and ``builder(scenario, backend)`` (a function building the handle)."""
 
 from __future__ import annotations
 
@@ -10,10 +18,16 @@ from typing import Any, Callable
 from cgsim.encoder.runner import ManagedEncoder
 from cgsim.encoder.toy import ToyVisionEncoder
 from cgsim.encoder.values import EncoderScenario
+from cgsim.targets.base import UnknownTarget
 
-__all__ = ["ENCODER_TARGETS", "encoder_builder", "toy_for"]
+__all__ = ["ENCODER_TARGET_NAMES", "is_encoder_target", "encoder_target", "encoder_builder", "toy_for",
+           "ReferenceEncoderTarget"]
 
-ENCODER_TARGETS = ("encoder-reference", "encoder-mutant:NAME")
+ENCODER_TARGET_NAMES = ("encoder-reference", "encoder-mutant:NAME", "vllm-encoder")
+
+
+def is_encoder_target(name: str) -> bool:
+    return name in ("encoder-reference", "vllm-encoder") or name.startswith("encoder-mutant:")
 
 
 def toy_for(scenario: EncoderScenario, device: Any, **kw: Any) -> ToyVisionEncoder:
@@ -23,21 +37,51 @@ def toy_for(scenario: EncoderScenario, device: Any, **kw: Any) -> ToyVisionEncod
                             seed=scenario.seed, **kw)
 
 
-def encoder_builder(target: str, scenario: EncoderScenario, backend: Any) -> Callable[[], ManagedEncoder]:
-    """A function that builds the handle (called by the runner, which counts a refusal)."""
+class ReferenceEncoderTarget:
+    """cgsim's reference encoder manager, or one of its mutants."""
+
+    def __init__(self, name: str, cls: type) -> None:
+        self.name, self.cls = name, cls
+
+    def default_ruleset(self) -> str:
+        return "encoder"
+
+    def check_environment(self) -> None:
+        return None
+
+    def environment(self) -> dict:
+        return {}
+
+    def reach(self, scenario: EncoderScenario) -> tuple[EncoderScenario, dict | None]:
+        return scenario, None
+
+    def builder(self, scenario: EncoderScenario, backend: Any) -> Callable[[], ManagedEncoder]:
+        def build() -> ManagedEncoder:
+            model = toy_for(scenario, backend.device)
+            return ManagedEncoder(self.cls(scenario.config, model, backend.device, backend.cuda), model, backend)
+
+        return build
+
+
+def encoder_target(name: str) -> Any:
     from cgsim.encoder.mutants import ENCODER_MUTANTS  # noqa: PLC0415
     from cgsim.encoder.reference import ReferenceEncoderManager  # noqa: PLC0415
 
-    if target == "encoder-reference":
-        cls = ReferenceEncoderManager
-    elif target.startswith("encoder-mutant:") and target.split(":", 1)[1] in ENCODER_MUTANTS:
-        cls = ENCODER_MUTANTS[target.split(":", 1)[1]].cls
-    else:
-        raise ValueError(f"encoder target {target!r} is unknown; use encoder-reference or encoder-mutant:NAME "
-                         f"({', '.join(ENCODER_MUTANTS)})")
+    if name == "encoder-reference":
+        return ReferenceEncoderTarget(name, ReferenceEncoderManager)
+    if name.startswith("encoder-mutant:"):
+        mutant = ENCODER_MUTANTS.get(name.split(":", 1)[1])
+        if mutant is None:
+            raise UnknownTarget(f"encoder mutant {name.split(':', 1)[1]!r} is unknown; choose one of "
+                                f"{', '.join(ENCODER_MUTANTS)}")
+        return ReferenceEncoderTarget(name, mutant.cls)
+    if name == "vllm-encoder":
+        from cgsim.targets.vllm.encoder import VllmEncoderTarget  # noqa: PLC0415 - vLLM only where asked for
 
-    def build() -> ManagedEncoder:
-        model = toy_for(scenario, backend.device)
-        return ManagedEncoder(cls(scenario.config, model, backend.device, backend.cuda), model, backend)
+        return VllmEncoderTarget()
+    raise UnknownTarget(f"encoder target {name!r} is unknown; use one of {', '.join(ENCODER_TARGET_NAMES)}")
 
-    return build
+
+def encoder_builder(target: str, scenario: EncoderScenario, backend: Any) -> Callable[[], ManagedEncoder]:
+    """A function that builds ``target``'s handle for ``scenario`` (the runner counts a refusal)."""
+    return encoder_target(target).builder(scenario, backend)

@@ -8,6 +8,7 @@ through the model when it returns nothing)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Any, Callable
 
@@ -16,9 +17,15 @@ import torch
 from cgsim.encoder.interface import EncoderClasses
 from cgsim.encoder.runner import ManagedEncoder
 from cgsim.encoder.targets import toy_for
-from cgsim.encoder.values import EncoderScenario
+from cgsim.encoder.values import EncoderConfig, EncoderScenario
+from cgsim.targets.vllm.encoder_engine import (EncoderLaunchSettings, EngineRefused, encoder_engine_config,
+                                               encoder_launch, encoder_manager_inputs)
 
-__all__ = ["tree_design", "vllm_classes", "vllm_encoder_builder"]
+__all__ = ["tree_design", "vllm_classes", "vllm_encoder_builder", "launch_settings", "reached_config",
+           "VllmEncoderTarget", "MM_LIMIT"]
+
+# Items per prompt the launch allows (any positive limit: the manager reads only whether videos are allowed).
+MM_LIMIT = 4
 
 
 def tree_design() -> str:
@@ -47,3 +54,72 @@ def vllm_encoder_builder(vllm_config: Any, scenario: EncoderScenario, backend: A
         return ManagedEncoder(manager, model, backend, guard_captured=True)
 
     return build
+
+
+def launch_settings(config: EncoderConfig) -> EncoderLaunchSettings:
+    """The engine arguments ``config`` stands for (a Qwen2.5-VL-like model:
+    its smallest budget and frames per video are the model's, not settings)."""
+    return EncoderLaunchSettings(
+        token_budgets=config.token_budgets, max_vision_items=config.max_vision_items,
+        max_frames_per_batch=config.max_frames_per_batch, max_token_budget=config.max_token_budget,
+        max_num_batched_tokens=config.max_num_batched_tokens, image_limit=MM_LIMIT,
+        video_limit=MM_LIMIT if config.video else 0, tensor_parallel_size=config.tp_size,
+        mm_encoder_tp_mode="data" if config.dp_encoder else "weights")
+
+
+def reached_config(config: EncoderConfig, inputs: dict) -> EncoderConfig:
+    """The config the manager gets: what vLLM built (``encoder_manager_inputs``);
+    the largest budget as Qwen2.5-VL's get_encoder_cudagraph_budget_range
+    reads it (max_num_batched_tokens, at most max_model_len)."""
+    return dataclasses.replace(
+        config, token_budgets=inputs["token_budgets"], max_vision_items=inputs["max_vision_items"],
+        max_frames_per_batch=inputs["max_frames_per_batch"], max_token_budget=inputs["max_token_budget"],
+        max_num_batched_tokens=min(inputs["max_num_batched_tokens"], inputs["max_model_len"]),
+        video=inputs["video_enabled"], tp_size=inputs["tensor_parallel_size"],
+        dp_encoder=inputs["mm_encoder_tp_mode"] == "data")
+
+
+class VllmEncoderTarget:
+    """``vllm-encoder``: vLLM's manager as its V2 runner builds and calls it."""
+
+    name = "vllm-encoder"
+
+    def default_ruleset(self) -> str:
+        return tree_design()
+
+    def check_environment(self) -> None:
+        from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
+        from cgsim.targets.vllm.source import apply_source, source_from_environment  # noqa: PLC0415
+
+        source = source_from_environment()
+        if source:
+            apply_source(source)
+        require_vllm()
+        try:
+            importlib.import_module("vllm.v1.worker.encoder_cudagraph")
+        except ImportError as exc:
+            from cgsim.targets.base import TargetEnvironmentError  # noqa: PLC0415
+
+            raise TargetEnvironmentError(
+                f"this vLLM has no encoder CUDA-graph manager (vllm.v1.worker.encoder_cudagraph: {exc}); "
+                "the vllm-encoder target needs a release that has one") from None
+
+    def environment(self) -> dict:
+        from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
+
+        return require_vllm().summary()
+
+    def reach(self, scenario: EncoderScenario) -> tuple[EncoderScenario, dict]:
+        """The scenario with the config vLLM builds, and its launch line
+        (EngineRefused where vLLM refuses the settings or builds no manager)."""
+        settings = launch_settings(scenario.config)
+        inputs = encoder_manager_inputs(encoder_engine_config(settings))
+        if not inputs["runner_builds_manager"]:
+            raise EngineRefused("vLLM's runner builds no encoder CUDA-graph manager for these arguments")
+        reached = dataclasses.replace(scenario, config=reached_config(scenario.config, inputs),
+                                      ruleset=tree_design())
+        return reached, {"line": encoder_launch(settings).line(), "settings": settings.to_json()}
+
+    def builder(self, scenario: EncoderScenario, backend: Any) -> Callable[[], ManagedEncoder]:
+        settings = launch_settings(scenario.config)
+        return vllm_encoder_builder(encoder_engine_config(settings), scenario, backend)
