@@ -23,7 +23,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from cgsim.properties import ALL_PROPERTIES, Violation, resolve_alias
+from cgsim.properties import Violation, resolve_alias
+from cgsim.properties.registry import registered
 
 __all__ = [
     "FINDING_SCHEMA",
@@ -50,6 +51,11 @@ _DERIVED = ("schema", "schema_version", "id", "ruleset", "repro")
 
 class FindingError(ValueError):
     """A finding file is unreadable or not a cgsim finding."""
+
+
+def _declared(pid: str):
+    """The declared property (any family: a finding of the encoder's graphs too), or None."""
+    return registered().get(pid)
 
 
 def finding_id(target: str, prop: str, scenario_json: Mapping) -> str:
@@ -82,7 +88,7 @@ class Finding:
         if self.status not in STATUSES:
             raise ValueError(f"finding status {self.status!r} is not one of {', '.join(STATUSES)}")
         if not self.statement:
-            prop = ALL_PROPERTIES.get(self.property)
+            prop = _declared(self.property)
             if prop is not None:
                 object.__setattr__(self, "statement", prop.statement)
 
@@ -125,7 +131,7 @@ class Finding:
 
     @property
     def shrinkable(self) -> bool:
-        prop = ALL_PROPERTIES.get(self.property)
+        prop = _declared(self.property)
         return prop.shrink if prop is not None else True
 
     def with_(self, **changes: Any) -> "Finding":
@@ -138,7 +144,7 @@ class Finding:
     @classmethod
     def from_violation(cls, v: Violation, scenario_json: Mapping, target: str, backend: str,
                        scenario_short: str = "") -> "Finding":
-        prop = ALL_PROPERTIES.get(v.property)
+        prop = _declared(v.property)
         return cls(
             property=v.property, message=v.message, target=target, backend=backend, scenario=scenario_json,
             kind=prop.kind if prop is not None else "violation", step=v.step, scenario_short=scenario_short,

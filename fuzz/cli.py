@@ -328,7 +328,11 @@ def _known_errors() -> tuple[type, ...]:
 
 # -- run ---------------------------------------------------------------------------
 def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
+    from cgsim.encoder.targets import is_encoder_target
     from fuzz.campaign import options_for_profile, run_campaign
+
+    if is_encoder_target(args.target):
+        return _run_encoder(args, argv)
 
     budget = _duration(args.budget, "--budget")
     grace = _duration(args.shrink_grace, "--shrink-grace", zero=True)
@@ -364,6 +368,50 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     return run_campaign(options, ignore_late_signals=args.exiting).exit_code
 
 
+def _run_encoder(args: argparse.Namespace, argv: list[str]) -> int:
+    """An encoder campaign: one process, Hypothesis draws, shrinks pinned to a property."""
+    from fuzz.encoder_campaign import EncoderCampaignOptions, run_encoder_campaign
+
+    unsupported = [flag for flag, given in (("--workers", args.workers not in (None, 1)), ("--ray", args.ray),
+                                            ("--gpus", args.gpus), ("--example-db", args.example_db),
+                                            ("--ruleset", args.ruleset), ("--diff-base", args.diff_base)) if given]
+    if unsupported:
+        raise _Exit(2, f"{', '.join(unsupported)} is not taken by the encoder target {args.target} (it runs one "
+                       "worker, judged by its own design); leave it out")
+    budget = _duration(args.budget, "--budget") or 60.0
+    limit = _duration(args.shrink_limit, "--shrink-limit", zero=True)
+    options = EncoderCampaignOptions(
+        target=args.target, backend=args.backend, budget_s=budget, seed=args.seed or 0,
+        max_examples=args.max_examples, report_dir=args.report_dir,
+        shrink_limit_s=limit if limit else max(5.0, budget / 10), quiet=args.quiet,
+        command="python -m fuzz " + " ".join(shlex.quote(a) for a in argv))
+    return run_encoder_campaign(options).exit_code
+
+
+def _replay_encoder(finding: Any, path: str, args: argparse.Namespace) -> int:
+    from cgsim.backends import get_backend
+    from cgsim.encoder.observe import observe_encoder
+    from cgsim.encoder.targets import encoder_target
+    from cgsim.encoder.values import EncoderScenario, EncoderScenarioError
+
+    target = encoder_target(finding.target)
+    target.check_environment()
+    try:
+        scenario = EncoderScenario.from_json(finding.scenario)
+    except EncoderScenarioError as exc:
+        raise _Exit(2, f"cannot replay {path}: {exc}") from None
+    print(f"{finding.property}: {finding.message}")
+    print(f"scenario: {scenario.short()}")
+    if finding.extra.get("launch"):
+        print(f"launch: {finding.extra['launch']['line']}")
+    obs = observe_encoder(target, scenario, get_backend(args.backend or finding.backend))
+    if obs.refused is not None:
+        raise _Exit(2, f"cannot replay {path}: the engine here refuses its settings ({obs.refused})")
+    same = [v for v in obs.verdict.violations if v.property == finding.property]
+    print(f"reproduced: {same[0]}" if same else f"not reproduced: {finding.property} holds on {finding.target} here")
+    return 1 if same else 0
+
+
 # -- replay ---------------------------------------------------------------------------
 def _cmd_replay(args: argparse.Namespace, argv: list[str]) -> int:
     path = args.path
@@ -385,6 +433,8 @@ def _cmd_replay(args: argparse.Namespace, argv: list[str]) -> int:
     from cgsim.targets.vllm.source import SOURCE_ENV
 
     finding = load_finding(path)
+    if isinstance(finding.scenario, dict) and finding.scenario.get("kind") == "encoder":
+        return _replay_encoder(finding, path, args)
     recorded = finding.extra.get("vllm_source")
     if recorded and not os.environ.get(SOURCE_ENV) and os.path.isdir(str(recorded)):
         # Replayed on the tree it was found on, while that tree is here.
@@ -517,6 +567,18 @@ def _cmd_list(args: argparse.Namespace, argv: list[str]) -> int:
         out(f"ruleset   {name}  {rs.summary}\n")
     for pid, prop in ALL_PROPERTIES.items():
         out(f"property  {pid}  {prop.statement}" + (" (harness)" if prop.family == "harness" else "") + "\n")
+    from cgsim.encoder.mutants import ENCODER_MUTANTS
+    from cgsim.properties.encoder import ENCODER_PROPERTIES
+    from cgsim.spec.encoder import DESIGNS
+
+    out("target    encoder-reference  cgsim's reference vision-encoder graph manager (docs/encoder.md)\n")
+    out("target    vllm-encoder  vLLM's EncoderCudaGraphManager through vLLM's front door\n")
+    for name, m in ENCODER_MUTANTS.items():
+        out(f"mutant    encoder-mutant:{name}  {(m.cls.__doc__ or '').strip().splitlines()[0]}\n")
+    for name, d in DESIGNS.items():
+        out(f"ruleset   {name}  {d.why}\n")
+    for pid, prop in ENCODER_PROPERTIES.items():
+        out(f"property  {pid}  {prop.statement} (encoder)\n")
     return 0
 
 

@@ -56,7 +56,7 @@ class ReferenceEncoderManager:
         while b <= hi:
             budgets.append(b)
             b *= 2
-        if budgets[-1] != hi:
+        if not budgets or budgets[-1] != hi:
             budgets.append(hi)
         return budgets
 

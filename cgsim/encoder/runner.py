@@ -90,6 +90,10 @@ def _group(step: int, ids: tuple[int, ...], items: Any, budget: int | None, rows
                     budget, rows, site)
 
 
+def _first(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else ""
+
+
 def _where(exc: BaseException) -> str:
     tb = traceback.extract_tb(exc.__traceback__)
     return f"{tb[-1].filename}:{tb[-1].lineno}" if tb else "?"
@@ -116,6 +120,8 @@ def run_encoder_scenario(scenario: EncoderScenario, build: Callable[[], EncoderH
         plan = handle.plan()
     except ValueError as exc:
         return EncoderTrace(None, (), refused=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    except Exception as exc:  # noqa: BLE001 - a constructor that crashes is the manager's failure, judged
+        return EncoderTrace(None, (EncError(0, "build", type(exc).__name__, _first(exc), _where(exc)),))
     events: list = []
     model = handle.model
     kept: list[tuple[int, int, Any, torch.Tensor]] = []
@@ -145,8 +151,7 @@ def run_encoder_scenario(scenario: EncoderScenario, build: Callable[[], EncoderH
                     events.append(EncOutput(step_no, len(ref), "step", False,
                                             f"{len(outs)} outputs for {len(ref)} items"))
         except Exception as exc:  # noqa: BLE001 - what the code under test raised is recorded, never lost
-            events.append(EncError(step_no, step.kind, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "",
-                                   _where(exc)))
+            events.append(EncError(step_no, step.kind, type(exc).__name__, _first(exc), _where(exc)))
             break
     for step_no, i, out, r in kept:
         equal, detail = _compare(out, r)

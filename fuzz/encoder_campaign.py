@@ -1,0 +1,186 @@
+"""``python -m fuzz run --target vllm-encoder | encoder-reference |
+encoder-mutant:NAME``: a campaign over encoder scenarios in one process.
+
+Hypothesis draws scenarios; each is reached through the target's front door
+(refusals counted), run and judged.  A property seen failing for the first
+time is written at once (status "shrinking"), shrunk with that property
+pinned (``cgsim.encoder.shrink``, at most ``shrink_limit_s``) and written
+again ("shrunk" or "shrink-interrupted"); findings go to disk atomically the
+moment they are confirmed, so a stop at any point loses none.  The report
+(summary.json, index.md) is written at the end, or on Ctrl-C."""
+
+from __future__ import annotations
+
+
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from hypothesis import HealthCheck, Phase, given, seed as hypothesis_seed, settings, strategies as st
+
+from cgsim.backends import get_backend
+from cgsim.encoder.observe import observe_encoder
+from cgsim.encoder.shrink import shrink_encoder_scenario
+from cgsim.encoder.targets import encoder_target
+from cgsim.encoder.values import EncoderScenario
+from cgsim.finding import Finding
+from cgsim.properties.encoder import ENCODER_PROPERTIES
+from cgsim.report.atomic import atomic_write_json, atomic_write_text
+from cgsim.report.findings import finding_path, write_finding
+from cgsim.report.summary import update_latest
+from fuzz.encoder_strategies import encoder_scenarios
+
+__all__ = ["EncoderCampaignOptions", "EncoderCampaignResult", "run_encoder_campaign"]
+
+
+@dataclass(frozen=True)
+class EncoderCampaignOptions:
+    target: str
+    backend: str = "mock"
+    budget_s: float = 60.0
+    seed: int = 0
+    max_examples: int | None = None
+    report_dir: str = "reports"
+    shrink_limit_s: float = 10.0
+    quiet: bool = False
+    command: str = ""
+
+
+@dataclass
+class EncoderCampaignResult:
+    run_dir: str
+    exit_code: int
+    scenarios: int = 0
+    refused: int = 0
+    findings: list = field(default_factory=list)
+    checks: dict = field(default_factory=dict)
+    interrupted: bool = False
+
+
+_CHUNK = 50
+
+
+def _replay_command(path: str) -> str:
+    return f"python -m fuzz replay {path}"
+
+
+def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] = print) -> EncoderCampaignResult:
+    target = encoder_target(o.target)
+    target.check_environment()
+    backend = get_backend(o.backend)
+    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}"
+    run_dir = os.path.join(o.report_dir, run_id)
+    findings_dir = os.path.join(run_dir, "findings")
+    os.makedirs(findings_dir, exist_ok=True)
+    result = EncoderCampaignResult(run_dir, 0)
+    found: dict[str, Finding] = {}
+    start = time.monotonic()
+    ruleset = target.default_ruleset()
+
+    def finding_for(prop: str, obs: Any, status: str, first: Finding | None = None) -> Finding:
+        v = next(v for v in obs.verdict.violations if v.property == prop)
+        f = Finding.from_violation(v, obs.scenario.to_json(), o.target, o.backend, obs.scenario.short())
+        extra = {"environment": target.environment(), "campaign_seed": o.seed}
+        if obs.launch is not None:
+            extra["launch"] = obs.launch
+        if first is not None:
+            extra["first_seen"] = first.id
+        return f.with_(status=status, run_id=run_id, seed=o.seed, elapsed_s=round(time.monotonic() - start, 3),
+                       extra=extra)
+
+    def shrink(prop: str, sc: EncoderScenario, first: Finding) -> Finding:
+        def fails(candidate: EncoderScenario) -> bool:
+            obs = observe_encoder(target, candidate, backend)
+            return any(v.property == prop for v in obs.verdict.violations)
+
+        smallest, complete = shrink_encoder_scenario(sc, fails, time.monotonic() + o.shrink_limit_s)
+        obs = observe_encoder(target, smallest, backend)
+        if not any(v.property == prop for v in obs.verdict.violations):  # cannot happen: the shrink keeps failures
+            return first
+        final = finding_for(prop, obs, "shrunk" if complete else "shrink-interrupted", first)
+        write_finding(findings_dir, final)
+        if final.id != first.id:
+            os.remove(finding_path(findings_dir, first))
+        return final
+
+    def out_of_time() -> bool:
+        return time.monotonic() - start >= o.budget_s or bool(o.max_examples and result.scenarios >= o.max_examples)
+
+    def body(data: Any) -> None:
+        # Drawn before the clock is read: Hypothesis requires the same draws for the same data.
+        sc = data.draw(encoder_scenarios(ruleset=ruleset))
+        if out_of_time():
+            return  # the rest of this chunk's draws are skipped
+        result.scenarios += 1
+        obs = observe_encoder(target, sc, backend)
+        if obs.refused is not None:
+            result.refused += 1
+            return
+        for pid in obs.verdict.checked:
+            result.checks[pid] = result.checks.get(pid, 0) + 1
+        for prop in dict.fromkeys(v.property for v in obs.verdict.violations):
+            if prop in found:
+                continue
+            first = finding_for(prop, obs, "shrinking")
+            write_finding(findings_dir, first)  # on disk before the shrink starts
+            found[prop] = first
+            if not o.quiet:
+                say(f"found {prop} in {time.monotonic() - start:.1f}s: {first.message}")
+            found[prop] = shrink(prop, obs.scenario, first)
+
+    chunk = 0
+    try:
+        # Chunks of draws, each a Hypothesis run seeded from the campaign seed: repeatable with --seed.
+        while not out_of_time():
+            test = settings(max_examples=_CHUNK, deadline=None, database=None, phases=[Phase.generate],
+                            suppress_health_check=list(HealthCheck))(
+                hypothesis_seed(o.seed * 100_003 + chunk)(given(st.data())(body)))
+            test()
+            chunk += 1
+    except KeyboardInterrupt:
+        result.interrupted = True
+    result.findings = list(found.values())
+    result.exit_code = 130 if result.interrupted else (1 if result.findings else 0)
+    _write_report(o, result, run_id, ruleset, time.monotonic() - start, target.environment())
+    update_latest(o.report_dir, run_id)
+    if not o.quiet:
+        for f in result.findings:
+            say(f"  {f.property} [{f.status}] {f.message}")
+            if f.extra.get("launch"):
+                say(f"    launch: {f.extra['launch']['line']}")
+            say(f"    replay: {_replay_command(os.path.abspath(finding_path(findings_dir, f)))}")
+        say(f"{result.scenarios} scenarios ({result.refused} refused), {len(result.findings)} findings; "
+            f"report: {os.path.abspath(os.path.join(run_dir, 'index.md'))}")
+    return result
+
+
+def _write_report(o: EncoderCampaignOptions, r: EncoderCampaignResult, run_id: str, ruleset: str, elapsed: float,
+                  environment: dict) -> None:
+    summary = {
+        "schema": "cgsim.encoder-summary", "schema_version": 1, "run_id": run_id, "target": o.target,
+        "backend": o.backend, "ruleset": ruleset, "seed": o.seed, "command": o.command,
+        "elapsed_s": round(elapsed, 3), "interrupted": r.interrupted, "scenarios": r.scenarios,
+        "refused": r.refused, "environment": environment,
+        "properties": {pid: {"statement": p.statement, "checks": r.checks.get(pid, 0),
+                             "failures": sum(1 for f in r.findings if f.property == pid)}
+                       for pid, p in ENCODER_PROPERTIES.items()},
+        "findings": [{"id": f.id, "property": f.property, "status": f.status, "message": f.message,
+                      "launch": (f.extra.get("launch") or {}).get("line"), "scenario": f.scenario_short,
+                      "file": os.path.join("findings", f"{f.id}.json")} for f in r.findings],
+    }
+    atomic_write_json(os.path.join(r.run_dir, "summary.json"), summary)
+    lines = [f"# Encoder campaign {run_id}", "",
+             f"Target `{o.target}` ({ruleset}) on {o.backend}: {r.scenarios} scenarios, {r.refused} refused (by the "
+             f"engine or the manager, {len(r.findings)} findings{' (interrupted)' if r.interrupted else ''}.", ""]
+    for f in r.findings:
+        lines += [f"## {f.property} [{f.status}]", "", f.message, "", f"- scenario: `{f.scenario_short}`"]
+        if f.extra.get("launch"):
+            lines.append(f"- launch: `{f.extra['launch']['line']}`")
+        lines += [f"- replay: `{_replay_command(os.path.join('findings', f.id + '.json'))}` (from this directory)", ""]
+    lines += ["## Properties", "", "| property | checks | failures | statement |", "|---|---|---|---|"]
+    lines += [f"| {pid} | {e['checks']} | {e['failures']} | {e['statement']} |"
+              for pid, e in summary["properties"].items()]
+    atomic_write_text(os.path.join(r.run_dir, "index.md"), "\n".join(lines) + "\n")
+
