@@ -173,7 +173,7 @@ def _write_report(o: EncoderCampaignOptions, r: EncoderCampaignResult, run_id: s
     atomic_write_json(os.path.join(r.run_dir, "summary.json"), summary)
     lines = [f"# Encoder campaign {run_id}", "",
              f"Target `{o.target}` ({ruleset}) on {o.backend}: {r.scenarios} scenarios, {r.refused} refused (by the "
-             f"engine or the manager, {len(r.findings)} findings{' (interrupted)' if r.interrupted else ''}.", ""]
+             f"engine or the manager), {len(r.findings)} findings{' (interrupted)' if r.interrupted else ''}.", ""]
     for f in r.findings:
         lines += [f"## {f.property} [{f.status}]", "", f.message, "", f"- scenario: `{f.scenario_short}`"]
         if f.extra.get("launch"):
