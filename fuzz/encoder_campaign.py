@@ -85,6 +85,9 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
         extra = {"environment": target.environment(), "campaign_seed": o.seed}
         if obs.launch is not None:
             extra["launch"] = obs.launch
+        classify = getattr(target, "classify", None)
+        if classify is not None:
+            extra.update(classify(obs.scenario, obs.trace, v))
         if first is not None:
             extra["first_seen"] = first.id
         return f.with_(status=status, run_id=run_id, seed=o.seed, elapsed_s=round(time.monotonic() - start, 3),
@@ -147,7 +150,8 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
     update_latest(o.report_dir, run_id)
     if not o.quiet:
         for f in result.findings:
-            say(f"  {f.property} [{f.status}] {f.message}")
+            label = f" (documented: {f.extra['defect']})" if f.extra.get("defect") else ""
+            say(f"  {f.property} [{f.status}]{label} {f.message}")
             if f.extra.get("launch"):
                 say(f"    launch: {f.extra['launch']['line']}")
             say(f"    replay: {_replay_command(os.path.abspath(finding_path(findings_dir, f)))}")
@@ -167,6 +171,7 @@ def _write_report(o: EncoderCampaignOptions, r: EncoderCampaignResult, run_id: s
                              "failures": sum(1 for f in r.findings if f.property == pid)}
                        for pid, p in ENCODER_PROPERTIES.items()},
         "findings": [{"id": f.id, "property": f.property, "status": f.status, "message": f.message,
+                      "defect": f.extra.get("defect"),
                       "launch": (f.extra.get("launch") or {}).get("line"), "scenario": f.scenario_short,
                       "file": os.path.join("findings", f"{f.id}.json")} for f in r.findings],
     }
@@ -175,7 +180,8 @@ def _write_report(o: EncoderCampaignOptions, r: EncoderCampaignResult, run_id: s
              f"Target `{o.target}` ({ruleset}) on {o.backend}: {r.scenarios} scenarios, {r.refused} refused (by the "
              f"engine or the manager), {len(r.findings)} findings{' (interrupted)' if r.interrupted else ''}.", ""]
     for f in r.findings:
-        lines += [f"## {f.property} [{f.status}]", "", f.message, "", f"- scenario: `{f.scenario_short}`"]
+        label = f" — documented defect {f.extra['defect']} (docs/encoder.md)" if f.extra.get("defect") else " — new"
+        lines += [f"## {f.property} [{f.status}]{label}", "", f.message, "", f"- scenario: `{f.scenario_short}`"]
         if f.extra.get("launch"):
             lines.append(f"- launch: `{f.extra['launch']['line']}`")
         lines += [f"- replay: `{_replay_command(os.path.join('findings', f.id + '.json'))}` (from this directory)", ""]

@@ -151,6 +151,8 @@ def run_encoder_scenario(scenario: EncoderScenario, build: Callable[[], EncoderH
                     events.append(EncOutput(step_no, len(ref), "step", False,
                                             f"{len(outs)} outputs for {len(ref)} items"))
         except Exception as exc:  # noqa: BLE001 - what the code under test raised is recorded, never lost
+            if step.kind == "encode":
+                events.extend(groups_from_log(step_no, model.log, step.items))
             events.append(EncError(step_no, step.kind, type(exc).__name__, _first(exc), _where(exc)))
             break
     for step_no, i, out, r in kept:

@@ -120,6 +120,13 @@ class VllmEncoderTarget:
                                       ruleset=tree_design())
         return reached, {"line": encoder_launch(settings).line(), "settings": settings.to_json()}
 
+    def classify(self, scenario: EncoderScenario, trace: Any, violation: Any) -> dict:
+        """Which documented defect (cgsim.targets.vllm.encoder_known) the violation is; {} for a new one."""
+        from cgsim.targets.vllm.encoder_known import encoder_defect  # noqa: PLC0415
+
+        defect = encoder_defect(scenario, trace, violation)
+        return {"defect": defect} if defect else {}
+
     def builder(self, scenario: EncoderScenario, backend: Any) -> Callable[[], ManagedEncoder]:
         settings = launch_settings(scenario.config)
         return vllm_encoder_builder(encoder_engine_config(settings), scenario, backend)

@@ -1,0 +1,63 @@
+"""Encoder campaigns from the command line: findings on disk with their
+shrunk scenario, replays that reproduce them, refusals of what the encoder
+campaign does not take."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from fuzz.cli import main
+
+
+def _run(tmp_path, *args: str) -> int:
+    return main(["run", *args, "--report-dir", str(tmp_path), "--quiet"])
+
+
+def _summary(tmp_path) -> dict:
+    with open(os.path.join(tmp_path, "latest", "summary.json"), encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def test_a_mutant_is_found_shrunk_written_and_replayed(tmp_path, capsys):
+    assert _run(tmp_path, "--target", "encoder-mutant:stale-tail", "--max-examples", "400", "--seed", "1",
+                "--budget", "120s") == 1
+    summary = _summary(tmp_path)
+    (entry,) = [f for f in summary["findings"] if f["property"] == "ENC-EQUAL"]
+    assert entry["status"] == "shrunk"
+    path = os.path.join(tmp_path, "latest", entry["file"])
+    with open(path, encoding="utf-8") as fh:
+        finding = json.load(fh)
+    assert finding["scenario"]["kind"] == "encoder" and finding["target"] == "encoder-mutant:stale-tail"
+    # Shrunk to the bug: a larger batch, then a smaller one on the same graph.
+    encodes = [s for s in finding["scenario"]["steps"] if s["kind"] == "encode"]
+    assert len(encodes) == 2
+    capsys.readouterr()
+    assert main(["replay", path]) == 1
+    assert "reproduced: ENC-EQUAL" in capsys.readouterr().out
+    # The reference manager does not have the bug.
+    finding["target"] = "encoder-reference"
+    other = os.path.join(tmp_path, "as_reference.json")
+    with open(other, "w", encoding="utf-8") as fh:
+        json.dump(finding, fh)
+    assert main(["replay", other]) == 0
+
+
+def test_the_reference_runs_clean_and_counts_what_it_judged(tmp_path):
+    assert _run(tmp_path, "--target", "encoder-reference", "--max-examples", "120", "--seed", "2") == 0
+    summary = _summary(tmp_path)
+    assert summary["findings"] == [] and summary["scenarios"] == 120
+    assert summary["properties"]["ENC-EQUAL"]["checks"] > 0 and summary["properties"]["ENC-FIT"]["checks"] > 0
+    assert os.path.exists(os.path.join(tmp_path, "latest", "index.md"))
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--target", "encoder-reference", "--workers", "2"), "--workers is not taken by the encoder target"),
+    (("--target", "encoder-mutant:nope"), "encoder mutant 'nope' is unknown"),
+])
+def test_what_an_encoder_campaign_cannot_do_is_one_line_exit_2(tmp_path, capsys, args, words):
+    assert _run(tmp_path, *args, "--max-examples", "1") == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1

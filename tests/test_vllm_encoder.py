@@ -1,0 +1,76 @@
+"""vLLM's own EncoderCudaGraphManager through its front door: it passes
+what the reference's mutants break, its documented defects reproduce from
+their launch lines and are labelled, and a campaign finds nothing else.
+
+Needs vLLM (CGSIM_VLLM_SOURCE for 0.33/0.34 trees); skipped with the reason
+elsewhere, unless CGSIM_REQUIRE_VLLM=1."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from vllm_required import skip_unless_vllm
+
+skip_unless_vllm()
+
+from cgsim.backends import get_backend  # noqa: E402
+from cgsim.encoder.mutants import ENCODER_MUTANTS  # noqa: E402
+from cgsim.encoder.observe import observe_encoder  # noqa: E402
+from cgsim.encoder.targets import encoder_target  # noqa: E402
+from cgsim.encoder.values import EncoderConfig, EncoderItem, EncoderScenario, EncoderStep  # noqa: E402
+from fuzz.encoder_campaign import EncoderCampaignOptions, run_encoder_campaign  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+BACKEND = get_backend("mock")
+
+
+@pytest.fixture(scope="module")
+def target():
+    t = encoder_target("vllm-encoder")
+    t.check_environment()
+    return t
+
+
+def _labels(target, sc: EncoderScenario) -> dict[str, str | None]:
+    obs = observe_encoder(target, sc, BACKEND)
+    assert obs.refused is None, obs.refused
+    return {v.property: target.classify(obs.scenario, obs.trace, v).get("defect") for v in obs.verdict.violations}
+
+
+@pytest.mark.parametrize("name", sorted(ENCODER_MUTANTS))
+def test_vllms_manager_passes_what_each_reference_mutant_breaks(target, name):
+    sc = ENCODER_MUTANTS[name].example()
+    sc = dataclasses.replace(sc, ruleset=target.default_ruleset())
+    assert _labels(target, sc) == {}
+
+
+def test_a_repeated_budget_is_captured_twice_documented(target):
+    sc = EncoderScenario(EncoderConfig(token_budgets=(32, 32), max_num_batched_tokens=64),
+                         (EncoderStep("capture"),), target.default_ruleset())
+    assert _labels(target, sc) == {"ENC-CAPTURE-ONCE": "vllm-enc-1"}
+
+
+def test_frames_beyond_the_users_limit_replay_on_a_graph_that_cannot_hold_them_documented(target):
+    # Three items per graph, frame slots max(3, 2) = 3; two videos of two frames are packed into one replay.
+    sc = EncoderScenario(EncoderConfig(max_vision_items=3, max_frames_per_batch=2, min_budget=16,
+                                       max_num_batched_tokens=16),
+                         (EncoderStep("capture"), EncoderStep("encode", (EncoderItem(2, 2, 2, True),) * 2)),
+                         target.default_ruleset())
+    labels = _labels(target, sc)
+    assert labels.get("ENC-FIT") == "vllm-enc-2" and set(labels.values()) == {"vllm-enc-2"}
+    # Without the user's frame limit the manager sizes frames itself and the batch fits.
+    auto = dataclasses.replace(sc, config=dataclasses.replace(sc.config, max_frames_per_batch=None))
+    assert _labels(target, auto) == {}
+
+
+def test_a_campaign_finds_only_documented_defects(target, tmp_path):
+    result = run_encoder_campaign(EncoderCampaignOptions(target="vllm-encoder", budget_s=600, seed=1,
+                                                         max_examples=250, report_dir=str(tmp_path), quiet=True))
+    assert result.scenarios == 250 and result.scenarios > result.refused
+    unlabelled = [(f.property, f.message, f.extra.get("launch", {}).get("line")) for f in result.findings
+                  if not f.extra.get("defect")]
+    assert not unlabelled
+    assert all(f.extra["launch"]["line"].startswith(("vllm serve", "VLLM_USE_V2_MODEL_RUNNER=1 vllm serve"))
+               for f in result.findings)
