@@ -30,6 +30,7 @@ from cgsim.properties.encoder import ENCODER_PROPERTIES
 from cgsim.report.atomic import atomic_write_json, atomic_write_text
 from cgsim.report.findings import finding_path, write_finding
 from cgsim.report.summary import update_latest
+from cgsim.targets.base import TargetEnvironmentError
 from fuzz.encoder_strategies import encoder_scenarios
 
 __all__ = ["EncoderCampaignOptions", "EncoderCampaignResult", "run_encoder_campaign"]
@@ -111,13 +112,19 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
     def out_of_time() -> bool:
         return time.monotonic() - start >= o.budget_s or bool(o.max_examples and result.scenarios >= o.max_examples)
 
+    stopped: list[BaseException] = []
+
     def body(data: Any) -> None:
         # Drawn before the clock is read: Hypothesis requires the same draws for the same data.
         sc = data.draw(encoder_scenarios(ruleset=ruleset))
-        if out_of_time():
+        if out_of_time() or stopped:
             return  # the rest of this chunk's draws are skipped
         result.scenarios += 1
-        obs = observe_encoder(target, sc, backend)
+        try:
+            obs = observe_encoder(target, sc, backend)
+        except TargetEnvironmentError as exc:  # cgsim's adapter, not the manager: stop, exit 2 outside Hypothesis
+            stopped.append(exc)
+            return
         if obs.refused is not None:
             result.refused += 1
             return
@@ -136,7 +143,7 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
     chunk = 0
     try:
         # Chunks of draws, each a Hypothesis run seeded from the campaign seed: repeatable with --seed.
-        while not out_of_time():
+        while not out_of_time() and not stopped:
             test = settings(max_examples=_CHUNK, deadline=None, database=None, phases=[Phase.generate],
                             suppress_health_check=list(HealthCheck))(
                 hypothesis_seed(o.seed * 100_003 + chunk)(given(st.data())(body)))
@@ -144,6 +151,8 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
             chunk += 1
     except KeyboardInterrupt:
         result.interrupted = True
+    if stopped:
+        raise stopped[0]
     result.findings = list(found.values())
     result.exit_code = 130 if result.interrupted else (1 if result.findings else 0)
     _write_report(o, result, run_id, ruleset, time.monotonic() - start, target.environment())

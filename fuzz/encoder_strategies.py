@@ -22,10 +22,12 @@ def encoder_configs(draw, video: bool | None = None) -> EncoderConfig:
     items = draw(st.sampled_from((0, 0, 1, 2, 3, 4, 8)))
     frames = draw(st.sampled_from((None, None, 1, 2, 4, 8, 16)))
     cap = draw(st.sampled_from((None, None, 32, 64, 128)))
+    tp = draw(st.sampled_from((1, 1, 2, 4)))
     return EncoderConfig(token_budgets=budgets, max_vision_items=items, max_frames_per_batch=frames,
                          max_token_budget=cap, max_num_batched_tokens=max_tokens, min_budget=min_budget,
                          max_frames_per_video=draw(st.sampled_from((1, 2, 4))),
-                         video=draw(st.booleans()) if video is None else video)
+                         video=draw(st.booleans()) if video is None else video, tp_size=tp,
+                         dp_encoder=tp > 1 and draw(st.booleans()))
 
 
 @st.composite

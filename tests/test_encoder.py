@@ -106,3 +106,40 @@ def test_hypothesis_finds_each_mutant(name):
     with pytest.raises(AssertionError, match="found"):
         search()
     assert found
+
+
+def test_the_fake_tensor_parallel_group_gathers_in_rank_order_and_a_failing_rank_ends_the_wait():
+    import threading
+
+    import torch
+
+    from cgsim.targets.vllm.encoder_dp import FakeGroup, GroupAborted
+
+    group, out = FakeGroup(3), {}
+
+    def rank(r: int, fail: bool = False) -> None:
+        group.set_rank(r)
+        with group.turn:
+            try:
+                if fail:
+                    raise RuntimeError("boom")
+                out[r] = group.all_gather(torch.full((1, 2), float(r)), dim=0)
+            except Exception as exc:  # noqa: BLE001
+                out[r] = exc
+                group.abort()
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert all(torch.equal(out[r][:, 0], torch.tensor([0.0, 1.0, 2.0])) for r in range(3))
+
+    group, out = FakeGroup(2), {}
+    threads = [threading.Thread(target=rank, args=(0,)), threading.Thread(target=rank, args=(1, True))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert not any(t.is_alive() for t in threads)
+    assert isinstance(out[0], GroupAborted) and str(out[1]) == "boom"

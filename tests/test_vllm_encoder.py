@@ -74,3 +74,37 @@ def test_a_campaign_finds_only_documented_defects(target, tmp_path):
     assert not unlabelled
     assert all(f.extra["launch"]["line"].startswith(("vllm serve", "VLLM_USE_V2_MODEL_RUNNER=1 vllm serve"))
                for f in result.findings)
+
+
+def _dp_scenario(target, tp: int) -> EncoderScenario:
+    items = (EncoderItem(1, 4, 4), EncoderItem(1, 8, 4), EncoderItem(1, 2, 2), EncoderItem(1, 6, 6), EncoderItem(1, 4, 2))
+    return EncoderScenario(EncoderConfig(min_budget=16, max_num_batched_tokens=128, tp_size=tp, dp_encoder=True),
+                           (EncoderStep("capture"), EncoderStep("encode", items), EncoderStep("encode", items[:1])),
+                           target.default_ruleset())
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_data_parallel_ranks_shard_and_gather_every_item_in_order(target, tp):
+    from cgsim.encoder.trace import EncCapture, EncGroup  # noqa: PLC0415
+
+    obs = observe_encoder(target, _dp_scenario(target, tp), BACKEND)
+    assert obs.refused is None and obs.scenario.config.use_dp
+    assert obs.verdict.ok, [str(v) for v in obs.verdict.violations]
+    assert len({g.rank for g in obs.trace.of(EncGroup) if g.step == 1}) > 1
+    assert sorted(e.rank for e in obs.trace.of(EncCapture)) == list(range(tp))
+
+
+def test_a_gather_in_the_wrong_rank_order_is_caught(target, monkeypatch):
+    import torch  # noqa: PLC0415
+
+    from cgsim.targets.vllm import encoder_dp  # noqa: PLC0415
+
+    right = encoder_dp.FakeGroup.all_gather
+
+    def reversed_ranks(self, tensor, dim=-1):
+        out = right(self, tensor, dim)
+        return torch.cat(list(reversed(out.chunk(self.size, dim=dim))), dim=dim)
+
+    monkeypatch.setattr(encoder_dp.FakeGroup, "all_gather", reversed_ranks)
+    obs = observe_encoder(target, _dp_scenario(target, 2), BACKEND)
+    assert "ENC-EQUAL" in {v.property for v in obs.verdict.violations}

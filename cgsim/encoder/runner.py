@@ -69,25 +69,41 @@ def groups_from_log(step: int, log: list[tuple], items: Any) -> list[EncGroup]:
     """The groups the toy saw: each output it post-processed, replayed if a
     replay for those items came last, else eager; and batches the call site
     ran eagerly (``embed_multimodal``)."""
-    groups, last = [], {}
+    groups, last, rank = [], {}, 0
     for entry in log:
         kind = entry[0]
-        if kind in ("replay", "eager"):
+        if kind == "rank":
+            rank = entry[1]
+        elif kind in ("replay", "eager"):
             ids = entry[1]
             if kind == "eager" and entry[2] == "embed_multimodal":
-                groups.append(_group(step, ids, items, None, sum(items[i].output_tokens for i in ids), "runner"))
+                groups.append(_group(step, ids, items, None, sum(items[i].output_tokens for i in ids), "runner", rank))
             else:
                 last[ids] = kind
         elif kind == "output":
             ids, rows = entry[1], entry[2]
             replayed = last.pop(ids, "eager") == "replay"
-            groups.append(_group(step, ids, items, rows if replayed else None, rows, "manager"))
+            groups.append(_group(step, ids, items, rows if replayed else None, rows, "manager", rank))
     return groups
 
 
-def _group(step: int, ids: tuple[int, ...], items: Any, budget: int | None, rows: int, site: str) -> EncGroup:
+def _captures_by_rank(log: list[tuple]) -> list[tuple[int, tuple[int, ...]]]:
+    """The budgets each rank's manager asked capture inputs for (one rank unless the log names ranks)."""
+    out: dict[int, list[int]] = {0: []}
+    rank = 0
+    for entry in log:
+        if entry[0] == "rank":
+            rank = entry[1]
+            out.setdefault(rank, [])
+        elif entry[0] == "capture_inputs":
+            out[rank].append(entry[1])
+    return [(r, tuple(b)) for r, b in sorted(out.items())]
+
+
+def _group(step: int, ids: tuple[int, ...], items: Any, budget: int | None, rows: int, site: str,
+           rank: int) -> EncGroup:
     return EncGroup(step, ids, sum(items[i].output_tokens for i in ids), sum(items[i].frames for i in ids),
-                    budget, rows, site)
+                    budget, rows, site, rank)
 
 
 def _first(exc: BaseException) -> str:
@@ -130,8 +146,8 @@ def run_encoder_scenario(scenario: EncoderScenario, build: Callable[[], EncoderH
         try:
             if step.kind == "capture":
                 handle.capture()
-                budgets = tuple(e[1] for e in model.log if e[0] == "capture_inputs")
-                events.append(EncCapture(step_no, budgets, handle.is_captured()))
+                events.extend(EncCapture(step_no, budgets, handle.is_captured(), rank)
+                              for rank, budgets in _captures_by_rank(model.log))
             elif step.kind == "clear":
                 handle.clear()
                 events.append(EncClear(step_no, handle.is_captured()))

@@ -30,6 +30,7 @@ class EncCapture:
     step: int
     budgets: tuple[int, ...]  # capture inputs the manager asked for, in order
     captured: bool  # is_captured() afterwards
+    rank: int = 0  # data-parallel encoders: each rank's manager captures its own graphs
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class EncGroup:
     budget: int | None
     rows: int
     site: str = "manager"
+    rank: int = 0  # data-parallel encoders: the rank whose manager encoded the group
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,7 @@ def enc_captured(run: EncoderRunView) -> list[Violation]:
     out = []
     for e in run.trace.of(EncCapture):
         if tuple(sorted(set(e.budgets))) != run.expected.budgets or not e.captured:
-            out.append(_v("ENC-CAPTURED", f"captured budgets {sorted(set(e.budgets))} (is_captured {e.captured}), "
+            out.append(_v("ENC-CAPTURED", f"{_rank(e)}captured budgets {sorted(set(e.budgets))} (is_captured {e.captured}), "
                           f"expected {list(run.expected.budgets)}", e.step, got=sorted(set(e.budgets)),
                           expected=list(run.expected.budgets)))
     return out
@@ -113,8 +113,12 @@ def enc_capture_once(run: EncoderRunView) -> list[Violation]:
     for e in run.trace.of(EncCapture):
         twice = sorted({b for b in e.budgets if e.budgets.count(b) > 1})
         if twice:
-            out.append(_v("ENC-CAPTURE-ONCE", f"budgets {twice} captured more than once", e.step, budgets=twice))
+            out.append(_v("ENC-CAPTURE-ONCE", f"{_rank(e)}budgets {twice} captured more than once", e.step, budgets=twice))
     return out
+
+
+def _rank(e: EncCapture) -> str:
+    return f"rank {e.rank}: " if e.rank else ""
 
 
 def _group(g: EncGroup) -> Group:
@@ -166,7 +170,8 @@ def enc_complete(run: EncoderRunView) -> list[Violation]:
          applies=_has_groups)
 def enc_cover(run: EncoderRunView) -> list[Violation]:
     out = []
-    steps = sorted({g.step for g in run.groups()})
+    raised = {e.step for e in run.trace.of(EncError)}  # a step that raised covers what it got to (ENC-NO-CRASH)
+    steps = sorted({g.step for g in run.groups()} - raised)
     for step in steps:
         seen = [i for g in run.groups() if g.step == step for i in g.ids]
         n = len(run.items(step))
@@ -175,14 +180,15 @@ def enc_cover(run: EncoderRunView) -> list[Violation]:
     return out
 
 
-@declare("ENC-ONE-REPLAY", "under a single-replay design, a captured manager encodes a batch it can hold in one group",
-         family="encoder", applies=lambda run: run.design.packing == "single" and _has_groups(run))
+@declare("ENC-ONE-REPLAY", "under a single-replay design, a captured manager encodes its batch (each rank its shard) in "
+         "one group", family="encoder", applies=lambda run: run.design.packing == "single" and _has_groups(run))
 def enc_one_replay(run: EncoderRunView) -> list[Violation]:
     out = []
-    for step in sorted({g.step for g in run.groups()}):
-        groups = [g for g in run.groups() if g.step == step and g.site == "manager"]
+    for step, rank in sorted({(g.step, g.rank) for g in run.groups()}):
+        groups = [g for g in run.groups() if g.step == step and g.rank == rank and g.site == "manager"]
         if len(groups) > 1:
-            out.append(_v("ENC-ONE-REPLAY", f"{len(groups)} groups: {[list(g.ids) for g in groups]}", step,
+            where = f"rank {rank}: " if rank else ""
+            out.append(_v("ENC-ONE-REPLAY", f"{where}{len(groups)} groups: {[list(g.ids) for g in groups]}", step,
                           groups=len(groups)))
     return out
 

@@ -47,11 +47,16 @@ def vllm_encoder_builder(vllm_config: Any, scenario: EncoderScenario, backend: A
     from its constructor is vLLM refusing the settings: counted, not judged)."""
     manager_cls = importlib.import_module("vllm.v1.worker.encoder_cudagraph").EncoderCudaGraphManager
 
-    def build() -> ManagedEncoder:
+    def build() -> Any:
         model = toy_for(scenario, backend.device, classes=vllm_classes())
         with backend.activate():
-            manager = manager_cls(vllm_config=vllm_config, device=backend.device, dtype=torch.float32, model=model)
-        return ManagedEncoder(manager, model, backend, guard_captured=True)
+            managers = [manager_cls(vllm_config=vllm_config, device=backend.device, dtype=torch.float32, model=model)
+                        for _ in range(scenario.config.tp_size if scenario.config.use_dp else 1)]
+        if len(managers) > 1:
+            from cgsim.targets.vllm.encoder_dp import DataParallelEncoder  # noqa: PLC0415
+
+            return DataParallelEncoder(managers, model, backend)
+        return ManagedEncoder(managers[0], model, backend, guard_captured=True)
 
     return build
 
