@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, ContextManager, Protocol
 
 import torch
 
@@ -39,17 +40,20 @@ class ManagedEncoder:
     model: Any
     backend: Any
     guard_captured: bool = True
+    # What the engine's runner sets around the manager (vLLM: its capture stream), entered inside the backend.
+    engine_context: Callable[[], ContextManager] = contextlib.nullcontext
+    capture_context: Callable[[], ContextManager] = contextlib.nullcontext
 
     def plan(self) -> PlanRead:
         m = self.manager
         return PlanRead(tuple(m.token_budgets), int(m.max_batch_size), int(m.max_frames_per_batch))
 
     def capture(self) -> None:
-        with self.backend.activate():
+        with self.backend.activate(), self.engine_context(), self.capture_context():
             self.manager.capture(graph_pool=self.backend.cuda.graph_pool_handle())
 
     def encode(self, mm_kwargs: dict) -> list[torch.Tensor]:
-        with self.backend.activate():
+        with self.backend.activate(), self.engine_context():
             out = None
             if not self.guard_captured or self.manager.is_captured():
                 out = self.manager.execute(mm_kwargs)

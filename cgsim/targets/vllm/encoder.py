@@ -8,9 +8,11 @@ through the model when it returns nothing)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import importlib
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -18,14 +20,50 @@ from cgsim.encoder.interface import EncoderClasses
 from cgsim.encoder.runner import ManagedEncoder
 from cgsim.encoder.targets import toy_for
 from cgsim.encoder.values import EncoderConfig, EncoderScenario
+from cgsim.targets.vllm.compat import Patch
 from cgsim.targets.vllm.encoder_engine import (EncoderLaunchSettings, EngineRefused, encoder_engine_config,
                                                encoder_launch, encoder_manager_inputs)
 
 __all__ = ["tree_design", "vllm_classes", "vllm_encoder_builder", "launch_settings", "reached_config",
-           "VllmEncoderTarget", "MM_LIMIT"]
+           "VllmEncoderTarget", "MM_LIMIT", "ENCODER_PATCHES", "encoder_patches", "capture_stream"]
 
 # Items per prompt the launch allows (any positive limit: the manager reads only whether videos are allowed).
 MM_LIMIT = 4
+
+
+ENCODER_PATCHES = (
+    Patch(
+        "encoder-capture-stream",
+        "EncoderCudaGraphManager._capture_budget_graph passes vllm.utils.torch_utils.current_stream() to "
+        "torch.cuda.graph; on the CPU platform that is a _StreamPlaceholder a real CUDA graph cannot capture on. "
+        "Replaced (in encoder_cudagraph only) by the backend's current stream.",
+    ),
+    Patch(
+        "encoder-graph-capture-stream",
+        "The V2 runner's EncoderRunner.capture runs the manager's capture inside "
+        "vllm.distributed.parallel_state.graph_capture, which makes a side stream current (a CUDA graph cannot "
+        "capture on the legacy default stream); without a TP group here, the side stream is made current directly.",
+    ),
+)
+
+
+@contextlib.contextmanager
+def encoder_patches(backend: Any) -> Iterator[None]:
+    """ENCODER_PATCHES' encoder-capture-stream for the duration (inside the backend's activate())."""
+    mod = importlib.import_module("vllm.v1.worker.encoder_cudagraph")
+    cuda = backend.cuda
+    saved = mod.current_stream
+    mod.current_stream = lambda: cuda.current_stream()
+    try:
+        yield
+    finally:
+        mod.current_stream = saved
+
+
+def capture_stream(backend: Any) -> Any:
+    """ENCODER_PATCHES' encoder-graph-capture-stream: a side stream current for the capture."""
+    cuda = backend.cuda
+    return cuda.stream(cuda.Stream())
 
 
 def tree_design() -> str:
@@ -58,8 +96,11 @@ def vllm_encoder_builder(vllm_config: Any, scenario: EncoderScenario, backend: A
         if len(managers) > 1:
             from cgsim.targets.vllm.encoder_dp import DataParallelEncoder  # noqa: PLC0415
 
-            return DataParallelEncoder(managers, model, backend)
-        return ManagedEncoder(managers[0], model, backend, guard_captured=True)
+            return DataParallelEncoder(managers, model, backend, functools.partial(encoder_patches, backend),
+                                       functools.partial(capture_stream, backend))
+        return ManagedEncoder(managers[0], model, backend, guard_captured=True,
+                              engine_context=functools.partial(encoder_patches, backend),
+                              capture_context=functools.partial(capture_stream, backend))
 
     return build
 

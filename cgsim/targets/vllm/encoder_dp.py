@@ -12,7 +12,7 @@ import contextlib
 import importlib
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, ContextManager, Iterator
 
 import torch
 
@@ -100,13 +100,15 @@ class DataParallelEncoder:
     managers: list
     model: Any  # one toy shared by the ranks: its log is every rank's, in the order they ran
     backend: Any
+    engine_context: Callable[[], ContextManager] = contextlib.nullcontext
+    capture_context: Callable[[], ContextManager] = contextlib.nullcontext
 
     def plan(self) -> PlanRead:
         m = self.managers[0]
         return PlanRead(tuple(m.token_budgets), int(m.max_batch_size), int(m.max_frames_per_batch))
 
     def capture(self) -> None:
-        with self.backend.activate():
+        with self.backend.activate(), self.engine_context(), self.capture_context():
             for rank, m in enumerate(self.managers):
                 self.model.log.append(("rank", rank))  # the runner records each rank's capture on its own
                 m.capture(graph_pool=self.backend.cuda.graph_pool_handle())
@@ -135,7 +137,7 @@ class DataParallelEncoder:
                     results[rank] = exc
                     group.abort()
 
-        with self.backend.activate(), _collectives(group):
+        with self.backend.activate(), self.engine_context(), _collectives(group):
             threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(group.size)]
             for t in threads:
                 t.start()
