@@ -79,6 +79,8 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
     found: dict[str, Finding] = {}
     start = time.monotonic()
     ruleset = target.default_ruleset()
+    # A setting the engine has no field for is only ever refused: drawn where it exists.
+    takes_cap = getattr(target, "takes_max_token_budget", lambda: True)()
 
     def finding_for(prop: str, obs: Any, status: str, first: Finding | None = None) -> Finding:
         v = next(v for v in obs.verdict.violations if v.property == prop)
@@ -116,7 +118,7 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
 
     def body(data: Any) -> None:
         # Drawn before the clock is read: Hypothesis requires the same draws for the same data.
-        sc = data.draw(encoder_scenarios(ruleset=ruleset))
+        sc = data.draw(encoder_scenarios(ruleset=ruleset, cap=takes_cap))
         if out_of_time() or stopped:
             return  # the rest of this chunk's draws are skipped
         result.scenarios += 1

@@ -13,7 +13,8 @@ __all__ = ["encoder_configs", "encoder_items", "encoder_scenarios"]
 
 
 @st.composite
-def encoder_configs(draw, video: bool | None = None) -> EncoderConfig:
+def encoder_configs(draw, video: bool | None = None, cap: bool = True) -> EncoderConfig:
+    """``cap``: whether the engine has a setting for the largest generated budget (vLLM 0.34+)."""
     min_budget = draw(st.sampled_from((4, 8, 16, 24)))
     max_tokens = draw(st.integers(min_budget, 320))
     budgets = ()
@@ -21,7 +22,7 @@ def encoder_configs(draw, video: bool | None = None) -> EncoderConfig:
         budgets = tuple(sorted(draw(st.lists(st.integers(1, max_tokens), min_size=1, max_size=4))))
     items = draw(st.sampled_from((0, 0, 1, 2, 3, 4, 8)))
     frames = draw(st.sampled_from((None, None, 1, 2, 4, 8, 16)))
-    cap = draw(st.sampled_from((None, None, 32, 64, 128)))
+    cap = draw(st.sampled_from((None, None, 32, 64, 128))) if cap else None
     tp = draw(st.sampled_from((1, 1, 2, 4)))
     return EncoderConfig(token_budgets=budgets, max_vision_items=items, max_frames_per_batch=frames,
                          max_token_budget=cap, max_num_batched_tokens=max_tokens, min_budget=min_budget,
@@ -39,8 +40,9 @@ def encoder_items(draw, config: EncoderConfig, video: bool) -> EncoderItem:
 
 
 @st.composite
-def encoder_scenarios(draw, ruleset: str = "encoder", config: EncoderConfig | None = None) -> EncoderScenario:
-    config = config if config is not None else draw(encoder_configs())
+def encoder_scenarios(draw, ruleset: str = "encoder", config: EncoderConfig | None = None,
+                      cap: bool = True) -> EncoderScenario:
+    config = config if config is not None else draw(encoder_configs(cap=cap))
     steps = [EncoderStep("capture")]
     for _ in range(draw(st.integers(1, 4))):
         if draw(st.integers(0, 5)) == 0:

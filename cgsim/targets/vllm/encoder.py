@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import gc
 import importlib
 from typing import Any, Callable, Iterator
 
@@ -60,10 +61,22 @@ def encoder_patches(backend: Any) -> Iterator[None]:
         mod.current_stream = saved
 
 
-def capture_stream(backend: Any) -> Any:
-    """ENCODER_PATCHES' encoder-graph-capture-stream: a side stream current for the capture."""
+@contextlib.contextmanager
+def capture_stream(backend: Any) -> Iterator[None]:
+    """What the model runner's capture_model sets around EncoderRunner.capture:
+    no gc cycle during the capture (v1/worker/gpu/model_runner.py captures under
+    utils/gc_utils.py freeze_gc_for_cudagraph_capture; its two full collections
+    per call are left out, a scenario captures once per step), and
+    ENCODER_PATCHES' encoder-graph-capture-stream: a side stream current."""
     cuda = backend.cuda
-    return cuda.stream(cuda.Stream())
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with cuda.stream(cuda.Stream()):
+            yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def tree_design() -> str:
@@ -157,6 +170,14 @@ class VllmEncoderTarget:
         from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
 
         return require_vllm().summary()
+
+    def takes_max_token_budget(self) -> bool:
+        """Whether this vLLM has encoder_cudagraph_max_token_budget (0.34+: config/compilation.py)."""
+        from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
+
+        require_vllm()
+        cc = importlib.import_module("vllm.config.compilation").CompilationConfig
+        return "encoder_cudagraph_max_token_budget" in getattr(cc, "__dataclass_fields__", {})
 
     def reach(self, scenario: EncoderScenario) -> tuple[EncoderScenario, dict]:
         """The scenario with the config vLLM builds, and its launch line
