@@ -76,36 +76,43 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
     findings_dir = os.path.join(run_dir, "findings")
     os.makedirs(findings_dir, exist_ok=True)
     result = EncoderCampaignResult(run_dir, 0)
-    found: dict[str, Finding] = {}
+    # One finding per property and documented defect: a new defect behind a property already found is still sought.
+    found: dict[tuple[str, str | None], Finding] = {}
     start = time.monotonic()
     ruleset = target.default_ruleset()
     # A setting the engine has no field for is only ever refused: drawn where it exists.
     takes_cap = getattr(target, "takes_max_token_budget", lambda: True)()
 
-    def finding_for(prop: str, obs: Any, status: str, first: Finding | None = None) -> Finding:
-        v = next(v for v in obs.verdict.violations if v.property == prop)
+    classify = getattr(target, "classify", None)
+
+    def defect_of(obs: Any, v: Any) -> str | None:
+        return classify(obs.scenario, obs.trace, v).get("defect") if classify is not None else None
+
+    def violation(obs: Any, key: tuple[str, str | None]) -> Any:
+        return next((v for v in obs.verdict.violations if (v.property, defect_of(obs, v)) == key), None)
+
+    def finding_for(key: tuple[str, str | None], obs: Any, status: str, first: Finding | None = None) -> Finding:
+        v = violation(obs, key)
         f = Finding.from_violation(v, obs.scenario.to_json(), o.target, o.backend, obs.scenario.short())
         extra = {"environment": target.environment(), "campaign_seed": o.seed}
         if obs.launch is not None:
             extra["launch"] = obs.launch
-        classify = getattr(target, "classify", None)
-        if classify is not None:
-            extra.update(classify(obs.scenario, obs.trace, v))
+        if key[1] is not None:
+            extra["defect"] = key[1]
         if first is not None:
             extra["first_seen"] = first.id
         return f.with_(status=status, run_id=run_id, seed=o.seed, elapsed_s=round(time.monotonic() - start, 3),
                        extra=extra)
 
-    def shrink(prop: str, sc: EncoderScenario, first: Finding) -> Finding:
-        def fails(candidate: EncoderScenario) -> bool:
-            obs = observe_encoder(target, candidate, backend)
-            return any(v.property == prop for v in obs.verdict.violations)
+    def shrink(key: tuple[str, str | None], sc: EncoderScenario, first: Finding) -> Finding:
+        def fails(candidate: EncoderScenario) -> bool:  # the property and defect pinned
+            return violation(observe_encoder(target, candidate, backend), key) is not None
 
         smallest, complete = shrink_encoder_scenario(sc, fails, time.monotonic() + o.shrink_limit_s)
         obs = observe_encoder(target, smallest, backend)
-        if not any(v.property == prop for v in obs.verdict.violations):  # cannot happen: the shrink keeps failures
+        if violation(obs, key) is None:  # the shrink keeps only failing scenarios; a flaky target lands here
             return first
-        final = finding_for(prop, obs, "shrunk" if complete else "shrink-interrupted", first)
+        final = finding_for(key, obs, "shrunk" if complete else "shrink-interrupted", first)
         write_finding(findings_dir, final)
         if final.id != first.id:
             os.remove(finding_path(findings_dir, first))
@@ -132,15 +139,15 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
             return
         for pid in obs.verdict.checked:
             result.checks[pid] = result.checks.get(pid, 0) + 1
-        for prop in dict.fromkeys(v.property for v in obs.verdict.violations):
-            if prop in found:
+        for key in dict.fromkeys((v.property, defect_of(obs, v)) for v in obs.verdict.violations):
+            if key in found:
                 continue
-            first = finding_for(prop, obs, "shrinking")
+            first = finding_for(key, obs, "shrinking")
             write_finding(findings_dir, first)  # on disk before the shrink starts
-            found[prop] = first
+            found[key] = first
             if not o.quiet:
-                say(f"found {prop} in {time.monotonic() - start:.1f}s: {first.message}")
-            found[prop] = shrink(prop, obs.scenario, first)
+                say(f"found {key[0]} in {time.monotonic() - start:.1f}s: {first.message}")
+            found[key] = shrink(key, obs.scenario, first)
 
     chunk = 0
     try:

@@ -61,3 +61,22 @@ def test_what_an_encoder_campaign_cannot_do_is_one_line_exit_2(tmp_path, capsys,
     assert _run(tmp_path, *args, "--max-examples", "1") == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1
+
+
+def test_a_new_defect_behind_a_property_a_documented_one_already_violates_is_still_found(tmp_path, monkeypatch):
+    from cgsim.encoder.mutants import ENCODER_MUTANTS
+    from cgsim.encoder.targets import ReferenceEncoderTarget
+    from fuzz import encoder_campaign
+
+    class Labelled(ReferenceEncoderTarget):
+        def classify(self, scenario, trace, violation):
+            # "documented" where the scenario encodes a video: the stale rows of image batches stay new.
+            return {"defect": "doc"} if any(i.video for s in scenario.steps for i in s.items) else {}
+
+    target = Labelled("encoder-mutant:stale-tail", ENCODER_MUTANTS["stale-tail"].cls)
+    monkeypatch.setattr(encoder_campaign, "encoder_target", lambda name: target)
+    result = encoder_campaign.run_encoder_campaign(encoder_campaign.EncoderCampaignOptions(
+        target="encoder-mutant:stale-tail", budget_s=120, seed=3, max_examples=600, report_dir=str(tmp_path),
+        quiet=True))
+    labels = {f.extra.get("defect") for f in result.findings if f.property == "ENC-EQUAL"}
+    assert labels == {"doc", None}

@@ -72,9 +72,9 @@ def _select(mm_kwargs: dict[str, Any], indices: Sequence[int]) -> dict[str, Any]
 
 
 class ToyVisionEncoder:
-    """The model a manager is built with.  ``config_factory`` makes the
-    engine's ``EncoderCudaGraphConfig`` (vLLM's class, or cgsim's stand-in
-    for the reference manager) from keyword arguments."""
+    """The model a manager is built with.  ``classes`` make the interface's
+    values (``EncoderCudaGraphConfig``, item specs, capture and replay
+    buffers): vLLM's own classes, or cgsim's stand-ins for the reference."""
 
     supports_encoder_cudagraph = True
 
@@ -124,7 +124,6 @@ class ToyVisionEncoder:
         selected = _select(mm_kwargs, indices)
         self.log.append(("select", tuple(int(i) for i in selected[ITEM_IDS].tolist())))
         return selected
-
 
     def prepare_encoder_cudagraph_capture_inputs(self, token_budget: int, max_batch_size: int,
                                                   max_frames_per_batch: int, device: Any, dtype: Any,
