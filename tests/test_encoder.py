@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+from hypothesis import HealthCheck, Phase, given, settings
 
 from cgsim.backends import get_backend
 from cgsim.encoder.mutants import ENCODER_MUTANTS

@@ -47,6 +47,13 @@ class EncoderRunView:
     def groups(self) -> list[EncGroup]:
         return self.trace.of(EncGroup)
 
+    @cached_property
+    def best_fits(self) -> dict[EncGroup, int | None]:
+        """Per group, the smallest budget captured when it ran that it fits (None: none; ENC-MINIMAL and
+        ENC-COMPLETE both read it)."""
+        return {g: smallest_fitting(_group(g), self.captured_at[g.step], self.expected,
+                                    self.design) for g in self.groups()}
+
     def items(self, step: int):
         return self.scenario.steps[step].items
 
@@ -145,7 +152,7 @@ def enc_minimal(run: EncoderRunView) -> list[Violation]:
     for g in run.groups():
         if g.budget is None:
             continue
-        best = smallest_fitting(_group(g), run.captured_at[g.step], run.expected, run.design)
+        best = run.best_fits[g]
         if best is not None and best != g.budget:
             out.append(_v("ENC-MINIMAL", f"items {list(g.ids)} ({g.tokens} tokens) replayed budget {g.budget}, "
                           f"the smallest that fits is {best}", g.step, budget=g.budget, expected=best))
@@ -159,7 +166,7 @@ def enc_complete(run: EncoderRunView) -> list[Violation]:
     for g in run.groups():
         if g.budget is not None or g.site != "manager":
             continue
-        best = smallest_fitting(_group(g), run.captured_at[g.step], run.expected, run.design)
+        best = run.best_fits[g]
         if best is not None:
             out.append(_v("ENC-COMPLETE", f"items {list(g.ids)} ({g.tokens} tokens, {len(g.ids)} items, {g.frames} "
                           f"frames) ran eagerly; the graph of budget {best} fits them", g.step, expected=best))

@@ -20,7 +20,6 @@ replayed once.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from cgsim.encoder.values import EncoderConfig, frame_slots
