@@ -1,15 +1,26 @@
 """Hypothesis strategies for encoder scenarios: configs as users set the
 encoder graphs (budgets, items per graph, frames per batch, the cap), the
 model's budget range, and lifecycles of capture, encoder batches and clears
-(images and videos whose tokens span the budgets)."""
+(images and videos whose tokens span the budgets).
+
+``judge_encoder`` runs one scenario against an encoder target on a backend
+and judges it with every encoder property: what tests/test_encoder.py and
+benchmarks/bench_encoder_mutants.py do with each drawn scenario."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import strategies as st
 
+from cgsim.backends import get_backend
+from cgsim.encoder.runner import run_encoder_scenario
+from cgsim.encoder.targets import encoder_builder
 from cgsim.encoder.values import EncoderConfig, EncoderItem, EncoderScenario, EncoderStep
+from cgsim.properties.encoder import check_encoder_scenario
+from cgsim.properties.registry import Verdict
 
-__all__ = ["encoder_configs", "encoder_items", "encoder_scenarios"]
+__all__ = ["encoder_configs", "encoder_items", "encoder_scenarios", "judge_encoder"]
 
 
 @st.composite
@@ -53,3 +64,11 @@ def encoder_scenarios(draw, ruleset: str = "encoder", config: EncoderConfig | No
             steps.append(EncoderStep("encode", tuple(draw(st.lists(encoder_items(config, video), min_size=1,
                                                                    max_size=5)))))
     return EncoderScenario(config, tuple(steps), ruleset, draw(st.integers(0, 3)))
+
+
+def judge_encoder(target: str, scenario: EncoderScenario, backend: Any = None) -> Verdict:
+    """Run ``scenario`` against the encoder ``target`` (``encoder-reference``,
+    ``encoder-mutant:NAME``, ...) on ``backend`` (default: the mock) and judge
+    the trace with every encoder property."""
+    backend = get_backend("mock") if backend is None else backend
+    return check_encoder_scenario(scenario, run_encoder_scenario(scenario, encoder_builder(target, scenario, backend)))

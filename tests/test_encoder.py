@@ -5,20 +5,14 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
-from cgsim.backends import get_backend
 from cgsim.encoder.mutants import ENCODER_MUTANTS
-from cgsim.encoder.runner import run_encoder_scenario
-from cgsim.encoder.targets import encoder_builder
 from cgsim.encoder.values import EncoderConfig, EncoderItem, EncoderScenario, EncoderScenarioError, EncoderStep
-from cgsim.properties.encoder import ENCODER_PROPERTIES, check_encoder_scenario
+from cgsim.properties.encoder import ENCODER_PROPERTIES
 from cgsim.spec.encoder import EncoderConfigRefused, doubling_grid, plan, subdivided_grid
-from fuzz.encoder_strategies import encoder_scenarios
+from fuzz.encoder_strategies import encoder_scenarios, judge_encoder
 
-BACKEND = get_backend("mock")
-
-
-def judge(target: str, scenario: EncoderScenario):
-    return check_encoder_scenario(scenario, run_encoder_scenario(scenario, encoder_builder(target, scenario, BACKEND)))
+# Runs a scenario on the mock and judges it; benchmarks/bench_encoder_mutants.py fuzzes with the same pieces.
+judge = judge_encoder
 
 
 def ids(verdict) -> set[str]:
