@@ -137,3 +137,77 @@ def test_the_fake_tensor_parallel_group_gathers_in_rank_order_and_a_failing_rank
         t.join(5)
     assert not any(t.is_alive() for t in threads)
     assert isinstance(out[0], GroupAborted) and str(out[1]) == "boom"
+
+
+def test_an_eager_forward_whose_output_the_manager_scatters_itself_is_still_a_group():
+    from cgsim.encoder.runner import groups_from_log
+
+    items = (EncoderItem(1, 2, 4), EncoderItem(1, 4, 4), EncoderItem(1, 2, 2))
+    log = [("replay", (0,), 2, 2, "default"), ("output", (0,), 4),
+           ("eager", (1, 2), "default"),  # vLLM before 0.32: scatter_output_slices, no post-process call
+           ("eager", (0,), "embed_multimodal")]
+    groups = groups_from_log(3, log, items)
+    assert [(g.ids, g.budget, g.site) for g in groups] == [((0,), 4, "manager"), ((1, 2), None, "manager"),
+                                                            ((0,), None, "runner")]
+    assert groups[1].rows == items[1].output_tokens + items[2].output_tokens
+    # Where the toy post-processes the eager output (0.32+), that output's rows stand, in the eager's place.
+    log = [("eager", (1,), "default"), ("replay", (0,), 2, 2, "default"), ("output", (0,), 4), ("output", (1,), 3)]
+    assert [(g.ids, g.budget, g.rows) for g in groups_from_log(0, log, items)] == [((1,), None, 3), ((0,), 4, 4)]
+
+
+class _CountingManager:
+    """A manager recording what the handle asked of it (is_captured only where ``asks``)."""
+
+    built = 0
+
+    def __init__(self, asks: bool = True) -> None:
+        type(self).built += 1
+        self.graph_pool, self.calls = None, []
+        if asks:
+            self.is_captured = lambda: self.graph_pool is not None
+
+    def capture(self, graph_pool):
+        self.graph_pool = graph_pool
+
+    def clear(self):
+        self.graph_pool = None
+
+    def supports_modality(self, modality):
+        self.calls.append(modality)
+        return modality == "image"
+
+    def execute(self, mm_kwargs):
+        self.calls.append("execute")
+        return ["graph"]
+
+
+class _Model:
+    def get_input_modality(self, mm_kwargs):
+        return mm_kwargs["modality"]
+
+    def embed_multimodal(self, **mm_kwargs):
+        return ["eager"]
+
+
+@pytest.mark.parametrize("site", ["asks-captured", "built-at-capture"])
+def test_the_handle_calls_the_manager_as_the_engines_runner_does(site):
+    from cgsim.backends import get_backend
+    from cgsim.encoder.runner import ASKS_CAPTURED, BUILT_AT_CAPTURE, ManagedEncoder
+
+    call_site = {s.name: s for s in (ASKS_CAPTURED, BUILT_AT_CAPTURE)}[site]
+    _CountingManager.built = 0
+    asks = call_site is ASKS_CAPTURED
+    handle = ManagedEncoder(_CountingManager(asks), _Model(), get_backend("mock"), call_site=call_site,
+                            rebuild=lambda: _CountingManager(asks))
+    image, video = {"modality": "image"}, {"modality": "video"}
+    assert handle.encode(image) == ["eager"] and not handle.is_captured()  # nothing captured: the model runs it
+    handle.capture()
+    assert handle.is_captured() and handle.encode(image) == ["graph"]
+    # V1 asks supports_modality: a video the manager does not take runs eagerly; V2 hands every batch over.
+    assert handle.encode(video) == (["graph"] if asks else ["eager"])
+    handle.clear()
+    assert not handle.is_captured() and handle.encode(image) == ["eager"]
+    handle.capture()
+    assert handle.is_captured() and handle.encode(image) == ["graph"]
+    # V1 builds a fresh manager at a capture after a clear (capture_model after profile_cudagraph_memory's).
+    assert _CountingManager.built == (1 if asks else 2)

@@ -21,6 +21,18 @@ def _summary(tmp_path) -> dict:
         return json.load(fh)
 
 
+def _findings(tmp_path) -> list[dict]:
+    """Every finding JSON written under ``tmp_path`` (any run)."""
+    out = []
+    for root, _dirs, files in os.walk(tmp_path):
+        if os.path.basename(root) == "findings" and not os.path.islink(os.path.dirname(root)):
+            for name in sorted(files):
+                if name.endswith(".json"):
+                    with open(os.path.join(root, name), encoding="utf-8") as fh:
+                        out.append(json.load(fh))
+    return out
+
+
 def test_a_mutant_is_found_shrunk_written_and_replayed(tmp_path, capsys):
     assert _run(tmp_path, "--target", "encoder-mutant:stale-tail", "--max-examples", "400", "--seed", "1",
                 "--budget", "120s") == 1
@@ -80,3 +92,55 @@ def test_a_new_defect_behind_a_property_a_documented_one_already_violates_is_sti
         quiet=True))
     labels = {f.extra.get("defect") for f in result.findings if f.property == "ENC-EQUAL"}
     assert labels == {"doc", None}
+
+
+def _campaign_on(monkeypatch, tmp_path, target) -> int:
+    """``python -m fuzz run`` against ``target`` (as encoder-reference): its exit status."""
+    from fuzz import encoder_campaign
+
+    monkeypatch.setattr(encoder_campaign, "encoder_target", lambda name: target)
+    return _run(tmp_path, "--target", "encoder-reference", "--max-examples", "5", "--seed", "1")
+
+
+def test_an_exception_in_cgsims_front_door_is_an_adapter_error_exit_2_not_a_traceback(tmp_path, monkeypatch, capsys):
+    from cgsim.encoder.mutants import ENCODER_MUTANTS
+    from cgsim.encoder.targets import ReferenceEncoderTarget
+
+    class BrokenFrontDoor(ReferenceEncoderTarget):
+        def reach(self, scenario):
+            return scenario.config.no_such_field  # what reading an engine config of another release did
+
+    assert _campaign_on(monkeypatch, tmp_path, BrokenFrontDoor("x", ENCODER_MUTANTS["stale-tail"].cls)) == 2
+    assert not _findings(tmp_path)
+    err = capsys.readouterr().err
+    assert "cgsim's encoder front door raised AttributeError" in err and err.count("\n") == 1
+
+
+def _raise_in(filename: str) -> None:
+    """Raise with the innermost frame in ``filename`` (what the adapter-error rule reads)."""
+    exec(compile("raise RuntimeError('boom')", filename, "exec"), {})
+
+
+@pytest.mark.parametrize("where, exit_code", [
+    (os.path.join("site-packages", "vllm", "v1", "worker", "encoder_cudagraph.py"), 1),  # the engine's: judged
+    (os.path.join(os.path.dirname(os.path.abspath(__import__("cgsim").__file__)), "encoder", "runner.py"), 2),
+])
+def test_an_engine_manager_raising_is_judged_and_cgsims_own_frames_raising_is_exit_2(tmp_path, monkeypatch, capsys,
+                                                                                     where, exit_code):
+    from cgsim.encoder.reference import ReferenceEncoderManager
+    from cgsim.encoder.targets import ReferenceEncoderTarget
+
+    class Engine(ReferenceEncoderTarget):  # an engine target: reach gives a launch, so cgsim's frames are suspect
+        def reach(self, scenario):
+            return scenario, {"line": "engine serve"}
+
+    class CrashingManager(ReferenceEncoderManager):
+        def capture(self, graph_pool=None):
+            _raise_in(where)
+
+    assert _campaign_on(monkeypatch, tmp_path, Engine("x", CrashingManager)) == exit_code
+    if exit_code == 1:
+        assert {f["property"] for f in _findings(tmp_path)} == {"ENC-NO-CRASH"}
+    else:
+        err = capsys.readouterr().err
+        assert not _findings(tmp_path) and "cgsim's encoder adapter raised RuntimeError" in err and err.count("\n") == 1

@@ -27,6 +27,7 @@ from cgsim.targets.vllm.encoder_engine import (  # noqa: E402
     encoder_engine_config,
     encoder_launch,
     encoder_manager_inputs,
+    v2_runner_builds_encoder_manager,
 )
 from cgsim.targets.vllm.engine import TOY_ROOT, VISION, launched, runs_v2_runner  # noqa: E402
 
@@ -49,7 +50,9 @@ def _settings(**changes) -> EncoderLaunchSettings:
 
 def test_a_launch_round_trips_into_the_manager_inputs():
     settings = _settings()
-    assert runs_v2_runner(encoder_launch(settings))
+    # The runner that builds the encoder manager: V2 where it does (0.32+), else V1, the default runner.
+    assert runs_v2_runner(encoder_launch(settings)) == v2_runner_builds_encoder_manager()
+    assert v2_runner_builds_encoder_manager() == (version_key(CAPS.version) >= version_key("0.32"))
     inputs = encoder_manager_inputs(encoder_engine_config(settings))
     assert inputs == {
         "cudagraph_mm_encoder": True, "token_budgets": (64, 256), "max_vision_items": 4, "max_frames_per_batch": 8,
@@ -68,7 +71,8 @@ def test_a_launch_round_trips_into_the_manager_inputs():
     ({"mm_encoder_tp_mode": "weights"}, {"mm_encoder_tp_mode": "weights", "use_dp": False}),
     ({"tensor_parallel_size": 1}, {"tensor_parallel_size": 1, "use_dp": False}),
     ({"video_limit": 0}, {"video_limit": 0, "video_enabled": False, "runner_builds_manager": True}),
-    # The V2 runner builds no encoder manager under enforce_eager (v1/worker/gpu/model_states/interface.py) ...
+    # No encoder manager under enforce_eager: the V2 runner (v1/worker/gpu/model_states/interface.py) builds none,
+    # the V1 runner's capture_model returns before building one (cudagraph_mode NONE) ...
     ({"enforce_eager": True}, {"enforce_eager": True, "runner_builds_manager": False}),
     # ... nor without an encoder: every modality's limit 0 is text-only (config/model.py _supports_multimodal_inputs).
     ({"image_limit": 0, "video_limit": 0},

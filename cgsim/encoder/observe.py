@@ -6,6 +6,7 @@ manager drives, nor the mock's replay of it) is an adapter error."""
 from __future__ import annotations
 
 import os
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,15 @@ def observe_encoder(target: Any, scenario: EncoderScenario, backend: Any) -> Enc
         reached, launch = target.reach(scenario)
     except TargetUnsupported as exc:
         return EncoderObservation(scenario, None, None, Verdict((), ()), refused=str(exc))
+    except TargetEnvironmentError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the engine's own config path says refused or environment; the rest is cgsim's
+        where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        raise EncoderAdapterError(
+            f"cgsim's encoder front door raised {type(exc).__name__} "
+            f"at {f'{where.filename}:{where.lineno}' if where else '?'} reading vLLM's config: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''} (a cgsim bug; please report it with the scenario)"
+        ) from None
     trace = run_encoder_scenario(reached, target.builder(reached, backend))
     if trace.refused is not None:
         return EncoderObservation(reached, launch, trace, Verdict((), ()), refused=trace.refused)

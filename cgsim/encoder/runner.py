@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Protocol
 
 import torch
@@ -12,7 +12,8 @@ import torch
 from cgsim.encoder.trace import EncCapture, EncClear, EncError, EncGroup, EncOutput, EncoderTrace, PlanRead
 from cgsim.encoder.values import EncoderScenario
 
-__all__ = ["EncoderHandle", "ManagedEncoder", "run_encoder_scenario", "groups_from_log"]
+__all__ = ["EncoderHandle", "CallSite", "ASKS_CAPTURED", "BUILT_AT_CAPTURE", "manager_captured", "ManagedEncoder",
+           "run_encoder_scenario", "groups_from_log"]
 
 # Real items' rows are compared with a tolerance a GPU's reordered sums stay within; a leak moves them by far more.
 _ATOL = 1e-4
@@ -28,34 +29,80 @@ class EncoderHandle(Protocol):
     def is_captured(self) -> bool: ...
 
 
+@dataclass(frozen=True)
+class CallSite:
+    """How the engine's runner holds its manager and when it hands it a batch.
+
+    ``held_from_capture``: the runner builds the manager when it captures and
+    drops it at a clear, so before the first capture (and after a clear) it
+    has none and encodes eagerly; a later capture builds a fresh one.
+    Otherwise the manager lives as long as the runner.  ``asks_captured``:
+    a batch goes to the manager only while ``is_captured()``.
+    ``asks_modality``: only if ``supports_modality(modality)``."""
+
+    name: str
+    held_from_capture: bool = False
+    asks_captured: bool = True
+    asks_modality: bool = False
+
+    def hands_batch(self, held: bool, manager: Any, model: Any, mm_kwargs: dict) -> bool:
+        """Whether the runner hands this batch to ``manager`` (else it runs the model eagerly)."""
+        return (held and (not self.asks_captured or manager_captured(manager))
+                and (not self.asks_modality or manager.supports_modality(model.get_input_modality(mm_kwargs))))
+
+
+# vLLM's V2 EncoderRunner (v1/worker/gpu/mm/encoder_runner.py execute_mm_encoder) and cgsim's reference.
+ASKS_CAPTURED = CallSite("asks-captured")
+# vLLM's V1 GPUModelRunner (v1/worker/gpu_model_runner.py): built in capture_model by
+# _maybe_init_encoder_cudagraph_manager, asked supports_modality in _execute_mm_encoder; a captured
+# manager is dropped, never reused, once cleared (profile_cudagraph_memory's, shutdown).
+BUILT_AT_CAPTURE = CallSite("built-at-capture", held_from_capture=True, asks_captured=False, asks_modality=True)
+
+
+def manager_captured(manager: Any) -> bool:
+    """``is_captured()``, or for a manager without one (vLLM before 0.32) whether it holds a graph pool."""
+    ask = getattr(manager, "is_captured", None)
+    return bool(ask()) if ask is not None else getattr(manager, "graph_pool", None) is not None
+
+
 @dataclass
 class ManagedEncoder:
     """A manager with vLLM's face, its toy model and backend, called the way
-    the engine's encoder runner calls it: ``guard_captured`` asks
-    ``is_captured()`` before ``execute`` (vLLM 0.34's EncoderRunner; 0.32's
-    model runner only asks whether a manager exists), and a None result runs
-    the batch eagerly (both)."""
+    the engine's encoder runner calls it (``call_site``); a None result runs
+    the batch eagerly through the model.  ``rebuild`` makes a fresh manager
+    where the call site builds one at each capture after a clear."""
 
     manager: Any
     model: Any
     backend: Any
-    guard_captured: bool = True
+    call_site: CallSite = ASKS_CAPTURED
     # What the engine's runner sets around the manager (vLLM: its capture stream), entered inside the backend.
     engine_context: Callable[[], ContextManager] = contextlib.nullcontext
     capture_context: Callable[[], ContextManager] = contextlib.nullcontext
+    rebuild: Callable[[], Any] | None = None
+    held: bool = field(init=False)
+    cleared: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        self.held = not self.call_site.held_from_capture
 
     def plan(self) -> PlanRead:
         m = self.manager
         return PlanRead(tuple(m.token_budgets), int(m.max_batch_size), int(m.max_frames_per_batch))
 
     def capture(self) -> None:
+        if self.cleared and self.call_site.held_from_capture and self.rebuild is not None:
+            with self.backend.activate():
+                self.manager = self.rebuild()
+            self.cleared = False
+        self.held = True
         with self.backend.activate(), self.engine_context(), self.capture_context():
             self.manager.capture(graph_pool=self.backend.cuda.graph_pool_handle())
 
     def encode(self, mm_kwargs: dict) -> list[torch.Tensor]:
         with self.backend.activate(), self.engine_context():
             out = None
-            if not self.guard_captured or self.manager.is_captured():
+            if self.call_site.hands_batch(self.held, self.manager, self.model, mm_kwargs):
                 out = self.manager.execute(mm_kwargs)
             if out is None:
                 out = self.model.embed_multimodal(**mm_kwargs)
@@ -64,16 +111,24 @@ class ManagedEncoder:
     def clear(self) -> None:
         with self.backend.activate():
             self.manager.clear()
+        self.cleared = True
+        if self.call_site.held_from_capture:
+            self.held = False
 
     def is_captured(self) -> bool:
-        return bool(self.manager.is_captured())
+        return self.held and manager_captured(self.manager)
 
 
 def groups_from_log(step: int, log: list[tuple], items: Any) -> list[EncGroup]:
     """The groups the toy saw: each output it post-processed, replayed if a
-    replay for those items came last, else eager; and batches the call site
-    ran eagerly (``embed_multimodal``)."""
-    groups, last, rank = [], {}, 0
+    replay for those items came last, else eager; a manager's eager forward
+    whose output the toy never post-processed (vLLM before 0.32 scatters it
+    with its own scatter_output_slices), with the items' tokens as its rows;
+    and batches the call site ran eagerly (``embed_multimodal``)."""
+    groups: list[EncGroup | None] = []
+    last: dict[tuple[int, ...], str] = {}
+    unposted: dict[tuple[int, ...], tuple[int, int]] = {}  # eager forwards awaiting an output: (slot, rank)
+    rank = 0
     for entry in log:
         kind = entry[0]
         if kind == "rank":
@@ -84,11 +139,21 @@ def groups_from_log(step: int, log: list[tuple], items: Any) -> list[EncGroup]:
                 groups.append(_group(step, ids, items, None, sum(items[i].output_tokens for i in ids), "runner", rank))
             else:
                 last[ids] = kind
+                if kind == "eager":
+                    unposted[ids] = (len(groups), rank)
+                    groups.append(None)
         elif kind == "output":
             ids, rows = entry[1], entry[2]
             replayed = last.pop(ids, "eager") == "replay"
-            groups.append(_group(step, ids, items, rows if replayed else None, rows, "manager", rank))
-    return groups
+            group = _group(step, ids, items, rows if replayed else None, rows, "manager", rank)
+            slot = unposted.pop(ids, None)
+            if slot is not None and not replayed:
+                groups[slot[0]] = group
+            else:
+                groups.append(group)
+    for ids, (slot, at_rank) in unposted.items():
+        groups[slot] = _group(step, ids, items, None, sum(items[i].output_tokens for i in ids), "manager", at_rank)
+    return [g for g in groups if g is not None]
 
 
 def _captures_by_rank(log: list[tuple]) -> list[tuple[int, tuple[int, ...]]]:

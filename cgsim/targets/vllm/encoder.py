@@ -2,9 +2,11 @@
 as an encoder handle: built from the VllmConfig vLLM's config path made of a
 launch, with cgsim's toy encoder as the model (vLLM's own interface classes
 from v1/worker/encoder_cudagraph_defs.py), on cgsim's backend, and called
-the way the V2 runner's ``EncoderRunner.execute_mm_encoder`` calls it
-(v1/worker/gpu/mm/encoder_runner.py: only when ``is_captured()``, eager
-through the model when it returns nothing)."""
+the way the tree's runner calls it (``call_site``): the V2 runner's
+``EncoderRunner.execute_mm_encoder`` (0.32+, v1/worker/gpu/mm/encoder_runner.py:
+only when ``is_captured()``), or before 0.32 the V1 ``GPUModelRunner``
+(built at capture, asked ``supports_modality``); eager through the model
+when it returns nothing."""
 
 from __future__ import annotations
 
@@ -18,14 +20,15 @@ from typing import Any, Callable, Iterator
 import torch
 
 from cgsim.encoder.interface import EncoderClasses
-from cgsim.encoder.runner import ManagedEncoder
+from cgsim.encoder.runner import ASKS_CAPTURED, BUILT_AT_CAPTURE, CallSite, ManagedEncoder
 from cgsim.encoder.targets import toy_for
 from cgsim.encoder.values import EncoderConfig, EncoderScenario
 from cgsim.targets.vllm.compat import Patch
 from cgsim.targets.vllm.encoder_engine import (EncoderLaunchSettings, EngineRefused, encoder_engine_config,
-                                               encoder_launch, encoder_manager_inputs)
+                                               encoder_launch, encoder_manager_inputs,
+                                               v2_runner_builds_encoder_manager)
 
-__all__ = ["tree_design", "vllm_classes", "vllm_encoder_builder", "launch_settings", "reached_config",
+__all__ = ["tree_design", "vllm_classes", "call_site", "vllm_encoder_builder", "launch_settings", "reached_config",
            "VllmEncoderTarget", "MM_LIMIT", "ENCODER_PATCHES", "encoder_patches", "capture_stream"]
 
 # Items per prompt the launch allows (any positive limit: the manager reads only whether videos are allowed).
@@ -36,8 +39,9 @@ ENCODER_PATCHES = (
     Patch(
         "encoder-capture-stream",
         "EncoderCudaGraphManager._capture_budget_graph passes vllm.utils.torch_utils.current_stream() to "
-        "torch.cuda.graph; on the CPU platform that is a _StreamPlaceholder a real CUDA graph cannot capture on. "
-        "Replaced (in encoder_cudagraph only) by the backend's current stream.",
+        "torch.cuda.graph (0.32+); on the CPU platform that is a _StreamPlaceholder a real CUDA graph cannot "
+        "capture on. Replaced (in encoder_cudagraph only) by the backend's current stream; earlier releases pass "
+        "no stream (torch.cuda.graph's own side stream) and are not patched.",
     ),
     Patch(
         "encoder-graph-capture-stream",
@@ -52,6 +56,9 @@ ENCODER_PATCHES = (
 def encoder_patches(backend: Any) -> Iterator[None]:
     """ENCODER_PATCHES' encoder-capture-stream for the duration (inside the backend's activate())."""
     mod = importlib.import_module("vllm.v1.worker.encoder_cudagraph")
+    if not hasattr(mod, "current_stream"):
+        yield
+        return
     cuda = backend.cuda
     saved = mod.current_stream
     mod.current_stream = lambda: cuda.current_stream()
@@ -96,24 +103,35 @@ def vllm_classes() -> EncoderClasses:
                           defs.EncoderCudaGraphReplayBuffers, defs.EncoderCudaGraphConfig)
 
 
+def call_site() -> CallSite:
+    """How the tree's runner holds and calls the manager: the V2 runner's
+    EncoderRunner (0.32+) asks is_captured(); before, the V1 runner builds it
+    at capture and asks supports_modality (encoder_engine.v2_runner_builds_encoder_manager)."""
+    return ASKS_CAPTURED if v2_runner_builds_encoder_manager() else BUILT_AT_CAPTURE
+
+
 def vllm_encoder_builder(vllm_config: Any, scenario: EncoderScenario, backend: Any) -> Callable[[], ManagedEncoder]:
     """A function building vLLM's manager for ``vllm_config`` (a ValueError
     from its constructor is vLLM refusing the settings: counted, not judged)."""
     manager_cls = importlib.import_module("vllm.v1.worker.encoder_cudagraph").EncoderCudaGraphManager
+    site = call_site()
 
     def build() -> Any:
         model = toy_for(scenario, backend.device, classes=vllm_classes())
-        with backend.activate():
-            managers = [manager_cls(vllm_config=vllm_config, device=backend.device, dtype=torch.float32, model=model)
+
+        def managers() -> list:
+            with backend.activate():
+                return [manager_cls(vllm_config=vllm_config, device=backend.device, dtype=torch.float32, model=model)
                         for _ in range(scenario.config.tp_size if scenario.config.use_dp else 1)]
-        if len(managers) > 1:
+
+        built = managers()
+        contexts = {"engine_context": functools.partial(encoder_patches, backend),
+                    "capture_context": functools.partial(capture_stream, backend)}
+        if len(built) > 1:
             from cgsim.targets.vllm.encoder_dp import DataParallelEncoder  # noqa: PLC0415
 
-            return DataParallelEncoder(managers, model, backend, functools.partial(encoder_patches, backend),
-                                       functools.partial(capture_stream, backend))
-        return ManagedEncoder(managers[0], model, backend, guard_captured=True,
-                              engine_context=functools.partial(encoder_patches, backend),
-                              capture_context=functools.partial(capture_stream, backend))
+            return DataParallelEncoder(built, model, backend, call_site=site, rebuild=managers, **contexts)
+        return ManagedEncoder(built[0], model, backend, call_site=site, rebuild=lambda: managers()[0], **contexts)
 
     return build
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import contextlib
 import importlib
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Iterator
 
 import torch
 
+from cgsim.encoder.runner import ASKS_CAPTURED, CallSite, manager_captured
 from cgsim.encoder.trace import PlanRead
 
 __all__ = ["FakeGroup", "GroupAborted", "DataParallelEncoder"]
@@ -95,35 +96,52 @@ def _collectives(group: FakeGroup) -> Iterator[None]:
 class DataParallelEncoder:
     """The ranks' managers as one handle: capture on every rank, encode on
     every rank at once (each returns the gathered batch; rank 0's is the
-    result, and a rank whose result differs is reported as an error)."""
+    result, and a rank whose result differs is reported as an error).  The
+    runner holds and calls every rank's manager as ``call_site`` says
+    (cgsim.encoder.runner.CallSite); ``rebuild`` makes fresh ranks' managers."""
 
     managers: list
     model: Any  # one toy shared by the ranks: its log is every rank's, in the order they ran
     backend: Any
     engine_context: Callable[[], ContextManager] = contextlib.nullcontext
     capture_context: Callable[[], ContextManager] = contextlib.nullcontext
+    call_site: CallSite = ASKS_CAPTURED
+    rebuild: Callable[[], list] | None = None
+    held: bool = field(init=False)
+    cleared: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        self.held = not self.call_site.held_from_capture
 
     def plan(self) -> PlanRead:
         m = self.managers[0]
         return PlanRead(tuple(m.token_budgets), int(m.max_batch_size), int(m.max_frames_per_batch))
 
     def capture(self) -> None:
+        if self.cleared and self.call_site.held_from_capture and self.rebuild is not None:
+            with self.backend.activate():
+                self.managers = self.rebuild()
+            self.cleared = False
+        self.held = True
         with self.backend.activate(), self.engine_context(), self.capture_context():
             for rank, m in enumerate(self.managers):
                 self.model.log.append(("rank", rank))  # the runner records each rank's capture on its own
                 m.capture(graph_pool=self.backend.cuda.graph_pool_handle())
 
     def is_captured(self) -> bool:
-        return all(m.is_captured() for m in self.managers)
+        return self.held and all(manager_captured(m) for m in self.managers)
 
     def clear(self) -> None:
         with self.backend.activate():
             for m in self.managers:
                 m.clear()
+        self.cleared = True
+        if self.call_site.held_from_capture:
+            self.held = False
 
     def encode(self, mm_kwargs: dict) -> list[torch.Tensor]:
-        if not self.is_captured():  # the runner's call site: eager through the model
-            return list(self.model.embed_multimodal(**mm_kwargs))
+        if not all(self.call_site.hands_batch(self.held, m, self.model, mm_kwargs) for m in self.managers):
+            return list(self.model.embed_multimodal(**mm_kwargs))  # the runner's call site: eager through the model
         group = FakeGroup(len(self.managers))
         results: dict[int, Any] = {}
 

@@ -28,7 +28,7 @@ from typing import Any
 from cgsim.targets.vllm.engine import VISION, EngineLaunch, EngineRefused, engine_config, v2_runner_env
 
 __all__ = ["EncoderLaunchSettings", "encoder_launch", "encoder_engine_config", "encoder_manager_inputs",
-           "register_toy_vision_model", "VISION_ARCHITECTURE", "EngineRefused"]
+           "register_toy_vision_model", "v2_runner_builds_encoder_manager", "VISION_ARCHITECTURE", "EngineRefused"]
 
 VISION_ARCHITECTURE = "CgsimToyVisionForConditionalGeneration"
 # Qwen2-VL's modalities, each unlimited (models/qwen2_vl.py Qwen2VLProcessingInfo.get_supported_mm_limits).
@@ -98,7 +98,20 @@ def encoder_launch(settings: EncoderLaunchSettings) -> EngineLaunch:
     }
     if settings.enforce_eager:
         args["enforce_eager"] = True
-    return EngineLaunch.of(VISION, args, v2_runner_env())
+    return EngineLaunch.of(VISION, args, v2_runner_env() if v2_runner_builds_encoder_manager() else {})
+
+
+@functools.lru_cache(maxsize=1)
+def v2_runner_builds_encoder_manager() -> bool:
+    """Whether the tree's V2 model runner builds the encoder manager
+    (v1/worker/gpu/model_states/interface.py, 0.32+; the runner whose calls
+    cgsim follows where it does).  Before, only the V1 GPUModelRunner does,
+    and it is the runner a launch gets without VLLM_USE_V2_MODEL_RUNNER."""
+    try:
+        states = importlib.import_module("vllm.v1.worker.gpu.model_states.interface")
+    except ImportError:
+        return False
+    return hasattr(states, "EncoderCudaGraphManager")
 
 
 # --------------------------------------------------------------------------
@@ -161,10 +174,13 @@ def encoder_engine_config(settings: EncoderLaunchSettings) -> Any:
 
 def encoder_manager_inputs(vc: Any) -> dict[str, Any]:
     """What ``EncoderCudaGraphManager.__init__`` reads off ``vc``, read the way
-    it reads it (v1/worker/encoder_cudagraph.py), and whether the V2 model
-    runner builds one at all (v1/worker/gpu/model_states/interface.py, the
-    same in 0.32-0.34: an encoder, cudagraph_mm_encoder, not enforce_eager;
-    the model's SupportsEncoderCudaGraph, which Qwen2.5-VL has, is assumed).
+    it reads it (v1/worker/encoder_cudagraph.py), and whether the runner
+    builds one at all: the V2 runner (v1/worker/gpu/model_states/interface.py,
+    the same in 0.32-0.34) for an encoder, cudagraph_mm_encoder and not
+    enforce_eager; the V1 runner (gpu_model_runner.py before 0.32)
+    in capture_model, skipped when cudagraph_mode is NONE, for
+    cudagraph_mm_encoder and multimodal inputs.  The model's
+    SupportsEncoderCudaGraph, which Qwen2.5-VL has, is assumed.
 
     ``max_token_budget`` None: no cap on generated budgets (0.32-0.33 have no
     such field).  ``max_num_batched_tokens`` and ``max_model_len`` are what
@@ -174,8 +190,14 @@ def encoder_manager_inputs(vc: Any) -> dict[str, Any]:
     tp = int(vc.parallel_config.tensor_parallel_size)
     tp_mode = mm.mm_encoder_tp_mode if mm is not None else None
     video_limit = int(mm.get_limit_per_prompt("video")) if mm is not None else 0
-    # v1/worker/gpu/model_runner.py: an encoder (cache) only where multimodal inputs can arrive (on the first PP rank).
-    has_encoder = bool(mc.supports_multimodal_inputs)
+    # An encoder (cache) only where multimodal inputs can arrive: V2's model_runner.py asks the
+    # model config; V1's gpu_model_runner.py asks the multimodal registry (the config has no such property there).
+    has_encoder = bool(mc.supports_multimodal_inputs) if hasattr(type(mc), "supports_multimodal_inputs") \
+        else bool(importlib.import_module("vllm.multimodal").MULTIMODAL_REGISTRY.supports_multimodal_inputs(mc))
+    if v2_runner_builds_encoder_manager():
+        builds = has_encoder and bool(cc.cudagraph_mm_encoder) and not mc.enforce_eager
+    else:
+        builds = has_encoder and bool(cc.cudagraph_mm_encoder) and cc.cudagraph_mode.name != "NONE"
     max_frames = cc.encoder_cudagraph_max_frames_per_batch
     max_token_budget = getattr(cc, "encoder_cudagraph_max_token_budget", None)
     return {
@@ -193,6 +215,6 @@ def encoder_manager_inputs(vc: Any) -> dict[str, Any]:
         "tensor_parallel_size": tp,
         "use_dp": mm is not None and tp_mode == "data" and tp > 1,
         "enforce_eager": bool(mc.enforce_eager),
-        "supports_mm_inputs": bool(mc.supports_multimodal_inputs),
-        "runner_builds_manager": has_encoder and bool(cc.cudagraph_mm_encoder) and not mc.enforce_eager,
+        "supports_mm_inputs": has_encoder,
+        "runner_builds_manager": builds,
     }
