@@ -73,3 +73,59 @@ def test_a_tree_that_violates_a_property_gets_findings_not_a_failed_doctor(monke
     assert main(["doctor"]) == 1
     out = capsys.readouterr().out
     assert "FIND" in out and "finding(s) about the tree" in out
+
+# -- the encoder manager's half ------------------------------------------------------------------------------
+
+
+def _encoder_checks():
+    from cgsim.targets.vllm.doctor import Check, _guard
+    from cgsim.targets.vllm.encoder_doctor import encoder_checks
+
+    return {c.name: c for c in encoder_checks(Check, _guard)}
+
+
+def test_the_doctor_drives_the_encoder_manager_where_cgsim_speaks_its_interface():
+    from cgsim.targets.vllm.encoder import missing_model_interface
+    from cgsim.targets.vllm.encoder_doctor import ENCODER_CLEAN_SCENARIOS
+
+    checks = _encoder_checks()
+    assert all(c.ok and not c.findings for c in checks.values()), checks
+    if missing_model_interface():
+        assert list(checks) == ["encoder"] and "older model interface" in checks["encoder"].detail
+    else:
+        assert set(checks) == {"encoder: patches"} | {name for name, _c, _s in ENCODER_CLEAN_SCENARIOS}
+
+
+def test_an_encoder_step_the_adapter_does_not_record_fails_the_doctor(monkeypatch):
+    from cgsim.encoder import runner
+    from cgsim.targets.vllm.encoder import missing_model_interface
+
+    if missing_model_interface():
+        pytest.skip("the encoder manager of this release is not driven (checked above)")
+    monkeypatch.setattr(runner, "_captures_by_rank", lambda log: [])  # a capture that leaves no EncCapture
+    checks = _encoder_checks()
+    broken = [c for c in checks.values() if not c.ok]
+    assert broken and all("no EncCapture event for step 0" in c.detail for c in broken)
+    assert doctor_line(require_vllm(), list(checks.values())).startswith("the vLLM adapter's self-check failed")
+
+
+def test_an_encoder_leak_the_tree_has_is_a_finding_of_the_doctor_not_of_the_decode_campaign(monkeypatch):
+    from cgsim.encoder.toy import ToyVisionEncoder
+    from cgsim.targets.vllm import doctor
+    from cgsim.targets.vllm.encoder import missing_model_interface
+
+    if missing_model_interface():
+        pytest.skip("the encoder manager of this release is not driven (checked above)")
+
+    def zero_pad(self, dst, src):  # the model's padding no longer sends padding rows to the trash frame
+        dst.zero_()
+        dst[: src.shape[0]].copy_(src)
+
+    monkeypatch.setattr(ToyVisionEncoder, "_pad_row_frame", zero_pad)
+    checks = _encoder_checks()
+    assert all(c.ok for c in checks.values())
+    found = [f for c in checks.values() for f in c.findings]
+    assert found and {f.property for f in found} >= {"ENC-EQUAL"}
+    assert all(f.scenario["kind"] == "encoder" and f.extra["launch"]["line"] for f in found)
+    monkeypatch.setattr(doctor, "run_doctor", lambda *a, **k: list(checks.values()))
+    assert self_check() == ()  # the decode campaign replays decode findings only

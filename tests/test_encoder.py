@@ -144,7 +144,7 @@ def test_an_eager_forward_whose_output_the_manager_scatters_itself_is_still_a_gr
 
     items = (EncoderItem(1, 2, 4), EncoderItem(1, 4, 4), EncoderItem(1, 2, 2))
     log = [("replay", (0,), 2, 2, "default"), ("output", (0,), 4),
-           ("eager", (1, 2), "default"),  # vLLM before 0.32: scatter_output_slices, no post-process call
+           ("eager", (1, 2), "default"),  # vLLM before 0.27: scatter_output_slices, no post-process call
            ("eager", (0,), "embed_multimodal")]
     groups = groups_from_log(3, log, items)
     assert [(g.ids, g.budget, g.site) for g in groups] == [((0,), 4, "manager"), ((1, 2), None, "manager"),

@@ -20,9 +20,13 @@ from cgsim.encoder.mutants import ENCODER_MUTANTS  # noqa: E402
 from cgsim.encoder.observe import observe_encoder  # noqa: E402
 from cgsim.encoder.targets import encoder_target  # noqa: E402
 from cgsim.encoder.values import EncoderConfig, EncoderItem, EncoderScenario, EncoderStep  # noqa: E402
+from cgsim.targets.vllm.encoder import missing_model_interface  # noqa: E402
 from fuzz.encoder_campaign import EncoderCampaignOptions, run_encoder_campaign  # noqa: E402
 
 pytestmark = pytest.mark.vllm
+if missing_model_interface():  # 0.19-0.22: tests/test_vllm_encoder_front_door.py checks the target refuses them
+    pytest.skip(f"vLLM's encoder manager here asks an older model interface ({missing_model_interface()}) than "
+                "cgsim's toy speaks; the vllm-encoder target refuses it", allow_module_level=True)
 BACKEND = get_backend("mock")
 
 

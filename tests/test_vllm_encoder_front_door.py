@@ -50,9 +50,9 @@ def _settings(**changes) -> EncoderLaunchSettings:
 
 def test_a_launch_round_trips_into_the_manager_inputs():
     settings = _settings()
-    # The runner that builds the encoder manager: V2 where it does (0.32+), else V1, the default runner.
+    # The runner that builds the encoder manager: V2 where it does (0.28+), else V1, the default runner.
     assert runs_v2_runner(encoder_launch(settings)) == v2_runner_builds_encoder_manager()
-    assert v2_runner_builds_encoder_manager() == (version_key(CAPS.version) >= version_key("0.32"))
+    assert v2_runner_builds_encoder_manager() == (version_key(CAPS.version) >= version_key("0.28"))
     inputs = encoder_manager_inputs(encoder_engine_config(settings))
     assert inputs == {
         "cudagraph_mm_encoder": True, "token_budgets": (64, 256), "max_vision_items": 4, "max_frames_per_batch": 8,
@@ -193,3 +193,17 @@ def test_vllms_manager_infers_what_the_settings_leave_out():
     assert manager.token_budgets[0] == 16 and manager.token_budgets[-1] == (top if cap is None else min(top, cap))
     # Items capped by the smallest budget; frames from the model's frames per video.
     assert manager.max_batch_size == min(top // 16, 16) and manager.max_frames_per_batch == manager.max_batch_size * 4
+
+
+def test_the_target_runs_the_releases_whose_model_interface_the_toy_speaks_and_refuses_older_ones_naming_it():
+    from cgsim.encoder.targets import encoder_target
+    from cgsim.targets.base import TargetEnvironmentError
+    from cgsim.targets.vllm.encoder import missing_model_interface
+
+    old = version_key(CAPS.version) < version_key("0.23")  # item specs and padding logics came in 0.22 and 0.23
+    assert bool(missing_model_interface()) == old
+    if old:
+        with pytest.raises(TargetEnvironmentError, match="older interface .* drives vLLM 0.23 and later"):
+            encoder_target("vllm-encoder").check_environment()
+    else:
+        encoder_target("vllm-encoder").check_environment()

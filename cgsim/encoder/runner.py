@@ -60,7 +60,7 @@ BUILT_AT_CAPTURE = CallSite("built-at-capture", held_from_capture=True, asks_cap
 
 
 def manager_captured(manager: Any) -> bool:
-    """``is_captured()``, or for a manager without one (vLLM before 0.32) whether it holds a graph pool."""
+    """``is_captured()``, or for a manager without one (vLLM before 0.28) whether it holds a graph pool."""
     ask = getattr(manager, "is_captured", None)
     return bool(ask()) if ask is not None else getattr(manager, "graph_pool", None) is not None
 
@@ -122,7 +122,7 @@ class ManagedEncoder:
 def groups_from_log(step: int, log: list[tuple], items: Any) -> list[EncGroup]:
     """The groups the toy saw: each output it post-processed, replayed if a
     replay for those items came last, else eager; a manager's eager forward
-    whose output the toy never post-processed (vLLM before 0.32 scatters it
+    whose output the toy never post-processed (vLLM before 0.27 scatters it
     with its own scatter_output_slices), with the items' tokens as its rows;
     and batches the call site ran eagerly (``embed_multimodal``)."""
     groups: list[EncGroup | None] = []

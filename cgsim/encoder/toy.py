@@ -162,7 +162,7 @@ class ToyVisionEncoder:
     def postprocess_encoder_output(self, outputs: dict[str, torch.Tensor], indices: list[int],
                                    per_item_out_tokens: list[int], dest: Any, clone: bool = False,
                                    batch_mm_kwargs: dict[str, Any] | None = None) -> None:
-        out = outputs["default"] if isinstance(outputs, dict) else outputs  # vLLM before 0.32 hands the buffer itself
+        out = outputs["default"] if isinstance(outputs, dict) else outputs  # vLLM before 0.27 hands the buffer itself
         ids = tuple(int(i) for i in batch_mm_kwargs[ITEM_IDS].tolist()) if batch_mm_kwargs is not None else ()
         self.log.append(("output", ids, int(out.shape[0])))
         offset = 0

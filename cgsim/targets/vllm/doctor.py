@@ -19,7 +19,9 @@ like any other.  Two kinds of scenarios:
 - every documented finding (``docs/findings/*.json``) replayed under this
   tree's ruleset: whether it reproduces as its documented defect where the
   release has it is reported (a note, since a tree under change may have
-  fixed it).
+  fixed it);
+- the vision encoder's manager (``encoder_doctor``): its patches and clean
+  scenarios, where the tree has one cgsim drives.
 """
 
 from __future__ import annotations
@@ -238,6 +240,10 @@ def run_doctor(findings_dir: str | None = None, progress: Callable[[Check], None
     folder = findings_dir if findings_dir is not None else default_findings_dir()
     for path in sorted(glob.glob(os.path.join(folder, "*.json"))) if folder else ():
         add(_guard(os.path.basename(path), lambda: _check_finding_json(path, caps)))
+    from cgsim.targets.vllm.encoder_doctor import encoder_checks  # noqa: PLC0415 - the second manager's checks
+
+    for check in encoder_checks(Check, _guard):
+        add(check)
     return checks
 
 
@@ -269,4 +275,9 @@ def self_check() -> tuple[Finding, ...]:
     line = doctor_line(caps, checks)
     if line is not None:
         raise DoctorFailed(line)
-    return tuple(f for c in checks for f in c.findings)
+    # The decode campaign replays its own kind; an encoder finding is the doctor's to show (exit 1).
+    return tuple(f for c in checks for f in c.findings if not _is_encoder(f))
+
+
+def _is_encoder(finding: Finding) -> bool:
+    return isinstance(finding.scenario, dict) and finding.scenario.get("kind") == "encoder"

@@ -3,8 +3,8 @@ as an encoder handle: built from the VllmConfig vLLM's config path made of a
 launch, with cgsim's toy encoder as the model (vLLM's own interface classes
 from v1/worker/encoder_cudagraph_defs.py), on cgsim's backend, and called
 the way the tree's runner calls it (``call_site``): the V2 runner's
-``EncoderRunner.execute_mm_encoder`` (0.32+, v1/worker/gpu/mm/encoder_runner.py:
-only when ``is_captured()``), or before 0.32 the V1 ``GPUModelRunner``
+``EncoderRunner.execute_mm_encoder`` (0.28+, v1/worker/gpu/mm/encoder_runner.py:
+only when ``is_captured()``), or before 0.28 the V1 ``GPUModelRunner``
 (built at capture, asked ``supports_modality``); eager through the model
 when it returns nothing."""
 
@@ -28,7 +28,7 @@ from cgsim.targets.vllm.encoder_engine import (EncoderLaunchSettings, EngineRefu
                                                encoder_launch, encoder_manager_inputs,
                                                v2_runner_builds_encoder_manager)
 
-__all__ = ["tree_design", "vllm_classes", "call_site", "vllm_encoder_builder", "launch_settings", "reached_config",
+__all__ = ["tree_design", "missing_model_interface", "vllm_classes", "call_site", "vllm_encoder_builder", "launch_settings", "reached_config",
            "VllmEncoderTarget", "MM_LIMIT", "ENCODER_PATCHES", "encoder_patches", "capture_stream"]
 
 # Items per prompt the launch allows (any positive limit: the manager reads only whether videos are allowed).
@@ -39,9 +39,14 @@ ENCODER_PATCHES = (
     Patch(
         "encoder-capture-stream",
         "EncoderCudaGraphManager._capture_budget_graph passes vllm.utils.torch_utils.current_stream() to "
-        "torch.cuda.graph (0.32+); on the CPU platform that is a _StreamPlaceholder a real CUDA graph cannot "
+        "torch.cuda.graph (0.30+); on the CPU platform that is a _StreamPlaceholder a real CUDA graph cannot "
         "capture on. Replaced (in encoder_cudagraph only) by the backend's current stream; earlier releases pass "
         "no stream (torch.cuda.graph's own side stream) and are not patched.",
+    ),
+    Patch(
+        "encoder-quiet-logs",
+        "The manager logs at INFO when built and after each capture; vLLM's logger is at ERROR while cgsim "
+        "drives it, as PATCHES' quiet-logs has it for the decode manager (a campaign's output is cgsim's).",
     ),
     Patch(
         "encoder-graph-capture-stream",
@@ -54,18 +59,23 @@ ENCODER_PATCHES = (
 
 @contextlib.contextmanager
 def encoder_patches(backend: Any) -> Iterator[None]:
-    """ENCODER_PATCHES' encoder-capture-stream for the duration (inside the backend's activate())."""
+    """ENCODER_PATCHES' encoder-capture-stream (where the tree passes a
+    stream) and encoder-quiet-logs for the duration (inside the backend's activate())."""
+    import logging  # noqa: PLC0415
+
+    from cgsim.targets.vllm.compat import set_vllm_level  # noqa: PLC0415
+
     mod = importlib.import_module("vllm.v1.worker.encoder_cudagraph")
-    if not hasattr(mod, "current_stream"):
+    with contextlib.ExitStack() as stack:
+        vlog = logging.getLogger("vllm")
+        if vlog.level != logging.ERROR:
+            stack.callback(set_vllm_level, vlog, vlog.level)
+            set_vllm_level(vlog, logging.ERROR)
+        if hasattr(mod, "current_stream"):
+            cuda = backend.cuda
+            stack.callback(setattr, mod, "current_stream", mod.current_stream)
+            mod.current_stream = lambda: cuda.current_stream()
         yield
-        return
-    cuda = backend.cuda
-    saved = mod.current_stream
-    mod.current_stream = lambda: cuda.current_stream()
-    try:
-        yield
-    finally:
-        mod.current_stream = saved
 
 
 @contextlib.contextmanager
@@ -97,6 +107,22 @@ def tree_design() -> str:
         else "vllm-encoder-0.32"
 
 
+def missing_model_interface() -> str | None:
+    """What of the model interface cgsim's toy speaks (0.23+: item specs,
+    padding logics, capture inputs as ``values``) this tree's manager lacks:
+    0.19-0.22 ask for per-item token lists and capture inputs as
+    ``mm_kwargs`` and ``buffers``, and zero-pad every buffer."""
+    from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
+
+    require_vllm()  # vLLM imported by cgsim, so that its platform is cgsim's device
+    defs = importlib.import_module("vllm.v1.worker.encoder_cudagraph_defs")
+    if not hasattr(defs, "EncoderItemSpec"):
+        return "no EncoderItemSpec in v1/worker/encoder_cudagraph_defs.py"
+    if "padding_logics" not in getattr(defs.EncoderCudaGraphConfig, "__dataclass_fields__", {}):
+        return "no EncoderCudaGraphConfig.padding_logics"
+    return None
+
+
 def vllm_classes() -> EncoderClasses:
     defs = importlib.import_module("vllm.v1.worker.encoder_cudagraph_defs")
     return EncoderClasses(defs.EncoderItemSpec, defs.EncoderCudaGraphCaptureInputs,
@@ -105,7 +131,7 @@ def vllm_classes() -> EncoderClasses:
 
 def call_site() -> CallSite:
     """How the tree's runner holds and calls the manager: the V2 runner's
-    EncoderRunner (0.32+) asks is_captured(); before, the V1 runner builds it
+    EncoderRunner (0.28+) asks is_captured(); before, the V1 runner builds it
     at capture and asks supports_modality (encoder_engine.v2_runner_builds_encoder_manager)."""
     return ASKS_CAPTURED if v2_runner_builds_encoder_manager() else BUILT_AT_CAPTURE
 
@@ -120,7 +146,7 @@ def vllm_encoder_builder(vllm_config: Any, scenario: EncoderScenario, backend: A
         model = toy_for(scenario, backend.device, classes=vllm_classes())
 
         def managers() -> list:
-            with backend.activate():
+            with backend.activate(), encoder_patches(backend):
                 return [manager_cls(vllm_config=vllm_config, device=backend.device, dtype=torch.float32, model=model)
                         for _ in range(scenario.config.tp_size if scenario.config.use_dp else 1)]
 
@@ -175,14 +201,20 @@ class VllmEncoderTarget:
         if source:
             apply_source(source)
         require_vllm()
+        from cgsim.targets.base import TargetEnvironmentError  # noqa: PLC0415
+
         try:
             importlib.import_module("vllm.v1.worker.encoder_cudagraph")
         except ImportError as exc:
-            from cgsim.targets.base import TargetEnvironmentError  # noqa: PLC0415
-
             raise TargetEnvironmentError(
                 f"this vLLM has no encoder CUDA-graph manager (vllm.v1.worker.encoder_cudagraph: {exc}); "
                 "the vllm-encoder target needs a release that has one") from None
+        missing = missing_model_interface()
+        if missing:
+            raise TargetEnvironmentError(
+                f"vLLM {require_vllm().version}'s encoder CUDA-graph manager asks its model for an older interface "
+                f"({missing}), which cgsim's toy vision encoder does not speak; the vllm-encoder target drives "
+                "vLLM 0.23 and later") from None
 
     def environment(self) -> dict:
         from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415

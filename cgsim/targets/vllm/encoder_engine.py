@@ -104,9 +104,12 @@ def encoder_launch(settings: EncoderLaunchSettings) -> EngineLaunch:
 @functools.lru_cache(maxsize=1)
 def v2_runner_builds_encoder_manager() -> bool:
     """Whether the tree's V2 model runner builds the encoder manager
-    (v1/worker/gpu/model_states/interface.py, 0.32+; the runner whose calls
+    (v1/worker/gpu/model_states/interface.py, 0.28+; the runner whose calls
     cgsim follows where it does).  Before, only the V1 GPUModelRunner does,
     and it is the runner a launch gets without VLLM_USE_V2_MODEL_RUNNER."""
+    from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
+
+    require_vllm()  # vLLM imported by cgsim, so that its platform is cgsim's device
     try:
         states = importlib.import_module("vllm.v1.worker.gpu.model_states.interface")
     except ImportError:
@@ -176,13 +179,13 @@ def encoder_manager_inputs(vc: Any) -> dict[str, Any]:
     """What ``EncoderCudaGraphManager.__init__`` reads off ``vc``, read the way
     it reads it (v1/worker/encoder_cudagraph.py), and whether the runner
     builds one at all: the V2 runner (v1/worker/gpu/model_states/interface.py,
-    the same in 0.32-0.34) for an encoder, cudagraph_mm_encoder and not
-    enforce_eager; the V1 runner (gpu_model_runner.py before 0.32)
+    the same in 0.28-0.34) for an encoder, cudagraph_mm_encoder and not
+    enforce_eager; the V1 runner (gpu_model_runner.py before 0.28)
     in capture_model, skipped when cudagraph_mode is NONE, for
     cudagraph_mm_encoder and multimodal inputs.  The model's
     SupportsEncoderCudaGraph, which Qwen2.5-VL has, is assumed.
 
-    ``max_token_budget`` None: no cap on generated budgets (0.32-0.33 have no
+    ``max_token_budget`` None: no cap on generated budgets (releases before 0.34 have no
     such field).  ``max_num_batched_tokens`` and ``max_model_len`` are what
     Qwen2.5-VL's get_encoder_cudagraph_budget_range reads for the largest budget."""
     cc, mc = vc.compilation_config, vc.model_config
