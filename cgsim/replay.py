@@ -8,6 +8,7 @@ import ast
 import json
 import signal
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cgsim.backends import get_backend
 from cgsim.finding import Finding, FindingError
@@ -16,6 +17,9 @@ from cgsim.properties.harness import NO_CRASH, NO_HANG
 from cgsim.scenario import Scenario
 from cgsim.targets import get_target
 from cgsim.targets.base import TargetEnvironmentError
+
+if TYPE_CHECKING:
+    from cgsim.encoder.replay import EncoderReplayResult
 
 __all__ = ["ReplayResult", "ScenarioNotRunnable", "reproduce", "describe", "DEFAULT_REPLAY_TIMEOUT", "ScriptVerdict", "script_verdict",
            "finding_in_repro", "script_time_limit", "CRASH_SIGNALS"]
@@ -48,13 +52,22 @@ class ReplayResult:
 
 
 def reproduce(finding: Finding, backend: str | None = None, timeout: float | None = None,
-              pipeline: Pipeline = RUNNER) -> ReplayResult:
+              pipeline: Pipeline = RUNNER) -> ReplayResult | EncoderReplayResult:
     """Run the finding's scenario on its target.  ``reproduced`` is True while
     the finding's property is still violated.
 
     Environment problems (no GPU, a target this install lacks, an engine that
     does not import) raise before anything runs: they must never look like a
-    reproduction, nor like a fix."""
+    reproduction, nor like a fix.
+
+    An encoder finding (its scenario of kind "encoder") is replayed by
+    ``cgsim.encoder.replay``: its result has the same ``property``,
+    ``reproduced`` and ``lines()``."""
+    # Imported when used: it imports this module.
+    from cgsim.encoder.replay import is_encoder_finding, reproduce_encoder
+
+    if is_encoder_finding(finding):
+        return reproduce_encoder(finding, backend=backend, timeout=timeout)
     if timeout is not None and timeout <= 0:
         raise ValueError(f"--timeout {timeout:g}: give a positive number of seconds")
     scenario = Scenario.from_json(finding.scenario)
@@ -147,6 +160,11 @@ def script_verdict(finding: Finding, code: int | None, limit: float, path: str =
 
 
 def describe(finding: Finding) -> list[str]:
+    # Imported when used: it imports this module.
+    from cgsim.encoder.replay import describe_encoder, is_encoder_finding
+
+    if is_encoder_finding(finding):
+        return describe_encoder(finding)
     lines = [f"finding {finding.id}: {finding.property} on target {finding.target}"]
     if finding.statement:
         lines.append(f"  property: {finding.statement}")

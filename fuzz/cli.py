@@ -388,30 +388,6 @@ def _run_encoder(args: argparse.Namespace, argv: list[str]) -> int:
     return run_encoder_campaign(options).exit_code
 
 
-def _replay_encoder(finding: Any, path: str, args: argparse.Namespace) -> int:
-    from cgsim.backends import get_backend
-    from cgsim.encoder.observe import observe_encoder
-    from cgsim.encoder.targets import encoder_target
-    from cgsim.encoder.values import EncoderScenario, EncoderScenarioError
-
-    target = encoder_target(finding.target)
-    target.check_environment()
-    try:
-        scenario = EncoderScenario.from_json(finding.scenario)
-    except EncoderScenarioError as exc:
-        raise _Exit(2, f"cannot replay {path}: {exc}") from None
-    print(f"{finding.property}: {finding.message}")
-    print(f"scenario: {scenario.short()}")
-    if finding.extra.get("launch"):
-        print(f"launch: {finding.extra['launch']['line']}")
-    obs = observe_encoder(target, scenario, get_backend(args.backend or finding.backend))
-    if obs.refused is not None:
-        raise _Exit(2, f"cannot replay {path}: the engine here refuses its settings ({obs.refused})")
-    same = [v for v in obs.verdict.violations if v.property == finding.property]
-    print(f"reproduced: {same[0]}" if same else f"not reproduced: {finding.property} holds on {finding.target} here")
-    return 1 if same else 0
-
-
 # -- replay ---------------------------------------------------------------------------
 def _cmd_replay(args: argparse.Namespace, argv: list[str]) -> int:
     path = args.path
@@ -432,9 +408,7 @@ def _cmd_replay(args: argparse.Namespace, argv: list[str]) -> int:
     from cgsim.report.findings import load_finding
     from cgsim.targets.vllm.source import SOURCE_ENV
 
-    finding = load_finding(path)
-    if isinstance(finding.scenario, dict) and finding.scenario.get("kind") == "encoder":
-        return _replay_encoder(finding, path, args)
+    finding = load_finding(path)  # an encoder finding too: reproduce() hands it to cgsim.encoder.replay
     recorded = finding.extra.get("vllm_source")
     if recorded and not os.environ.get(SOURCE_ENV) and os.path.isdir(str(recorded)):
         # Replayed on the tree it was found on, while that tree is here.

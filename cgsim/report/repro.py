@@ -66,12 +66,19 @@ def _parsed(literal: str) -> object:
 
 
 def _code_comment(finding: Finding) -> str:
-    """The scenario as code, every line a comment ("#| "): never run."""
+    """The scenario as code, every line a comment ("#| "): never run.  An
+    encoder scenario as the constructor calls of ``cgsim.encoder.values``."""
     from cgsim.scenario import Scenario, ScenarioError
     from cgsim.scenario_code import scenario_code
 
     try:
-        code = scenario_code(Scenario.from_json(finding.scenario))
+        if isinstance(finding.scenario, dict) and finding.scenario.get("kind") == "encoder":
+            from cgsim.encoder.code import encoder_scenario_code
+            from cgsim.encoder.values import EncoderScenario
+
+            code = encoder_scenario_code(EncoderScenario.from_json(finding.scenario))
+        else:
+            code = scenario_code(Scenario.from_json(finding.scenario))
     except (ScenarioError, ValueError, TypeError, KeyError) as exc:
         code = f"(the scenario does not load here: {type(exc).__name__})"
     return "\n".join(f"#| {line}".rstrip() for line in code.splitlines())

