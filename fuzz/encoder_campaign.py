@@ -6,8 +6,11 @@ Hypothesis draws scenarios; each is reached through the target's front door
 time is written at once (status "shrinking"), shrunk with that property
 pinned (``cgsim.encoder.shrink``, at most ``shrink_limit_s``) and written
 again ("shrunk" or "shrink-interrupted"); findings go to disk atomically the
-moment they are confirmed, so a stop at any point loses none.  The report
-(summary.json, index.md) is written at the end, or on Ctrl-C."""
+moment they are confirmed, each with its repro script (``repro_<id>.py``,
+written first: a finding on disk always has its script), so a stop at any
+point loses none.  The report (summary.json, and index.md and index.html
+rendered from it by ``cgsim.report.encoder``) is written at the end, or on
+Ctrl-C."""
 
 from __future__ import annotations
 
@@ -28,12 +31,15 @@ from cgsim.encoder.values import EncoderScenario
 from cgsim.finding import Finding
 from cgsim.properties.encoder import ENCODER_PROPERTIES
 from cgsim.report.atomic import atomic_write_json, atomic_write_text
+from cgsim.report.encoder import render_encoder_html, render_encoder_markdown
 from cgsim.report.findings import finding_path, write_finding
+from cgsim.report.repro import write_repro
 from cgsim.report.summary import update_latest
 from cgsim.targets.base import TargetEnvironmentError
 from fuzz.encoder_strategies import encoder_scenarios
 
-__all__ = ["EncoderCampaignOptions", "EncoderCampaignResult", "run_encoder_campaign"]
+__all__ = ["EncoderCampaignOptions", "EncoderCampaignResult", "encoder_finding", "run_encoder_campaign",
+           "write_encoder_finding"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,37 @@ def _replay_command(path: str) -> str:
     return f"python -m fuzz replay {path}"
 
 
+def encoder_finding(target: Any, obs: Any, violation: Any, backend: str, defect: str | None = None,
+                    **changes: Any) -> Finding:
+    """The finding of ``violation`` in the observation ``obs`` of ``target``
+    (its scenario as the engine reached it, the launch line that reaches it,
+    the documented ``defect`` it is an instance of); ``changes`` as
+    ``Finding.with_`` takes them (``extra`` merged)."""
+    f = Finding.from_violation(violation, obs.scenario.to_json(), target.name, backend, obs.scenario.short())
+    extra: dict[str, Any] = {"environment": target.environment()}
+    if obs.launch is not None:
+        extra["launch"] = obs.launch
+    if defect is not None:
+        extra["defect"] = defect
+    extra.update(changes.pop("extra", {}))
+    return f.with_(extra=extra, **changes)
+
+
+def write_encoder_finding(findings_dir: str, finding: Finding) -> str:
+    """The finding's repro script, then the finding (both atomically): a
+    finding on disk always has its script."""
+    write_repro(findings_dir, finding)
+    return write_finding(findings_dir, finding)
+
+
+def _remove_finding(findings_dir: str, finding: Finding) -> None:
+    os.remove(finding_path(findings_dir, finding))
+    try:
+        os.remove(os.path.join(findings_dir, finding.repro))
+    except FileNotFoundError:
+        pass
+
+
 def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] = print) -> EncoderCampaignResult:
     target = encoder_target(o.target)
     target.check_environment()
@@ -92,17 +129,11 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
         return next((v for v in obs.verdict.violations if (v.property, defect_of(obs, v)) == key), None)
 
     def finding_for(key: tuple[str, str | None], obs: Any, status: str, first: Finding | None = None) -> Finding:
-        v = violation(obs, key)
-        f = Finding.from_violation(v, obs.scenario.to_json(), o.target, o.backend, obs.scenario.short())
-        extra = {"environment": target.environment(), "campaign_seed": o.seed}
-        if obs.launch is not None:
-            extra["launch"] = obs.launch
-        if key[1] is not None:
-            extra["defect"] = key[1]
+        extra: dict[str, Any] = {"campaign_seed": o.seed}
         if first is not None:
             extra["first_seen"] = first.id
-        return f.with_(status=status, run_id=run_id, seed=o.seed, elapsed_s=round(time.monotonic() - start, 3),
-                       extra=extra)
+        return encoder_finding(target, obs, violation(obs, key), o.backend, key[1], status=status, run_id=run_id,
+                               seed=o.seed, elapsed_s=round(time.monotonic() - start, 3), extra=extra)
 
     def shrink(key: tuple[str, str | None], sc: EncoderScenario, first: Finding) -> Finding:
         def fails(candidate: EncoderScenario) -> bool:  # the property and defect pinned
@@ -113,9 +144,9 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
         if violation(obs, key) is None:  # the shrink keeps only failing scenarios; a flaky target lands here
             return first
         final = finding_for(key, obs, "shrunk" if complete else "shrink-interrupted", first)
-        write_finding(findings_dir, final)
+        write_encoder_finding(findings_dir, final)
         if final.id != first.id:
-            os.remove(finding_path(findings_dir, first))
+            _remove_finding(findings_dir, first)
         return final
 
     def out_of_time() -> bool:
@@ -143,7 +174,7 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
             if key in found:
                 continue
             first = finding_for(key, obs, "shrinking")
-            write_finding(findings_dir, first)  # on disk before the shrink starts
+            write_encoder_finding(findings_dir, first)  # on disk, with its repro script, before the shrink starts
             found[key] = first
             if not o.quiet:
                 say(f"found {key[0]} in {time.monotonic() - start:.1f}s: {first.message}")
@@ -173,13 +204,15 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
             if f.extra.get("launch"):
                 say(f"    launch: {f.extra['launch']['line']}")
             say(f"    replay: {_replay_command(os.path.abspath(finding_path(findings_dir, f)))}")
+            say(f"    repro:  python {os.path.abspath(os.path.join(findings_dir, f.repro))}")
         say(f"{result.scenarios} scenarios ({result.refused} refused), {len(result.findings)} findings; "
-            f"report: {os.path.abspath(os.path.join(run_dir, 'index.md'))}")
+            f"report: {os.path.abspath(os.path.join(run_dir, 'index.html'))} (as text: index.md)")
     return result
 
 
 def _write_report(o: EncoderCampaignOptions, r: EncoderCampaignResult, run_id: str, ruleset: str, elapsed: float,
                   environment: dict) -> None:
+    """summary.json, then index.md and index.html rendered from it."""
     summary = {
         "schema": "cgsim.encoder-summary", "schema_version": 1, "run_id": run_id, "target": o.target,
         "backend": o.backend, "ruleset": ruleset, "seed": o.seed, "command": o.command,
@@ -188,23 +221,12 @@ def _write_report(o: EncoderCampaignOptions, r: EncoderCampaignResult, run_id: s
         "properties": {pid: {"statement": p.statement, "checks": r.checks.get(pid, 0),
                              "failures": sum(1 for f in r.findings if f.property == pid)}
                        for pid, p in ENCODER_PROPERTIES.items()},
-        "findings": [{"id": f.id, "property": f.property, "status": f.status, "message": f.message,
-                      "defect": f.extra.get("defect"),
+        "findings": [{"id": f.id, "property": f.property, "statement": f.statement, "status": f.status,
+                      "message": f.message, "defect": f.extra.get("defect"),
                       "launch": (f.extra.get("launch") or {}).get("line"), "scenario": f.scenario_short,
-                      "file": os.path.join("findings", f"{f.id}.json")} for f in r.findings],
+                      "file": os.path.join("findings", f"{f.id}.json"),
+                      "repro": os.path.join("findings", f.repro)} for f in r.findings],
     }
     atomic_write_json(os.path.join(r.run_dir, "summary.json"), summary)
-    lines = [f"# Encoder campaign {run_id}", "",
-             f"Target `{o.target}` ({ruleset}) on {o.backend}: {r.scenarios} scenarios, {r.refused} refused (by the "
-             f"engine or the manager), {len(r.findings)} findings{' (interrupted)' if r.interrupted else ''}.", ""]
-    for f in r.findings:
-        label = f" — documented defect {f.extra['defect']} (docs/encoder.md)" if f.extra.get("defect") else " — new"
-        lines += [f"## {f.property} [{f.status}]{label}", "", f.message, "", f"- scenario: `{f.scenario_short}`"]
-        if f.extra.get("launch"):
-            lines.append(f"- launch: `{f.extra['launch']['line']}`")
-        lines += [f"- replay: `{_replay_command(os.path.join('findings', f.id + '.json'))}` (from this directory)", ""]
-    lines += ["## Properties", "", "| property | checks | failures | statement |", "|---|---|---|---|"]
-    lines += [f"| {pid} | {e['checks']} | {e['failures']} | {e['statement']} |"
-              for pid, e in summary["properties"].items()]
-    atomic_write_text(os.path.join(r.run_dir, "index.md"), "\n".join(lines) + "\n")
-
+    atomic_write_text(os.path.join(r.run_dir, "index.md"), render_encoder_markdown(summary))
+    atomic_write_text(os.path.join(r.run_dir, "index.html"), render_encoder_html(summary))
