@@ -7,7 +7,14 @@ elsewhere, unless CGSIM_REQUIRE_VLLM=1."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import glob
+import importlib.util
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -76,8 +83,13 @@ def test_a_campaign_finds_only_documented_defects(target, tmp_path):
     unlabelled = [(f.property, f.message, f.extra.get("launch", {}).get("line")) for f in result.findings
                   if not f.extra.get("defect")]
     assert not unlabelled
-    assert all(f.extra["launch"]["line"].startswith(("vllm serve", "VLLM_USE_V2_MODEL_RUNNER=1 vllm serve"))
+    assert all(f.extra["launch"]["line"].startswith(("vllm serve", "VLLM_USE_V2_MODEL_RUNNER=1 vllm serve",
+                                                     "VLLM_USE_V2_MODEL_RUNNER=0 vllm serve"))
                for f in result.findings)
+    # Each finding on disk has its repro script beside it, and the report its page.
+    findings_dir = os.path.join(result.run_dir, "findings")
+    assert all(os.path.exists(os.path.join(findings_dir, f.repro)) for f in result.findings)
+    assert os.path.exists(os.path.join(result.run_dir, "index.html"))
 
 
 def _dp_scenario(target, tp: int) -> EncoderScenario:
@@ -112,3 +124,150 @@ def test_a_gather_in_the_wrong_rank_order_is_caught(target, monkeypatch):
     monkeypatch.setattr(encoder_dp.FakeGroup, "all_gather", reversed_ranks)
     obs = observe_encoder(target, _dp_scenario(target, 2), BACKEND)
     assert "ENC-EQUAL" in {v.property for v in obs.verdict.violations}
+
+
+# -- the documented findings as files: replay, repro scripts, export-test ------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCUMENTED = sorted(glob.glob(os.path.join(ROOT, "docs", "encoder-findings", "*.json")))
+
+
+def _documented_module():
+    spec = importlib.util.spec_from_file_location(
+        "encoder_findings_documented", os.path.join(ROOT, "docs", "encoder-findings", "documented.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_documented_finding_files_are_what_documented_py_writes(target):
+    from cgsim.report.findings import load_finding
+
+    on_disk = {(f.id, f.property, f.extra["defect"]) for f in map(load_finding, DOCUMENTED)}
+    assert {d for _, _, d in on_disk} == {"vllm-enc-1", "vllm-enc-2"}
+    if target.default_ruleset() != "vllm-encoder-0.32":
+        pytest.skip("the files are written on a vllm-encoder-0.32 tree (0.23-0.33)")
+    now = {(f.id, f.property, f.extra["defect"]) for f in _documented_module().documented_findings(target)}
+    assert now == on_disk, "regenerate: PYTHONPATH=. python docs/encoder-findings/documented.py --write"
+
+
+@pytest.mark.parametrize("path", DOCUMENTED, ids=[os.path.basename(p)[:-5] for p in DOCUMENTED])
+def test_each_documented_finding_replays_labelled(target, path, capsys):
+    from cgsim.report.findings import load_finding
+    from fuzz.cli import main
+
+    finding = load_finding(path)
+    capsys.readouterr()
+    assert main(["replay", path]) == 1
+    out = capsys.readouterr().out
+    assert f"REPRODUCED {finding.property}: " in out
+    assert f"(documented defect {finding.extra['defect']}, docs/encoder.md)" in out.split("REPRODUCED", 1)[1]
+    assert f"launch: {finding.extra['launch']['line']}" in out
+
+
+def test_a_vllm_encoder_repro_script_reproduces_in_its_own_process(target, tmp_path):
+    from cgsim.report.findings import load_finding
+    from cgsim.report.repro import write_repro
+
+    finding = load_finding(next(p for p in DOCUMENTED if "capture-once" in p))
+    script = write_repro(str(tmp_path), finding)
+    res = subprocess.run([sys.executable, script], check=False, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "REPRODUCED ENC-CAPTURE-ONCE: budgets [32] captured more than once (documented defect vllm-enc-1" \
+        in res.stdout
+
+
+# Hides cgsim from the exported tests: they must run on vLLM, torch and pytest alone.
+_HIDE_CGSIM = """import sys
+
+sys.modules["cgsim"] = None  # import cgsim fails
+sys.modules["fuzz"] = None
+"""
+
+# vLLM's manager with both documented defects fixed, for the exported tests to pass on: each budget
+# captured once (vllm-enc-1), and no replay holding more frames than its graph's per-frame buffer
+# (vllm-enc-2: the batch is split where its frames would overflow max(max_batch_size, max_frames_per_batch)).
+_FIXED_MANAGER = _HIDE_CGSIM + """
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def fixed_manager(monkeypatch):
+    from vllm.v1.worker import encoder_cudagraph
+
+    manager = encoder_cudagraph.EncoderCudaGraphManager
+    init, execute_local = manager.__init__, manager._execute_local
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.token_budgets = sorted(set(self.token_budgets))
+        if hasattr(self, "path_token_budgets"):
+            self.path_token_budgets = {p: sorted(set(b)) for p, b in self.path_token_budgets.items()}
+
+    def _execute_local(self, mm_kwargs, *args, **kwargs):
+        slots = max(self.max_batch_size, self.max_frames_per_batch)
+        chunks, frames = [[]], 0
+        for i, t in enumerate(mm_kwargs["grid_thw"][:, 0].tolist()):
+            if chunks[-1] and frames + t > slots:
+                chunks.append([])
+                frames = 0
+            chunks[-1].append(i)
+            frames += t
+        if len(chunks) == 1:
+            return execute_local(self, mm_kwargs, *args, **kwargs)
+        return [out for chunk in chunks for out in execute_local(
+            self, self.model.select_encoder_cudagraph_items(mm_kwargs, chunk), *args, **kwargs)]
+
+    monkeypatch.setattr(manager, "__init__", __init__)
+    monkeypatch.setattr(manager, "_execute_local", _execute_local)
+"""
+
+
+def _run_exported(folder, conftest: str) -> dict[str, tuple[str, str]]:
+    """pytest on the exported modules in ``folder`` in a fresh process: per test, its outcome and message."""
+    (folder / "conftest.py").write_text(conftest)
+    (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    cpu_test: no GPU\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CGSIM_VLLM_PLATFORM")}
+    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cgsim", "-p", "no:cacheprovider", "-q",
+                          "--junitxml", str(folder / "junit.xml"), str(folder)], cwd=folder, env=env, check=False,
+                         capture_output=True, text=True, timeout=600)
+    assert (folder / "junit.xml").exists(), res.stdout[-3000:] + res.stderr[-3000:]
+    out = {}
+    for case in ET.parse(folder / "junit.xml").getroot().iter("testcase"):
+        bad = [c for c in case if c.tag in ("failure", "error", "skipped")]
+        out[case.get("name")] = (bad[0].tag, bad[0].get("message", "")) if bad else ("passed", "")
+    return out
+
+
+@pytest.mark.skipif(bool(os.environ.get("CGSIM_VLLM_SOURCE")), reason="an exported test runs on the installed vLLM; "
+                    "a source tree is laid over it only inside cgsim")
+def test_exported_tests_fail_on_this_vllm_and_pass_on_a_fixed_manager(target, tmp_path):
+    """Each documented finding exported: a module importing only vllm, torch,
+    pytest and the standard library, which fails on this vLLM with the
+    property's assertion and passes on vLLM's manager with both defects fixed."""
+    from cgsim.report.findings import load_finding
+    from fuzz.cli import main
+
+    allowed = {"vllm", "torch", "pytest"} | set(sys.stdlib_module_names)
+    as_is, fixed = tmp_path / "as_is", tmp_path / "fixed"
+    as_is.mkdir()
+    fixed.mkdir()
+    expected = {}
+    for path in DOCUMENTED:
+        finding = load_finding(path)
+        name = "test_" + finding.id.replace("-", "_")
+        out = as_is / f"test_cgsim_{finding.id.replace('-', '_')}.py"
+        assert main(["export-test", path, "-o", str(out)]) == 0
+        tree = ast.parse(out.read_text())
+        imported = {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        imported |= {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert imported <= allowed, imported - allowed
+        (fixed / out.name).write_text(out.read_text())
+        expected[name] = finding.property
+    outcomes = _run_exported(as_is, _HIDE_CGSIM)
+    assert set(outcomes) == set(expected)
+    for name, prop in expected.items():
+        kind, message = outcomes[name]
+        assert kind == "failure" and message.startswith(f"AssertionError: {prop}: "), (name, outcomes[name])
+    outcomes = _run_exported(fixed, _FIXED_MANAGER)
+    assert outcomes == {name: ("passed", "") for name in expected}, outcomes

@@ -50,8 +50,12 @@ def _settings(**changes) -> EncoderLaunchSettings:
 
 def test_a_launch_round_trips_into_the_manager_inputs():
     settings = _settings()
-    # The runner that builds the encoder manager: V2 where it does (0.28+), else V1, the default runner.
-    assert runs_v2_runner(encoder_launch(settings)) == v2_runner_builds_encoder_manager()
+    # The launch reaches the runner that builds the encoder manager: V2 where it does (0.28+), else V1 (where
+    # vLLM would route the model to V2 by default, 0.25-0.27, the launch says VLLM_USE_V2_MODEL_RUNNER=0).
+    launch = encoder_launch(settings)
+    assert runs_v2_runner(launch) == v2_runner_builds_encoder_manager()
+    assert ("VLLM_USE_V2_MODEL_RUNNER=0" in launch.line()) == (version_key("0.25") <= version_key(CAPS.version)
+                                                               < version_key("0.28"))
     assert v2_runner_builds_encoder_manager() == (version_key(CAPS.version) >= version_key("0.28"))
     inputs = encoder_manager_inputs(encoder_engine_config(settings))
     assert inputs == {
@@ -111,6 +115,8 @@ def test_the_max_token_budget_reaches_the_manager_inputs_where_the_tree_has_it()
      else "encoder_cudagraph_max_token_budget"),
 ])
 def test_vllms_refusals_are_engine_refused_in_its_words(changes, words):
+    if changes == {"token_budgets": (0, 64)} and version_key(CAPS.version) < version_key("0.22"):
+        return  # config/compilation.py checks budgets from 0.22; before, the manager takes them as given
     with pytest.raises(EngineRefused) as refused:
         encoder_engine_config(_settings(**changes))
     assert "vLLM refuses these engine arguments" in str(refused.value) and words in str(refused.value)
@@ -157,9 +163,15 @@ class _StubVisionModel:
     """What the manager's constructor asks of a model (v1/worker/encoder_cudagraph.py)."""
 
     def get_encoder_cudagraph_config(self):
-        defs = importlib.import_module("vllm.v1.worker.encoder_cudagraph_defs")
-        return defs.EncoderCudaGraphConfig(modalities=["image", "video"], buffer_keys=["pixel_values"],
-                                           out_hidden_size=8, max_frames_per_video=4)
+        cls = importlib.import_module("vllm.v1.worker.encoder_cudagraph_defs").EncoderCudaGraphConfig
+        fields = {"modalities": ["image", "video"], "buffer_keys": ["pixel_values"], "out_hidden_size": 8,
+                  "max_frames_per_video": 4,
+                  # 0.19-0.22: the input tensor per modality; frames per video from get_max_frames_per_video.
+                  "input_key_by_modality": {"image": "pixel_values", "video": "pixel_values_videos"}}
+        return cls(**{k: v for k, v in fields.items() if k in cls.__dataclass_fields__})
+
+    def get_max_frames_per_video(self):
+        return 4
 
     def get_encoder_cudagraph_budget_range(self, vc):
         # Qwen2.5-VL's rule (qwen2_5_vl.py) with a smaller smallest item.
@@ -191,8 +203,10 @@ def test_vllms_manager_infers_what_the_settings_leave_out():
     top = inputs["max_num_batched_tokens"]
     cap = inputs["max_token_budget"]
     assert manager.token_budgets[0] == 16 and manager.token_budgets[-1] == (top if cap is None else min(top, cap))
-    # Items capped by the smallest budget; frames from the model's frames per video.
-    assert manager.max_batch_size == min(top // 16, 16) and manager.max_frames_per_batch == manager.max_batch_size * 4
+    # Items capped by the smallest budget (from 0.22: before, max // min alone); frames from the model's per video.
+    capped = version_key(CAPS.version) >= version_key("0.22")
+    assert manager.max_batch_size == (min(top // 16, 16) if capped else top // 16)
+    assert manager.max_frames_per_batch == manager.max_batch_size * 4
 
 
 def test_the_target_runs_the_releases_whose_model_interface_the_toy_speaks_and_refuses_older_ones_naming_it():

@@ -35,11 +35,11 @@ class EncoderConfigRefused(ValueError):
 @dataclass(frozen=True)
 class EncoderDesign:
     """``grid``: "doubling" (the smallest budget doubled up to the largest,
-    the largest always included: vLLM 0.32-0.33 ``_generate_budgets``) or
+    the largest always included: vLLM 0.23-0.33 ``_generate_budgets``) or
     "subdivided" (quarter octaves to 1024, steps of 128 to 2560, then 1/8
     octaves rounded up to 128, capped by ``max_token_budget``: vLLM 0.34).
     ``packing``: "greedy" (items sorted by tokens, packed into groups that
-    fit the largest budget and ``max_batch_size``: vLLM 0.32-0.33) or
+    fit the largest budget and ``max_batch_size``: vLLM 0.23-0.33) or
     "single" (one replay per batch, the whole batch or eager: vLLM 0.34).
     ``frames_capped_by_budget``: a graph's frame slots are
     min(max_frames_per_batch, budget) (vLLM 0.34)."""
@@ -55,7 +55,7 @@ DESIGNS = {d.name: d for d in (
     EncoderDesign("encoder", "doubling", "single", False,
                   "cgsim's reference manager: doubling budgets, one replay per batch"),
     EncoderDesign("vllm-encoder-0.32", "doubling", "greedy", False,
-                  "vLLM 0.32-0.33 v1/worker/encoder_cudagraph.py: _generate_budgets doubles; _execute_local packs "
+                  "vLLM 0.23-0.33 v1/worker/encoder_cudagraph.py: _generate_budgets doubles; _execute_local packs "
                   "greedily into groups"),
     EncoderDesign("vllm-encoder-0.34", "subdivided", "single", True,
                   "vLLM 0.34 v1/worker/encoder_cudagraph.py: subdivided grid with encoder_cudagraph_max_token_budget; "

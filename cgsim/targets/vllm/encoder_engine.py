@@ -20,12 +20,14 @@ environment and refusal handling.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 from dataclasses import dataclass, fields
 from typing import Any
 
-from cgsim.targets.vllm.engine import VISION, EngineLaunch, EngineRefused, engine_config, v2_runner_env
+from cgsim.targets.vllm.engine import (V2_RUNNER_ENV, VISION, EngineLaunch, EngineRefused, engine_config,
+                                      v2_runner_env)
 
 __all__ = ["EncoderLaunchSettings", "encoder_launch", "encoder_engine_config", "encoder_manager_inputs",
            "register_toy_vision_model", "v2_runner_builds_encoder_manager", "VISION_ARCHITECTURE", "EngineRefused"]
@@ -98,7 +100,22 @@ def encoder_launch(settings: EncoderLaunchSettings) -> EngineLaunch:
     }
     if settings.enforce_eager:
         args["enforce_eager"] = True
-    return EngineLaunch.of(VISION, args, v2_runner_env() if v2_runner_builds_encoder_manager() else {})
+    if v2_runner_builds_encoder_manager():
+        return EngineLaunch.of(VISION, args, v2_runner_env())
+    return _on_v1_runner(EngineLaunch.of(VISION, args, {}))
+
+
+def _on_v1_runner(launch: EngineLaunch) -> EngineLaunch:
+    """``launch`` as it reaches the V1 runner, the only one that builds the
+    encoder manager before 0.28: where vLLM's routing
+    (VllmConfig.use_v2_model_runner) would give it the V2 runner, which
+    builds none (0.25-0.27 route dense generate models there by default),
+    the launch sets VLLM_USE_V2_MODEL_RUNNER=0, as a user must."""
+    from cgsim.targets.vllm.engine import runs_v2_runner  # noqa: PLC0415
+
+    if not runs_v2_runner(launch):
+        return launch
+    return dataclasses.replace(launch, env=((V2_RUNNER_ENV, "0"),))
 
 
 @functools.lru_cache(maxsize=1)

@@ -475,11 +475,12 @@ def takes_dynamic_schedule() -> bool:
 def runs_v2_runner(launch: EngineLaunch) -> bool:
     """Whether vLLM runs ``launch`` on the V2 model runner (whose manager
     cgsim drives): its own routing (VllmConfig.use_v2_model_runner) under the
-    launch's environment; trees without the V1 runner have no other."""
+    launch's environment; trees without the V1 runner have no other, and
+    trees without the routing (before 0.23) run V2 only when the variable says so."""
     vc = engine_config(launch)
     route = getattr(type(vc), "use_v2_model_runner", None)
     if route is None:
-        return True
+        return not _has_v1_runner() or dict(launch.env).get(V2_RUNNER_ENV) == "1"
     with _launch_environment(launch), _device_has_triton():
         value = vc.use_v2_model_runner
         return bool(value() if callable(value) else value)
