@@ -504,7 +504,10 @@ def _replay_script(path: str, args: argparse.Namespace) -> int:
 # -- report ---------------------------------------------------------------------------------
 def _cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
     from fuzz.campaign.rebuild import rebuild_report
+    from fuzz.encoder_campaign import is_encoder_run, rebuild_encoder_report
 
+    if os.path.isdir(args.run_dir) and is_encoder_run(args.run_dir):
+        return rebuild_encoder_report(args.run_dir, say=(lambda line: None) if args.quiet else print)
     return rebuild_report(args.run_dir, quiet=args.quiet).exit_code
 
 

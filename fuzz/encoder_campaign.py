@@ -15,6 +15,7 @@ Ctrl-C."""
 from __future__ import annotations
 
 
+import json
 import os
 import secrets
 import time
@@ -32,14 +33,14 @@ from cgsim.finding import Finding
 from cgsim.properties.encoder import ENCODER_PROPERTIES
 from cgsim.report.atomic import atomic_write_json, atomic_write_text
 from cgsim.report.encoder import render_encoder_html, render_encoder_markdown
-from cgsim.report.findings import finding_path, write_finding
+from cgsim.report.findings import finding_path, scan_findings, write_finding
 from cgsim.report.repro import write_repro
 from cgsim.report.summary import update_latest
 from cgsim.targets.base import TargetEnvironmentError
 from fuzz.encoder_strategies import encoder_scenarios
 
-__all__ = ["EncoderCampaignOptions", "EncoderCampaignResult", "encoder_finding", "run_encoder_campaign",
-           "write_encoder_finding"]
+__all__ = ["EncoderCampaignOptions", "EncoderCampaignResult", "encoder_finding", "is_encoder_run",
+           "rebuild_encoder_report", "run_encoder_campaign", "write_encoder_finding"]
 
 
 @dataclass(frozen=True)
@@ -210,6 +211,72 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
     return result
 
 
+def _summary_entry(f: Finding) -> dict:
+    return {"id": f.id, "property": f.property, "statement": f.statement, "status": f.status, "message": f.message,
+            "defect": f.extra.get("defect"), "launch": (f.extra.get("launch") or {}).get("line"),
+            "scenario": f.scenario_short, "file": os.path.join("findings", f"{f.id}.json"),
+            "repro": os.path.join("findings", f.repro)}
+
+
+def _write_pages(run_dir: str, summary: dict) -> None:
+    atomic_write_json(os.path.join(run_dir, "summary.json"), summary)
+    atomic_write_text(os.path.join(run_dir, "index.md"), render_encoder_markdown(summary))
+    atomic_write_text(os.path.join(run_dir, "index.html"), render_encoder_html(summary))
+
+
+def _read_summary(run_dir: str) -> dict | None:
+    try:
+        with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _findings_on_disk(run_dir: str) -> list[Finding]:
+    return scan_findings(os.path.join(run_dir, "findings"))
+
+
+def is_encoder_run(run_dir: str) -> bool:
+    """Whether ``run_dir`` is an encoder campaign's: its summary says so, or
+    (a campaign that died before writing one) its findings are encoder findings."""
+    summary = _read_summary(run_dir)
+    if summary is not None:
+        return summary.get("schema") == "cgsim.encoder-summary"
+    found = _findings_on_disk(run_dir) if os.path.isdir(os.path.join(run_dir, "findings")) else []
+    return bool(found) and all(isinstance(f.scenario, dict) and f.scenario.get("kind") == "encoder" for f in found)
+
+
+def rebuild_encoder_report(run_dir: str, say: Callable[[str], None] = print) -> int:
+    """``python -m fuzz report RUN_DIR`` for an encoder run: every finding on
+    disk gets its repro script where it lacks one, and summary.json's
+    findings become those on disk; index.md and index.html are rendered
+    again.  A run that died before its summary gets one from its findings
+    (counts unknown, "interrupted").  Exit 1 with findings, else 0."""
+    findings = _findings_on_disk(run_dir)
+    for f in findings:
+        if not os.path.exists(os.path.join(run_dir, "findings", f.repro)):
+            write_repro(os.path.join(run_dir, "findings"), f)
+    summary = _read_summary(run_dir)
+    if summary is None:
+        first = findings[0] if findings else None
+        summary = {
+            "schema": "cgsim.encoder-summary", "schema_version": 1, "run_id": os.path.basename(os.path.abspath(run_dir)),
+            "target": first.target if first else None, "backend": first.backend if first else None,
+            "ruleset": first.ruleset if first else None, "seed": first.seed if first else None, "command": "",
+            "elapsed_s": None, "interrupted": "campaign died (report rebuilt from the findings on disk)",
+            "scenarios": None, "refused": None, "environment": first.extra.get("environment", {}) if first else {},
+            "properties": {pid: {"statement": p.statement, "checks": None, "failures": 0}
+                           for pid, p in ENCODER_PROPERTIES.items()},
+        }
+    summary["findings"] = [_summary_entry(f) for f in findings]
+    for pid, entry in summary.get("properties", {}).items():
+        entry["failures"] = sum(1 for f in findings if f.property == pid)
+    _write_pages(run_dir, summary)
+    say(f"{len(findings)} findings; report: {os.path.abspath(os.path.join(run_dir, 'index.html'))} (as text: index.md)")
+    return 1 if findings else 0
+
+
 def _write_report(o: EncoderCampaignOptions, r: EncoderCampaignResult, run_id: str, ruleset: str, elapsed: float,
                   environment: dict) -> None:
     """summary.json, then index.md and index.html rendered from it."""
@@ -221,12 +288,6 @@ def _write_report(o: EncoderCampaignOptions, r: EncoderCampaignResult, run_id: s
         "properties": {pid: {"statement": p.statement, "checks": r.checks.get(pid, 0),
                              "failures": sum(1 for f in r.findings if f.property == pid)}
                        for pid, p in ENCODER_PROPERTIES.items()},
-        "findings": [{"id": f.id, "property": f.property, "statement": f.statement, "status": f.status,
-                      "message": f.message, "defect": f.extra.get("defect"),
-                      "launch": (f.extra.get("launch") or {}).get("line"), "scenario": f.scenario_short,
-                      "file": os.path.join("findings", f"{f.id}.json"),
-                      "repro": os.path.join("findings", f.repro)} for f in r.findings],
+        "findings": [_summary_entry(f) for f in r.findings],
     }
-    atomic_write_json(os.path.join(r.run_dir, "summary.json"), summary)
-    atomic_write_text(os.path.join(r.run_dir, "index.md"), render_encoder_markdown(summary))
-    atomic_write_text(os.path.join(r.run_dir, "index.html"), render_encoder_html(summary))
+    _write_pages(r.run_dir, summary)

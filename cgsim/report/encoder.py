@@ -27,11 +27,18 @@ def repro_command(entry: Mapping) -> str:
     return f"python {entry['repro']}"
 
 
+def _n(value: Any) -> str:
+    """A count, or "?" where it is unknown (a report rebuilt after its campaign died)."""
+    return "?" if value is None else str(value)
+
+
 def _headline(summary: Mapping) -> str:
     findings = summary.get("findings", [])
+    interrupted = summary.get("interrupted")
+    why = f" ({interrupted})" if isinstance(interrupted, str) else " (interrupted)" if interrupted else ""
     return (f"Target `{summary.get('target')}` ({summary.get('ruleset')}) on {summary.get('backend')}: "
-            f"{summary.get('scenarios', 0)} scenarios, {summary.get('refused', 0)} refused (by the engine or the "
-            f"manager), {len(findings)} findings{' (interrupted)' if summary.get('interrupted') else ''}.")
+            f"{_n(summary.get('scenarios', 0))} scenarios, {_n(summary.get('refused', 0))} refused (by the engine or "
+            f"the manager), {len(findings)} findings{why}.")
 
 
 def render_encoder_markdown(summary: Mapping) -> str:
@@ -50,7 +57,7 @@ def render_encoder_markdown(summary: Mapping) -> str:
             lines.append(f"- repro script: `{repro_command(f)}`")
         lines.append("")
     lines += ["## Properties", "", "| property | checks | failures | statement |", "|---|---|---|---|"]
-    lines += [f"| {pid} | {e['checks']} | {e['failures']} | {e['statement']} |"
+    lines += [f"| {pid} | {_n(e['checks'])} | {e['failures']} | {e['statement']} |"
               for pid, e in summary.get("properties", {}).items()]
     return "\n".join(lines) + "\n"
 
@@ -87,7 +94,7 @@ def _properties(summary: Mapping) -> str:
     rows = []
     for pid, v in summary.get("properties", {}).items():
         cls = ' class="failed"' if v.get("failures") else ""
-        rows.append(f"<tr{cls}><td><code>{_e(pid)}</code></td><td class=\"num\">{_e(v.get('checks', 0))}</td>"
+        rows.append(f"<tr{cls}><td><code>{_e(pid)}</code></td><td class=\"num\">{_e(_n(v.get('checks', 0)))}</td>"
                     f"<td class=\"num\">{_e(v.get('failures', 0))}</td><td>{_e(v.get('statement', ''))}</td></tr>")
     return ('<table id="properties"><thead><tr><th>property</th><th>checks</th><th>failures</th><th>statement</th></tr>'
             "</thead><tbody>" + "".join(rows) + "</tbody></table>")
@@ -108,7 +115,7 @@ def render_encoder_html(summary: Mapping) -> str:
     body += ['<h2 id="properties-heading">Properties</h2>', _properties(summary)]
     settings = [("target", summary.get("target")), ("backend", summary.get("backend")),
                 ("ruleset", summary.get("ruleset")), ("seed", summary.get("seed")),
-                ("command", summary.get("command")), ("elapsed", f"{float(summary.get('elapsed_s') or 0):.1f}s")]
+                ("command", summary.get("command")), ("elapsed", _n(summary.get("elapsed_s")) + "s")]
     body.append('<h2 id="settings">Settings</h2><table>'
                 + "".join(f"<tr><th>{_e(k)}</th><td><code>{_e(v)}</code></td></tr>" for k, v in settings
                           if v not in (None, ""))
