@@ -185,6 +185,31 @@ def _check_page(page, summary: dict, run_dir: str) -> None:
         assert href is None or (not href.startswith(("http:", "https:", "/", "..")) and ":" not in href), href
 
 
+def test_fuzz_report_rebuilds_an_encoder_run_even_one_that_died_before_its_summary(stale_tail, tmp_path, capsys):
+    import shutil
+
+    from test_html_report import _Page
+
+    run = tmp_path / "run"
+    shutil.copytree(stale_tail, run)
+    pages = {name: (run / name).read_text() for name in ("summary.json", "index.md", "index.html")}
+    assert main(["report", str(run), "--quiet"]) == 1  # a finished run: rendered again, the same
+    assert {name: (run / name).read_text() for name in pages} == pages
+    # Died before its summary, and before one repro script was written: both come back from the findings.
+    entry = _entry(str(run))
+    for name in ("summary.json", "index.md", "index.html", entry["repro"]):
+        os.remove(run / name)
+    assert main(["report", str(run)]) == 1
+    assert f"1 findings; report: {run / 'index.html'}" in capsys.readouterr().out
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["schema"] == "cgsim.encoder-summary" and "campaign died" in summary["interrupted"]
+    assert [f["id"] for f in summary["findings"]] == [entry["id"]] and summary["scenarios"] is None
+    assert (run / entry["repro"]).exists()
+    with open(run / "index.html", encoding="utf-8") as fh:
+        _check_page(_Page(fh.read()), summary, str(run))
+    assert "? scenarios" in (run / "index.md").read_text()
+
+
 def test_the_report_page_of_a_labelled_finding_says_its_defect_and_launch(tmp_path):
     from test_html_report import _Page
 

@@ -28,17 +28,23 @@ from cgsim.encoder.values import (
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# defect -> its scenario, the launch that reaches it in docs/encoder.md's table
-SCENARIOS = {
+# (defect, its scenario): the launches docs/encoder.md's table gives.
+SCENARIOS = (
     # A budget repeated in encoder_cudagraph_token_budgets, captured once per repetition.
-    "vllm-enc-1": EncoderScenario(EncoderConfig(token_budgets=(32, 32), max_num_batched_tokens=64),
-                                  (EncoderStep("capture"),), "vllm-encoder-0.32"),
-    # Three items per graph, frame slots max(3, 2) = 3; two videos of two frames are packed into one replay.
-    "vllm-enc-2": EncoderScenario(EncoderConfig(max_vision_items=3, max_frames_per_batch=2, min_budget=16,
-                                                max_num_batched_tokens=16),
-                                  (EncoderStep("capture"), EncoderStep("encode", (EncoderItem(2, 2, 2, True),) * 2)),
-                                  "vllm-encoder-0.32"),
-}
+    ("vllm-enc-1", EncoderScenario(EncoderConfig(token_budgets=(32, 32), max_num_batched_tokens=64),
+                                   (EncoderStep("capture"),), "vllm-encoder-0.32")),
+    # Three items per graph, frame slots max(3, 2) = 3; two videos of two frames are packed into one replay:
+    # the fourth frame lands in the padding slot (a wrong output).
+    ("vllm-enc-2", EncoderScenario(EncoderConfig(max_vision_items=3, max_frames_per_batch=2, min_budget=16,
+                                                 max_num_batched_tokens=16),
+                                   (EncoderStep("capture"), EncoderStep("encode", (EncoderItem(2, 2, 2, True),) * 2)),
+                                   "vllm-encoder-0.32")),
+    # The same graph, three videos of two frames: six frames do not fit the buffer at all (the copy raises).
+    ("vllm-enc-2", EncoderScenario(EncoderConfig(max_vision_items=3, max_frames_per_batch=2, min_budget=16,
+                                                 max_num_batched_tokens=16),
+                                   (EncoderStep("capture"), EncoderStep("encode", (EncoderItem(2, 2, 2, True),) * 3)),
+                                   "vllm-encoder-0.32")),
+)
 
 
 def documented_findings(target: Any = None, backend: str = "mock") -> list:
@@ -52,7 +58,7 @@ def documented_findings(target: Any = None, backend: str = "mock") -> list:
         target = encoder_target("vllm-encoder")
         target.check_environment()
     out = []
-    for defect, sc in SCENARIOS.items():
+    for defect, sc in SCENARIOS:
         obs = observe_encoder(target, sc, get_backend(backend))
         for v in obs.verdict.violations:
             if target.classify(obs.scenario, obs.trace, v).get("defect") == defect:
