@@ -134,7 +134,7 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
         planned no graph and stored none (``stored``)."""
         if not sweep:
             return True
-        workload.phase = "runtime"
+        workload.at(max(step, 0), "runtime")
         subs.sweep(step, light)
         try:
             _sweep(handle, scenario.config, scenario, trace, step, known, light or not (known or stored))
@@ -157,11 +157,10 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
         return
     recomputed = False
     for i, step in enumerate(scenario.steps):
-        workload.step = i
         phase = step.kind
         try:
             if step.kind == "capture":
-                workload.phase = "capture"
+                workload.at(i, "capture")
                 stored: tuple = ()
                 try:
                     handle.capture()
@@ -180,7 +179,7 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
                 if not swept(i, stored=stored):
                     return
             elif step.kind == "dispatch":
-                workload.phase = "runtime"
+                workload.at(i, "runtime")
                 batch = step.batch
                 desc = handle.dispatch(batch)
                 if not isinstance(desc, BatchDescriptor):
@@ -193,7 +192,7 @@ def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Tr
                     trace.outputs[i] = execution.outputs.detach().float().cpu()
                 subs.dispatched(i, batch)
             else:
-                workload.phase = "runtime"
+                workload.at(i, "runtime")
                 handle.release()
                 workload.forget_graphs(kept=_safe(handle.stored_graphs, ()))
                 trace.add(Release(step=i, captured_flag_after=handle.captured_flag(),

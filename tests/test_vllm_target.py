@@ -64,7 +64,7 @@ def build(cfg: ManagerConfig, max_tokens: int = 32, max_reqs: int = 16):
 
 def captured(cfg: ManagerConfig):
     backend, trace, workload, handle = build(cfg)
-    workload.phase = "capture"
+    workload.at(workload.step, "capture")
     with backend.activate():
         handle.capture()
     return backend, trace, workload, handle
@@ -289,13 +289,13 @@ def test_replay_equals_eager(breakable):
         assert not CAPS.has_breakable
         return
     backend, _, workload, handle = captured(cfg)
-    workload.phase = "runtime"
+    workload.at(workload.step, "runtime")
     batches = [Batch.uniform(2, 2), Batch((3,), has_prefill=True), Batch((1, 2, 2)), Batch.uniform(4, 2),
                Batch((5, 3), has_prefill=True)]
     paths, errors = set(), {}
     with backend.activate():
         for step, batch in enumerate(batches, start=1):
-            workload.step = step
+            workload.at(step, workload.phase)
             desc = handle.dispatch(batch)
             ex = handle.execute(batch, desc)
             ref = workload.eager_reference(batch)
@@ -317,10 +317,10 @@ def test_breakable_pieces_with_attention_inside_replay_right():
         assert not CAPS.has_breakable
         return
     backend, _, workload, handle = captured(cfg)
-    workload.phase = "runtime"
+    workload.at(workload.step, "runtime")
     batch = Batch.uniform(1, 2)
     with backend.activate():
-        workload.step = 1
+        workload.at(1, workload.phase)
         desc = handle.dispatch(batch)
         ex = handle.execute(batch, desc)
         err = (ex.outputs - workload.eager_reference(batch)).abs().max().item()
@@ -340,10 +340,10 @@ def test_lora_full_graphs_replay_with_their_lora_case():
         assert not CAPS.lora
         return
     backend, _, workload, handle = captured(cfg)
-    workload.phase = "runtime"
+    workload.at(workload.step, "runtime")
     with backend.activate():
         for step, batch in enumerate([Batch((1, 1), 2), Batch((1, 1, 1), 1), Batch((1, 1))], start=1):
-            workload.step = step
+            workload.at(step, workload.phase)
             desc = handle.dispatch(batch)
             ex = handle.execute(batch, desc)
             assert ex.path == "full", desc.short()
@@ -379,7 +379,7 @@ def test_release_and_recapture():
     backend, _, workload, handle = captured(cfg)
     with backend.activate():
         handle.release()
-        workload.phase = "capture"
+        workload.at(workload.step, "capture")
         if CAPS.has_release_graphs:
             assert "release-keeps-graphs" not in DEFECTS
             assert not handle.captured_flag() and handle.stored_graphs() == ()

@@ -134,7 +134,7 @@ def test_full_capture_records_one_kernel_per_stage_and_replays_like_eager(mock):
     assert torch.equal(out, eager)
     # A new batch written into the same buffers is what the replay reads.
     other = Batch((2, 2))
-    w.step = 3
+    w.at(3, w.phase)
     layout = w.load_batch(other, 8)
     w.prepare_attn(layout, 4, 8, 4, for_capture=True)
     g.replay()
@@ -153,7 +153,7 @@ def test_graph_reads_the_old_buffers_after_a_rebind(mock):
     g.replay()
     captured = out.clone()
     w.builder.allocate_buffers()  # rebind: the graph keeps reading the old memory
-    w.step = 5
+    w.at(5, w.phase)
     layout = w.load_batch(Batch((1, 3)), 4)
     w.prepare_attn(layout, 2, 4, 2, for_capture=True)
     g.replay()
@@ -223,7 +223,7 @@ def test_builder_writes_a_buffer_rebound_on_its_own_where_it_now_is(mock):
 
 def test_eager_reference_is_remembered_and_handed_out_fresh(mock):
     w = _workload(mock, seed=3)
-    w.step = 4
+    w.at(4, w.phase)
     batch = Batch((2, 3))
     first = w.eager_reference(batch)
     first.add_(1.0)
@@ -232,3 +232,17 @@ def test_eager_reference_is_remembered_and_handed_out_fresh(mock):
     model._memo.clear()
     assert torch.equal(again, w.eager_reference(batch))
     assert not torch.equal(first, again)
+
+
+def test_the_run_says_where_it_is_in_one_call_and_a_phase_the_model_has_no_rules_for_is_refused():
+    from cgsim.backends import get_backend
+    from cgsim.config import ManagerConfig
+    from cgsim.trace import Trace
+    from cgsim.workload.harness import Workload
+
+    w = Workload(ManagerConfig(mode="FULL", capture_sizes=(2,), max_num_reqs=2), get_backend("mock"), Trace("t", "mock"))
+    w.at(3, "runtime")
+    assert (w.step, w.phase) == (3, "runtime")
+    with pytest.raises(ValueError, match="phase 'replay' is not one of capture, runtime"):
+        w.at(4, "replay")
+    assert (w.step, w.phase) == (3, "runtime")

@@ -238,8 +238,9 @@ class PiecewiseRunner:
 
 class Workload:
     """One scenario's model, buffers and recorders.  ``phase`` ("capture" or
-    "runtime") and ``step`` are set by the runner; ``current_desc`` by the tap
-    and the runner, so forwards are attributed to the descriptor being served."""
+    "runtime") and ``step`` are where the runner is (``at``); ``current_desc``
+    is set by the tap and the runner, so forwards are attributed to the
+    descriptor being served."""
 
     def __init__(self, config: ManagerConfig, backend, trace: Trace, seed: int = 0, max_batch_tokens: int = 0,
                  max_batch_reqs: int = 0):
@@ -271,6 +272,15 @@ class Workload:
         self._reference = None
         self.reference_forward: EagerForward | None = None  # see for_manager
 
+
+    PHASES = ("capture", "runtime")
+
+    def at(self, step: int, phase: str) -> None:
+        """Where the run is: what the model records from now on belongs to
+        ``step`` in ``phase``."""
+        if phase not in self.PHASES:
+            raise ValueError(f"phase {phase!r} is not one of {', '.join(self.PHASES)}")
+        self.step, self.phase = step, phase
     def for_manager(self, name: str, config: ManagerConfig, share_metadata: bool = False,
                     reference: "EagerForward | None" = None) -> "Workload":
         """The workload of another manager the target drives (a draft model's):
@@ -472,8 +482,7 @@ class Workload:
             self._reference = Workload(self.config, self.backend, Trace("eager", self.backend.name), self.seed,
                                        self.max_tokens, self.builder.max_num_reqs)
         ref = self._reference
-        ref.step = self.step
-        ref.phase = "runtime"
+        ref.at(self.step, "runtime")
         if self.reference_forward is not None:
             return self.reference_forward.run(ref, batch).clone()
         layout = ref.load_batch(batch, batch.num_tokens)

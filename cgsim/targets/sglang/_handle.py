@@ -323,7 +323,7 @@ class SglangHandle:
 
     def _sync_peers(self) -> None:
         for rank in self.ranks[1:]:
-            rank.workload.phase, rank.workload.step = self.workload.phase, self.workload.step
+            rank.workload.at(self.workload.step, self.workload.phase)
 
     # -- translating keys -----------------------------------------------------------
     def _loras_of(self, variant: str | None) -> int:
@@ -722,9 +722,9 @@ def warm_up(version: str) -> None:
         workload = Workload(config, backend, Trace("sglang-warm-up", backend.name))
         try:
             handle = SglangHandle(config, backend, workload, version)
-            workload.phase = "capture"
+            workload.at(0, "capture")
             handle.capture()
-            workload.phase = "runtime"
+            workload.at(0, "runtime")
             for batch in (Batch((1, 1)), Batch((2,), has_prefill=True)):
                 handle.execute(batch, handle.dispatch(batch))
             if compat.tree().release:
