@@ -81,7 +81,10 @@ def encoder_finding(target: Any, obs: Any, violation: Any, backend: str, defect:
     the documented ``defect`` it is an instance of); ``changes`` as
     ``Finding.with_`` takes them (``extra`` merged)."""
     f = Finding.from_violation(violation, obs.scenario.to_json(), target.name, backend, obs.scenario.short())
-    extra: dict[str, Any] = {"environment": target.environment()}
+    environment = target.environment()
+    extra: dict[str, Any] = {"environment": environment}
+    # The vLLM source tree it ran on, where the replay and the repro script look for it (as decode findings).
+    extra.update({k: v for k, v in environment.items() if k.startswith("vllm_source")})
     if obs.launch is not None:
         extra["launch"] = obs.launch
     if defect is not None:

@@ -110,6 +110,25 @@ def test_each_finding_has_a_repro_script_that_reproduces_it(stale_tail, tmp_path
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "encoder mutant 'gone' is unknown" in res.stderr
 
 
+def test_an_encoder_finding_records_the_vllm_source_tree_where_replays_look_for_it(tmp_path):
+    from cgsim.backends import get_backend
+    from cgsim.encoder.mutants import ENCODER_MUTANTS
+    from cgsim.encoder.observe import observe_encoder
+    from cgsim.encoder.targets import ReferenceEncoderTarget
+    from fuzz.encoder_campaign import encoder_finding
+
+    class OnATree(ReferenceEncoderTarget):
+        def environment(self):
+            return {"vllm_version": "0.34.0", "vllm_source": str(tmp_path), "vllm_source_commit": "abc"}
+
+    mutant = ENCODER_MUTANTS["stale-tail"]
+    target = OnATree("encoder-mutant:stale-tail", mutant.cls)
+    obs = observe_encoder(target, mutant.example(), get_backend("mock"))
+    f = encoder_finding(target, obs, obs.verdict.violations[0], "mock").to_json()
+    assert (f["vllm_source"], f["vllm_source_commit"]) == (str(tmp_path), "abc")
+    assert f["environment"]["vllm_version"] == "0.34.0" and "vllm_version" not in f
+
+
 def test_a_repro_script_shows_its_scenario_as_data_and_as_code(stale_tail):
     from cgsim.encoder.values import EncoderScenario
 
