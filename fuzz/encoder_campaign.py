@@ -111,6 +111,9 @@ def _remove_finding(findings_dir: str, finding: Finding) -> None:
 def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] = print) -> EncoderCampaignResult:
     target = encoder_target(o.target)
     target.check_environment()
+    self_check = getattr(target, "self_check", None)
+    if self_check is not None:  # an engine's adapter proves its mechanics before anything is judged
+        self_check()
     backend = get_backend(o.backend)
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}"
     run_dir = os.path.join(o.report_dir, run_id)

@@ -8,6 +8,8 @@ unless CGSIM_REQUIRE_VLLM=1 says vLLM must be there.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from vllm_required import skip_unless_vllm
@@ -78,10 +80,10 @@ def test_a_tree_that_violates_a_property_gets_findings_not_a_failed_doctor(monke
 
 
 def _encoder_checks():
-    from cgsim.targets.vllm.doctor import Check, _guard
+    from cgsim.targets.vllm.doctor import Check, guard_check
     from cgsim.targets.vllm.encoder_doctor import encoder_checks
 
-    return {c.name: c for c in encoder_checks(Check, _guard)}
+    return {c.name: c for c in encoder_checks(Check, guard_check)}
 
 
 def test_the_doctor_drives_the_encoder_manager_where_cgsim_speaks_its_interface():
@@ -129,3 +131,17 @@ def test_an_encoder_leak_the_tree_has_is_a_finding_of_the_doctor_not_of_the_deco
     assert all(f.scenario["kind"] == "encoder" and f.extra["launch"]["line"] for f in found)
     monkeypatch.setattr(doctor, "run_doctor", lambda *a, **k: list(checks.values()))
     assert self_check() == ()  # the decode campaign replays decode findings only
+
+
+def test_an_encoder_campaign_stops_in_one_line_where_the_encoder_adapter_is_broken(monkeypatch, tmp_path, capsys):
+    from cgsim.encoder import runner
+    from cgsim.targets.vllm.encoder import missing_model_interface
+
+    if missing_model_interface():
+        pytest.skip("the encoder manager of this release is not driven (checked above)")
+    monkeypatch.setattr(runner, "_captures_by_rank", lambda log: [])
+    assert main(["run", "--target", "vllm-encoder", "--max-examples", "5", "--report-dir", str(tmp_path),
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the vLLM encoder adapter's self-check failed" in err[0]
+    assert not os.path.exists(os.path.join(tmp_path, "latest"))

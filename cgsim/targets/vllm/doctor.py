@@ -40,7 +40,7 @@ from cgsim.targets.vllm.known import classify, stopped_by
 from cgsim.text import first_line
 from cgsim.trace import Candidates, CaptureDone, Dispatch, Release, Replay, Sweep
 
-__all__ = ["Check", "DoctorFailed", "run_doctor", "doctor_line", "default_findings_dir", "CLEAN_SCENARIOS"]
+__all__ = ["Check", "DoctorFailed", "run_doctor", "guard_check", "doctor_line", "default_findings_dir", "CLEAN_SCENARIOS"]
 
 DOCTOR_TIMEOUT_S = 120.0
 
@@ -233,21 +233,21 @@ def run_doctor(findings_dir: str | None = None, progress: Callable[[Check], None
 
     for name, needs, config, steps in CLEAN_SCENARIOS:
         if needs(caps):
-            add(_guard(name, lambda: _check_clean(name, config, steps, caps)))
+            add(guard_check(name, lambda: _check_clean(name, config, steps, caps)))
     for name, lacks, config in REFUSED_SCENARIOS:
         if lacks(caps):
-            add(_guard(name, lambda: _check_refused(name, config, caps)))
+            add(guard_check(name, lambda: _check_refused(name, config, caps)))
     folder = findings_dir if findings_dir is not None else default_findings_dir()
     for path in sorted(glob.glob(os.path.join(folder, "*.json"))) if folder else ():
-        add(_guard(os.path.basename(path), lambda: _check_finding_json(path, caps)))
+        add(guard_check(os.path.basename(path), lambda: _check_finding_json(path, caps)))
     from cgsim.targets.vllm.encoder_doctor import encoder_checks  # noqa: PLC0415 - the second manager's checks
 
-    for check in encoder_checks(Check, _guard):
+    for check in encoder_checks(Check, guard_check):
         add(check)
     return checks
 
 
-def _guard(name: str, fn: Callable[[], Check]) -> Check:
+def guard_check(name: str, fn: Callable[[], Check]) -> Check:
     try:
         return fn()
     except VllmEnvironmentError:

@@ -216,6 +216,22 @@ class VllmEncoderTarget:
                 f"({missing}), which cgsim's toy vision encoder does not speak; the vllm-encoder target drives "
                 "vLLM 0.23 and later") from None
 
+    def self_check(self) -> None:
+        """The encoder half of the adapter's self-check (``encoder_doctor``):
+        TargetEnvironmentError, one line, where a mechanism broke; a
+        violation of the clean scenarios is left to the campaign to find."""
+        from cgsim.targets.base import TargetEnvironmentError  # noqa: PLC0415
+        from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
+        from cgsim.targets.vllm.doctor import Check, guard_check  # noqa: PLC0415
+        from cgsim.targets.vllm.encoder_doctor import encoder_checks  # noqa: PLC0415
+
+        failed = [c for c in encoder_checks(Check, guard_check) if not c.ok]
+        if failed:
+            raise TargetEnvironmentError(
+                f"the vLLM encoder adapter's self-check failed on vLLM {require_vllm().version}: {failed[0].name}: "
+                f"{failed[0].detail}; nothing it would report about this manager could be trusted "
+                "(python -m fuzz doctor lists every check)")
+
     def environment(self) -> dict:
         from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
 

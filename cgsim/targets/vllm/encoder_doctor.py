@@ -45,7 +45,7 @@ ENCODER_CLEAN_SCENARIOS: tuple[tuple[str, EncoderConfig, tuple[EncoderStep, ...]
 
 def encoder_checks(check_type: type, guard: Callable[[str, Callable[[], Any]], Any]) -> list:
     """The encoder checks for the vLLM that imports here (``check_type``:
-    doctor.Check; ``guard``: doctor._guard, which turns a check that raised
+    doctor.Check; ``guard``: doctor.guard_check, which turns a check that raised
     into a failed check)."""
     from cgsim.targets.vllm.encoder import missing_model_interface  # noqa: PLC0415
 
