@@ -223,19 +223,21 @@ def fixed_manager(monkeypatch):
 """
 
 
-def _run_exported(folder, conftest: str) -> dict[str, tuple[str, str]]:
-    """pytest on the exported modules in ``folder`` in a fresh process: per test, its outcome and message."""
+def _run_exported(folder, conftest: str, by_module: bool = False) -> dict[str, tuple[str, str]]:
+    """pytest on the exported modules under ``folder`` in a fresh process: per
+    test (``by_module``: per "subfolder.module::test"), its outcome and message."""
     (folder / "conftest.py").write_text(conftest)
     (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    cpu_test: no GPU\n")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CGSIM_VLLM_PLATFORM")}
     res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cgsim", "-p", "no:cacheprovider", "-q",
-                          "--junitxml", str(folder / "junit.xml"), str(folder)], cwd=folder, env=env, check=False,
-                         capture_output=True, text=True, timeout=600)
+                          "--import-mode=importlib", "--junitxml", str(folder / "junit.xml"), str(folder)], cwd=folder,
+                         env=env, check=False, capture_output=True, text=True, timeout=600)
     assert (folder / "junit.xml").exists(), res.stdout[-3000:] + res.stderr[-3000:]
     out = {}
     for case in ET.parse(folder / "junit.xml").getroot().iter("testcase"):
         bad = [c for c in case if c.tag in ("failure", "error", "skipped")]
-        out[case.get("name")] = (bad[0].tag, bad[0].get("message", "")) if bad else ("passed", "")
+        key = f"{case.get('classname')}::{case.get('name')}" if by_module else case.get("name")
+        out[key] = (bad[0].tag, bad[0].get("message", "")) if bad else ("passed", "")
     return out
 
 
@@ -271,3 +273,162 @@ def test_exported_tests_fail_on_this_vllm_and_pass_on_a_fixed_manager(target, tm
         assert kind == "failure" and message.startswith(f"AssertionError: {prop}: "), (name, outcomes[name])
     outcomes = _run_exported(fixed, _FIXED_MANAGER)
     assert outcomes == {name: ("passed", "") for name in expected}, outcomes
+
+
+@pytest.mark.skipif(bool(os.environ.get("CGSIM_VLLM_SOURCE")), reason="an exported test runs on the installed vLLM; "
+                    "a source tree is laid over it only inside cgsim")
+def test_every_property_an_exported_test_asserts_agrees_with_cgsims_verdict(target, tmp_path):
+    """Each documented scenario exported once per ENC-* property: the test
+    fails with that property's assertion exactly where cgsim judges it
+    violated, fails with the manager's own exception where the run raised
+    (any other property), and passes otherwise."""
+    from cgsim.report.findings import load_finding
+    from fuzz.export_test import ENCODER_PROPERTIES_WRITTEN, ExportError, export_test
+
+    expected = {}
+    for path in DOCUMENTED:
+        documented = load_finding(path)
+        sc = EncoderScenario.from_json(documented.scenario)
+        obs = observe_encoder(target, sc, BACKEND)
+        violated = {v.property for v in obs.verdict.violations}
+        for prop in ENCODER_PROPERTIES_WRITTEN:
+            f = dataclasses.replace(documented, property=prop, statement="")
+            try:
+                text = export_test(f)
+            except ExportError:
+                assert prop == "ENC-ONE-REPLAY"  # not this design's rule
+                continue
+            (tmp_path / f"test_cgsim_{f.id.replace('-', '_')}.py").write_text(text)
+            crashed = "ENC-NO-CRASH" in violated and prop != "ENC-NO-CRASH"
+            expected["test_" + f.id.replace("-", "_")] = (prop, prop in violated, crashed)
+    _agree(_run_exported(tmp_path, _HIDE_CGSIM), expected)
+
+
+def _agree(outcomes: dict, expected: dict) -> None:
+    """Each exported test ended as cgsim's verdict says: (property, violated, the run raised) per test."""
+    assert set(outcomes) == set(expected)
+    wrong = {}
+    for name, (prop, violated, crashed) in expected.items():
+        kind, message = outcomes[name]
+        if violated:
+            ok = kind == "failure" and message.startswith(f"AssertionError: {prop}: ")
+        elif crashed:  # the manager's own exception (vLLM's asserts too), not the property's assertion
+            ok = kind == "failure" and not message.startswith(f"AssertionError: {prop}: ")
+        else:
+            ok = kind == "passed"
+        if not ok:
+            wrong[name] = (prop, violated, crashed, outcomes[name])
+    assert not wrong, wrong
+
+
+# Bugs put into vLLM's manager (each a function of monkeypatch, run by cgsim and by the exported tests
+# alike), with a scenario that shows them: the properties the documented defects leave holding must fail
+# in the exported tests too.
+_MUTATIONS = {
+    "clear_keeps_pool": ((("capture",), ("encode", (1, 4, 4)), ("clear",), ("encode", (1, 4, 4))), {}, """
+def apply(monkeypatch):
+    from vllm.v1.worker import encoder_cudagraph
+
+    def clear(self):  # the graphs go, the pool stays: is_captured() still True
+        for graphs in self.budget_graphs.values():
+            graphs.clear()
+
+    monkeypatch.setattr(encoder_cudagraph.EncoderCudaGraphManager, "clear", clear)
+"""),
+    "capture_skips_smallest": ((("capture",),), {}, """
+def apply(monkeypatch):
+    from vllm.v1.worker import encoder_cudagraph
+
+    manager = encoder_cudagraph.EncoderCudaGraphManager
+    capture = manager.capture
+
+    def capture_but_the_smallest(self, graph_pool):
+        kept = self.path_token_budgets
+        self.path_token_budgets = {p: sorted(b)[1:] for p, b in kept.items()}
+        try:
+            capture(self, graph_pool)
+        finally:
+            self.path_token_budgets = kept
+
+    monkeypatch.setattr(manager, "capture", capture_but_the_smallest)
+"""),
+    "next_budget": ((("capture",), ("encode", (1, 8, 8))), {"token_budgets": (16, 32), "max_num_batched_tokens": 64},
+                    """
+def apply(monkeypatch):
+    from vllm.v1.worker import encoder_cudagraph
+
+    manager = encoder_cudagraph.EncoderCudaGraphManager
+    smallest = manager._find_smallest_fitting_budget_given_tokens
+
+    def the_next_one(self, total_tokens, budgets=None):
+        found = smallest(self, total_tokens, budgets)
+        larger = [b for b in (budgets if budgets is not None else self.token_budgets)
+                  if found is not None and b > found]
+        return min(larger) if larger else found
+
+    monkeypatch.setattr(manager, "_find_smallest_fitting_budget_given_tokens", the_next_one)
+"""),
+    "always_eager": ((("capture",), ("encode", (1, 4, 4))), {}, """
+def apply(monkeypatch):
+    from vllm.v1.worker import encoder_cudagraph
+
+    monkeypatch.setattr(encoder_cudagraph.EncoderCudaGraphManager, "_path_fitting_budget",
+                        lambda self, path, tokens: 0 if tokens == 0 else None)
+"""),
+    "one_more_item": ((("capture",),), {}, """
+def apply(monkeypatch):
+    from vllm.v1.worker import encoder_cudagraph
+
+    manager = encoder_cudagraph.EncoderCudaGraphManager
+    init = manager.__init__
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.max_batch_size += 1
+
+    monkeypatch.setattr(manager, "__init__", __init__)
+"""),
+}
+
+
+@pytest.mark.skipif(bool(os.environ.get("CGSIM_VLLM_SOURCE")), reason="an exported test runs on the installed vLLM; "
+                    "a source tree is laid over it only inside cgsim")
+def test_exported_tests_catch_what_cgsim_catches_in_a_broken_manager(target, tmp_path):
+    """vLLM's manager broken one way at a time (as cgsim's reference mutants
+    break the reference): per bug and ENC-* property, the exported test fails
+    with the property's assertion exactly where cgsim finds it violated."""
+    from cgsim.finding import Finding
+    from fuzz.export_test import ENCODER_PROPERTIES_WRITTEN, ExportError, export_test
+
+    expected, violated_anywhere = {}, set()
+    for name, (steps, config, code) in _MUTATIONS.items():
+        sc = EncoderScenario(EncoderConfig(**config), tuple(
+            EncoderStep(s[0], tuple(EncoderItem(*i) for i in s[1:])) for s in steps), target.default_ruleset())
+        namespace: dict = {}
+        exec(code, namespace)  # noqa: S102 - the test's own mutation
+        with pytest.MonkeyPatch.context() as mp:
+            namespace["apply"](mp)
+            obs = observe_encoder(target, sc, BACKEND)
+        assert obs.refused is None, obs.refused
+        violated = {v.property for v in obs.verdict.violations}
+        violated_anywhere |= violated
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "conftest.py").write_text("import pytest\n" + code + "\n\n@pytest.fixture(autouse=True)\n"
+                                            "def broken_manager(monkeypatch):\n    apply(monkeypatch)\n")
+        for prop in ENCODER_PROPERTIES_WRITTEN:
+            f = Finding(prop, "", "vllm-encoder", "mock", obs.scenario.to_json(), extra={"launch": obs.launch})
+            try:
+                text = export_test(f)
+            except ExportError:
+                continue  # ENC-ONE-REPLAY under a greedy design
+            module = f"test_cgsim_{f.id.replace('-', '_')}"
+            (folder / f"{module}.py").write_text(text)
+            crashed = "ENC-NO-CRASH" in violated and prop != "ENC-NO-CRASH"
+            expected[f"{name}.{module}::test_{f.id.replace('-', '_')}"] = (prop, prop in violated, crashed)
+    _agree(_run_exported(tmp_path, _HIDE_CGSIM, by_module=True), expected)
+    from vllm.v1.worker.encoder_cudagraph import EncoderCudaGraphManager
+
+    if hasattr(EncoderCudaGraphManager, "path_token_budgets") or target.default_ruleset() == "vllm-encoder-0.32":
+        # The bugs bite here: the failing direction of these properties was exercised.
+        assert {"ENC-UNCAPTURED", "ENC-CAPTURED", "ENC-MINIMAL", "ENC-COMPLETE", "ENC-PLAN"} <= violated_anywhere

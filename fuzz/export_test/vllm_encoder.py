@@ -406,6 +406,12 @@ class _EncoderWriter:
         if not self.launch or " vllm serve " not in f" {self.launch} ":
             raise ExportError(f"finding {finding.id} records no vllm serve launch line; replay it with python -m fuzz "
                               "replay (or its repro script)")
+        if finding.property == "ENC-ONE-REPLAY":
+            from cgsim.spec.encoder import design
+
+            if design(self.scenario.ruleset).packing != "single":
+                raise ExportError(f"finding {finding.id} asserts ENC-ONE-REPLAY under design {self.scenario.ruleset}, "
+                                  "which packs a batch into several groups: nothing to write")
         if self.scenario.config.use_dp:
             raise ExportError(f"finding {finding.id} runs the encoder data-parallel over {self.scenario.config.tp_size} "
                               "ranks, which needs vLLM's tensor-parallel group; export-test writes one-rank tests: "
