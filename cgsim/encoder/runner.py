@@ -13,7 +13,7 @@ from cgsim.encoder.trace import EncCapture, EncClear, EncError, EncGroup, EncOut
 from cgsim.encoder.values import EncoderScenario
 
 __all__ = ["EncoderHandle", "CallSite", "ASKS_CAPTURED", "BUILT_AT_CAPTURE", "manager_captured", "ManagedEncoder",
-           "run_encoder_scenario", "groups_from_log"]
+           "run_encoder_scenario", "groups_from_log", "step_seed"]
 
 # Real items' rows are compared with a tolerance a GPU's reordered sums stay within; a leak moves them by far more.
 _ATOL = 1e-4
@@ -117,6 +117,11 @@ class ManagedEncoder:
 
     def is_captured(self) -> bool:
         return self.held and manager_captured(self.manager)
+
+
+def step_seed(scenario_seed: int, step: int) -> int:
+    """The seed of an encode step's inputs (the toy's ``inputs``): exported tests draw the same."""
+    return scenario_seed * 1009 + step
 
 
 def groups_from_log(step: int, log: list[tuple], items: Any) -> list[EncGroup]:
@@ -223,7 +228,7 @@ def run_encoder_scenario(scenario: EncoderScenario, build: Callable[[], EncoderH
                 handle.clear()
                 events.append(EncClear(step_no, handle.is_captured()))
             else:
-                kw = model.inputs(step.items, seed=scenario.seed * 1009 + step_no)
+                kw = model.inputs(step.items, seed=step_seed(scenario.seed, step_no))
                 ref = model.reference(kw)
                 model.log.clear()
                 outs = handle.encode(kw)

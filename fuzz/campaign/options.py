@@ -16,7 +16,7 @@ from cgsim.profiles import PROFILES, get_profile
 from cgsim.text import first_line
 
 __all__ = ["UsageError", "CampaignOptions", "parse_budget", "options_for_profile", "validate", "resolve_gpus",
-           "check_ray_address", "START_METHODS"]
+           "check_ray_address", "bounded_workers", "START_METHODS"]
 
 START_METHODS = ("fork", "spawn", "forkserver")
 DEFAULT_SHRINK_SHARE = 0.25
@@ -220,24 +220,29 @@ def check_ray_address(address: str) -> None:
 
 
 def _bounded_workers(o: CampaignOptions) -> int:
+    return bounded_workers(o.workers, o.backend, o.force_workers, o.gpu_list, o.workers_from_profile)
+
+
+def bounded_workers(workers: int, backend: str, force: bool = False, gpu_list: tuple[str, ...] | None = None,
+                    from_profile: bool = False) -> int:
     """At most one worker per CPU (per GPU: with --backend cuda, or each
     with its own GPU through --gpus) unless --force-workers: more only fight
     over the same cores and memory.  A profile's default is bounded
-    silently; a number asked for is refused, with what fits."""
+    silently; a number asked for is refused, with what fits (UsageError)."""
     from fuzz.campaign.resources import cpu_count
 
-    if o.gpu_list:
-        capacity, what = len(o.gpu_list), "GPU(s) given to --gpus"
-    elif o.backend == "cuda":
+    if gpu_list:
+        capacity, what = len(gpu_list), "GPU(s) given to --gpus"
+    elif backend == "cuda":
         capacity, what = _gpu_count(), "GPU(s)"
     else:
         capacity, what = cpu_count(), "CPU(s) this process may use"
-    if o.workers <= capacity or o.force_workers:
-        return o.workers
-    if o.workers_from_profile:
+    if workers <= capacity or force:
+        return workers
+    if from_profile:
         return capacity
-    raise UsageError(f"--workers {o.workers}: there are {capacity} {what}, one per worker; give --workers "
-                     f"{capacity} or fewer, or add --force-workers to start {o.workers} anyway")
+    raise UsageError(f"--workers {workers}: there are {capacity} {what}, one per worker; give --workers "
+                     f"{capacity} or fewer, or add --force-workers to start {workers} anyway")
 
 
 def _gpu_count() -> int:

@@ -51,7 +51,7 @@ _TOY_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.pa
 STANDALONE_PARTS = (
     Part("cgsim.encoder.toy"),
     Part("cgsim.encoder.values", ("EncoderItem", "frame_slots")),
-    Part("cgsim.encoder.runner", ("groups_from_log", "_captures_by_rank", "_compare")),
+    Part("cgsim.encoder.runner", ("step_seed", "groups_from_log", "_captures_by_rank", "_compare")),
     Part("cgsim.targets.vllm.encoder_engine", ("register_toy_vision_model",)),
 )
 
@@ -187,7 +187,8 @@ def cpu_graphs(monkeypatch):
     """CUDA graphs on CPU; the manager captures on the current stream."""
     monkeypatch.setattr(torch.cuda, "CUDAGraph", CpuGraph)
     monkeypatch.setattr(torch.cuda, "graph", cpu_graph_capture)
-    monkeypatch.setattr(encoder_cudagraph, "current_stream", lambda: None)
+    # 0.30+ hands torch.cuda.graph the current stream; the CPU double takes none.
+    monkeypatch.setattr(encoder_cudagraph, "current_stream", lambda: None, raising=False)
 
 
 def build_manager(vllm_config):
@@ -280,7 +281,7 @@ def run_steps(manager, model):
                 captured = ()
             else:
                 # The batch's inputs as cgsim drew them for this step.
-                mm_kwargs = model.inputs(batch, seed=SEED * 1009 + step)
+                mm_kwargs = model.inputs(batch, seed=step_seed(SEED, step))
                 alone = model.reference(mm_kwargs)
                 model.log.clear()
                 outputs = encode(manager, model, mm_kwargs)
@@ -476,8 +477,13 @@ class _EncoderWriter:
         def key(line: str) -> tuple:
             return (line.startswith("from"), line)
 
+        # The steps run as vLLM's V2 encoder runner calls the manager (is_captured(), 0.28+); the V1 runner
+        # before builds and asks it otherwise, which this module does not imitate.
+        guard = ("\n\nif not hasattr(encoder_cudagraph.EncoderCudaGraphManager, \"is_captured\"):\n"
+                 "    pytest.skip(\n        \"calls the encoder manager as vLLM's V2 encoder runner does (vLLM 0.28+)\",\n"
+                 "        allow_module_level=True,\n    )")
         return ("from __future__ import annotations\n\n" + "\n".join(sorted(std, key=key)) + "\n\n"
-                + "\n".join(sorted(third, key=key)) + "\n\n" + "\n".join(vllm))
+                + "\n".join(sorted(third, key=key)) + "\n\n" + "\n".join(vllm) + guard)
 
     def _constants(self) -> str:
         c, sc = self.scenario.config, self.scenario
