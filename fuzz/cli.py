@@ -369,21 +369,27 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _run_encoder(args: argparse.Namespace, argv: list[str]) -> int:
-    """An encoder campaign: one process, Hypothesis draws, shrinks pinned to a property."""
+    """An encoder campaign: Hypothesis draws on one process or ``--workers``, shrinks pinned to a property."""
     from fuzz.encoder_campaign import EncoderCampaignOptions, run_encoder_campaign
 
-    unsupported = [flag for flag, given in (("--workers", args.workers not in (None, 1)), ("--ray", args.ray),
-                                            ("--gpus", args.gpus), ("--example-db", args.example_db),
-                                            ("--ruleset", args.ruleset), ("--diff-base", args.diff_base)) if given]
+    from fuzz.campaign.options import UsageError, bounded_workers
+
+    unsupported = [flag for flag, given in (("--ray", args.ray), ("--gpus", args.gpus),
+                                            ("--example-db", args.example_db), ("--ruleset", args.ruleset),
+                                            ("--diff-base", args.diff_base)) if given]
     if unsupported:
-        raise _Exit(2, f"{', '.join(unsupported)} is not taken by the encoder target {args.target} (it runs one "
-                       "worker, judged by its own design); leave it out")
+        raise _Exit(2, f"{', '.join(unsupported)} is not taken by the encoder target {args.target} (its workers "
+                       "run on this machine, judged by its own design); leave it out")
+    try:
+        workers = bounded_workers(args.workers or 1, args.backend, args.force_workers)
+    except UsageError as exc:
+        raise _Exit(2, str(exc)) from None
     budget = _duration(args.budget, "--budget") or 60.0
     limit = _duration(args.shrink_limit, "--shrink-limit", zero=True)
     options = EncoderCampaignOptions(
         target=args.target, backend=args.backend, budget_s=budget, seed=args.seed or 0,
         max_examples=args.max_examples, report_dir=args.report_dir,
-        shrink_limit_s=limit if limit else max(5.0, budget / 10), quiet=args.quiet,
+        shrink_limit_s=limit if limit else max(5.0, budget / 10), quiet=args.quiet, workers=workers,
         command="python -m fuzz " + " ".join(shlex.quote(a) for a in argv))
     return run_encoder_campaign(options).exit_code
 

@@ -14,7 +14,6 @@ Ctrl-C."""
 
 from __future__ import annotations
 
-
 import json
 import os
 import secrets
@@ -22,7 +21,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from hypothesis import HealthCheck, Phase, given, seed as hypothesis_seed, settings, strategies as st
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
 
 from cgsim.backends import get_backend
 from cgsim.encoder.observe import observe_encoder
@@ -40,7 +41,8 @@ from cgsim.targets.base import TargetEnvironmentError
 from fuzz.encoder_strategies import encoder_scenarios
 
 __all__ = ["EncoderCampaignOptions", "EncoderCampaignResult", "encoder_finding", "is_encoder_run",
-           "rebuild_encoder_report", "run_encoder_campaign", "write_encoder_finding"]
+           "rebuild_encoder_report", "run_encoder_campaign", "search_encoder", "write_encoder_finding",
+           "remove_encoder_finding"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class EncoderCampaignOptions:
     shrink_limit_s: float = 10.0
     quiet: bool = False
     command: str = ""
+    workers: int = 1  # processes, each drawing its own seed's scenarios (bounded by the caller: bounded_workers)
 
 
 @dataclass
@@ -100,7 +103,8 @@ def write_encoder_finding(findings_dir: str, finding: Finding) -> str:
     return write_finding(findings_dir, finding)
 
 
-def _remove_finding(findings_dir: str, finding: Finding) -> None:
+def remove_encoder_finding(findings_dir: str, finding: Finding) -> None:
+    """The finding and its repro script off the disk."""
     os.remove(finding_path(findings_dir, finding))
     try:
         os.remove(os.path.join(findings_dir, finding.repro))
@@ -120,6 +124,41 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
     findings_dir = os.path.join(run_dir, "findings")
     os.makedirs(findings_dir, exist_ok=True)
     result = EncoderCampaignResult(run_dir, 0)
+    start = time.monotonic()
+    ruleset = target.default_ruleset()
+    if o.workers > 1:
+        from fuzz.encoder_workers import run_encoder_workers  # noqa: PLC0415 - processes only where asked for
+
+        found = run_encoder_workers(o, run_id, findings_dir, result)
+    else:
+        found = search_encoder(o, target, backend, run_id, findings_dir, o.seed, o.max_examples, result,
+                               say if not o.quiet else None)
+    result.findings = found
+    result.exit_code = 130 if result.interrupted else (1 if result.findings else 0)
+    _write_report(o, result, run_id, ruleset, time.monotonic() - start, target.environment())
+    update_latest(o.report_dir, run_id)
+    if not o.quiet:
+        for f in result.findings:
+            label = f" (documented: {f.extra['defect']})" if f.extra.get("defect") else ""
+            say(f"  {f.property} [{f.status}]{label} {f.message}")
+            if f.extra.get("launch"):
+                say(f"    launch: {f.extra['launch']['line']}")
+            say(f"    replay: {_replay_command(os.path.abspath(finding_path(findings_dir, f)))}")
+            say(f"    repro:  python {os.path.abspath(os.path.join(findings_dir, f.repro))}")
+        workers = f" on {o.workers} workers" if o.workers > 1 else ""
+        say(f"{result.scenarios} scenarios ({result.refused} refused){workers}, {len(result.findings)} findings; "
+            f"report: {os.path.abspath(os.path.join(run_dir, 'index.html'))} (as text: index.md)")
+    return result
+
+
+def search_encoder(o: EncoderCampaignOptions, target: Any, backend: Any, run_id: str, findings_dir: str, seed: int,
+                   max_examples: int | None, result: EncoderCampaignResult,
+                   say: Callable[[str], None] | None = None) -> list[Finding]:
+    """Draw, run and judge scenarios from ``seed`` until the budget or
+    ``max_examples`` is spent, counting into ``result``; each finding is
+    written the moment it is first seen and again once shrunk.  The
+    findings, one per property and documented defect.  Ctrl-C ends the
+    search (``result.interrupted``); an adapter error is raised."""
     # One finding per property and documented defect: a new defect behind a property already found is still sought.
     found: dict[tuple[str, str | None], Finding] = {}
     start = time.monotonic()
@@ -140,7 +179,7 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
         if first is not None:
             extra["first_seen"] = first.id
         return encoder_finding(target, obs, violation(obs, key), o.backend, key[1], status=status, run_id=run_id,
-                               seed=o.seed, elapsed_s=round(time.monotonic() - start, 3), extra=extra)
+                               seed=seed, elapsed_s=round(time.monotonic() - start, 3), extra=extra)
 
     def shrink(key: tuple[str, str | None], sc: EncoderScenario, first: Finding) -> Finding:
         def fails(candidate: EncoderScenario) -> bool:  # the property and defect pinned
@@ -153,11 +192,13 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
         final = finding_for(key, obs, "shrunk" if complete else "shrink-interrupted", first)
         write_encoder_finding(findings_dir, final)
         if final.id != first.id:
-            _remove_finding(findings_dir, first)
+            remove_encoder_finding(findings_dir, first)
         return final
 
+    drawn = [0]
+
     def out_of_time() -> bool:
-        return time.monotonic() - start >= o.budget_s or bool(o.max_examples and result.scenarios >= o.max_examples)
+        return time.monotonic() - start >= o.budget_s or bool(max_examples and drawn[0] >= max_examples)
 
     stopped: list[BaseException] = []
 
@@ -166,6 +207,7 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
         sc = data.draw(encoder_scenarios(ruleset=ruleset, cap=takes_cap))
         if out_of_time() or stopped:
             return  # the rest of this chunk's draws are skipped
+        drawn[0] += 1
         result.scenarios += 1
         try:
             obs = observe_encoder(target, sc, backend)
@@ -183,7 +225,7 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
             first = finding_for(key, obs, "shrinking")
             write_encoder_finding(findings_dir, first)  # on disk, with its repro script, before the shrink starts
             found[key] = first
-            if not o.quiet:
+            if say is not None:
                 say(f"found {key[0]} in {time.monotonic() - start:.1f}s: {first.message}")
             found[key] = shrink(key, obs.scenario, first)
 
@@ -193,28 +235,14 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
         while not out_of_time() and not stopped:
             test = settings(max_examples=_CHUNK, deadline=None, database=None, phases=[Phase.generate],
                             suppress_health_check=list(HealthCheck))(
-                hypothesis_seed(o.seed * 100_003 + chunk)(given(st.data())(body)))
+                hypothesis_seed(seed * 100_003 + chunk)(given(st.data())(body)))
             test()
             chunk += 1
     except KeyboardInterrupt:
         result.interrupted = True
     if stopped:
         raise stopped[0]
-    result.findings = list(found.values())
-    result.exit_code = 130 if result.interrupted else (1 if result.findings else 0)
-    _write_report(o, result, run_id, ruleset, time.monotonic() - start, target.environment())
-    update_latest(o.report_dir, run_id)
-    if not o.quiet:
-        for f in result.findings:
-            label = f" (documented: {f.extra['defect']})" if f.extra.get("defect") else ""
-            say(f"  {f.property} [{f.status}]{label} {f.message}")
-            if f.extra.get("launch"):
-                say(f"    launch: {f.extra['launch']['line']}")
-            say(f"    replay: {_replay_command(os.path.abspath(finding_path(findings_dir, f)))}")
-            say(f"    repro:  python {os.path.abspath(os.path.join(findings_dir, f.repro))}")
-        say(f"{result.scenarios} scenarios ({result.refused} refused), {len(result.findings)} findings; "
-            f"report: {os.path.abspath(os.path.join(run_dir, 'index.html'))} (as text: index.md)")
-    return result
+    return list(found.values())
 
 
 def _summary_entry(f: Finding) -> dict:

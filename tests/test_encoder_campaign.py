@@ -418,7 +418,8 @@ def test_the_reference_runs_clean_and_counts_what_it_judged(tmp_path):
 
 
 @pytest.mark.parametrize("args, words", [
-    (("--target", "encoder-reference", "--workers", "2"), "--workers is not taken by the encoder target"),
+    (("--target", "encoder-reference", "--ray", "auto"), "--ray is not taken by the encoder target"),
+    (("--target", "encoder-reference", "--workers", "999"), "--workers 999: there are"),
     (("--target", "encoder-mutant:nope"), "encoder mutant 'nope' is unknown"),
 ])
 def test_what_an_encoder_campaign_cannot_do_is_one_line_exit_2(tmp_path, capsys, args, words):
@@ -496,3 +497,65 @@ def test_an_engine_manager_raising_is_judged_and_cgsims_own_frames_raising_is_ex
     else:
         err = capsys.readouterr().err
         assert not _findings(tmp_path) and "cgsim's encoder adapter raised RuntimeError" in err and err.count("\n") == 1
+
+
+def test_workers_search_their_own_seeds_into_one_findings_folder_and_keep_one_finding_per_defect(tmp_path):
+    assert _run(tmp_path, "--target", "encoder-mutant:stale-tail", "--workers", "2", "--max-examples", "300",
+                "--seed", "3") == 1
+    summary = _summary(tmp_path)
+    assert summary["scenarios"] == 300  # --max-examples over all workers
+    keys = [(f["property"], f["defect"]) for f in summary["findings"]]
+    assert "ENC-EQUAL" in {p for p, _ in keys} and len(keys) == len(set(keys))
+    on_disk = _findings(tmp_path)
+    assert sorted(f["id"] for f in on_disk) == sorted(f["id"] for f in summary["findings"])
+    workers = os.path.join(tmp_path, "latest", "workers")
+    assert sorted(os.listdir(workers)) == ["0.json", "1.json"]
+    seeds = {f["seed"] for f in on_disk}
+    assert seeds <= {3, 3 + 1_000_003}
+
+
+def test_of_two_findings_of_one_property_and_defect_the_more_shrunk_is_kept(tmp_path):
+    from cgsim.backends import get_backend
+    from cgsim.encoder.mutants import ENCODER_MUTANTS
+    from cgsim.encoder.observe import observe_encoder
+    from cgsim.encoder.targets import encoder_target
+    from fuzz.encoder_campaign import encoder_finding, write_encoder_finding
+    from fuzz.encoder_workers import keep_one_per_defect
+
+    target = encoder_target("encoder-mutant:stale-tail")
+    example = ENCODER_MUTANTS["stale-tail"].example()
+    longer = dataclasses.replace(example, steps=example.steps + example.steps[-1:])  # another worker's, unshrunk
+    found = []
+    for sc in (longer, example):
+        obs = observe_encoder(target, sc, get_backend("mock"))
+        found.append((obs, next(v for v in obs.verdict.violations if v.property == "ENC-EQUAL")))
+    shrinking = encoder_finding(target, *found[0], "mock", status="shrinking", seed=1)
+    shrunk = encoder_finding(target, *found[1], "mock", status="shrunk", seed=2, extra={"first_seen": "x"})
+    assert shrinking.id != shrunk.id
+    for f in (shrinking, shrunk):
+        write_encoder_finding(str(tmp_path), f)
+    kept = keep_one_per_defect(str(tmp_path))
+    assert [f.id for f in kept] == [shrunk.id]
+    assert sorted(os.listdir(tmp_path)) == sorted([f"{shrunk.id}.json", shrunk.repro])
+
+
+def test_an_adapter_error_in_a_worker_is_its_one_line_for_the_supervisor(tmp_path, monkeypatch):
+    import json
+
+    from cgsim.encoder.mutants import ENCODER_MUTANTS
+    from cgsim.encoder.targets import ReferenceEncoderTarget
+    from fuzz import encoder_workers
+    from fuzz.encoder_campaign import EncoderCampaignOptions
+
+    class BrokenFrontDoor(ReferenceEncoderTarget):
+        def reach(self, scenario):
+            return scenario.config.no_such_field
+
+    monkeypatch.setattr(encoder_workers, "encoder_target",
+                        lambda name: BrokenFrontDoor("x", ENCODER_MUTANTS["stale-tail"].cls))
+    o = EncoderCampaignOptions(target="encoder-reference", max_examples=4, workers=2, report_dir=str(tmp_path))
+    (tmp_path / "findings").mkdir()
+    encoder_workers._worker(o, "run", str(tmp_path / "findings"), 1, str(tmp_path / "1.json"))
+    counts = json.loads((tmp_path / "1.json").read_text())
+    assert counts["error"].startswith("cgsim's encoder front door raised AttributeError")
+    assert counts["scenarios"] == 1 and counts["worker"] == 1
