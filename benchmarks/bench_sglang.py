@@ -22,7 +22,7 @@ the release explains (``cgsim.targets.sglang.known``), per seed, within
 ``--limit-s`` seconds and ``--max-examples`` scenarios per seed: what a
 campaign's generate phase does, without its shrinking and reporting.
 
-sglang's import and warm-up (check_environment) happen before any clock
+sglang's import and warm-up (prepare_environment) happen before any clock
 starts.  Not a test: nothing is asserted.
 """
 
@@ -180,10 +180,10 @@ def main() -> int:
     if a.runner_mutations:
         return runner_mutations(a)
     if a.detect_mutation:
-        get_target("sglang").check_environment()
+        get_target("sglang").prepare_environment()
         print(json.dumps([detect_unexplained(s, a.max_examples, a.limit_s) for s in range(a.seeds)]))
         return 0
-    get_target("sglang").check_environment()
+    get_target("sglang").prepare_environment()
     from cgsim.targets.sglang.mutants import MUTANTS
 
     n, secs = throughput(a.examples)

@@ -142,7 +142,7 @@ def bench(target: str, n: int, max_size: int, repeat: int = 3, plans: str = "cam
     from cgsim.targets import TargetEnvironmentError, get_target
 
     try:
-        get_target(target).check_environment()
+        get_target(target).prepare_environment()
     except TargetEnvironmentError as exc:
         print(f"{target}: skipped ({exc})")
         return None

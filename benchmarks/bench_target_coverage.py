@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     from cgsim.targets import get_target
     from cgsim.targets.vllm import coverage as vllm_coverage
 
-    get_target("vllm").check_environment()
+    get_target("vllm").prepare_environment()
     scenarios = _scenarios(args.examples)
     pkg = vllm_coverage._package_dir()
     files = vllm_coverage.module_files(pkg)

@@ -84,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
             from cgsim.targets import TargetEnvironmentError, get_target
 
             try:
-                get_target("vllm").check_environment()
+                get_target("vllm").prepare_environment()
             except TargetEnvironmentError as exc:
                 _usage(f"cgsim: {exc}")
         engine = config.getoption("cgsim_mock_engine", default=None)

@@ -73,7 +73,7 @@ def reproduce(finding: Finding, backend: str | None = None, timeout: float | Non
     scenario = Scenario.from_json(finding.scenario)
     backend = backend or finding.backend or "mock"
     get_backend(backend)  # BackendUnavailable (e.g. cuda without a GPU)
-    get_target(finding.target).check_environment()
+    get_target(finding.target).prepare_environment()
     if timeout is None:
         timeout = float(finding.extra.get("timeout_s") or DEFAULT_REPLAY_TIMEOUT)
     outcome = observe(scenario, finding.target, backend, timeout, pipeline=pipeline)

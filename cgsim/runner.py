@@ -70,7 +70,7 @@ def run_scenario(scenario: Scenario, target="reference", backend="mock", timeout
     target = get_target(target)
     # Before the deadline: one-time imports are not the scenario's time, and a
     # broken environment must stop here rather than become an Error event.
-    target.check_environment()
+    target.prepare_environment()
     backend = get_backend(backend) if isinstance(backend, str) else backend
     ruleset = get_ruleset(scenario.ruleset)
     trace = Trace(target=target.name, backend=backend.name)

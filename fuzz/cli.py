@@ -458,7 +458,7 @@ def _cmd_doctor(args: argparse.Namespace, argv: list[str]) -> int:
     from cgsim.targets import get_target
 
     target = get_target(args.target)
-    target.check_environment()
+    target.prepare_environment()
     doctor = getattr(target, "doctor", None)
     if doctor is None:
         print(f"{args.target}: nothing to check (no adapter between cgsim and the code under test)")

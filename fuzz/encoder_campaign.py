@@ -114,7 +114,7 @@ def remove_encoder_finding(findings_dir: str, finding: Finding) -> None:
 
 def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] = print) -> EncoderCampaignResult:
     target = encoder_target(o.target)
-    target.check_environment()
+    target.prepare_environment()
     self_check = getattr(target, "self_check", None)
     if self_check is not None:  # an engine's adapter proves its mechanics before anything is judged
         self_check()

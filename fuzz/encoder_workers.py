@@ -57,7 +57,7 @@ def _worker(o: Any, run_id: str, findings_dir: str, index: int, out_path: str) -
     counts: dict[str, Any] = {"worker": index}
     try:
         target = encoder_target(o.target)
-        target.check_environment()
+        target.prepare_environment()
         found = search_encoder(o, target, get_backend(o.backend), run_id, findings_dir,
                                o.seed + index * WORKER_SEED_STRIDE, _share(o.max_examples, o.workers, index), result)
         counts["findings"] = [f.id for f in found]

@@ -181,7 +181,7 @@ from cgsim.scenario import Scenario, Step
 from cgsim.targets import get_target
 from cgsim.targets.sglang.compat import probe
 
-get_target("sglang").check_environment()
+get_target("sglang").prepare_environment()
 config = ManagerConfig.from_json(json.loads(sys.argv[1]))
 steps = [Step.capture()] + [Step.dispatch(Batch(tuple(q))) for q in json.loads(sys.argv[2])]
 scenario = Scenario(config, tuple(steps), ruleset=probe().ruleset)

@@ -38,7 +38,7 @@ WRITERS = ("cgsim.runner", "cgsim.workload")
 def _run_recording_writers(name: str, monkeypatch) -> tuple[Trace, set[str]]:
     target = get_target(name)
     try:
-        target.check_environment()
+        target.prepare_environment()
     except TargetEnvironmentError as exc:
         pytest.skip(f"{name} cannot run here: {exc}")
     writers: set[str] = set()

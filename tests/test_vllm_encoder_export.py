@@ -42,7 +42,7 @@ BACKEND = get_backend("mock")
 @pytest.fixture(scope="module")
 def target():
     t = encoder_target("vllm-encoder")
-    t.check_environment()
+    t.prepare_environment()
     return t
 
 

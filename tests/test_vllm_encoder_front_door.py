@@ -218,6 +218,6 @@ def test_the_target_runs_the_releases_whose_model_interface_the_toy_speaks_and_r
     assert bool(missing_model_interface()) == old
     if old:
         with pytest.raises(TargetEnvironmentError, match="older interface .* drives vLLM 0.23 and later"):
-            encoder_target("vllm-encoder").check_environment()
+            encoder_target("vllm-encoder").prepare_environment()
     else:
-        encoder_target("vllm-encoder").check_environment()
+        encoder_target("vllm-encoder").prepare_environment()

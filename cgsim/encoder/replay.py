@@ -90,7 +90,7 @@ def reproduce_encoder(finding: Finding, backend: str | None = None, timeout: flo
     if timeout is not None and timeout <= 0:
         raise ValueError(f"--timeout {timeout:g}: give a positive number of seconds")
     target = encoder_target(finding.target)
-    target.check_environment()
+    target.prepare_environment()
     scenario = EncoderScenario.from_json(dict(finding.scenario))
     obs = observe_encoder(target, scenario, get_backend(backend or finding.backend or "mock"))
     if obs.refused is not None:

@@ -5,7 +5,7 @@ own ``EncoderCudaGraphManager`` through vLLM's front door,
 ``cgsim.targets.vllm.encoder``).
 
 An encoder target has: ``name``, ``default_ruleset()`` (the design it
-follows), ``check_environment()`` (TargetEnvironmentError, one line),
+follows), ``prepare_environment()`` (TargetEnvironmentError, one line),
 ``environment()``, ``reach(scenario)`` (the scenario with the config the
 engine builds from the settings it stands for, and the launch that reaches
 it; TargetUnsupported where the engine refuses them: counted, never judged)
@@ -46,7 +46,7 @@ class ReferenceEncoderTarget:
     def default_ruleset(self) -> str:
         return "encoder"
 
-    def check_environment(self) -> None:
+    def prepare_environment(self) -> None:
         return None
 
     def environment(self) -> dict:

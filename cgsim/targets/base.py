@@ -25,7 +25,7 @@ The recording contract (checked for every registered target by
    workload knows.
 5. A config the engine itself would refuse raises ``TargetUnsupported`` from
    ``build`` (not judged); a broken environment raises
-   ``TargetEnvironmentError`` from ``check_environment`` (exit 2, never a
+   ``TargetEnvironmentError`` from ``prepare_environment`` (exit 2, never a
    finding).
 6. A capture that fails leaves no process-wide capture state behind (vLLM's
    thread-local BreakableCUDAGraphCapture marker, a global capture flag): on
@@ -158,8 +158,10 @@ class Target(Protocol):
     def default_ruleset(self) -> str | None:
         """The ruleset of the design this target follows (None: the strategy picks)."""
 
-    def check_environment(self) -> None:
-        """Raise TargetEnvironmentError (one line) when this process cannot run the target."""
+    def prepare_environment(self) -> None:
+        """Make this process ready to run the target (an engine's adapter lays
+        a source tree over its install, starts coverage, imports and warms the
+        engine), or raise TargetEnvironmentError (one line) where it cannot."""
 
     def environment(self) -> dict[str, Any]:
         """What findings and summaries should record about the code under test (versions, source)."""

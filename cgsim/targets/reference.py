@@ -506,7 +506,7 @@ class ReferenceTarget:
     def default_ruleset(self) -> str | None:
         return None  # written to follow every ruleset: the strategy picks
 
-    def check_environment(self) -> None:
+    def prepare_environment(self) -> None:
         pass
 
     def environment(self) -> dict:

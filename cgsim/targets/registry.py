@@ -41,7 +41,7 @@ class TargetFamily:
     ``create(variant)`` builds the target (variant None for a plain target);
     ``variants()`` lists them with a one-line summary each.  Creating a target
     must be cheap and must not fail on a missing engine: the environment is
-    checked by ``Target.check_environment`` before a campaign starts.
+    checked by ``Target.prepare_environment`` before a campaign starts.
     """
 
     name: str

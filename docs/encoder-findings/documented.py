@@ -56,7 +56,7 @@ def documented_findings(target: Any = None, backend: str = "mock") -> list:
 
     if target is None:
         target = encoder_target("vllm-encoder")
-        target.check_environment()
+        target.prepare_environment()
     out = []
     for defect, sc in SCENARIOS:
         obs = observe_encoder(target, sc, get_backend(backend))

@@ -33,7 +33,7 @@ def row() -> dict:
     from cgsim.targets.vllm.doctor import _run
     from cgsim.targets.vllm.known import classify, stopped_by
 
-    get_target("vllm").check_environment()
+    get_target("vllm").prepare_environment()
     caps = require_vllm()
     cells, reasons = {}, {}
     for path in sorted(glob.glob(os.path.join(HERE, "*.json"))):

@@ -175,7 +175,7 @@ def validate(o: CampaignOptions) -> CampaignOptions:
     if o.ruleset is not None:
         _one_line(lambda name: check_ruleset_fits(o.target, name), o.ruleset)
     try:
-        target.check_environment()
+        target.prepare_environment()
         # The target adapter's self-check (optional hook): a broken mechanism is
         # exit 2; what it met about the code under test is replayed first.
         self_check = getattr(target, "self_check", None)

@@ -495,7 +495,7 @@ class Worker:
 
         # One-time costs (an engine's cold import: ~20 s for vLLM) before the
         # first scenario, whose deadline must not pay them.
-        get_target(self.o.target).check_environment()
+        get_target(self.o.target).prepare_environment()
         # Everything imported so far (torch, Hypothesis, an engine) lives as
         # long as the worker: out of the collector's sight, every collection
         # walks only what scenarios allocate (a third less GC time per scenario).

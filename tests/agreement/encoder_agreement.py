@@ -77,7 +77,7 @@ def observe(target_name: str, scenario_json: dict, backend_name: str) -> dict:
     from cgsim.properties.encoder import check_encoder_scenario
 
     target = encoder_target(target_name)
-    target.check_environment()
+    target.prepare_environment()
     backend = get_backend(backend_name)
     reached, _ = target.reach(EncoderScenario.from_json(scenario_json))
     outputs: dict = {}

@@ -65,7 +65,7 @@ def make(todo: list[tuple[str, dict]], target: str, label: str, out: str, jobs: 
 
     from cgsim.targets import get_target
 
-    get_target(target).check_environment()
+    get_target(target).prepare_environment()
     with _pool(jobs) as pool:
         seen = pool.map(observe_entry, [({"scenario": s, "target": target}, "mock") for _, s in todo], chunksize=1)
     kept = 0
@@ -132,7 +132,7 @@ def check(corpus: str, target: str, label: str, backend: str, jobs: int, out_jso
 
     from cgsim.targets import get_target
 
-    get_target(target).check_environment()
+    get_target(target).prepare_environment()
     entries = [json.loads(line) for line in open(corpus, encoding="utf-8")]
     if only:
         entries = [e for e in entries if only in e["id"]]

@@ -12,7 +12,7 @@ How a cgsim config reads for sglang, and how sglang's graphs read as cgsim
 descriptors: ``cgsim.spec.sglang``.  Judged by the ``sglang`` ruleset;
 docs/sglang.md maps the property catalogue onto it.
 
-Importing this module is cheap: sglang is imported by ``check_environment``
+Importing this module is cheap: sglang is imported by ``prepare_environment``
 (about 15 s of CPU the first time, then a warm-up capture) and by ``build``.
 """
 
@@ -74,10 +74,10 @@ class SglangTarget:
 
     def default_ruleset(self) -> str | None:
         """The design of the imported tree (compat.DESIGNS)."""
-        self.check_environment()
+        self.prepare_environment()
         return probe().ruleset
 
-    def check_environment(self) -> None:
+    def prepare_environment(self) -> None:
         if self._version is None:
             self._version = require_sglang()
 
@@ -133,7 +133,7 @@ class SglangTarget:
         return tuple(default_decode_bs(max_num_seqs, False, decode_query_len > 1))
 
     def build(self, config: ManagerConfig, ruleset: Ruleset, backend: Any, workload: Any) -> Any:
-        self.check_environment()
+        self.prepare_environment()
         handle_mod = importlib.import_module("cgsim.targets.sglang._handle")
         return handle_mod.SglangHandle(config, backend, workload, self._version or "?", self.patches)
 

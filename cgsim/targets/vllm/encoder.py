@@ -193,7 +193,7 @@ class VllmEncoderTarget:
     def default_ruleset(self) -> str:
         return tree_design()
 
-    def check_environment(self) -> None:
+    def prepare_environment(self) -> None:
         from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
         from cgsim.targets.vllm.source import apply_source, source_from_environment  # noqa: PLC0415
 

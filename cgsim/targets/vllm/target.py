@@ -65,10 +65,12 @@ class VllmTarget:
         except VllmEnvironmentError:
             return None
 
-    def check_environment(self) -> None:
-        """Raises VllmEnvironmentError (one line) unless a vLLM the adapter can
-        drive imports here; then pays vLLM's one-time import costs, so that
-        they fall outside the first scenario's deadline."""
+    def prepare_environment(self) -> None:
+        """Lays the source tree (CGSIM_VLLM_SOURCE) over the install, starts
+        coverage where asked, and raises VllmEnvironmentError (one line)
+        unless a vLLM the adapter can drive imports here; then pays vLLM's
+        one-time import costs, so that they fall outside the first
+        scenario's deadline."""
         from cgsim.targets.vllm import coverage as vllm_coverage  # noqa: PLC0415
         from cgsim.targets.vllm.source import apply_source, source_from_environment  # noqa: PLC0415
 
