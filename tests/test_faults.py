@@ -622,9 +622,13 @@ def test_report_directory_on_a_tmpfs_that_fills_up_or_turns_read_only(tmp_path, 
     is rebuilt from them."""
     (tmp_path / "campaign.py").write_text(CAMPAIGN)
     # Read-only: a read-only bind mount over the report directory (a remount
-    # of the tmpfs itself is refused while the campaign holds files open).
+    # of the tmpfs itself is refused while the campaign holds files open; so is
+    # the bind mount's while the campaign has a file open for writing through
+    # it, for a moment: retried).
     fault_cmd = ("dd if=/dev/zero of=$MNT/fill bs=4k 2>/dev/null" if fault == "full"
-                 else "mount --bind $MNT/reports $MNT/reports && mount -o remount,bind,ro $MNT/reports || exit 98")
+                 else "mount --bind $MNT/reports $MNT/reports || exit 98; i=0; "
+                      "until mount -o remount,bind,ro $MNT/reports 2>/dev/null; do "
+                      "i=$((i+1)); [ $i -ge 100 ] && exit 98; sleep 0.02; done")
     undo_cmd = "rm -f $MNT/fill" if fault == "full" else "umount $MNT/reports"
     script = f"""
         mount -t tmpfs -o size=2m tmpfs $MNT || exit 99
