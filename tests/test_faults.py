@@ -442,7 +442,7 @@ def test_sigint_ends_workers_stuck_in_a_scenario_within_the_grace(tmp_path):
 
 
 SLOW_START_UP = """
-import time, fuzz.campaign as _campaign
+import time, fuzz.campaign.run as _campaign
 _validate = _campaign.validate
 def _slow_validate(options):
     open(MARK, "w").close()

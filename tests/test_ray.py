@@ -305,7 +305,7 @@ def test_the_actors_die_with_their_driver(tmp_path, cluster):
 @needs_ray
 def test_ray_client_addresses_are_refused(tmp_path, cluster):
     from fuzz.campaign import UsageError
-    from fuzz.campaign.ray_executor import connect
+    from fuzz.campaign.cluster import connect
 
     with pytest.raises(UsageError, match="Ray Client"):
         connect("ray://head:10001")

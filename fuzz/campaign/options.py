@@ -206,7 +206,7 @@ def validate(o: CampaignOptions) -> CampaignOptions:
     if o.ray is None:
         changes["workers"] = _bounded_workers(replace(o, **changes))
     # With --ray the workers are bounded by the cluster, which the run joins
-    # (ray_executor.join_cluster): validation connects to nothing.
+    # (cluster.join_cluster): validation connects to nothing.
     return replace(o, **changes)
 
 

@@ -26,7 +26,6 @@ carries the campaign's stop request, so stopping costs no extra call.
 from __future__ import annotations
 
 import faulthandler
-import json
 import os
 import platform
 import threading
@@ -45,8 +44,8 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 from cgsim.finding import Finding  # noqa: E402
 from cgsim.report.findings import FindingStore
 from cgsim.report.repro import write_repro
-from fuzz.campaign.worker import (EXIT_DONE, EXIT_ERROR, EXIT_STORE, Abort, StoreFailed, Worker, WorkerSpec,
-                                  inflight_path)
+from fuzz.campaign.inflight import InflightFile, inflight_entry
+from fuzz.campaign.worker import EXIT_DONE, EXIT_ERROR, EXIT_STORE, Abort, StoreFailed, Worker, WorkerSpec
 
 __all__ = ["FindingsSink", "WorkerActor", "RayWorker", "SINK_TIMEOUT_S"]
 
@@ -62,7 +61,7 @@ class FindingsSink:
         self.messages: list[tuple] = []
         self.state: dict[int, dict] = {}  # worker index -> {"incarnation", "started", "limit"} (this node's clock)
         self.stop = False
-        self._files: dict[int, Any] = {}
+        self.inflight_files: dict[int, InflightFile] = {}  # worker index -> its in-flight file on the driver's disk
 
     def now(self) -> float:
         return time.time()
@@ -79,26 +78,17 @@ class FindingsSink:
     def _live(self, index: int, incarnation: int) -> bool:
         return self.current.get(index) == incarnation and self._driver_alive()
 
-    def _write_inflight(self, index: int, text: str) -> None:
-        # As a local worker does (no fsync): read after a death, and by
-        # ``fuzz report`` after the campaign died.  Best effort.
-        try:
-            f = self._files.get(index)
-            if f is None:
-                f = self._files[index] = open(inflight_path(self.run_dir, index), "w", encoding="utf-8")
-            f.seek(0)
-            f.write(text)
-            f.truncate()
-            f.flush()
-        except (OSError, ValueError):
-            pass
+    def _inflight(self, index: int) -> InflightFile:
+        if index not in self.inflight_files:
+            self.inflight_files[index] = InflightFile(self.run_dir, index)
+        return self.inflight_files[index]
 
     # -- the driver ---------------------------------------------------------------------
     def register(self, index: int, incarnation: int) -> None:
         """From now on only ``incarnation`` of worker ``index`` may write."""
         self.current[index] = incarnation
         self.state.pop(index, None)
-        self._write_inflight(index, "")
+        self._inflight(index).clear()
 
     def drain(self) -> tuple[list, dict]:
         messages, self.messages = self.messages, []
@@ -113,14 +103,13 @@ class FindingsSink:
         if not self._live(index, incarnation):
             return True
         now = time.time()
-        self._write_inflight(index, json.dumps({"worker": index, "incarnation": incarnation, "pid": pid, "node": node,
-                                                "started": round(now, 3), "scenario": scenario}))
+        self._inflight(index).write(inflight_entry(index, incarnation, pid, scenario, node=node, started=now))
         self.state[index] = {"incarnation": incarnation, "started": now, "limit": limit}
         return self.stop
 
     def idle(self, index: int, incarnation: int) -> None:
         if self.current.get(index) == incarnation:
-            self._write_inflight(index, "")
+            self._inflight(index).clear()
             if index in self.state:
                 self.state[index]["started"] = 0.0
 

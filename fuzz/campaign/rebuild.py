@@ -12,7 +12,7 @@ the campaign died).  A run whose last summary is not final becomes
 normally keeps its state and is only re-rendered.  Missing repro scripts are
 written again.
 
-The exit status is the campaign's (``fuzz.campaign.exit_code``): 1 with
+The exit status is the campaign's (``fuzz.campaign.run.exit_code``): 1 with
 findings, 0 without, 3 when the report cannot be written, 2 when RUN_DIR is
 not a run or its campaign is still running.
 """
@@ -23,7 +23,6 @@ import datetime as _dt
 import glob
 import json
 import os
-import re
 import sys
 import time
 from typing import TextIO
@@ -33,8 +32,9 @@ from cgsim.report.findings import load_finding, scan_findings
 from cgsim.report.repro import write_repro
 from cgsim.report.summary import SUMMARY_SCHEMA, build_summary, write_report
 from fuzz.campaign.console import print_summary
+from fuzz.campaign.inflight import describe_inflight, recorded_inflight
 from fuzz.campaign.options import UsageError
-from fuzz.campaign.supervisor import describe_inflight, read_inflight
+from fuzz.campaign.run import EXIT_REPORT_FAILED, RUN_LOCK, CampaignResult, exit_code
 
 __all__ = ["rebuild_report", "DIED"]
 
@@ -43,15 +43,12 @@ LOCK_GRACE_S = 3.0
 # Notes this module writes; a report rebuilt again gets fresh ones instead.
 _OWN_NOTES = ("the campaign died before its final report", "re-rendered from the findings on disk",
               "there was no summary.json", "finding file(s) could not be read", "could not write the missing")
-_INFLIGHT_NOTE = re.compile(r"^worker \d+ was running a scenario when the campaign died")
 
 
 def rebuild_report(run_dir: str, out: TextIO | None = None, err: TextIO | None = None, quiet: bool = False):
     """Rebuild summary.json, junit.xml and index.md of ``run_dir``; returns a
     ``CampaignResult``.  UsageError (one line) when it is not a run, its
     summary is not a cgsim summary, or its campaign still runs."""
-    from fuzz.campaign import EXIT_REPORT_FAILED, RUN_LOCK, CampaignResult, exit_code
-
     out = out or sys.stdout
     err = err or sys.stderr
     run_dir = run_dir.rstrip("/") or "/"
@@ -132,7 +129,9 @@ def _rebuild(run_dir: str, findings_dir: str, previous: dict | None) -> dict:
     last_life = _parse_time(prev.get("last_activity")) if prev.get("rebuilt_at") else None
     last_life = last_life or _last_sign_of_life(run_dir)
     findings = scan_findings(findings_dir)
-    notes = [n for n in prev.get("notes", []) if not any(m in n for m in _OWN_NOTES) and not _INFLIGHT_NOTE.match(n)]
+    # An earlier rebuild's notes on what was in flight come from its summary's entries: made again from them.
+    earlier_inflight = {_running_note(e) for e in prev.get("inflight", []) if isinstance(e, dict)}
+    notes = [n for n in prev.get("notes", []) if not any(m in n for m in _OWN_NOTES) and n not in earlier_inflight]
     now = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     unreadable = []
     for path in sorted(glob.glob(os.path.join(findings_dir, "*.json"))):
@@ -162,9 +161,7 @@ def _rebuild(run_dir: str, findings_dir: str, previous: dict | None) -> dict:
         when = _dt.datetime.fromtimestamp(last_life).astimezone().isoformat(timespec="seconds") if last_life else "?"
         notes.append(f"the campaign died before its final report (last file written at {when}); rebuilt from the "
                      f"findings on disk by python -m fuzz report at {now}; counts are from the last summary")
-        for entry in inflight:
-            notes.append(f"worker {entry['worker']} was running a scenario when the campaign died "
-                         f"(started {entry.get('started_at') or '?'}): {entry.get('scenario_short') or '?'}")
+        notes += [_running_note(entry) for entry in inflight]
     else:
         notes.append(f"re-rendered from the findings on disk by python -m fuzz report at {now}")
     workers = [dict(w, end="died with the campaign") if w.get("end") == "running" and not final else w
@@ -202,18 +199,21 @@ def _settings_from(findings: list) -> dict:
 
 
 def _inflight(run_dir: str, prev: dict) -> list[dict]:
-    names = glob.glob(os.path.join(run_dir, ".work", "inflight-w*.json"))
-    if not names:  # no scratch directory (an uploaded report): the last summary's view
+    recorded = recorded_inflight(run_dir)
+    if recorded is None:  # no scratch directory (an uploaded report): the last summary's view
         return [e for e in prev.get("inflight", []) if isinstance(e, dict)]
     out = []
-    for name in sorted(names, key=lambda n: int(re.sub(r"\D", "", os.path.basename(n)) or 0)):
-        index = int(re.sub(r"\D", "", os.path.basename(name)) or 0)
-        data = read_inflight(run_dir, index)
-        if data is not None:
-            entry = describe_inflight(data)
-            entry.pop("since_s", None)  # "since now" means nothing for a dead campaign
-            out.append(entry)
+    for data in recorded:
+        entry = describe_inflight(data)
+        entry.pop("since_s", None)  # "since now" means nothing for a dead campaign
+        out.append(entry)
     return out
+
+
+def _running_note(entry: dict) -> str:
+    """The note on one summary "inflight" entry of a dead campaign."""
+    return (f"worker {entry.get('worker')} was running a scenario when the campaign died "
+            f"(started {entry.get('started_at') or '?'}): {entry.get('scenario_short') or '?'}")
 
 
 def _last_sign_of_life(run_dir: str) -> float | None:

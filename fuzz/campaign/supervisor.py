@@ -20,8 +20,6 @@ kept in memory for the report's notes.
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import multiprocessing
 import os
 import queue as queue_mod
@@ -31,16 +29,15 @@ from typing import Any, Callable
 
 from cgsim.observe import Pipeline
 from cgsim.properties.harness import NO_CRASH, NO_HANG
-from cgsim.scenario import Scenario, ScenarioError
 from fuzz.campaign import resources
 from fuzz.campaign.executor import (EXIT_ERROR_RESTARTS, MAX_RESTARTS, STOP_SIGNALS, ExecutorCommon, Slot,
                                     split_examples)
 from fuzz.campaign.executor import signame as _signame
+from fuzz.campaign.inflight import describe_inflight, read_inflight
 from fuzz.campaign.options import CampaignOptions
-from fuzz.campaign.worker import (EXIT_DONE, EXIT_ERROR, EXIT_RESTART, EXIT_STORE, default_strategy, inflight_path,
-                                  worker_main)
+from fuzz.campaign.worker import EXIT_DONE, EXIT_ERROR, EXIT_RESTART, EXIT_STORE, default_strategy, worker_main
 
-__all__ = ["Supervisor", "read_inflight", "describe_inflight"]
+__all__ = ["Supervisor"]
 
 WARM_WAIT_S = 10.0  # the first worker's memory is measured after its first scenario, or after this long
 
@@ -273,34 +270,6 @@ class Supervisor(ExecutorCommon):
             slot.close_span()
             slot.process = None
         self._drain()
-
-
-def read_inflight(run_dir: str, index: int) -> dict | None:
-    """What worker ``index`` was running: {"worker", "incarnation", "pid",
-    "started", "scenario"}, or None (idle, never started, unreadable)."""
-    text = _read(inflight_path(run_dir, index))
-    try:
-        data = json.loads(text) if text.strip() else None
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("scenario"), dict):
-        return None
-    return data
-
-
-def describe_inflight(data: dict) -> dict:
-    """A summary's "inflight" entry for what ``read_inflight`` returned."""
-    started = data.get("started")
-    try:
-        short = Scenario.from_json(data["scenario"]).short()
-    except (ScenarioError, TypeError, ValueError, KeyError):
-        short = ""
-    when = None
-    if isinstance(started, (int, float)):
-        when = _dt.datetime.fromtimestamp(started).astimezone().isoformat(timespec="seconds")
-    return {"worker": data.get("worker"), "incarnation": data.get("incarnation"), "pid": data.get("pid"),
-            "started_at": when, "since_s": round(time.time() - started, 1) if isinstance(started, (int, float)) else None,
-            "scenario_short": short, "scenario": data["scenario"]}
 
 
 def _read(path: str) -> str:

@@ -5,23 +5,12 @@ Why a worker writes its own findings: the parent may die or be killed, and a
 worker killed with SIGKILL must lose at most the scenario it was running.  The
 parent only merges what is on disk.
 
-Life of a finding inside a worker:
-
-0. an example shows a failure new to this worker: it is replayed once, on
-   the same target and backend, before anything is written (``replays`` in
-   the finding); a failure the replay does not show is replayed a few more
-   times and written as it was seen, "flaky" with its rate, never shrunk;
-1. an example violates property P that this worker has not finalised yet:
-   ``findings/<id>.json`` is written at once (status "shrinking"), and the
-   test body raises so Hypothesis shrinks it.  P is *pinned*: while shrinking,
-   only a violation of P counts as failing, so Hypothesis cannot wander off
-   to a different bug that happens to have a smaller example;
-2. other new properties seen meanwhile are written at once too (status
-   "pending"); a later chunk pins and shrinks them if they recur;
-3. when Hypothesis finishes (or the deadline, a stop or the shrink limit
-   interrupts shrinking), the smallest failing Scenario is written (status
-   "shrunk" or "shrink-interrupted"), and only then is the first sighting removed (or, when
-   shrinking found nothing smaller, replaced by its own shrunk version).
+What happens to a failure (written at once, pinned and shrunk, pending,
+final) is ``lifecycle.FindingLifecycle``'s; the worker runs the scenarios,
+replays a new failure once before anything is written, and tells the
+lifecycle what it saw.  What the scenarios covered is counted by
+``coverage.Coverage``; the scenario in flight is announced through
+``inflight``.
 
 Every finding file has its ``repro_<id>.py`` beside it, written first.
 
@@ -50,7 +39,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import json
 import os
 import signal
 import sys
@@ -67,10 +55,13 @@ from cgsim.report.findings import FindingStore
 from cgsim.report.repro import write_repro
 from cgsim.scenario import Scenario
 from cgsim.text import first_line, reason_class
+from fuzz.campaign.coverage import Coverage
+from fuzz.campaign.inflight import InflightFile, inflight_entry
+from fuzz.campaign.lifecycle import FindingLifecycle, ShrinkState
 from fuzz.campaign.options import CampaignOptions
 
 __all__ = ["Worker", "WorkerSpec", "worker_main", "derive_seed", "EXIT_DONE", "EXIT_RESTART", "EXIT_ERROR", "EXIT_STORE",
-           "Abort", "StoreFailed", "capture_size_range", "default_strategy", "inflight_path"]
+           "Abort", "StoreFailed", "default_strategy", "repeat_key"]
 
 EXIT_DONE = 0
 EXIT_RESTART = 75  # "restart me": the target may have poisoned this process
@@ -81,22 +72,12 @@ FLAKY_REPLAYS = 5  # replays of a failure the first replay did not show, for its
 _stop_requested = False  # set by SIGTERM/SIGHUP: finish the finding at hand, then exit
 
 
-def inflight_path(run_dir: str, index: int) -> str:
-    return os.path.join(run_dir, ".work", f"inflight-w{index}.json")
-
 PR_SET_PDEATHSIG = 1
 
 
 def derive_seed(*parts: Any) -> int:
     digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:8], "big") >> 1
-
-
-def capture_size_range(largest: int) -> str:
-    for lo, hi in ((1, 8), (9, 64), (65, 512), (513, 2048)):
-        if lo <= largest <= hi:
-            return f"{lo}-{hi}"
-    return ">2048"
 
 
 def default_strategy(ruleset: str | None, target: str | None = None) -> Any:
@@ -216,22 +197,22 @@ class Worker:
         self.work_dir = os.path.join(spec.run_dir, ".work")
         # Keyed by finding_key: a property, or a property and the documented
         # defect of the code under test a finding of it is an instance of.
-        self.found: set[str] = set(spec.skip_properties)  # finalised by this worker
-        self.provisional: dict[str, str] = {}  # key -> id of its unshrunk file
-        self.shrunk_defects: dict[str, str] = {}  # documented defect -> id of its finalised (shrunk) finding
+        self.lifecycle = FindingLifecycle(record=self._record, remove=self._remove_own, defect_of=self.defect_of,
+                                          first_seen=self._first_seen, may_shrink=self._shrink_allowed,
+                                          found=spec.skip_properties)
         self.shrink_spent = 0.0  # seconds this incarnation spent shrinking
         self._classify: Callable[[Finding], dict] | None = None
         self.scenarios = 0
         self.checks: Counter = Counter()
         self.failures: Counter = Counter()
-        self.coverage: dict[str, Counter] = {}
+        self.coverage = Coverage()
         self.last_stats = 0.0
         self.started = time.time()
         self._fuzz_started = (time.time(), time.process_time())  # reset once the target is warm
         self.first_seen: dict[str, dict] = {}
         self.ran: set[tuple] = set()  # repeat_key of every scenario this worker ran
         self.repeats = False  # True once the strategy offers nothing new: repeats run again
-        self._inflight = None
+        self.inflight = InflightFile(spec.run_dir, spec.index)
         self._chunk_seed: int | None = 0
         self.replayed: dict | None = None  # digests of the saved failures replayed: {"passed": [...], "failed": [...]}
         self.parent = os.getppid()  # the campaign, or (forkserver) the server that forked us
@@ -254,8 +235,8 @@ class Worker:
                 **self._fuzzed(),
                 "checks": dict(self.checks),
                 "failures": dict(self.failures),
-                "coverage": {k: dict(v) for k, v in {**self.coverage, "not_reachable": NOT_REACHABLE}.items() if v},
-                "found": sorted(self.found),
+                "coverage": self.coverage.snapshot({"not_reachable": NOT_REACHABLE}),
+                "found": sorted(self.lifecycle.found),
                 "final": final,
                 **({"replayed": self.replayed} if self.replayed is not None else {}),
             },
@@ -274,57 +255,16 @@ class Worker:
                 pass
         return False
 
-    # -- bookkeeping -----------------------------------------------------------
-    def _cover(self, scenario: Any) -> None:
-        def add(dim: str, key: Any) -> None:
-            self.coverage.setdefault(dim, Counter())[str(key)] += 1
-
-        cfg = scenario.config
-        add("rulesets", scenario.ruleset)
-        add("modes", cfg.mode.value)
-        add("capture_size_ranges", capture_size_range(max(cfg.capture_sizes)))
-        feats = [name for name, on in (
-            ("breakable", cfg.breakable), ("varlen-decode", cfg.varlen_decode), ("spec-schedule", cfg.spec_schedule),
-            ("speculative", cfg.decode_query_len > 1), ("lora", len(cfg.lora_cases) > 1),
-            ("ubatches", cfg.num_ubatches > 1)) if on]
-        for f in feats or ["plain"]:
-            add("config_features", f)
-        for step in scenario.steps:
-            if step.batch is not None:
-                add("batch_kinds", step.batch.kind)
-            add("step_kinds", step.kind)
-        # Where the batches came from: the engine's own scheduler, or cgsim's model of it.
-        add("batch_sources", scenario.served.scheduler if scenario.served is not None else "model")
-
+    # -- hooks -----------------------------------------------------------------
     def write_inflight(self, scenario: Any) -> None:
-        # Cheap (one rewrite, no fsync): read by the parent after this process
-        # died, to name the scenario that killed it, and by ``fuzz report``
-        # after the campaign died.  Emptied when the scenario returns, so a
-        # non-empty file is a scenario that was running.  Best effort: a full
-        # disk must not look like a failure of the scenario.
+        """Announce ``scenario`` as in flight before it runs (``inflight``)."""
         spec = self.spec
-        text = json.dumps({"worker": spec.index, "incarnation": spec.incarnation, "pid": os.getpid(),
-                           "started": round(time.time(), 3), "scenario": scenario.to_json()})
-        try:
-            if self._inflight is None:
-                self._inflight = open(inflight_path(spec.run_dir, spec.index), "w", encoding="utf-8")
-            f = self._inflight
-            f.seek(0)
-            f.write(text)
-            f.truncate()
-            f.flush()
-        except (OSError, ValueError):
-            pass
+        self.inflight.write(inflight_entry(spec.index, spec.incarnation, os.getpid(), scenario.to_json()))
 
     def clear_inflight(self) -> None:
-        try:
-            if self._inflight is not None:
-                self._inflight.seek(0)
-                self._inflight.truncate()
-                self._inflight.flush()
-        except (OSError, ValueError):
-            pass
+        self.inflight.clear()
 
+    # -- findings ----------------------------------------------------------------
     def _record(self, finding: Finding, status: str, extra: dict | None = None) -> Finding:
         from cgsim.report.findings import FINAL
 
@@ -426,53 +366,6 @@ class Worker:
                                     "first_seen_scenarios": scenarios + self.scenarios}
         return self.first_seen[key]
 
-    def _finalise(self, key: str, best: tuple, first: Finding, status: str, flaky: str | None = None,
-                  note: str | None = None) -> None:
-        _, found = best
-        # found_at: when the failure was first confirmed (recorded_at: when this, the shrunk one, was).
-        extra = {"first_id": first.id, "original_scenario": first.scenario, "found_at": first.extra.get("recorded_at"),
-                 **{k: v for k, v in first.extra.items() if k.startswith("first_seen")}}
-        if flaky:
-            extra["flaky"] = flaky
-        if note:
-            extra["note"] = note
-        final = self._record(found, status, extra=extra)
-        # Only once the shrunk version is on disk does its first sighting go.
-        if first.id != final.id:
-            self._remove_own(first.id)
-        self.found.add(key)
-        defect = self.defect_of(final)
-        if defect is not None:
-            self.shrunk_defects.setdefault(defect, final.id)
-        old = self.provisional.pop(key, None)
-        if old and old not in (final.id, first.id):
-            self._remove_own(old)
-
-    def _record_flaky(self, key: str, seen: Finding, replay: dict) -> None:
-        """A failure its replays did not always show: written once, as it was
-        seen, with its rate; never shrunk (shrinking needs a failure that
-        repeats) and not searched for again by this worker."""
-        runs, shown = replay["runs"], replay["reproduced"]
-        self._record(seen, "unshrunk", extra={
-            "flaky": f"reproduced in {shown} of {runs} replays on the same backend right after it was seen",
-            "flaky_rate": round(shown / runs, 3), "replays": replay,
-            "note": "flaky: not shrunk; the target depends on state earlier scenarios left, or on timing",
-            **self._first_seen(key)})
-        self.found.add(key)
-
-    def _record_same_defect(self, key: str, seen: Finding, defect: str, replay: dict | None = None) -> None:
-        """A failure of another property of a documented defect this worker
-        already shrank: final as it is (one scenario of a defect often
-        violates five properties, vLLM's #7 among them, and five shrinks of
-        one known cause would cost a short campaign most of its budget)."""
-        shrunk = self.shrunk_defects[defect]
-        note = f"not shrunk: an instance of the documented defect {defect}, shrunk in {shrunk}"
-        recorded = self._record(seen, "unshrunk", extra={"note": note, "replays": replay, **self._first_seen(key)})
-        self.found.add(key)
-        old = self.provisional.pop(key, None)
-        if old and old != recorded.id:
-            self._remove_own(old)
-
     def _remove_own(self, fid: str) -> None:
         """Remove a superseded provisional finding of this worker's, unless
         another worker's (or a final) finding now lives under that name."""
@@ -550,7 +443,7 @@ class Worker:
             return False
         key = repeat_key(scenario)
         if key in self.ran:
-            self.coverage.setdefault("repeats", Counter())["rejected"] += 1
+            self.coverage.add("repeats", "rejected")
             return True
         if len(self.ran) > _RAN_BOUND:
             self.ran.clear()
@@ -561,9 +454,8 @@ class Worker:
         """Run and judge one scenario, announced in flight first; count it."""
         outcome = self._observe(scenario)
         self.scenarios += 1
-        self._cover(scenario)
-        for dim, key in outcome.coverage:
-            self.coverage.setdefault(dim, Counter())[key] += 1
+        self.coverage.scenario(scenario)
+        self.coverage.outcome(outcome.coverage)
         for p in outcome.checked:
             self.checks[p] += 1
         for p in outcome.properties:
@@ -626,8 +518,7 @@ class Worker:
         """
         if not entries:
             return False
-        from cgsim.report.findings import FINAL
-        from cgsim.scenario import Scenario, ScenarioError
+        from cgsim.scenario import ScenarioError
 
         self._chunk_seed = None  # a replayed finding comes from no seed of this campaign
         passed: list[str] = []
@@ -643,42 +534,25 @@ class Worker:
                 continue
             outcome = self._run_one(scenario)
             (failed if outcome.properties else passed).append(entry.digest)
-            for key, seen in self._keyed(outcome).items():
-                if key in self.found or key in self.provisional:
-                    continue
-                if seen.property == entry.property and entry.status in FINAL:
-                    status = entry.status
-                else:
-                    status = "unshrunk" if not seen.shrinkable else "pending"
-                # No first_seen: nothing was searched for (the time-to-find of a
-                # replayed failure would say nothing about the fuzzer).
-                extra = {"replayed": entry.digest,
-                         "note": f"saved by an earlier campaign ({entry.status}) and replayed from the example database"}
-                recorded = self._record(seen, status, extra=extra)
-                if status == "pending":
-                    self.provisional[key] = recorded.id
-                else:
-                    self.found.add(key)
-                    defect = self.defect_of(recorded) if status in FINAL else None
-                    if defect is not None:
-                        self.shrunk_defects.setdefault(defect, recorded.id)
+            self.lifecycle.saved(self._keyed(outcome), entry.property, entry.status, entry.digest)
             if outcome.needs_restart:
                 return True
         return False
 
     def _run_chunk(self, given: Any, seed_dec: Any, base: Any, strategy: Any) -> bool:
+        """One Hypothesis run (a chunk); True when the target left the process unusable."""
         from hypothesis import reject
 
         spec = self.spec
-        st: dict[str, Any] = {"pinned": None, "best": None, "first": None, "restart": False}
+        shrink = ShrinkState()
         limit = self.o.shrink_limit
 
         def body(scenario: Any) -> None:
-            if self._over(pinned=st["pinned"] is not None):
+            if self._over(pinned=shrink.pinned is not None):
                 raise Abort()
-            if st["pinned"] is None and self._repeat(scenario):
+            if shrink.pinned is None and self._repeat(scenario):
                 reject()
-            if st["pinned"] is not None and limit is not None and time.monotonic() - st["pinned_at"] > limit:
+            if shrink.pinned is not None and limit is not None and time.monotonic() - shrink.pinned_at > limit:
                 raise _ShrinkLimit()
             started = time.monotonic()
             try:
@@ -688,47 +562,21 @@ class Worker:
             # A failure whose one run outlasts the shrink limit cannot get
             # smaller within it: Hypothesis's first shrink step runs it
             # again, and the limit, checked before each run, lets that run
-            # whole (vLLM 0.32: an engine config of 52 sizes, six LoRA cases
-            # and DBO, 13 s a run, then 18 s of "shrinking" in a 60 s budget).
-            # It waits ("pending") for a cheaper recurrence instead.
+            # whole (an engine-sized config can take most of a shrink limit
+            # for one run).  It waits ("pending") for a cheaper recurrence instead.
             too_slow = limit is not None and time.monotonic() - started > limit
             keyed = self._keyed(outcome) if outcome.findings else {}
-            pinned = st["pinned"]
-            # While shrinking, a smaller scenario counts only if it still shows
-            # the same key: the same defect, not merely the same property.
-            if pinned is not None and pinned in keyed:
-                st["best"] = (scenario, keyed[pinned])
-            new = [key for key in keyed if key not in self.found and key != pinned and key not in self.provisional]
+            new = self.lifecycle.new_keys(keyed, shrink)
             try:
                 replays = self._confirm(scenario, outcome, new) if new else {}
             except Exception as exc:  # as for the first run: the machinery, never the target
                 raise _HarnessFailed(exc) from exc
-            for key, seen in keyed.items():
-                if key in self.found or key == pinned:
-                    continue
-                defect = self.defect_of(seen)
-                replay = replays.get(key)
-                if replay is not None and replay["runs"] and replay["reproduced"] < replay["runs"]:
-                    self._record_flaky(key, seen, replay)
-                elif not seen.shrinkable:
-                    self._record(seen, "unshrunk", extra={"note": f"{seen.property} findings are not shrunk",
-                                                          "replays": replay, **self._first_seen(key)})
-                    self.found.add(key)
-                elif defect in self.shrunk_defects:
-                    self._record_same_defect(key, seen, defect, replay)
-                elif pinned is None and not too_slow and self._shrink_allowed():
-                    st["pinned"] = pinned = key
-                    st["pinned_at"] = time.monotonic()
-                    st["best"] = (scenario, seen)
-                    st["first"] = self._record(seen, "shrinking", extra={"replays": replay, **self._first_seen(key)})
-                elif key not in self.provisional:
-                    self.provisional[key] = self._record(seen, "pending",
-                                                         extra={"replays": replay, **self._first_seen(key)}).id
+            self.lifecycle.seen(shrink, scenario, keyed, replays, too_slow)
             if outcome.needs_restart:
-                st["restart"] = True
+                shrink.restart = True
                 raise _Restart()
-            if pinned is not None and pinned in keyed:
-                raise _PropertyFailed(pinned, keyed[pinned].message)
+            if shrink.pinned is not None and shrink.pinned in keyed:
+                raise _PropertyFailed(shrink.pinned, keyed[shrink.pinned].message)
 
         test = base(seed_dec(self._chunk_seed)(given(strategy)(body)))
         status = "shrunk"
@@ -739,7 +587,7 @@ class Worker:
             status = "shrink-interrupted"
         except _ShrinkLimit:
             status = "shrink-interrupted"
-            st["limited"] = True
+            shrink.limited = True
         except _PropertyFailed:
             pass
         except Exception as exc:
@@ -755,18 +603,18 @@ class Worker:
             if type(exc).__name__.startswith("Flaky"):
                 # The failure did not reproduce on replay: the target depends on
                 # state left by earlier scenarios (or on time).  Worth knowing.
-                st["flaky"] = f"{type(exc).__name__}: {first_line(exc, 300)}"
-            if st["pinned"] is None:
+                shrink.flaky = f"{type(exc).__name__}: {first_line(exc, 300)}"
+            if shrink.pinned is None:
                 self._send("note", spec.index, f"chunk seed {self._chunk_seed}: {type(exc).__name__}: {first_line(exc, 300)}")
-        if st["pinned"] is not None:
-            self.shrink_spent += time.monotonic() - st["pinned_at"]
-        if st["pinned"] is not None and not self.orphaned():
+        if shrink.pinned is not None:
+            self.shrink_spent += time.monotonic() - shrink.pinned_at
+        if shrink.pinned is not None and not self.orphaned():
             try:
-                self._finalise(st["pinned"], st["best"], st["first"], status, st.get("flaky"),
-                               note=f"shrink stopped at its {limit:g}s limit (--shrink-limit)" if st.get("limited") else None)
+                self.lifecycle.finalise(shrink, status, note=f"shrink stopped at its {limit:g}s limit (--shrink-limit)"
+                                        if shrink.limited else None)
             except Abort:
                 pass
-        return bool(st["restart"])
+        return shrink.restart
 
 
 # Scenario keys a worker remembers (a config is a few hundred bytes).
