@@ -59,7 +59,8 @@ class Disk:
     def on_disk(self) -> dict[str, Finding]:
         return {f.id: f for f in scan_findings(self.dir)}
 
-    def seen(self, shrink: ShrinkState, *findings: Finding, replays: dict | None = None, too_slow: bool = False) -> None:
+    def seen(self, shrink: ShrinkState, *findings: Finding, replays: dict | None = None,
+             too_slow: bool = False) -> None:
         keyed = {f.property: f for f in findings}
         new = self.life.new_keys(keyed, shrink)
         replays = replays if replays is not None else {key: CONFIRMED for key in new}
@@ -69,7 +70,8 @@ class Disk:
 def test_a_first_sighting_is_on_disk_before_it_is_shrunk_and_replaced_by_the_smallest(tmp_path):
     disk = Disk(tmp_path)
     shrink = ShrinkState()
-    big, smaller, smallest = seen("DISPATCH-COMPLETE", 3, 5, 7), seen("DISPATCH-COMPLETE", 3, 5), seen("DISPATCH-COMPLETE", 3)
+    big, smaller = seen("DISPATCH-COMPLETE", 3, 5, 7), seen("DISPATCH-COMPLETE", 3, 5)
+    smallest = seen("DISPATCH-COMPLETE", 3)
     disk.seen(shrink, big)
     assert shrink.pinned == "DISPATCH-COMPLETE" and shrink.pinned_at == 100.0
     (first,) = disk.on_disk().values()  # a campaign that died now would still list it
@@ -174,8 +176,9 @@ def test_a_saved_failure_that_fails_again_is_final_as_saved_or_pending(tmp_path)
     again = {"DISPATCH-COMPLETE": seen("DISPATCH-COMPLETE", 3), "CAPTURE-ORDER": seen("CAPTURE-ORDER", 3)}
     disk.life.saved(again, "DISPATCH-COMPLETE", "shrunk", "digest-1")
     on_disk = {f.property: f for f in disk.on_disk().values()}
-    assert on_disk["DISPATCH-COMPLETE"].status == "shrunk" and on_disk["DISPATCH-COMPLETE"].extra["replayed"] == "digest-1"
-    assert "first_seen_s" not in on_disk["DISPATCH-COMPLETE"].extra  # nothing was searched for
+    saved = on_disk["DISPATCH-COMPLETE"]
+    assert saved.status == "shrunk" and saved.extra["replayed"] == "digest-1"
+    assert "first_seen_s" not in saved.extra  # nothing was searched for
     assert on_disk["CAPTURE-ORDER"].status == "pending"  # another property: shrunk when it recurs
     assert disk.life.found == {"DISPATCH-COMPLETE"} and set(disk.life.provisional) == {"CAPTURE-ORDER"}
 

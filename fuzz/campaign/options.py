@@ -71,7 +71,7 @@ class CampaignOptions:
     # Filled in by validate():
     gpu_list: tuple[str, ...] | None = None
     environment: tuple[tuple[str, Any], ...] = ()  # what the target reports about the code under test
-    cluster: Any = None  # with ray: the ray_executor.Cluster the run joined (join_cluster), not validate()
+    cluster: Any = None  # with ray: the cluster.Cluster the run joined (join_cluster), not validate()
     # What the target's self-check met about the code under test (Findings): replayed first.
     self_check_findings: tuple[Any, ...] = ()
 
