@@ -4,7 +4,8 @@
     VENV/bin/python benchmarks/bench_sglang.py --runner-mutations [--seeds 5] [--limit-s 60] [--only NAME,...]
 
 Run in the sglang environment (scripts/install_sglang.sh).  In one run, one
-core (``torch.set_num_threads(1)``), ``fuzz.strategies.scenarios(ruleset="sglang")``
+core (``torch.set_num_threads(1)``), ``fuzz.strategies.scenarios`` with the
+sglang target's ``config_strategy``
 (what a campaign against the target draws), generate phase only, no database:
 
 - throughput: ``--examples`` scenarios against ``sglang``, each run on the mock
@@ -47,6 +48,7 @@ from hypothesis import seed as seed_dec  # noqa: E402
 from cgsim.properties import check_scenario  # noqa: E402
 from cgsim.runner import run_scenario  # noqa: E402
 from cgsim.targets import get_target  # noqa: E402
+from cgsim.targets.sglang import SglangTarget  # noqa: E402
 from fuzz.strategies import scenarios  # noqa: E402
 
 
@@ -69,7 +71,7 @@ def throughput(n: int) -> tuple[int, float]:
     count = [0]
 
     @_settings(n)
-    @given(scenarios(ruleset=_ruleset()))
+    @given(scenarios(ruleset=_ruleset(), config_strategy=SglangTarget().config_strategy))
     def body(sc):
         check_scenario(sc, run_scenario(sc, target="sglang", timeout=120))
         count[0] += 1
@@ -84,7 +86,7 @@ def detect(name: str, prop: str, seed: int, limit: int) -> tuple[int, float] | N
 
     @seed_dec(seed)
     @_settings(limit)
-    @given(scenarios(ruleset=_ruleset()))
+    @given(scenarios(ruleset=_ruleset(), config_strategy=SglangTarget().config_strategy))
     def body(sc):
         count[0] += 1
         verdict = check_scenario(sc, run_scenario(sc, target=f"sglang-mutant:{name}", timeout=120))
@@ -118,7 +120,7 @@ def detect_unexplained(seed: int, limit: int, limit_s: float) -> dict:
 
     @seed_dec(seed)
     @_settings(limit)
-    @given(scenarios(ruleset=ruleset))
+    @given(scenarios(ruleset=ruleset, config_strategy=SglangTarget().config_strategy))
     def body(sc):
         if time.perf_counter() - t > limit_s:
             raise _OutOfTime()

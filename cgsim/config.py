@@ -7,7 +7,7 @@ so a bad --config file or a bad CLI flag produces one line a user can act on.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any
 
@@ -93,6 +93,10 @@ class SglangOptions:
         return cls(**data)
 
 
+# A field added after configs were first written: left out of the JSON while None.
+_JSON_OMITS_NONE = {"json_omits_none": True}
+
+
 @dataclass(frozen=True)
 class ManagerConfig:
     """Inputs of a CUDA-graph manager.
@@ -122,9 +126,9 @@ class ManagerConfig:
     # Request counts of the uniform decode graphs where the engine sizes them
     # apart from the token sizes (vLLM 0.34+: decode_cudagraph_capture_request_sizes);
     # None: the design derives them from capture_sizes (and the JSON leaves it out).
-    decode_sizes: tuple[int, ...] | None = None
+    decode_sizes: tuple[int, ...] | None = field(default=None, metadata=_JSON_OMITS_NONE)
     # SGLang-only options; None for every other target (and left out of the JSON).
-    sglang: SglangOptions | None = None
+    sglang: SglangOptions | None = field(default=None, metadata=_JSON_OMITS_NONE)
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
@@ -280,12 +284,10 @@ class ManagerConfig:
                 v = v.name
             elif f.name == "spec_schedule" and v is not None:
                 v = [list(e) for e in v]
-            elif f.name == "sglang":
-                if v is None:
-                    continue  # other targets' scenarios keep their JSON
+            elif v is None and f.metadata.get("json_omits_none"):
+                continue  # a later optional part: configs without it keep their JSON
+            elif hasattr(v, "to_json"):
                 v = v.to_json()
-            elif f.name == "decode_sizes" and v is None:
-                continue  # configs of designs without it keep their JSON
             elif isinstance(v, tuple):
                 v = list(v)
             out[f.name] = v

@@ -24,6 +24,7 @@ from cgsim.properties.harness import CHECK_CRASH, NO_CRASH, NO_HANG
 from cgsim.properties.registry import Violation
 from cgsim.runner import run_scenario
 from cgsim.scenario import Scenario
+from cgsim.spec.rulesets import Ruleset, UnknownRuleset, get_ruleset
 from cgsim.targets.base import TargetEnvironmentError
 from cgsim.text import reason_class
 from cgsim.timeouts import ScenarioTimeout, deadline
@@ -62,9 +63,10 @@ def scenario_timeout(scenario: Scenario, timeout: float | None) -> float | None:
 @lru_cache(maxsize=256)
 def _graphs_per_capture(config: ManagerConfig, ruleset: str) -> int:
     """The larger of the spec's capture list for ``config`` and for its
-    requested mode kept as requested, with a drafter's lists where it has one
-    (cached: the worker and the runner both ask, and an engine-sized config's
-    list takes milliseconds)."""
+    requested mode kept as requested, with its draft managers' lists where
+    it has a draft model (the ruleset's ``draft_managers``; cached: the
+    worker and the runner both ask, and an engine-sized config's list takes
+    milliseconds)."""
     from cgsim.spec import expected_capture_descs  # noqa: PLC0415
 
     def graphs_of(c: ManagerConfig) -> int:
@@ -81,11 +83,15 @@ def _graphs_per_capture(config: ManagerConfig, ruleset: str) -> int:
             return graphs
         graphs = max(graphs, graphs_of(as_requested))
     if config.decode_query_len > 1:
-        # A speculative-decoding engine captures its drafter's graphs too
-        # (vLLM's Eagle/MTP speculator: a prefill and a decode manager, each
-        # at most the main manager's list).
-        graphs *= 3
+        graphs *= 1 + _draft_managers(ruleset)  # the draft model's managers capture too
     return graphs
+
+
+def _draft_managers(ruleset: str) -> int:
+    try:
+        return get_ruleset(ruleset).draft_managers
+    except UnknownRuleset:
+        return Ruleset.draft_managers
 
 
 def backstop_timeout(timeout: float | None) -> float | None:

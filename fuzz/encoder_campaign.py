@@ -37,7 +37,8 @@ from cgsim.report.encoder import render_encoder_html, render_encoder_markdown
 from cgsim.report.findings import finding_path, scan_findings, write_finding
 from cgsim.report.repro import write_repro
 from cgsim.report.summary import update_latest
-from cgsim.targets.base import TargetEnvironmentError
+from cgsim.targets.base import ENCODER_HOOKS, TargetEnvironmentError, optional_hook
+from cgsim.targets.registry import source_options
 from fuzz.encoder_strategies import encoder_scenarios
 
 __all__ = ["EncoderCampaignOptions", "EncoderCampaignResult", "encoder_finding", "is_encoder_run",
@@ -86,8 +87,10 @@ def encoder_finding(target: Any, obs: Any, violation: Any, backend: str, defect:
     f = Finding.from_violation(violation, obs.scenario.to_json(), target.name, backend, obs.scenario.short())
     environment = target.environment()
     extra: dict[str, Any] = {"environment": environment}
-    # The vLLM source tree it ran on, where the replay and the repro script look for it (as decode findings).
-    extra.update({k: v for k, v in environment.items() if k.startswith("vllm_source")})
+    # The source tree it ran on (its description too), where the replay and the repro script look for it (as
+    # decode findings).
+    recorded = tuple(o.recorded_as for o in source_options() if o.recorded_as)
+    extra.update({k: v for k, v in environment.items() if k.startswith(recorded)})
     if obs.launch is not None:
         extra["launch"] = obs.launch
     if defect is not None:
@@ -115,7 +118,7 @@ def remove_encoder_finding(findings_dir: str, finding: Finding) -> None:
 def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] = print) -> EncoderCampaignResult:
     target = encoder_target(o.target)
     target.prepare_environment()
-    self_check = getattr(target, "self_check", None)
+    self_check = optional_hook(target, "self_check", ENCODER_HOOKS)
     if self_check is not None:  # an engine's adapter proves its mechanics before anything is judged
         self_check()
     backend = get_backend(o.backend)
@@ -164,9 +167,9 @@ def search_encoder(o: EncoderCampaignOptions, target: Any, backend: Any, run_id:
     start = time.monotonic()
     ruleset = target.default_ruleset()
     # A setting the engine has no field for is only ever refused: drawn where it exists.
-    takes_cap = getattr(target, "takes_max_token_budget", lambda: True)()
+    takes_cap = (optional_hook(target, "takes_max_token_budget", ENCODER_HOOKS) or (lambda: True))()
 
-    classify = getattr(target, "classify", None)
+    classify = optional_hook(target, "classify", ENCODER_HOOKS)
 
     def defect_of(obs: Any, v: Any) -> str | None:
         return classify(obs.scenario, obs.trace, v).get("defect") if classify is not None else None

@@ -15,13 +15,14 @@ from cgsim.scenario import Scenario, Served, Step
 from cgsim.targets.base import TargetUnsupported
 from cgsim.spec import scheduler
 from cgsim.spec.engine_configs import vllm_lora_cases
-from cgsim.spec.rulesets import get_ruleset, rulesets_of
+from cgsim.spec.rulesets import rulesets_of
 
 __all__ = ["capture_sizes", "configs", "engine_configs", "surviving_dynamic_sd_configs", "batches", "served_steps",
            "scenarios", "RULESET_NAMES"]
 
 # The strategy picks among vLLM's designs; an engine's own ruleset is pinned
-# (--ruleset, or the target's default) and brings that engine's configs.
+# (--ruleset, or the target's default), and a target whose engine is configured
+# otherwise brings its configs (its ``config_strategy``).
 RULESET_NAMES = rulesets_of("vllm")
 MODES = tuple(CUDAGraphMode)
 
@@ -137,6 +138,8 @@ Refusal = Callable[[ManagerConfig], "str | None"]
 Engine = Callable[[ManagerConfig], "ManagerConfig | None"]
 # A target's ``serve``: the batches its engine's scheduler schedules for a request trace, and their origin.
 Serve = Callable[[ManagerConfig, object], "tuple[tuple[Batch, ...], Served]"]
+# A target's ``config_strategy``: configs as its engine runs them, up to a largest size.
+ConfigStrategy = Callable[[int], st.SearchStrategy[ManagerConfig]]
 _MAX_NUM_SEQS = st.one_of(st.integers(1, 1024), st.sampled_from((8, 16, 32, 64, 128, 256, 512, 1024)))
 
 
@@ -348,7 +351,8 @@ def served_steps(draw, config: ManagerConfig, serve: Serve) -> tuple[tuple[Step,
 @st.composite
 def scenarios(draw, ruleset: str | None = None, max_size: int = 128, config: ManagerConfig | None = None,
               engine_sizes: EngineSizes | None = None, refusal: Refusal | None = None,
-              engine: Engine | None = None, serve: Serve | None = None) -> Scenario:
+              engine: Engine | None = None, serve: Serve | None = None,
+              config_strategy: ConfigStrategy | None = None) -> Scenario:
     """Scenarios of a config (``config``, or drawn); with ``refusal`` (a
     target's ``unsupported_reason``) only configs the target can be given: a
     scenario it refuses costs a run and judges nothing (on vLLM, tiny configs
@@ -358,12 +362,11 @@ def scenarios(draw, ruleset: str | None = None, max_size: int = 128, config: Man
     the scenario judges the config the engine builds from them.  With
     ``serve`` (a target's hook) about a third of the draws are served: their
     batches are the ones the engine's own scheduler schedules for a drawn
-    request trace, not the model's."""
-    if config is None and ruleset is not None and get_ruleset(ruleset).engine == "sglang":
-        from fuzz.sglang_strategies import sglang_configs
-
-        size = min(max_size, 64)
-        config = draw(_once(("sglang-configs", size, engine), lambda: _built(sglang_configs(size), engine)))
+    request trace, not the model's.  With ``config_strategy`` (a target's
+    hook) configs are drawn from it instead of cgsim's own."""
+    if config is None and config_strategy is not None:
+        config = draw(_once(("own-configs", max_size, config_strategy, engine),
+                            lambda: _built(config_strategy(max_size), engine)))
     cfg = config if config is not None else draw(_once(
         ("configs", max_size, engine_sizes, refusal, engine), lambda: _engine_configs(max_size, engine_sizes, refusal,
                                                                                        engine)))

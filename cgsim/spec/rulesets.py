@@ -136,6 +136,11 @@ class Ruleset:
     decode_shapes: bool = False
     # The vLLM releases whose design this is (documentation).
     releases: str = ""
+    # Managers a speculative-decoding draft model captures beside the main one,
+    # each at most the main manager's list (vLLM's Eagle/MTP speculator: prefill
+    # and decode; SGLang's EAGLE: draft decode and draft extend): a capture's
+    # time limit counts their graphs too.
+    draft_managers: int = 2
     # The engine whose design this ruleset describes ("vllm": one manager
     # dispatching every batch over candidate lists; "sglang": one graph
     # runner per forward mode, bisect padding).  Strategies draw the configs

@@ -14,6 +14,7 @@ from cgsim.targets.base import (
     TargetError,
     TargetUnsupported,
     UnknownTarget,
+    optional_hook,
 )
 from cgsim.targets.registry import (
     TargetFamily,
@@ -29,5 +30,5 @@ from cgsim.targets.registry import (
 __all__ = [
     "CandidateSnapshot", "Execution", "ManagerUnderTest", "Target", "TargetEnvironmentError", "TargetError",
     "TargetUnsupported", "UnknownTarget", "TargetFamily", "describe_targets", "families", "get_target", "target_names",
-    "target_engine", "WrongRuleset", "check_ruleset_fits",
+    "target_engine", "WrongRuleset", "check_ruleset_fits", "optional_hook",
 ]

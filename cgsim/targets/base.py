@@ -39,15 +39,20 @@ replays into ``trace.managers[name]`` (the sub-trace its workload, made with
 ``Workload.for_manager``, records into).  Their capture happens inside the
 main ``capture()`` and their release inside ``release()``, as in the engine.
 
-Optional hooks (looked up with ``getattr``; a target without them works):
-``classify(finding) -> dict`` (what a campaign writes into a finding's extra:
-which documented defect of the code under test it is) and ``self_check()``
-(a fixed set of scenarios with known outcomes, run before a campaign and by
-``python -m fuzz doctor``; raises TargetEnvironmentError naming what drifted).
+Optional hooks are declared once, in ``TARGET_HOOKS`` (decode targets) and
+``ENCODER_HOOKS`` (encoder targets): a target without them works, one that
+defines a hook must make it callable as declared (the registry checks that
+when it creates the target: TargetEnvironmentError naming target and hook),
+and callers ask through ``optional_hook``, which refuses a name no table
+declares.  What a target family declares about itself beside its targets (a
+source tree option, a pytest adapter) is a ``SourceOption`` or
+``PytestAdapter`` on its ``TargetFamily``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
@@ -69,6 +74,13 @@ __all__ = [
     "UnknownTarget",
     "CAPABILITIES",
     "SubManager",
+    "Hook",
+    "Hooks",
+    "TARGET_HOOKS",
+    "ENCODER_HOOKS",
+    "optional_hook",
+    "SourceOption",
+    "PytestAdapter",
 ]
 
 # What a target can declare it supports (``Target.capabilities``).
@@ -166,39 +178,167 @@ class Target(Protocol):
     def environment(self) -> dict[str, Any]:
         """What findings and summaries should record about the code under test (versions, source)."""
 
-    def engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
-                             spec_schedule: tuple | None) -> tuple[int, ...]:
-        """The capture sizes the engine picks by default for such a config (the
-        strategies draw configs as engines run them from this)."""
-
-    def unsupported_reason(self, config: ManagerConfig) -> str | None:
-        """Optional: why this target cannot be given ``config`` at all, known
-        without building anything (None: it may take it; ``build`` still has
-        the last word).  Campaign strategies draw only configs it may take."""
-
-    def engine_config(self, config: ManagerConfig) -> ManagerConfig:
-        """Optional: the config the engine builds from the settings ``config``
-        stands for (raise TargetUnsupported, with the engine's reason, where
-        it refuses them).  Campaign strategies judge what the engine builds."""
-
-    def unreachable(self, scenario: Any) -> str | None:
-        """Optional: why no settings a user can type drive the engine through
-        ``scenario``'s lifecycle (None: they do).  Such a scenario is not judged."""
-
-    def launch(self, scenario: Any) -> dict | None:
-        """Optional: the launch that reaches ``scenario`` (the command line a
-        user types and its parts), recorded with every finding."""
-
-    def serve(self, config: ManagerConfig, requests: Any) -> tuple[tuple[Batch, ...], Any]:
-        """Optional: the batches the engine's own scheduler schedules, in
-        order, for the request trace ``requests`` under the launch ``config``
-        stands for, and where they came from (a ``cgsim.scenario.Served``);
-        TargetUnsupported where the engine refuses the trace.  Campaign
-        strategies make served scenarios of them."""
-
-    def evidence(self, finding: Any) -> dict | None:
-        """Optional: what the engine's own scheduler says about the batch or
-        graph a final finding's claim rests on (recorded with it as
-        ``scheduler_evidence``); None where it rests on neither."""
+    # Optional hooks (engine_config, serve, classify, ...): TARGET_HOOKS below.
 
     def build(self, config: ManagerConfig, ruleset: Ruleset, backend, workload) -> ManagerUnderTest: ...
+
+
+# -- optional hooks --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One optional hook a target may define: what it does and how it is called."""
+
+    name: str
+    does: str
+    params: tuple[str, ...] = ()  # the arguments callers pass, in order
+    by_keyword: bool = False  # callers pass ``params`` by name
+    needs: tuple[str, ...] = ()  # hooks a target defining this one must define too
+
+    def call_text(self) -> str:
+        return f"{self.name}({', '.join(f'{p}=' if self.by_keyword else p for p in self.params)})"
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """The optional hooks of one kind of target (decode or encoder)."""
+
+    kind: str
+    rows: tuple[Hook, ...]
+
+    def row(self, name: str) -> Hook:
+        for hook in self.rows:
+            if hook.name == name:
+                return hook
+        raise TargetError(f"no optional {self.kind} hook {name!r} is declared; declared: "
+                          f"{', '.join(h.name for h in self.rows)} (cgsim.targets.base)")
+
+    def of(self, target: Any, name: str) -> Callable | None:
+        """``target``'s hook ``name``, or None where it does not define it."""
+        self.row(name)
+        return getattr(target, name, None)
+
+    def check(self, target: Any) -> None:
+        """TargetEnvironmentError (one line) naming the first hook ``target``
+        defines that cannot be called as declared."""
+        for hook in self.rows:
+            fn = getattr(target, hook.name, None)
+            if fn is None:
+                continue
+            problem = _call_problem(fn, hook) or next(
+                (f"comes without {n}, which it needs" for n in hook.needs if getattr(target, n, None) is None), None)
+            if problem is not None:
+                raise TargetEnvironmentError(f"{self.kind} {getattr(target, 'name', type(target).__name__)}: "
+                                             f"optional hook {hook.name} {problem}; declared as {hook.call_text()}: "
+                                             f"{hook.does}")
+
+
+def _call_problem(fn: Any, hook: Hook) -> str | None:
+    if not callable(fn):
+        return f"is a {type(fn).__name__}, not callable"
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: callable is all that can be known
+        return None
+    try:
+        if hook.by_keyword:
+            signature.bind(**dict.fromkeys(hook.params))
+        else:
+            signature.bind(*hook.params)
+    except TypeError as exc:
+        return f"cannot be called with {len(hook.params)} argument(s) ({exc})"
+    return None
+
+
+TARGET_HOOKS = Hooks("target", (
+    Hook("engine_capture_sizes", "the capture sizes the engine picks by default for such a config (configs as "
+         "engines run them are drawn from it)", ("max_num_seqs", "decode_query_len", "spec_schedule")),
+    Hook("unsupported_reason", "why the target cannot be given the config at all, known without building "
+         "anything (None: it may take it); campaign strategies draw only configs it may take", ("config",)),
+    Hook("engine_config", "the config the engine builds from the settings the config stands for "
+         "(TargetUnsupported with the engine's reason where it refuses them)", ("config",)),
+    Hook("config_strategy", "a Hypothesis strategy of configs as the engine runs them, up to max_size tokens, "
+         "drawn instead of cgsim's own", ("max_size",)),
+    Hook("serve", "the batches the engine's own scheduler schedules for a request trace under the config's "
+         "launch, in order, and a cgsim.scenario.Served (TargetUnsupported where it refuses the trace)",
+         ("config", "requests")),
+    Hook("unreachable", "why no settings a user can type drive the engine through the scenario's lifecycle "
+         "(None: they do); such a scenario is not judged", ("scenario",)),
+    Hook("launch", "the launch that reaches the scenario (the command line a user types and its parts), "
+         "recorded with every finding", ("scenario",)),
+    Hook("evidence", "what the engine's own scheduler says about the batch or graph a final finding rests on "
+         "(recorded as scheduler_evidence); None where it rests on neither", ("finding",)),
+    Hook("classify", "which documented defect of the code under test a finding is (a dict for its extra; "
+         "known_defect names it)", ("finding",)),
+    Hook("self_check", "a fixed set of scenarios with known outcomes, run before a campaign: raises "
+         "TargetEnvironmentError naming a broken mechanism, else returns the findings it met"),
+    Hook("doctor", "python -m fuzz doctor: (what was checked, every check, the one failure line or None)",
+         ("findings_dir", "progress", "announce"), by_keyword=True),
+    Hook("coverage_start", "a campaign asks its workers to measure the engine's code into a directory",
+         ("data_dir",), needs=("coverage_report",)),
+    Hook("coverage_report", "the summary's target_coverage section from what the workers measured",
+         ("data_dir", "diff_base")),
+))
+
+ENCODER_HOOKS = Hooks("encoder target", (
+    Hook("self_check", "proves the adapter's mechanics before a campaign judges anything: raises "
+         "TargetEnvironmentError naming what broke"),
+    Hook("classify", "which documented defect a violation is (a dict; defect names it)",
+         ("scenario", "trace", "violation")),
+    Hook("takes_max_token_budget", "whether the engine has a field for the max token budget setting (False: "
+         "scenarios with it are not drawn)"),
+))
+
+
+def optional_hook(target: Any, name: str, hooks: Hooks = TARGET_HOOKS) -> Callable | None:
+    """``target``'s optional hook ``name`` (declared in ``hooks``), or None
+    where it has none; a name no table declares is a TargetError, so a typo
+    cannot switch a hook off."""
+    return hooks.of(target, name)
+
+
+# -- what a target family declares beside its targets -----------------------------------
+
+
+@dataclass(frozen=True)
+class SourceOption:
+    """A source tree of the code under test laid over (or imported instead
+    of) its installed package, named by a flag of every command that runs the
+    target and by an environment variable the processes that import it read."""
+
+    flag: str  # the command-line flag, e.g. --vllm-source
+    env: str  # the environment variable it sets before anything imports the engine
+    help: str  # for the command line
+    summary: str  # one short clause: what the tree is laid over
+    empty: str  # what to give instead of an empty value
+    what: str  # the engine as messages name it
+    recorded_as: str | None = None  # the finding's key for the tree it ran on: a replay uses it while it is here
+    commit_key: str | None = None  # the finding's key for that tree's commit
+    # With a pytest flag the plugin takes it, and prepares the family's target
+    # before collection when the session targets it or the flag is given.
+    pytest_flag: str | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def pytest_dest(self) -> str | None:
+        return self.pytest_flag.lstrip("-").replace("-", "_") if self.pytest_flag else None
+
+    def to_json(self) -> dict:
+        return {"flag": self.flag, "env": self.env, "summary": self.summary, "what": self.what,
+                "recorded_as": self.recorded_as, "commit_key": self.commit_key}
+
+
+@dataclass(frozen=True)
+class PytestAdapter:
+    """How ``--cgsim-mock-engine FAMILY`` adapts an engine whose CPU build
+    routes around CUDA graphs to the CPU mock of torch.cuda, for a whole
+    pytest session."""
+
+    what: str  # one line for --help
+    patches: tuple[str, ...]  # the names of what it changes (each with its why where the family keeps its patches)
+    # Applies them (each undone by the stack); TargetEnvironmentError, one line, where it cannot.
+    install: Callable[[contextlib.ExitStack], None]

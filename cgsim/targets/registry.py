@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from typing import Callable
 
-from cgsim.targets.base import Target, TargetEnvironmentError, UnknownTarget
+from cgsim.targets.base import (TARGET_HOOKS, PytestAdapter, SourceOption, Target, TargetEnvironmentError,
+                                UnknownTarget)
 from cgsim.spec.rulesets import get_ruleset, rulesets_of
 from cgsim.text import did_you_mean, first_line
 
 __all__ = ["ENTRY_POINT_GROUP", "TargetFamily", "families", "get_target", "target_names", "describe_targets",
-           "target_engine", "WrongRuleset", "check_ruleset_fits"]
+           "target_engine", "WrongRuleset", "check_ruleset_fits", "source_options", "mock_engine_adapters"]
 
 ENTRY_POINT_GROUP = "cgsim.targets"
 
@@ -42,12 +43,25 @@ class TargetFamily:
     ``variants()`` lists them with a one-line summary each.  Creating a target
     must be cheap and must not fail on a missing engine: the environment is
     checked by ``Target.prepare_environment`` before a campaign starts.
+    ``source``: the flag naming a source tree of its engine (every command
+    that runs a target takes it); ``pytest_adapter``: what
+    ``--cgsim-mock-engine NAME`` does for a pytest session.
     """
 
     name: str
     summary: str
     create: Callable[[str | None], Target]
     variants: Callable[[], dict[str, str]] = field(default=lambda: {})
+    source: SourceOption | None = None
+    pytest_adapter: PytestAdapter | None = None
+
+    def declaration_problem(self) -> str | None:
+        """What is wrong with what the family declares beside its targets (None: nothing)."""
+        for what, value, kind in (("source", self.source, SourceOption),
+                                  ("pytest_adapter", self.pytest_adapter, PytestAdapter)):
+            if value is not None and not isinstance(value, kind):
+                return f"its {what} is a {type(value).__name__}, not a cgsim.targets.base.{kind.__name__}"
+        return None
 
     def names(self) -> list[str]:
         variants = self.variants()
@@ -77,6 +91,10 @@ def families() -> dict[str, TargetFamily]:
             if not isinstance(family, TargetFamily):
                 _broken[ep.name] = (f"target entry point {ep.name} = {ep.value!r} is a {type(family).__name__}, "
                                     "not a cgsim.targets.registry.TargetFamily")
+                continue
+            problem = family.declaration_problem()
+            if problem is not None:
+                _broken[ep.name] = f"target entry point {ep.name} = {ep.value!r}: {problem}"
                 continue
             found[family.name] = family
         _cache = found
@@ -116,7 +134,19 @@ def get_target(name: "str | Target") -> Target:
         raise UnknownTarget(f"{what}; choose one of {', '.join(sorted(variants))} (python -m fuzz list)")
     if not variants and variant:
         raise UnknownTarget(f"target {base!r} takes no variant, got {name!r}")
-    return family.create(variant or None)
+    target = family.create(variant or None)
+    TARGET_HOOKS.check(target)  # a hook defined wrongly is one line here, not a hook silently skipped later
+    return target
+
+
+def source_options() -> list[SourceOption]:
+    """The source-tree options the families declare, in registry order."""
+    return [f.source for f in families().values() if f.source is not None]
+
+
+def mock_engine_adapters() -> dict[str, PytestAdapter]:
+    """``--cgsim-mock-engine`` choices: family name -> its adapter."""
+    return {f.name: f.pytest_adapter for f in families().values() if f.pytest_adapter is not None}
 
 
 def _choices() -> list[str]:

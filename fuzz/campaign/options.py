@@ -61,9 +61,10 @@ class CampaignOptions:
     start_method: str | None = None  # default: fork for mock, spawn for cuda
     quiet: bool = False
     command: str = ""
-    # A vLLM source tree laid over the installed vLLM (CGSIM_VLLM_SOURCE in
-    # every worker), and the git ref its changed lines are compared against.
-    vllm_source: str | None = None
+    # (environment variable, path) of each source tree laid over an installed
+    # engine (a target family's SourceOption: set in every worker), and the git
+    # ref a tree's changed lines are compared against.
+    sources: tuple[tuple[str, str], ...] = ()
     diff_base: str | None = None
     ray: str | None = None  # None: worker processes here; else a Ray address, "auto" or "local" (ray_executor)
     workers_from_cluster: bool = False  # with ray: one worker per GPU (cuda) or CPU of the cluster (--ray without --workers)
@@ -132,7 +133,7 @@ def validate(o: CampaignOptions) -> CampaignOptions:
     """The options as the campaign will run them, or UsageError (one line)."""
     from cgsim.backends import BACKENDS, get_backend
     from cgsim.spec import get_ruleset
-    from cgsim.targets import TargetEnvironmentError, check_ruleset_fits, get_target
+    from cgsim.targets import TargetEnvironmentError, check_ruleset_fits, get_target, optional_hook
 
     if o.workers < 1:
         raise UsageError(f"--workers {o.workers}: give at least 1")
@@ -168,9 +169,10 @@ def validate(o: CampaignOptions) -> CampaignOptions:
     changes: dict[str, Any] = {}
     if o.ruleset is not None:
         _one_line(get_ruleset, o.ruleset)
-    if o.vllm_source is not None:
-        # Before anything imports vLLM; spawned workers inherit the environment.
-        changes["vllm_source"] = os.environ["CGSIM_VLLM_SOURCE"] = os.path.abspath(o.vllm_source)
+    if o.sources:
+        # Before anything imports an engine; spawned workers inherit the environment.
+        changes["sources"] = tuple((env, os.path.abspath(path)) for env, path in o.sources)
+        os.environ.update(changes["sources"])
     target = _one_line(get_target, o.target)
     if o.ruleset is not None:
         _one_line(lambda name: check_ruleset_fits(o.target, name), o.ruleset)
@@ -178,7 +180,7 @@ def validate(o: CampaignOptions) -> CampaignOptions:
         target.prepare_environment()
         # The target adapter's self-check (optional hook): a broken mechanism is
         # exit 2; what it met about the code under test is replayed first.
-        self_check = getattr(target, "self_check", None)
+        self_check = optional_hook(target, "self_check")
         if self_check is not None:
             changes["self_check_findings"] = tuple(self_check() or ())
     except TargetEnvironmentError as exc:

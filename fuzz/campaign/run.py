@@ -106,11 +106,11 @@ class _TargetCoverage:
     what they executed."""
 
     def __init__(self, o: CampaignOptions, run_dir: str):
-        from cgsim.targets import get_target
+        from cgsim.targets import get_target, optional_hook
 
         self.o, self.target = o, get_target(o.target)
         self.dir = os.path.join(run_dir, ".work", "target-coverage")
-        start = getattr(self.target, "coverage_start", None)
+        start = optional_hook(self.target, "coverage_start")
         self.enabled = start is not None
         if self.enabled:
             start(self.dir)

@@ -85,19 +85,22 @@ def default_strategy(ruleset: str | None, target: str | None = None) -> Any:
     as the target's engine runs them (its own default capture sizes), of
     those the target can be given at all (its ``unsupported_reason``); where
     the target has a ``serve`` hook, some with the batches its engine's own
-    scheduler schedules."""
+    scheduler schedules; where it has a ``config_strategy``, configs as its
+    engine runs them drawn from it."""
     from fuzz.strategies import scenarios
 
-    engine_sizes = refusal = engine = serve = None
+    engine_sizes = refusal = engine = serve = own_configs = None
     if target is not None:
-        from cgsim.targets import get_target
+        from cgsim.targets import get_target, optional_hook
 
         t = get_target(target)
-        engine_sizes = getattr(t, "engine_capture_sizes", None)
-        refusal = getattr(t, "unsupported_reason", None)
-        engine = _counted(getattr(t, "engine_config", None))
-        serve = getattr(t, "serve", None)
-    return scenarios(ruleset=ruleset, engine_sizes=engine_sizes, refusal=refusal, engine=engine, serve=serve)
+        engine_sizes = optional_hook(t, "engine_capture_sizes")
+        refusal = optional_hook(t, "unsupported_reason")
+        engine = _counted(optional_hook(t, "engine_config"))
+        serve = optional_hook(t, "serve")
+        own_configs = optional_hook(t, "config_strategy")
+    return scenarios(ruleset=ruleset, engine_sizes=engine_sizes, refusal=refusal, engine=engine, serve=serve,
+                     config_strategy=own_configs)
 
 
 # Configs the target's engine refused while the strategy drew them (engine
@@ -271,15 +274,15 @@ class Worker:
         spec, o = self.spec, self.o
         # The target says which documented defect of the code under test this
         # is (optional hook; e.g. vLLM's known defects), recorded with it.
-        from cgsim.targets import get_target
+        from cgsim.targets import get_target, optional_hook
 
         target = get_target(o.target)
-        classify = getattr(target, "classify", None)
+        classify = optional_hook(target, "classify")
         labels = classify(finding) if classify is not None else {}
-        launch = getattr(target, "launch", None)  # the settings a user types to reach it
+        launch = optional_hook(target, "launch")  # the settings a user types to reach it
         if launch is not None:
             labels = {**labels, "launch": launch(Scenario.from_json(finding.scenario))}
-        evidence = getattr(target, "evidence", None)  # the engine's scheduler on the claim's batch or graph
+        evidence = optional_hook(target, "evidence")  # the engine's scheduler on the claim's batch or graph
         if evidence is not None and (status in FINAL or status == "unshrunk"):  # a finding's last word
             try:
                 said = evidence(finding)
@@ -311,9 +314,9 @@ class Worker:
         """The documented defect of the code under test that ``finding`` is an
         instance of, as the target's optional ``classify`` names it."""
         if self._classify is None:
-            from cgsim.targets import get_target
+            from cgsim.targets import get_target, optional_hook
 
-            self._classify = getattr(get_target(self.o.target), "classify", None) or (lambda f: {})
+            self._classify = optional_hook(get_target(self.o.target), "classify") or (lambda f: {})
         return self._classify(finding).get("known_defect")
 
     def finding_key(self, finding: Finding) -> str:

