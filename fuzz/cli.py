@@ -477,7 +477,8 @@ def _cmd_doctor(args: argparse.Namespace, argv: list[str]) -> int:
         raise _Exit(2, failure)
     if found:
         print(f"doctor: the tree violates {', '.join(sorted({f.property for f in found}))} in scenarios no "
-              "documented defect explains: python -m fuzz run --target vllm shrinks them and writes their repros")
+              f"documented defect explains: python -m fuzz run --target {args.target} shrinks them and writes their "
+              "repros")
         return 1
     return 0
 
