@@ -11,27 +11,21 @@ import os
 
 from cgsim.finding import Finding
 from cgsim.report.atomic import atomic_write_text
-from cgsim.targets.registry import source_options
 
 __all__ = ["render_repro", "write_repro", "TEMPLATE_PATH"]
 
 TEMPLATE_PATH = os.path.join(os.path.dirname(__file__), "repro_template.py")
 _MARKER_LINE = 'FINDING_JSON = "{}"  # @@CGSIM-FINDING@@ (replaced by the finding as a JSON string literal)'
 _CODE_MARKER_LINE = "# @@CGSIM-SCENARIO-CODE@@ (replaced by the scenario as code, every line a comment)"
-_SOURCES_MARKER_LINE = ('SOURCE_OPTIONS_JSON = "[]"  # @@CGSIM-SOURCE-OPTIONS@@ (replaced by the targets\' source '
-                        'options as a JSON string literal)')
 
 
 def render_repro(finding: Finding) -> str:
     with open(TEMPLATE_PATH, encoding="utf-8") as fh:
         template = fh.read()
-    for marker in (_MARKER_LINE, _CODE_MARKER_LINE, _SOURCES_MARKER_LINE):
+    for marker in (_MARKER_LINE, _CODE_MARKER_LINE):
         if template.count(marker) != 1:
             raise RuntimeError(f"{TEMPLATE_PATH} lost its marker line {marker!r}")
-    # Data too: a JSON string is a valid Python str literal (ASCII), read with json.loads.
-    sources = json.dumps(json.dumps([o.to_json() for o in source_options()], ensure_ascii=True), ensure_ascii=True)
     return (template.replace(_MARKER_LINE, f"FINDING_JSON = {_json_literal(finding)}", 1)
-            .replace(_SOURCES_MARKER_LINE, f"SOURCE_OPTIONS_JSON = {sources}", 1)
             .replace(_CODE_MARKER_LINE, _code_comment(finding), 1))
 
 

@@ -8,9 +8,10 @@ JSON document in FINDING_JSON below: data, loaded with json.loads, never code.
     python repro_<id>.py --backend cuda   # on a real GPU
     python repro_<id>.py --vllm-source ~/src/vllm   # a vLLM finding, on a vLLM source tree
 
-A finding found on a source tree (``--vllm-source``, each target family's
-source option listed in SOURCE_OPTIONS_JSON) replays on that tree when it
-still exists here (the option's flag or environment variable overrides it).
+A finding found on a source tree (``--vllm-source``: each target family's
+source option, ``cgsim.targets.registry.source_options``) replays on that
+tree when it still exists here (the option's flag or environment variable
+overrides it).
 A vision-encoder finding (its scenario of kind "encoder": targets
 encoder-reference, encoder-mutant:NAME, vllm-encoder) replays through
 cgsim.encoder.replay, where cgsim.replay hands it.
@@ -32,7 +33,6 @@ import sys
 import warnings
 
 FINDING_JSON = "{}"  # @@CGSIM-FINDING@@ (replaced by the finding as a JSON string literal)
-SOURCE_OPTIONS_JSON = "[]"  # @@CGSIM-SOURCE-OPTIONS@@ (replaced by the targets' source options as a JSON string literal)
 
 # The comment block above, as lines (for --show-code).
 with open(__file__, encoding="utf-8") as _fh:
@@ -61,6 +61,16 @@ def _seconds(text):
     return value
 
 
+def _source_options():
+    """Each target family's source-tree option; none where cgsim does not
+    import (main says so).  Reading them imports no engine."""
+    try:
+        from cgsim.targets.registry import source_options
+    except Exception:
+        return []
+    return source_options()
+
+
 def main(argv=None):
     finding = json.loads(FINDING_JSON)
     parser = _Parser(description="Reproduce cgsim finding %s" % finding.get("id", "?"))
@@ -70,10 +80,10 @@ def main(argv=None):
     parser.add_argument("--show-code", action="store_true",
                         help="print the Scenario as cgsim builder calls, with its resolved mode (an encoder "
                              "scenario: its plan), and exit")
-    sources = json.loads(SOURCE_OPTIONS_JSON)
+    sources = _source_options()
     for option in sources:
-        parser.add_argument(option["flag"], default=None, metavar="PATH",
-                            help="%s (default: the finding's, if present)" % option["summary"])
+        parser.add_argument(option.flag, default=None, metavar="PATH",
+                            help="%s (default: the finding's, if present)" % option.summary)
     args = parser.parse_args(argv)
     if args.show_scenario:
         print(json.dumps(finding["scenario"], indent=2))
@@ -82,14 +92,14 @@ def main(argv=None):
         print("\n".join(SCENARIO_CODE))
         return 0
     for option in sources:  # before anything imports the engine
-        given = getattr(args, option["flag"].lstrip("-").replace("-", "_"))
-        recorded = finding.get(option["recorded_as"]) if option["recorded_as"] else None
+        given = getattr(args, option.dest)
+        recorded = finding.get(option.recorded_as) if option.recorded_as else None
         if given:
-            os.environ[option["env"]] = os.path.abspath(given)
-        elif recorded and not os.environ.get(option["env"]) and os.path.isdir(recorded):
-            os.environ[option["env"]] = recorded
-            commit = " (commit %s)" % finding.get(option["commit_key"]) if option["commit_key"] else ""
-            print("using the %s source tree the finding was found on: %s%s" % (option["what"], recorded, commit))
+            os.environ[option.env] = os.path.abspath(given)
+        elif recorded and not os.environ.get(option.env) and os.path.isdir(recorded):
+            os.environ[option.env] = recorded
+            commit = " (commit %s)" % finding.get(option.commit_key) if option.commit_key else ""
+            print("using the %s source tree the finding was found on: %s%s" % (option.what, recorded, commit))
     try:
         from cgsim.finding import Finding
         from cgsim.replay import describe, reproduce

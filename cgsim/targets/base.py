@@ -327,10 +327,6 @@ class SourceOption:
     def pytest_dest(self) -> str | None:
         return self.pytest_flag.lstrip("-").replace("-", "_") if self.pytest_flag else None
 
-    def to_json(self) -> dict:
-        return {"flag": self.flag, "env": self.env, "summary": self.summary, "what": self.what,
-                "recorded_as": self.recorded_as, "commit_key": self.commit_key}
-
 
 @dataclass(frozen=True)
 class PytestAdapter:
