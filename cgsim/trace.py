@@ -21,8 +21,8 @@ Who records what (so a buggy target cannot hide it):
 Other managers the target drives beside the main one (the speculative-decoding
 draft model's prefill and decode managers) get a Trace of their own in
 ``Trace.managers``, with the same events recorded the same way, and the
-config that manager works with (``Trace.config``): the properties judge each
-such sub-trace like the main one, under that config.
+config that manager works with (``Trace.config``, in its header): the
+properties judge each such sub-trace like the main one, under that config.
 - ``RankDispatch`` / ``GraphOutput``: the workload, from what an engine
   target reports that the events above cannot carry: every data-parallel
   rank's decision for a batch, and what a graph replay handed back.
@@ -30,8 +30,8 @@ such sub-trace like the main one, under that config.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, ClassVar
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, ClassVar, Iterable
 
 from cgsim.descriptors import Batch, BatchDescriptor, BatchShape
 from cgsim.modes import CUDAGraphMode
@@ -54,6 +54,8 @@ __all__ = [
     "GraphOutput",
     "Error",
     "Trace",
+    "TraceHeader",
+    "HeaderAlreadySet",
     "EVENT_TYPES",
 ]
 
@@ -272,27 +274,98 @@ EVENT_TYPES: dict[str, type] = {
 }
 
 
-@dataclass
-class Trace:
-    """The ordered events of one run plus the metadata records they refer to.
-    Built by one runner, read by the properties."""
+@dataclass(frozen=True)
+class TraceHeader:
+    """What a trace says of the run as a whole.  ``target``, ``backend`` and,
+    in a sub-trace, ``config`` (its manager's ManagerConfig JSON) are known
+    when the trace is made; the rest once: what the built manager says of
+    itself (``resolved_mode``, ``uses_breakable``, ``has_piecewise_runner``)
+    or why the target refused the scenario (``unsupported``: nothing to judge)."""
 
     target: str
     backend: str
+    config: dict | None = None
     resolved_mode: CUDAGraphMode | None = None
     uses_breakable: bool = False
     has_piecewise_runner: bool = False
-    events: list[Event] = field(default_factory=list)
-    metadata: dict[int, MetadataRecord] = field(default_factory=dict)
-    # Replayed outputs of the real rows per dispatch step (CPU tensors), for
-    # comparing backends; not part of the JSON form.
-    outputs: dict[int, Any] = field(default_factory=dict, repr=False)
-    # Set when the target's own validation rejects the config: nothing to judge.
     unsupported: str | None = None
-    # Sub-traces of the other managers the target drives (name -> Trace), and,
-    # in a sub-trace, the config of its manager (ManagerConfig JSON).
-    managers: dict[str, "Trace"] = field(default_factory=dict)
-    config: dict | None = None
+
+
+class HeaderAlreadySet(RuntimeError):
+    """A trace's build outcome was recorded twice."""
+
+
+class Trace:
+    """The ordered events of one run plus the metadata records they refer to.
+    Built by one runner, read by the properties.  The header is a frozen
+    value, set once (``record_built`` or ``record_unsupported``)."""
+
+    def __init__(self, target: str, backend: str, *, config: dict | None = None, events: Iterable[Event] = (),
+                 metadata: dict[int, MetadataRecord] | None = None):
+        self._header = TraceHeader(target, backend, config)
+        self._settled = False
+        self.events: list[Event] = list(events)
+        self.metadata: dict[int, MetadataRecord] = {} if metadata is None else metadata
+        # Replayed outputs of the real rows per dispatch step (CPU tensors), for
+        # comparing backends; not part of the JSON form.
+        self.outputs: dict[int, Any] = {}
+        # Sub-traces of the other managers the target drives (name -> Trace).
+        self.managers: dict[str, Trace] = {}
+
+    @classmethod
+    def from_header(cls, header: TraceHeader, events: Iterable[Event] = (),
+                    metadata: dict[int, MetadataRecord] | None = None) -> "Trace":
+        """A trace whose header is final: a run's events judged again, altered."""
+        trace = cls(header.target, header.backend, events=events, metadata=metadata)
+        trace._header, trace._settled = header, True
+        return trace
+
+    def record_built(self, resolved_mode: CUDAGraphMode | None, uses_breakable: bool,
+                     has_piecewise_runner: bool) -> None:
+        """The manager was built: what it says of itself."""
+        self._settle(resolved_mode=resolved_mode, uses_breakable=uses_breakable,
+                     has_piecewise_runner=has_piecewise_runner)
+
+    def record_unsupported(self, reason: str) -> None:
+        """The target refused the scenario (its own validation, or a lifecycle no settings reach)."""
+        self._settle(unsupported=reason)
+
+    def _settle(self, **outcome: Any) -> None:
+        if self._settled:
+            raise HeaderAlreadySet(f"the trace of {self._header.target} already has its build outcome")
+        self._header, self._settled = replace(self._header, **outcome), True
+
+    @property
+    def header(self) -> TraceHeader:
+        return self._header
+
+    @property
+    def target(self) -> str:
+        return self._header.target
+
+    @property
+    def backend(self) -> str:
+        return self._header.backend
+
+    @property
+    def config(self) -> dict | None:
+        return self._header.config
+
+    @property
+    def resolved_mode(self) -> CUDAGraphMode | None:
+        return self._header.resolved_mode
+
+    @property
+    def uses_breakable(self) -> bool:
+        return self._header.uses_breakable
+
+    @property
+    def has_piecewise_runner(self) -> bool:
+        return self._header.has_piecewise_runner
+
+    @property
+    def unsupported(self) -> str | None:
+        return self._header.unsupported
 
     def add(self, event: Event) -> None:
         self.events.append(event)
@@ -304,17 +377,21 @@ class Trace:
     def errors(self) -> list[Error]:
         return self.of(Error)
 
+    def __repr__(self) -> str:
+        return f"Trace({self._header!r}, {len(self.events)} events, managers={sorted(self.managers)})"
+
     def to_json(self) -> dict:
+        h = self._header
         return {
-            "target": self.target,
-            "backend": self.backend,
-            "resolved_mode": self.resolved_mode.value if self.resolved_mode else None,
-            "uses_breakable": self.uses_breakable,
-            "has_piecewise_runner": self.has_piecewise_runner,
-            "unsupported": self.unsupported,
+            "target": h.target,
+            "backend": h.backend,
+            "resolved_mode": h.resolved_mode.value if h.resolved_mode else None,
+            "uses_breakable": h.uses_breakable,
+            "has_piecewise_runner": h.has_piecewise_runner,
+            "unsupported": h.unsupported,
             "events": [e.to_json() for e in self.events],
             "metadata": [asdict(m) for m in self.metadata.values()],
-            "config": self.config,
+            "config": h.config,
             "managers": {name: t.to_json() for name, t in self.managers.items()},
         }
 

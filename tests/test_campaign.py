@@ -111,7 +111,7 @@ class FakePipeline:
         if self.bug == "corrupt" and tokens >= 4:
             trace.add(Error(step=1, phase="dispatch", error="corrupt", exc_type="CorruptState",
                             message="captured flag set but no graphs"))
-            trace.resolved_mode = scenario.config.mode
+            trace.record_built(scenario.config.mode, uses_breakable=False, has_piecewise_runner=False)
         return trace
 
     def judge(self, scenario, trace):

@@ -41,7 +41,7 @@ def test_a_broken_mechanism_fails_the_doctor_in_one_line(monkeypatch, capsys):
     # replay the runner must record (as if vLLM renamed what it calls).
     from cgsim.trace import Dispatch
 
-    monkeypatch.setattr("cgsim.runner._replay_event", lambda step, batch, desc, *rest: Dispatch(
+    monkeypatch.setattr("cgsim.recorder._replay_event", lambda step, batch, desc, *rest: Dispatch(
         step=step, batch=batch, desc=desc, captured_flag=True))
     checks = run_doctor()
     line = doctor_line(require_vllm(), checks)

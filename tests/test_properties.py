@@ -55,6 +55,7 @@ from cgsim.trace import (
     Release,
     Replay,
     Trace,
+    TraceHeader,
 )
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
@@ -108,7 +109,8 @@ def good_trace(sc: Scenario, capture_order: list[BatchDescriptor] | None = None)
     cfg, rs = sc.config, get_ruleset(sc.ruleset)
     mode = resolved_mode(cfg)
     breakable = uses_breakable(cfg)
-    trace = Trace("test", "mock", mode, breakable, mode.has_piecewise() and cfg.piecewise_available)
+    trace = Trace.from_header(TraceHeader("test", "mock", resolved_mode=mode, uses_breakable=breakable,
+                                          has_piecewise_runner=mode.has_piecewise() and cfg.piecewise_available))
     ids = itertools.count(1)
 
     def new_md(phase: str, num_reqs: int, num_tokens: int, max_q: int) -> int:
@@ -223,8 +225,7 @@ def mutate(trace: Trace, pred, fn) -> Trace:
                 events.append(new)
         else:
             events.append(e)
-    return Trace(trace.target, trace.backend, trace.resolved_mode, trace.uses_breakable,
-                 trace.has_piecewise_runner, events, dict(trace.metadata))
+    return Trace.from_header(trace.header, events, dict(trace.metadata))
 
 
 def first(trace: Trace, pred):
@@ -310,8 +311,7 @@ def test_partial_traces_never_crash_a_property(name, config, ruleset):
         events = full.events[:cut]
         step = max((getattr(e, "step", 0) for e in events), default=0)
         events = events + [Error(step, "capture", "crash", "RuntimeError", "boom")]
-        partial = Trace(full.target, full.backend, full.resolved_mode, full.uses_breakable,
-                        full.has_piecewise_runner, events, full.metadata)
+        partial = Trace.from_header(full.header, events, full.metadata)
         verdict = check_scenario(sc, partial)
         assert "NO-CRASH" in ids(verdict.violations)
 
@@ -819,9 +819,7 @@ def test_dispatch_sound_full_without_stored_graph():
 def test_dispatch_sound_piecewise_without_runner():
     sc = scenario(BASE, cap(), disp(3, 1))
     t = good_trace(sc)
-    t.has_piecewise_runner = False
-    t = mutate(t, is_(Dispatch), lambda e: e)
-    t.has_piecewise_runner = False
+    t = Trace.from_header(replace(t.header, has_piecewise_runner=False), t.events, t.metadata)
     assert_violates("DISPATCH-SOUND", sc, t, "nothing runs piecewise graphs", PD(4).short())
 
 
@@ -946,14 +944,14 @@ def test_mode_resolution_wrong_mode():
     cfg = C(attention_support=AttentionSupport.UNIFORM_SINGLE_TOKEN_DECODE, decode_query_len=2)
     sc = scenario(cfg)
     t = good_trace(sc)
-    t.resolved_mode = CUDAGraphMode.FULL_AND_PIECEWISE
+    t = Trace.from_header(replace(t.header, resolved_mode=CUDAGraphMode.FULL_AND_PIECEWISE), t.events, t.metadata)
     assert_violates("MODE-RESOLUTION", sc, t, "resolved to FULL_AND_PIECEWISE, expected PIECEWISE",
                     "needs attention support UNIFORM_BATCH > declared UNIFORM_SINGLE_TOKEN_DECODE")
 
 
 def test_mode_resolution_rejected_config_resolved_anyway():
     sc = scenario(C(mode=CUDAGraphMode.FULL, attention_support=AttentionSupport.NEVER))
-    t = Trace("test", "mock", resolved_mode=CUDAGraphMode.FULL)
+    t = Trace.from_header(TraceHeader("test", "mock", resolved_mode=CUDAGraphMode.FULL))
     assert_violates("MODE-RESOLUTION", sc, t, "the spec rejects this config", "resolved it to FULL")
 
 
@@ -1006,7 +1004,7 @@ def as_runner_layout(t: Trace) -> Trace:
         if isinstance(e, Release):
             held = []
         events.append(e)
-    return Trace(t.target, t.backend, t.resolved_mode, t.uses_breakable, t.has_piecewise_runner, events, dict(t.metadata))
+    return Trace.from_header(t.header, events, dict(t.metadata))
 
 
 @pytest.mark.parametrize("name,config,ruleset", GOOD_CONFIGS[:8], ids=[c[0] for c in GOOD_CONFIGS[:8]])
@@ -1101,8 +1099,7 @@ def test_dispatch_stable_compares_a_dispatch_with_the_sweep_after_its_capture():
             other = next(d for d in e.descs if d != e.descs[i])
             e = _replace(e, descs=e.descs[:i] + (other,) + e.descs[i + 1:])
         events.append(e)
-    changed = Trace(trace.target, trace.backend, trace.resolved_mode, trace.uses_breakable,
-                    trace.has_piecewise_runner, events, trace.metadata)
+    changed = Trace.from_header(trace.header, events, trace.metadata)
     stable = [v for v in check_scenario(sc, changed).violations if v.property == "DISPATCH-STABLE"]
     assert stable and "in the dispatch sweep after the capture at step 0" in stable[0].message
 
@@ -1127,8 +1124,7 @@ def test_dispatch_stable_tells_prefill_splits_by_their_longest_request():
             split = _replace(shape, max_query_len=3)
             e = _replace(e, batches=e.batches + (split,), descs=e.descs + (other,))
         events.append(e)
-    changed = Trace(trace.target, trace.backend, trace.resolved_mode, trace.uses_breakable,
-                    trace.has_piecewise_runner, events, trace.metadata)
+    changed = Trace.from_header(trace.header, events, trace.metadata)
     assert "DISPATCH-STABLE" not in ids(check_scenario(sc, changed).violations)
 
 
@@ -1162,8 +1158,7 @@ def test_a_sweep_judged_again_under_other_captured_graphs_gets_its_own_best_fits
     stored = [e for e in trace.events if isinstance(e, GraphStored)]
     dropped = max(stored, key=lambda e: e.desc.num_tokens).desc
     events = [e for e in trace.events if not (isinstance(e, GraphStored) and e.desc == dropped)]
-    fewer = Trace(trace.target, trace.backend, trace.resolved_mode, trace.uses_breakable,
-                  trace.has_piecewise_runner, events, trace.metadata)
+    fewer = Trace.from_header(trace.header, events, trace.metadata)
     sound = [v for v in check_scenario(sc, fewer).violations if v.property == "DISPATCH-SOUND"]
     assert sound and f"dispatched to FULL {dropped.short()}, but no graph is stored for it" in sound[0].message
     # ... and judged again as recorded, nothing.

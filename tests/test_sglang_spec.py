@@ -18,7 +18,17 @@ from cgsim.scenario import Scenario, Step
 from cgsim.spec import sglang as rules
 from cgsim.spec.sglang import LATEST
 from cgsim.spec.rulesets import RULESETS, get_ruleset
-from cgsim.trace import Candidates, CaptureDone, CreateForwardFn, Dispatch, GraphOutput, GraphStored, RankDispatch, Trace
+from cgsim.trace import (
+    Candidates,
+    CaptureDone,
+    CreateForwardFn,
+    Dispatch,
+    GraphOutput,
+    GraphStored,
+    RankDispatch,
+    Trace,
+    TraceHeader,
+)
 from cgsim.targets.sglang import SglangTarget
 from cgsim.targets.sglang.strategies import sglang_configs
 from fuzz.strategies import RULESET_NAMES, scenarios
@@ -184,7 +194,7 @@ def test_sglang_scenarios_carry_the_sglang_part(sc):
 
 def judge(c: ManagerConfig, steps, events, only) -> list[str]:
     sc = Scenario(c, tuple(steps), ruleset="sglang")
-    trace = Trace("sglang", "mock", resolved_mode=rules.resolved_mode(c), events=list(events))
+    trace = Trace.from_header(TraceHeader("sglang", "mock", resolved_mode=rules.resolved_mode(c)), events)
     verdict = check_scenario(sc, trace, only=only)
     assert set(only) <= set(verdict.checked)
     return [v.message for v in verdict.violations]
@@ -331,9 +341,9 @@ def test_a_draft_sub_trace_is_judged_under_the_rulesets_replacements():
 
     def with_draft(descs) -> list[str]:
         sc = Scenario(c, (Step.capture(),), ruleset="sglang")
-        trace = Trace("sglang", "mock", resolved_mode=rules.resolved_mode(c), events=captured(c))
-        sub = Trace("sglang", "mock", resolved_mode=rules.resolved_mode(draft), events=captured(draft, descs),
-                    config=draft.to_json())
+        trace = Trace.from_header(TraceHeader("sglang", "mock", resolved_mode=rules.resolved_mode(c)), captured(c))
+        sub = Trace.from_header(TraceHeader("sglang", "mock", config=draft.to_json(),
+                                            resolved_mode=rules.resolved_mode(draft)), captured(draft, descs))
         trace.managers[rules.DRAFT_DECODE] = sub
         only = ["CAND-ORDER", "CAND-BOUNDS", "SGL-CAND-ORDER", "SGL-CAND-BOUNDS"]
         return [str(v) for v in check_scenario(sc, trace, only=only).violations]

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+import cgsim.recorder as recorder
 import cgsim.runner as runner
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor
@@ -74,19 +75,18 @@ def test_a_sweep_asks_the_managers_own_dispatch_of_every_batch(sc, target):
     those of the manager's dispatch asked batch by batch (a mutant's own,
     where it overrides dispatch)."""
     asked = []
-    real = runner._sweep
+    real = recorder._record_sweep
 
-    def compared(handle, config, scenario, trace, step, known, light):
-        shapes = runner._plan(config, scenario.ruleset, known, scenario.seed, light).shapes
-        assert handle.dispatch_all(shapes) == [handle.m.dispatch(s) for s in shapes]
-        asked.append(len(shapes))
-        return real(handle, config, scenario, trace, step, known, light)
+    def compared(handle, plan, trace, step):
+        assert handle.dispatch_all(plan.shapes) == [handle.m.dispatch(s) for s in plan.shapes]
+        asked.append(len(plan.shapes))
+        return real(handle, plan, trace, step)
 
-    runner._sweep = compared
+    recorder._record_sweep = compared
     try:
         trace = runner.run_scenario(sc, target=target)
     finally:
-        runner._sweep = real
+        recorder._record_sweep = real
     assert not [e for e in trace.errors if e.exc_type == "AssertionError"], trace.errors
     assert asked or trace.unsupported or trace.errors
 

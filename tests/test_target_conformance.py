@@ -32,7 +32,7 @@ LIFECYCLE = Scenario(
     ruleset="vllm-0.32",
 )
 
-WRITERS = ("cgsim.runner", "cgsim.workload")
+WRITERS = ("cgsim.runner", "cgsim.recorder", "cgsim.workload")
 
 
 def _run_recording_writers(name: str, monkeypatch) -> tuple[Trace, set[str]]:
