@@ -18,7 +18,6 @@ plans of a config drawn again with another lifecycle only.
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 import statistics
 import sys
@@ -59,27 +58,25 @@ def _scenarios(target: str, n: int, max_size: int, sample_seed: int | None = Non
 
 
 class _Timer:
-    """Wraps the runner's sweep and each handle's capture to add up their CPU time."""
+    """Wraps each manager recorder's sweep and each handle's capture to add up their CPU time."""
 
     def __init__(self):
         import cgsim.runner as runner
+        from cgsim.recorder import ManagerRecorder
 
-        self.runner = runner
+        self.runner, self.recorder = runner, ManagerRecorder
         self.sweep_s = self.capture_s = 0.0
         self.swept = 0
-        self._sweep, self._get_target = runner._sweep, runner.get_target
+        self._sweep, self._get_target = ManagerRecorder.sweep, runner.get_target
 
     def __enter__(self):
         timer = self
 
-        # Bound by name: the runner's signature may grow without breaking the timer.
-        signature = inspect.signature(timer._sweep)
-
-        def sweep(*args, **kwargs):
-            trace = signature.bind(*args, **kwargs).arguments["trace"]
+        def sweep(recorder, *args, **kwargs):
+            trace = recorder.trace
             t0 = time.process_time()
             try:
-                return timer._sweep(*args, **kwargs)
+                return timer._sweep(recorder, *args, **kwargs)
             finally:
                 timer.sweep_s += time.process_time() - t0
                 timer.swept += len(trace.events[-1].batches) if trace.events and trace.events[-1].kind == "sweep" else 0
@@ -105,11 +102,11 @@ class _Timer:
             target.build = timed_build
             return target
 
-        self.runner._sweep, self.runner.get_target = sweep, get_target
+        self.recorder.sweep, self.runner.get_target = sweep, get_target
         return self
 
     def __exit__(self, *exc):
-        self.runner._sweep, self.runner.get_target = self._sweep, self._get_target
+        self.recorder.sweep, self.runner.get_target = self._sweep, self._get_target
 
 
 def _forget_plans() -> None:
@@ -187,7 +184,7 @@ def bench(target: str, n: int, max_size: int, repeat: int = 3, plans: str = "cam
     shapes //= repeat
     if not shapes:
         raise SystemExit(f"{target}: no sweep was timed (every swept run failed?): check that _Timer still "
-                         "wraps cgsim.runner._sweep and the targets' build as the runner calls them")
+                         "wraps ManagerRecorder.sweep and the targets' build as the runner calls them")
     return {
         "target": target, "scenarios": len(scs),
         "median_ms_without": 1000 * med(plain), "median_ms_with": 1000 * med(swept),

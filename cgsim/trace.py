@@ -13,7 +13,7 @@ Who records what (so a buggy target cannot hide it):
 - ``GraphStored`` / ``Candidates`` / ``CaptureDone``: read off the target after
   capture (what it says it stored and would dispatch over).
 - ``PiecewiseCapture`` / ``PiecewiseLookup``: the workload's piecewise runner.
-- ``Dispatch`` / ``Replay`` / ``Release`` / ``Error``: the runner.
+- ``Dispatch`` / ``Replay`` / ``Release`` / ``Error``: the runner (``cgsim/recorder.py``).
 - ``Sweep``: the runner, asking the manager to dispatch every batch the
   scheduler can produce (without running them) before the first capture and
   after every capture and release.
