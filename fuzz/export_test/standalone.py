@@ -10,7 +10,14 @@ the definition in that module's source, transitively.  Names a definition
 imports from outside cgsim (the standard library, torch) become import
 statements at the top.  The result imports nothing from cgsim; a name
 defined twice (two modules' ``_group``, say) or a cgsim import under an alias
-raises ``StandaloneError``, and the writer that asked for it fails loudly."""
+raises ``StandaloneError``, and the writer that asked for it fails loudly.
+
+Two options serve a host module with names of its own: ``provided`` names
+are left to the host (vLLM's ``CUDAGraphMode`` for cgsim's, whose runtime
+members share their names), never followed; ``annotations=False`` drops the
+signatures' annotations (they name cgsim's classes, which the host lacks),
+cut out of the source text so that the rest of it, comments included, is
+kept as written."""
 
 from __future__ import annotations
 
@@ -79,9 +86,48 @@ class _Module:
                     m.imports[a.asname or a.name.split(".")[0]] = (a.name, None, a.asname)
         return m
 
-    def text(self, stmt: ast.stmt) -> str:
+    def text(self, stmt: ast.stmt, annotations: bool = True) -> str:
         first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
-        return "\n".join(self.lines[first - 1:stmt.end_lineno])
+        lines = self.lines[first - 1:stmt.end_lineno]
+        if not annotations:
+            # Cut from the end backwards: earlier offsets stay valid.
+            for (l0, c0, l1, c1), replacement in sorted(_annotation_cuts(stmt, self.lines), reverse=True):
+                head, tail = lines[l0 - first][:c0], lines[l1 - first][c1:]
+                lines[l0 - first:l1 - first + 1] = [head + replacement + tail]
+        return "\n".join(lines)
+
+
+def _annotation_cuts(stmt: ast.stmt, lines: list[str]) -> list[tuple[tuple[int, int, int, int], str]]:
+    """(span, replacement) for every annotation of ``stmt``'s functions: an
+    annotated argument becomes its bare name (``name=default`` with a default,
+    as PEP 8 writes an unannotated one), ``-> T`` goes."""
+    cuts = []
+    for fn in ast.walk(stmt):
+        if isinstance(fn, ast.AnnAssign):
+            raise StandaloneError(f"line {fn.lineno}: a variable annotation; the standalone copy drops annotations "
+                                  "only from signatures")
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        a = fn.args
+        positional = a.posonlyargs + a.args
+        defaults = dict(zip(positional[len(positional) - len(a.defaults):], a.defaults))
+        defaults.update((arg, d) for arg, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None)
+        for arg in positional + a.kwonlyargs + [x for x in (a.vararg, a.kwarg) if x is not None]:
+            if arg.annotation is None:
+                continue
+            default = defaults.get(arg)
+            if default is not None:
+                cuts.append(((arg.lineno, arg.col_offset, default.lineno, default.col_offset), arg.arg + "="))
+            else:
+                cuts.append(((arg.lineno, arg.col_offset, arg.end_lineno, arg.end_col_offset), arg.arg))
+        if fn.returns is not None:
+            r = fn.returns
+            head = lines[r.lineno - 1][:r.col_offset]
+            if not head.rstrip().endswith("->"):
+                raise StandaloneError(f"line {r.lineno}: a return annotation not on the line of its arrow")
+            start = len(head.rstrip()[:-2].rstrip())
+            cuts.append(((r.lineno, start, r.end_lineno, r.end_col_offset), ""))
+    return cuts
 
 
 def _is_cgsim(module: str) -> bool:
@@ -98,8 +144,16 @@ def _skipped(stmt: ast.stmt, index: int) -> bool:
     return isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in stmt.targets)
 
 
-def _used_names(stmt: ast.stmt) -> list[str]:
-    return list(dict.fromkeys(n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)))
+def _used_names(stmt: ast.stmt, annotations: bool = True) -> list[str]:
+    skipped: set[int] = set()
+    if not annotations:
+        for fn in ast.walk(stmt):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = fn.args
+                args = a.posonlyargs + a.args + a.kwonlyargs + [x for x in (a.vararg, a.kwarg) if x is not None]
+                for node in [arg.annotation for arg in args] + [fn.returns]:
+                    skipped |= {id(n) for n in ast.walk(node)} if node is not None else set()
+    return list(dict.fromkeys(n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and id(n) not in skipped))
 
 
 def standalone_source(parts: list[Part]) -> str:
@@ -110,8 +164,13 @@ def standalone_source(parts: list[Part]) -> str:
     return "\n".join(imports) + "\n" + body
 
 
-def standalone(parts: list[Part]) -> tuple[list[str], str]:
-    """(the import lines the definitions need from outside cgsim, the definitions)."""
+def standalone(parts: list[Part], provided: frozenset[str] = frozenset(),
+               annotations: bool = True) -> tuple[list[str], str]:
+    """(the import lines the definitions need from outside cgsim, the definitions).
+
+    ``provided``: names the host module defines itself, left unresolved;
+    ``annotations``: False drops the signatures' annotations (and what only
+    they use)."""
     modules: dict[str, _Module] = {}
 
     def mod(name: str) -> _Module:
@@ -137,7 +196,9 @@ def standalone(parts: list[Part]) -> tuple[list[str], str]:
         if id(stmt) in seen_stmts:
             return
         seen_stmts.add(id(stmt))
-        for n in _used_names(stmt):
+        for n in _used_names(stmt, annotations):
+            if n in provided:
+                continue
             dep = m.defs.get(n)
             if dep is not None and dep is not stmt:
                 resolve(m, dep, stack + (n,))
@@ -181,7 +242,7 @@ def standalone(parts: list[Part]) -> tuple[list[str], str]:
     current, previous_def = None, True
     for module, stmt in taken:
         is_def = isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-        text = modules[module].text(stmt)
+        text = modules[module].text(stmt, annotations)
         if module != current:
             out += "\n\n# from " + module_path(module).replace(_ROOT + os.sep, "") + " (generated from its source)\n"
             current = module

@@ -17,6 +17,7 @@ from cgsim.modes import CUDAGraphMode, ModeResolutionError
 from cgsim.scenario import Scenario, Step
 from fuzz.export_test.docs import DocumentedFinding, ExportError
 from fuzz.export_test import vllm_code as code
+from fuzz.export_test.vllm_fit import FIT_IMPORTS
 from fuzz.export_test.vllm_parts import (MAX_ENUMERATED_SHAPES, Parts, count_partitions, fill, scheduler_constants,
                                          speculators_literal)
 from fuzz.export_test.vllm_runtime import BREAKABLE_PROPERTIES, RUNTIME_PROPERTIES, RuntimeTemplates
@@ -227,10 +228,14 @@ class _VllmWriter(RuntimeTemplates):
 
     # -- imports and constants -------------------------------------------------------
     def _imports(self, helpers: list[str], uses_release: bool, uses_capture: bool) -> str:
-        std = ["import inspect", "from contextlib import contextmanager", "from types import SimpleNamespace"]
-        if code.HELPER_BATCH in helpers:
+        std = ["import inspect", "from contextlib import contextmanager", "from types import SimpleNamespace",
+               "from unittest.mock import MagicMock"]
+        if code.HELPER_BATCH in helpers or code.HELPER_FITS in helpers:
             std.append("from typing import NamedTuple")
-        std.append("from unittest.mock import MagicMock")
+        if code.HELPER_FITS in helpers:
+            std += FIT_IMPORTS  # what cgsim's generated fit rule imports
+        # Plain imports first, then from-imports, each by module.
+        std = sorted(set(std), key=lambda line: (line.startswith("from "), line.split()[1]))
         vllm = [
             "from vllm.config import SchedulerConfig, VllmConfig",
             "from vllm.config.compilation import CompilationMode, CUDAGraphMode",
@@ -381,11 +386,11 @@ class _VllmWriter(RuntimeTemplates):
         return _literal_lines("cgsim saw: " + self.f.message, 8)
 
     # -- templates, one per property -------------------------------------------------
-    def _dispatch_check(self, template: str, best: bool = True) -> Parts:
+    def _dispatch_check(self, template: str) -> Parts:
         b = self._checked_batch()
         body = fill(template, batchline=self._batch_line(b),
                     seen=self._seen())
-        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS) + ((code.HELPER_BEST,) if best else ()))
+        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS))
 
     def _dispatch_priority(self) -> Parts:
         return self._dispatch_check('''
@@ -445,7 +450,7 @@ class _VllmWriter(RuntimeTemplates):
         f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, "
         "which was not captured"
     )
-''', best=False)
+''')
 
     def _pad_consistent(self) -> Parts:
         b = self._checked_batch()
@@ -492,7 +497,7 @@ class _VllmWriter(RuntimeTemplates):
         <<seen>>
     )
 ''', captured=captured, scheduler=_literal_lines(_scheduler_words(c) + ". ", 8), seen=self._seen())
-        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS, code.HELPER_BEST, code.HELPER_SCHEDULER,
+        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS, code.HELPER_SCHEDULER,
                                     code.HELPER_CAPTURE_DESCS),
                      constants=(scheduler_constants(c),), runs_checked_step=True)
 

@@ -1,6 +1,8 @@
 """The fixed parts of the vLLM tests export-test writes: fixtures and helpers,
 as source text (``<<name>>`` marks what a writer fills in)."""
 
+from fuzz.export_test.vllm_fit import FIT_ADAPTER, FIT_RULE
+
 HELPER_ACCEPTED = '''
 def accepted_kwargs(fn, **kwargs):
     """The keyword arguments ``fn`` takes in the installed vLLM: the managers'
@@ -353,6 +355,12 @@ class Batch(NamedTuple):
             return None
         return max(self.query_lens)
 
+    @property
+    def decode_max_query_len(self):
+        """The longest request of a decode, which cgsim's fit rule bounds by a
+        graph's max_query_len: none with a prefill."""
+        return None if self.has_prefill else max(self.query_lens)
+
     def __str__(self):
         return (
             f"Batch(query_lens={list(self.query_lens)}"
@@ -378,62 +386,10 @@ def dispatch(manager, batch):
     )
 '''
 
-HELPER_FITS = HELPER_SHORT + '''
+# cgsim's fit rule generated from its source, with its adapter (vllm_fit.py).
+HELPER_FITS = HELPER_SHORT.rstrip("\n") + "\n" + FIT_RULE + FIT_ADAPTER
 
-def lora_case(num_active_loras):
-    """The LoRA case whose graphs serve this many active adapters."""
-    cases = sorted(LORA_CASES)
-    return next((c for c in cases if c >= num_active_loras), cases[-1])
-
-
-def fits(desc, batch):
-    """Whether a graph captured for ``desc`` can run ``batch`` (cgsim's SPEC §2)."""
-    uniform = getattr(desc, "uniform_token_count", None)
-    max_query_len = getattr(desc, "max_query_len", None)
-    return (
-        (uniform is None or uniform == batch.uniform_token_count)
-        and (
-            max_query_len is None
-            or (
-                batch.max_query_len is not None
-                and batch.max_query_len <= max_query_len
-            )
-        )
-        and (desc.num_reqs is None or desc.num_reqs >= batch.num_reqs)
-        and desc.num_tokens >= batch.num_tokens
-        and getattr(desc, "num_active_loras", 0) == lora_case(batch.num_active_loras)
-        and getattr(desc, "num_ubatches", 1) == batch.num_ubatches
-        # A micro-batched graph whose second micro-batch would be empty runs eagerly.
-        and not (batch.num_ubatches > 1 and 2 * batch.num_tokens < desc.num_tokens)
-    )
-
-'''
-
-HELPER_BEST = '''def padding(desc, batch):
-    """(padded tokens, padded requests) when ``batch`` runs on ``desc``."""
-    reqs = 0 if desc.num_reqs is None else desc.num_reqs - batch.num_reqs
-    return desc.num_tokens - batch.num_tokens, reqs
-
-
-def best(descs, batch):
-    """One graph of ``descs`` that pads ``batch`` least (for messages)."""
-    return min(descs, key=lambda d: padding(d, batch)) if descs else None
-'''
-
-HELPER_SCHEDULER = '''def best_choices(batch, captured):
-    """The graphs dispatch may pick for ``batch``: those that fit, of the
-    highest mode (FULL over PIECEWISE), padding least."""
-    fitting = [d for d in captured if fits(d, batch)]
-    if not fitting:
-        return set()
-    rank = {CUDAGraphMode.FULL: 2, CUDAGraphMode.PIECEWISE: 1}
-    top = max(rank.get(d.cg_mode, 0) for d in fitting)
-    fitting = [d for d in fitting if rank.get(d.cg_mode, 0) == top]
-    least = min(padding(d, batch) for d in fitting)
-    return {d for d in fitting if padding(d, batch) == least}
-
-
-
+HELPER_SCHEDULER = '''
 def _partitions(total, max_parts, largest=None):
     """Query lengths (longest first) of at most ``max_parts`` requests, summing
     to ``total``."""

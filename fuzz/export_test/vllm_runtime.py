@@ -87,8 +87,7 @@ class RuntimeTemplates:
         <<seen>>
     )
 ''', seen=self._seen())
-        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS, code.HELPER_BEST,
-                                    code.HELPER_SCHEDULER, HELPER_RUNNER_DISPATCH, HELPER_ROUNDTRIP),
+        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS, code.HELPER_SCHEDULER, HELPER_RUNNER_DISPATCH, HELPER_ROUNDTRIP),
                      constants=(scheduler_constants(c),), runs_checked_step=True)
 
     # -- FRESH-METADATA ---------------------------------------------------------------
@@ -335,8 +334,8 @@ def runner_dispatch(manager, batch):
 
 HELPER_ROUNDTRIP = '''
 def rank(desc):
-    """Dispatch priority: FULL over PIECEWISE over eager."""
-    return {CUDAGraphMode.FULL: 2, CUDAGraphMode.PIECEWISE: 1}.get(desc.cg_mode, 0)
+    """Dispatch priority: FULL over PIECEWISE over eager (cgsim's RUNTIME_RANK)."""
+    return RUNTIME_RANK[desc.cg_mode]
 
 
 def exact_shape(desc, batch):
@@ -356,7 +355,7 @@ def roundtrip_ok(desc, batch, target):
         return False
     if rank(desc) > rank(target):
         return desc.num_tokens == batch.num_tokens
-    return rank(desc) == rank(target) and padding(desc, batch) <= padding(target, batch)
+    return rank(desc) == rank(target) and padding_waste(desc, batch) <= padding_waste(target, batch)
 '''
 
 HELPER_OBSERVER = '''
