@@ -21,7 +21,6 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import given, settings, strategies as st
 
 from cgsim.properties import ALL_PROPERTIES
 from cgsim.report.findings import load_finding
@@ -429,37 +428,3 @@ def test_every_fuzz_command_in_the_ci_script_parses():
     parser = build_parser()
     for words in commands:
         parser.parse_args(words)  # exit 2 (SystemExit) on an unknown flag
-
-
-@settings(max_examples=400, deadline=None, database=None)
-@given(st.data())
-def test_the_exported_fit_rule_is_cgsims(data):
-    """The fit rule an exported test carries (it imports only vLLM) decides
-    every (graph, batch) pair as cgsim's own does (``descriptors.compatible``)."""
-    from typing import NamedTuple
-
-    from cgsim.descriptors import Batch, BatchDescriptor
-    from cgsim.spec.fit import compatible
-    from cgsim.modes import CUDAGraphMode
-    from fuzz.export_test import vllm_code
-
-    lora_cases = tuple(sorted(set(data.draw(st.lists(st.integers(0, 4), min_size=1, max_size=3)) + [0])))
-    namespace = {"NamedTuple": NamedTuple, "LORA_CASES": lora_cases, "CUDAGraphMode": CUDAGraphMode}
-    exec(vllm_code.HELPER_BATCH + vllm_code.HELPER_FITS, namespace)  # noqa: S102 - cgsim's own generated helpers
-    ubatches = data.draw(st.sampled_from((1, 2)))
-    lens = tuple(data.draw(st.lists(st.integers(1, 6), min_size=1, max_size=5)))
-    prefill = data.draw(st.booleans())
-    loras = data.draw(st.integers(0, 4))
-    ours = Batch(lens, loras, ubatches, has_prefill=prefill)
-    exported = namespace["Batch"](lens, prefill, loras, ubatches)
-    uniform = data.draw(st.sampled_from((None, 1, 2, 3)))
-    desc = BatchDescriptor(cg_mode=data.draw(st.sampled_from((CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE))),
-                           num_tokens=data.draw(st.integers(1, 40)),
-                           num_reqs=data.draw(st.sampled_from((None, 1, 2, 4, 8))), uniform_token_count=uniform,
-                           max_query_len=data.draw(st.sampled_from((None, 2, 4))),
-                           num_active_loras=data.draw(st.sampled_from(lora_cases)), num_ubatches=ubatches)
-    if desc.max_query_len is not None and ubatches > 1:
-        # The exported batch's max_query_len is what vLLM's runner tells dispatch,
-        # None for a micro-batched batch; cgsim's rule reads the longest decode.
-        return
-    assert namespace["fits"](desc, exported) == compatible(desc, ours, lora_cases), (desc, ours)
