@@ -2,7 +2,9 @@
 of the ``cgsim`` and ``fuzz`` packages (``ast``; nothing is imported):
 
 1. no cycle among module-level imports, so any module imports on its own
-   whatever imported it first (the assertion names each cycle as a path);
+   whatever imported it first (the assertion names each cycle as a path),
+   nor among all imports, those inside functions included (a module that
+   needs a piece of one that needs it back: the piece has two owners);
 2. no module uses a private name of another cgsim or fuzz module, whether
    imported (``from x import _y``) or read off an imported module
    (``x._y``); a private module (``pkg/_y.py``) is private to its package,
@@ -133,11 +135,13 @@ class Project:
             every += imports(module, trees[module], path.endswith("__init__.py"))
         return cls(known, trees, every)
 
-    def graph(self) -> dict[str, set[str]]:
+    def graph(self, deferred: bool = False) -> dict[str, set[str]]:
+        """What importing each module runs; with ``deferred``, what running
+        it may import too (imports inside functions, which run after every
+        module is loaded).  Imports for type checking only never run."""
         g: dict[str, set[str]] = {m: set() for m in self.known}
         for imp in self.every:
-            # Cycles: module-level imports only; one inside a function runs after every module is loaded.
-            if imp.module_level and not imp.type_only:
+            if (imp.module_level or deferred) and not imp.type_only:
                 g[imp.importer] |= edges(imp, self.known)
         return g
 
@@ -271,6 +275,23 @@ def test_no_import_cycles():
     assert not found, "module-level import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
 
 
+# Cycles through imports inside functions not yet broken, each with the
+# piece both sides need; one that is gone must leave this list.
+DEFERRED_CYCLES_LEFT = {
+    frozenset({"cgsim.encoder.targets", "cgsim.targets.vllm.encoder"}): "toy_for",
+    frozenset({"cgsim.encoder.replay", "cgsim.replay"}): "ScenarioNotRunnable",
+    frozenset({"fuzz.encoder_campaign", "fuzz.encoder_workers"}): "search_encoder and its result",
+}
+
+
+def test_no_import_cycles_through_function_level_imports():
+    found = cycles(Project.read().graph(deferred=True))
+    new = [c for c in found if frozenset(c) not in DEFERRED_CYCLES_LEFT]
+    assert not new, "import cycles (imports inside functions included):\n" + "\n".join(" -> ".join(c) for c in new)
+    gone = set(DEFERRED_CYCLES_LEFT) - {frozenset(c) for c in found}
+    assert not gone, f"no longer cycles, remove them from DEFERRED_CYCLES_LEFT: {[sorted(c) for c in gone]}"
+
+
 def test_no_private_names_used_across_modules():
     found = private_uses(Project.read())
     assert not found, "private names used by another module:\n" + "\n".join(found)
@@ -317,6 +338,10 @@ def test_what_runs_later_or_never_is_no_edge():
               "class C:\n    import p.sub.x\n"
               "def f():\n    import p._priv\n")
     assert _edges_of("p.c", source) == {"q", "p.sub", "p.a", "p.sub.x"}
+    # Counted among all imports: the function's, never the type checker's.
+    assert _fake({"p.c": source}).graph(deferred=True)["p.c"] == {"q", "p.sub", "p.a", "p.sub.x", "p._priv"}
+    lazy = _fake({"p.a": "from p.b import g\n", "p.b": "def g():\n    from p.a import f\n"})
+    assert cycles(lazy.graph()) == [] and cycles(lazy.graph(deferred=True)) == [["p.a", "p.b", "p.a"]]
 
 
 def test_private_names():

@@ -29,6 +29,7 @@ from cgsim.scenario import Scenario, Step  # noqa: E402
 from cgsim.targets import TargetUnsupported, get_target  # noqa: E402
 from cgsim.targets.vllm.compat import require_vllm  # noqa: E402
 from cgsim.targets.vllm.known import classify  # noqa: E402
+from cgsim.targets.vllm.engine import takes_dynamic_schedule  # noqa: E402
 from cgsim.targets.vllm.scheduling import RequestSpec, Workload, run_scheduler  # noqa: E402
 from cgsim.targets.vllm.scheduling.serve import MAX_SERVED_STEPS, ModelMiss  # noqa: E402
 from cgsim.trace import Dispatch, Replay  # noqa: E402
@@ -126,7 +127,7 @@ SHRINK = ManagerConfig(mode="FULL", capture_sizes=(1, 2, 4), max_num_reqs=2, dec
 
 def _dynamic_schedules() -> bool:
     """Whether this tree takes a dynamic speculative schedule (else vLLM refuses the launch)."""
-    if CAPS.dynamic_sd:
+    if takes_dynamic_schedule():
         return True
     with pytest.raises(TargetUnsupported):
         TARGET.engine_config(SHRINK)

@@ -41,6 +41,7 @@ from cgsim.targets.vllm.compat import (  # noqa: E402
 from cgsim.finding import Finding  # noqa: E402
 from cgsim.targets import TargetUnsupported  # noqa: E402
 from cgsim.targets.vllm.known import classify, present_in  # noqa: E402
+from cgsim.targets.vllm.engine import takes_dynamic_schedule  # noqa: E402
 from cgsim.trace import CreateForwardFn, Forward, Trace  # noqa: E402
 from cgsim.workload import Workload  # noqa: E402
 
@@ -472,7 +473,7 @@ def test_dynamic_schedules_and_the_draft_decode_manager():
                         spec_schedule=((1, 2, 3), (3, 4, 1)))
     sc = Scenario(cfg, (Step.capture(), Step.dispatch(Batch.uniform(2, 4))), ruleset=CAPS.ruleset)
     trace = run_scenario(sc, target="vllm", backend="mock", timeout=120)
-    if not CAPS.dynamic_sd:
+    if not takes_dynamic_schedule():
         # Refused, in cgsim's words (no schedule in this tree) or vLLM's own (its V2 runner's list).
         assert trace.unsupported and re.search("schedule|dynamic speculative decoding", trace.unsupported), \
             trace.unsupported
@@ -517,7 +518,7 @@ def test_surviving_dynamic_sd_configs_start_and_show_the_nearest_group_defect():
         sc = Scenario(cfg, (Step.capture(), Step.dispatch(Batch.uniform(1, cfg.decode_query_len))),
                       ruleset=CAPS.ruleset)
         outcome = observe(sc, "vllm", "mock", 120.0)
-        if not CAPS.dynamic_sd:
+        if not takes_dynamic_schedule():
             assert not outcome.findings and not outcome.checked, outcome.findings
             continue
         for f in outcome.findings:

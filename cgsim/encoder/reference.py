@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from cgsim.encoder.values import EncoderConfig, frame_slots
+from cgsim.encoder.values import EncoderConfig
+from cgsim.spec.encoder import frame_slots
 
 __all__ = ["ReferenceEncoderManager"]
 

@@ -6,7 +6,7 @@ stale buffer or a wrong slice changes a real item's output.
 
 The graph's buffers follow Qwen3-VL's (model_executor/models/qwen3_vl.py
 ``prepare_encoder_cudagraph_capture_inputs``): patch rows sized by the token
-budget, per-frame metadata for ``values.frame_slots`` frames, with padding logics that send padding to a trash slot
+budget, per-frame metadata for ``spec.encoder.frame_slots`` frames, with padding logics that send padding to a trash slot
 (a zero-filled pad would join frame 0 and item 0, as an unpadded cu_seqlens
 would in Qwen's attention).
 
@@ -23,7 +23,8 @@ from typing import Any, Sequence
 import torch
 
 from cgsim.encoder.interface import CGSIM_CLASSES, EncoderClasses
-from cgsim.encoder.values import MERGE, EncoderItem, frame_slots
+from cgsim.encoder.values import MERGE, EncoderItem
+from cgsim.spec.encoder import frame_slots
 
 __all__ = ["ToyVisionEncoder", "ITEM_IDS", "PIXELS", "GRID", "BUFFER_KEYS", "HIDDEN", "IN_DIM"]
 

@@ -9,21 +9,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["MERGE", "frame_slots", "EncoderItem", "EncoderConfig", "EncoderStep", "EncoderScenario", "EncoderScenarioError",
+from cgsim.spec.encoder import design
+
+__all__ = ["MERGE", "EncoderItem", "EncoderConfig", "EncoderStep", "EncoderScenario", "EncoderScenarioError",
            "ENCODER_STEP_KINDS", "ENCODER_SCHEMA_VERSION"]
 
 # Patches merged into one output token (a 2x2 spatial merge, as Qwen-VL's).
 MERGE = 4
 ENCODER_SCHEMA_VERSION = 1
 ENCODER_STEP_KINDS = ("capture", "encode", "clear")
-
-
-def frame_slots(max_batch_size: int, max_frames_per_batch: int) -> int:
-    """Frames a graph's per-frame metadata holds: Qwen3-VL pads cu_seqlens to
-    max_frames_per_batch for videos and to max_batch_size for images, and
-    captures at least one sequence per item (qwen3_vl.py
-    prepare_encoder_metadata, prepare_encoder_cudagraph_capture_inputs)."""
-    return max(max_batch_size, max_frames_per_batch)
 
 
 class EncoderScenarioError(ValueError):
@@ -169,8 +163,7 @@ class EncoderScenario:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "steps", tuple(self.steps))
-        from cgsim.spec.encoder import design  # noqa: PLC0415 - the spec validates the ruleset name
-
+        # The spec owns the designs: it validates the ruleset name.
         try:
             design(self.ruleset)
         except ValueError as exc:

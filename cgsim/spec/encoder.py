@@ -21,10 +21,12 @@ replayed once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from cgsim.encoder.values import EncoderConfig, frame_slots
+if TYPE_CHECKING:  # annotations only: the values validate their ruleset against DESIGNS here
+    from cgsim.encoder.values import EncoderConfig
 
-__all__ = ["EncoderDesign", "EncoderPlan", "DESIGNS", "design", "plan", "EncoderConfigRefused", "Group",
+__all__ = ["EncoderDesign", "EncoderPlan", "DESIGNS", "design", "frame_slots", "plan", "EncoderConfigRefused", "Group",
            "fits", "smallest_fitting", "doubling_grid", "subdivided_grid"]
 
 
@@ -61,6 +63,14 @@ DESIGNS = {d.name: d for d in (
                   "vLLM 0.34 v1/worker/encoder_cudagraph.py: subdivided grid with encoder_cudagraph_max_token_budget; "
                   "_execute_local replays once per path; frame slots capped by the budget"),
 )}
+
+
+def frame_slots(max_batch_size: int, max_frames_per_batch: int) -> int:
+    """Frames a graph's per-frame metadata holds: Qwen3-VL pads cu_seqlens to
+    max_frames_per_batch for videos and to max_batch_size for images, and
+    captures at least one sequence per item (qwen3_vl.py
+    prepare_encoder_metadata, prepare_encoder_cudagraph_capture_inputs)."""
+    return max(max_batch_size, max_frames_per_batch)
 
 
 def design(name: str) -> EncoderDesign:
@@ -111,7 +121,7 @@ class EncoderPlan:
     use_dp: bool
 
     def frame_slots(self, budget: int, d: EncoderDesign) -> int:
-        """Frames a graph of ``budget`` holds (the model's rule, ``values.frame_slots``)."""
+        """Frames a graph of ``budget`` holds (the model's rule, ``frame_slots``)."""
         frames = min(self.max_frames_per_batch, budget) if d.frames_capped_by_budget else self.max_frames_per_batch
         return frame_slots(self.max_batch_size, frames)
 

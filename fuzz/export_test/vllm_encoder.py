@@ -50,7 +50,8 @@ _TOY_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.pa
 # cgsim's code the module carries, generated from its source.
 STANDALONE_PARTS = (
     Part("cgsim.encoder.toy"),
-    Part("cgsim.encoder.values", ("EncoderItem", "frame_slots")),
+    Part("cgsim.encoder.values", ("EncoderItem",)),
+    Part("cgsim.spec.encoder", ("frame_slots",)),
     Part("cgsim.encoder.runner", ("step_seed", "groups_from_log", "_captures_by_rank", "_compare")),
     Part("cgsim.targets.vllm.encoder_engine", ("register_toy_vision_model",)),
 )

@@ -31,7 +31,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from cgsim.targets.base import SourceOption, TargetEnvironmentError
+from cgsim.targets.base import SourceOption
+# The errors are errors.py's; named here too for the target's callers.
+from cgsim.targets.sglang.errors import SglangAdapterError, SglangEnvironmentError
 
 __all__ = ["SglangEnvironmentError", "SglangAdapterError", "Design", "DESIGNS", "Tree", "REQUIRED", "SOURCE_ENV", "SOURCE_OPTION",
            "as_on_cpu_host", "INSTALL_HINT", "installed_version", "version_key", "design_for", "probe", "tree", "source_root",
@@ -46,14 +48,6 @@ SOURCE_OPTION = SourceOption(
     summary="an sglang checkout (or its python/ folder) or unpacked wheel imported instead of the installed sglang",
     empty="give an sglang checkout or an unpacked sglang wheel", what="sglang", recorded_as="sglang_source")
 INSTALL_HINT = "bash scripts/install_sglang.sh VENV [VERSION] (docs/sglang.md)"
-
-
-class SglangEnvironmentError(TargetEnvironmentError):
-    """sglang is missing, or this tree lacks what the target drives: exit 2."""
-
-
-class SglangAdapterError(SglangEnvironmentError):
-    """cgsim's adapter (or a stand-in), not sglang, failed: exit 2, never a finding."""
 
 
 # --------------------------------------------------------------------------

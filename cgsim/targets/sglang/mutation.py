@@ -22,7 +22,7 @@ from typing import Sequence
 
 from cgsim.targets import engine_mutation as _shared
 from cgsim.targets.engine_mutation import Mutation
-from cgsim.targets.sglang.compat import SglangEnvironmentError
+from cgsim.targets.sglang.errors import SglangEnvironmentError
 
 __all__ = ["MUTATIONS_ENV", "Mutation", "MUTATIONS", "MutationError", "environment_for", "install_from_environment",
            "parse"]

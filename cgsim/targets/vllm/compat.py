@@ -203,14 +203,6 @@ class Capabilities:
         return self.design.ruleset
 
     @property
-    def dynamic_sd(self) -> bool:
-        """vLLM's config path takes a per-batch-size speculative schedule
-        (asked of vLLM, cgsim.targets.vllm.engine.takes_dynamic_schedule)."""
-        from cgsim.targets.vllm.engine import takes_dynamic_schedule  # noqa: PLC0415
-
-        return takes_dynamic_schedule()
-
-    @property
     def lora(self) -> bool:
         return "lora_capture_cases" in self.ctor_params
 
