@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -37,6 +38,50 @@ from fuzz.export_test import (
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FINDINGS = sorted(glob.glob(os.path.join(ROOT, "docs", "findings", "*.json")))
 ALLOWED_TOP_LEVEL = {"vllm", "torch", "pytest"} | set(sys.stdlib_module_names)
+
+
+def _node(snippet: str) -> ast.AST:
+    stmt = ast.parse(textwrap.dedent(snippet).strip()).body[0]
+    return stmt.value if isinstance(stmt, ast.Expr) else stmt
+
+
+def has(where: str | ast.AST, snippet: str) -> bool:
+    """Whether generated code holds ``snippet`` (one expression or statement)
+    as code, whatever its layout: line breaks, spacing, comments, quotes."""
+    tree = ast.parse(where) if isinstance(where, str) else where
+    want = _node(snippet)
+    dump = ast.dump(want)
+    return any(type(n) is type(want) and ast.dump(n) == dump for n in ast.walk(tree))
+
+
+def asserts(where: str | ast.AST, condition: str) -> bool:
+    """Whether generated code asserts ``condition`` (with any message)."""
+    tree = ast.parse(where) if isinstance(where, str) else where
+    want = ast.dump(_node(condition))
+    return any(isinstance(n, ast.Assert) and ast.dump(n.test) == want for n in ast.walk(tree))
+
+
+def function(text: str, name: str) -> ast.FunctionDef:
+    return next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def constant(text: str, name: str):
+    """The value a module-level constant of generated code is assigned (a literal)."""
+    for n in ast.parse(text).body:
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets):
+            return ast.literal_eval(n.value)
+    raise AssertionError(f"no constant {name}")
+
+
+def statement_order(fn: ast.FunctionDef, snippets: list[str]) -> list[int]:
+    """For each snippet in turn, the index of the first statement of ``fn``'s
+    body after the previous snippet's that holds it (-1: none does)."""
+    at, out = 0, []
+    for snippet in snippets:
+        found = next((i for i in range(at, len(fn.body)) if has(fn.body[i], snippet)), -1)
+        out.append(found)
+        at = found + 1 if found >= 0 else at
+    return out
 
 
 def _imported_modules(tree: ast.AST) -> set[str]:
@@ -64,6 +109,12 @@ def _exportable(finding) -> bool:
     breakable = finding.scenario["config"].get("breakable")
     return (finding.property in VLLM_PROPERTIES and finding.id not in NOT_EXPORTED
             and (not breakable or finding.property in BREAKABLE_PROPERTIES))
+
+
+def test_the_code_matcher_ignores_layout_only():
+    code = 'x = f(a,\n      "s")  # a comment\nassert x == 1, ("one"\n    " message")\n'
+    assert has(code, "f(a, 's')") and has(code, "x = f(a, 's')") and asserts(code, "x == 1")
+    assert not has(code, "f(a, 't')") and not has(code, "f(a)") and not asserts(code, "x == 2")
 
 
 @pytest.mark.parametrize("path", FINDINGS, ids=[os.path.basename(p)[:-5] for p in FINDINGS])
@@ -96,11 +147,14 @@ def test_every_documented_finding_exports_a_standalone_test(path):
 def test_the_dispatch_test_writes_the_findings_batch_and_config_out():
     finding = load_finding(os.path.join(ROOT, "docs", "findings", "dispatch-priority-29225784ff.json"))
     text = export_test(finding)
-    assert "CAPTURE_SIZES = [1, 2, 4, 10, 16]" in text
-    assert "SPEC_SCHEDULE = [(1, 2, 4), (3, 4, 2)]" in text
-    assert "batch = Batch((3, 3, 3))  # step 1: a decode of 3 request(s) x 3 token(s)" in text
-    assert "capture(manager, recorder)  # step 0: capture" in text
-    assert 'pytestmark = pytest.mark.cpu_test' in text
+    config = finding.scenario["config"]
+    assert constant(text, "CAPTURE_SIZES") == list(config["capture_sizes"]) == [1, 2, 4, 10, 16]
+    assert constant(text, "SPEC_SCHEDULE") == [tuple(t) for t in config["spec_schedule"]] == [(1, 2, 4), (3, 4, 2)]
+    # The finding's steps in order: capture, then the batch it dispatches.
+    test = function(text, "test_dispatch_priority_29225784ff")
+    assert -1 not in statement_order(test, ["capture(manager, recorder)", "batch = Batch((3, 3, 3))",
+                                            "dispatch(manager, batch)"])
+    assert has(text, "pytestmark = pytest.mark.cpu_test")
 
 
 def test_a_design_difference_is_marked_as_one(tmp_path):
@@ -119,8 +173,10 @@ def test_mode_resolution_follows_the_runners_adaptive_route():
     0.28-0.29 FULL_AND_PIECEWISE forced: documented defect 13)."""
     finding = load_finding(os.path.join(ROOT, "docs", "findings", "mode-resolution-1d6434a595.json"))
     text = export_test(finding)
-    assert "assert mode == CUDAGraphMode.FULL_DECODE_ONLY" in text
-    assert "resolve_adaptive_cudagraph_mode" in text and "CUDAGraphMode.FULL_AND_PIECEWISE" in text
+    assert asserts(text, "mode == CUDAGraphMode.FULL_DECODE_ONLY")
+    resolve = function(text, "_resolve")
+    assert has(resolve, 'getattr(adaptive_verification, "resolve_adaptive_cudagraph_mode", None)')
+    assert has(resolve, "compilation_config.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE")
     assert not documented_findings()["mode-resolution-1d6434a595"].design_difference
 
 
@@ -197,19 +253,25 @@ def test_the_runtime_writers_watch_what_the_model_sees():
         return export_test(load_finding(os.path.join(ROOT, "docs", "findings", f"{fid}.json")))
 
     roundtrip = text("dispatch-roundtrip-2e41bc7df9")
-    assert "get_uniform_decode_token_count" in roundtrip and "get_uniform_token_count" in roundtrip
-    assert "for batch in producible_batches():" in roundtrip and "desc = runner_dispatch(manager, batch)" in roundtrip
+    count = function(roundtrip, "runner_uniform_token_count")
+    assert has(count, "from vllm.v1.worker.utils import get_uniform_decode_token_count as count")
+    assert has(count, "cudagraph_utils.get_uniform_token_count(batch.num_reqs, batch.num_tokens, max_query_len)")
+    test = function(roundtrip, "test_dispatch_roundtrip_2e41bc7df9")
+    loop = next(n for n in test.body if isinstance(n, ast.For))
+    assert has(loop.iter, "producible_batches()") and has(loop, "desc = runner_dispatch(manager, batch)")
     fresh = text("fresh-metadata-456f702b57")
-    assert "def observer(monkeypatch, cpu_graphs, recorder):" in fresh
-    assert "id(metadata) in warmup" in fresh and "get_forward_context().attn_metadata" in fresh
+    assert [a.arg for a in function(fresh, "observer").args.args] == ["monkeypatch", "cpu_graphs", "recorder"]
+    assert has(fresh, "id(metadata) in warmup") and has(fresh, "metadata = get_forward_context().attn_metadata")
     skip = text("skip-attn-9656d102f2")
-    assert 'monkeypatch.setenv("VLLM_USE_BREAKABLE_CUDAGRAPH", "1")' in skip
-    assert "require_breakable_graphs()" in skip and "BREAKABLE = True" in skip
-    assert "metadata is None" in skip
+    assert has(skip, 'monkeypatch.setenv("VLLM_USE_BREAKABLE_CUDAGRAPH", "1")')
+    assert has(function(skip, "test_skip_attn_9656d102f2"), "require_breakable_graphs()")
+    assert constant(skip, "BREAKABLE") is True
+    assert has(skip, "metadata is None")
     replay = text("replay-equals-eager-fb213b6920")
-    assert "class CpuGraph:" in replay and 'monkeypatch.setattr(torch.cuda, "CUDAGraph", CpuGraph)' in replay
-    assert "manager.run_pw_graph(ToyModel(), inputs)" in replay
-    assert "batch = Batch((2,), has_prefill=True)" in replay
+    assert any(isinstance(n, ast.ClassDef) and n.name == "CpuGraph" for n in ast.parse(replay).body)
+    assert has(replay, 'monkeypatch.setattr(torch.cuda, "CUDAGraph", CpuGraph)')
+    assert has(replay, "manager.run_pw_graph(ToyModel(), inputs)")
+    assert has(replay, "batch = Batch((2,), has_prefill=True)")
     # Their tests hold no design's literals: compared on every release.
     assert {"DISPATCH-ROUNDTRIP", "FRESH-METADATA", "REPLAY-EQUALS-EAGER", "SKIP-ATTN"} <= DESIGN_FREE_PROPERTIES
     check = _check_module()
@@ -229,17 +291,21 @@ def test_the_draft_prefill_writer_drives_each_releases_speculator_api():
     release's API (handed the target's states, or building its own), with the
     warmup's and the in-graph metadata objects compared."""
     text = export_test(load_finding(os.path.join(ROOT, "docs", "findings", "fresh-metadata-2f61040c3e.json")))
-    assert "target_states = capture(manager, recorder)  # step 0: capture" in text
-    assert "return manager.capture(" in text  # the capture helper hands the states on
-    assert "speculator_cls.init_cudagraph_manager(speculator, mode)" in text
-    assert "speculator.prefill_cudagraph_manager, draft_prefill, target_states, recorder" in text
-    assert '"full_cg_attn_states" in params or "attn_states" in params' in text
-    assert "prefill_manager.capture(forward_fn, target_states)" in text
-    assert "forward_fn, model_state, input_buffers, block_tables, [[]], kv_cache_config" in text
+    assert has(text, "target_states = capture(manager, recorder)")
+    # The capture helper hands the states on.
+    assert any(isinstance(n, ast.Return) and has(n, "manager.capture") for n in ast.walk(function(text, "capture")))
+    assert has(text, "speculator_cls.init_cudagraph_manager(speculator, mode)")
+    assert has(text, "handed = capture_draft_prefill(speculator.prefill_cudagraph_manager, draft_prefill, "
+                     "target_states, recorder)")
+    assert has(text, '"full_cg_attn_states" in params or "attn_states" in params')
+    assert has(text, "prefill_manager.capture(forward_fn, target_states)")
+    assert has(text, "prefill_manager.capture(forward_fn, model_state, input_buffers, block_tables, [[]], "
+                     "kv_cache_config)")
     # 0.20: the shared capture loop itself reuses (the target's finding), not the prefill manager.
-    assert "if not handed and target_reused:" in text and "pytest.skip(" in text
-    assert "assert passes == {False, True}" in text  # a warmup and an in-graph pass were seen
-    assert 'monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: object())' in text
+    skip = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.If) and has(n.test, "not handed and target_reused"))
+    assert has(skip.body[0], "pytest.skip")
+    assert asserts(text, "passes == {False, True}")  # a warmup and an in-graph pass were seen
+    assert has(text, 'monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: object())')
 
 
 def test_the_breakable_recapture_writer_models_both_allocators_pools():
@@ -248,19 +314,24 @@ def test_the_breakable_recapture_writer_models_both_allocators_pools():
     EP's release, and a re-capture that must not raise; skips where release
     never reaches the manager (before 0.32) or torch keeps no host pools."""
     text = export_test(load_finding(os.path.join(ROOT, "docs", "findings", "no-crash-6a1c49e513.json")))
-    assert "class PoolGraph:" in text and 'monkeypatch.setattr(torch.cuda, "CUDAGraph", PoolGraph)' in text
+    assert any(isinstance(n, ast.ClassDef) and n.name == "PoolGraph" for n in ast.parse(text).body)
+    assert has(text, 'monkeypatch.setattr(torch.cuda, "CUDAGraph", PoolGraph)')
     assert "CachingHostAllocator.h" in text and "create_or_incref_pool_under_lock" in text and "H200" in text
-    assert 'monkeypatch.setattr(torch.accelerator, "empty_cache", empty_device)' in text
-    assert 'monkeypatch.setattr(torch._C, "_host_emptyCache", empty_host, raising=False)' in text
-    assert '"get_global_graph_pool",\n        lambda: GLOBAL_GRAPH_POOL,' in text
-    assert 'if not hasattr(cudagraph_utils.CudaGraphManager, "release_graphs"):' in text
-    assert "if not HOST_GRAPH_POOLS:" in text and ">= (2, 11)" in text
-    body = text[text.index("def test_no_crash_6a1c49e513"):]
-    order = ["release_graphs", "HOST_GRAPH_POOLS", "build_manager(", "capture(manager, recorder)  # step 0",
-             "release(manager, vllm_config)  # step 1", "capture(manager, recorder)  # step 2"]
-    at = [body.index(s) for s in order]
-    assert at == sorted(at), dict(zip(order, at))
-    assert "require_breakable_graphs()" in body and "pool_graphs" in body.split("\n")[0]
+    assert has(text, 'monkeypatch.setattr(torch.accelerator, "empty_cache", empty_device)')
+    assert has(text, 'monkeypatch.setattr(torch._C, "_host_emptyCache", empty_host, raising=False)')
+    assert has(text, 'monkeypatch.setattr(cudagraph_utils.current_platform, "get_global_graph_pool", '
+                     'lambda: GLOBAL_GRAPH_POOL)')
+    assert has(text, "HOST_GRAPH_POOLS = tuple(int(part) for part in torch.__version__.split('+')[0].split('.')[:2]) "
+                     ">= (2, 11)")
+    test = function(text, "test_no_crash_6a1c49e513")
+    order = statement_order(test, ["require_breakable_graphs()",
+                                   'not hasattr(cudagraph_utils.CudaGraphManager, "release_graphs")',
+                                   "not HOST_GRAPH_POOLS",
+                                   "build_manager(vllm_config, resolve_cudagraph_mode(vllm_config))",
+                                   "capture(manager, recorder)", "release(manager, vllm_config)",
+                                   "capture(manager, recorder)"])
+    assert -1 not in order, order
+    assert "pool_graphs" in [a.arg for a in test.args.args]
     # The double itself: the host pool a released graph leaves behind trips a
     # bare capture_begin until the host cache is emptied (run without vLLM).
     start = text.index("HOST_GRAPH_POOLS = tuple(")
@@ -306,7 +377,7 @@ def test_cli_writes_the_test_or_prints_it(tmp_path, capsys):
     assert main(["export-test", path, "-o", str(out)]) == 0
     assert "wrote" in capsys.readouterr().out
     written = out.read_text()
-    assert "ElasticEPScalingExecutor._release_cuda_graphs(executor)" in written
+    assert has(written, "ElasticEPScalingExecutor._release_cuda_graphs(executor)")
     assert main(["export-test", path]) == 0
     assert capsys.readouterr().out == written
     assert main(["export-test", str(tmp_path / "missing.json")]) == 2
@@ -317,7 +388,7 @@ def test_cli_runs_as_a_module(tmp_path):
     res = subprocess.run([sys.executable, "-m", "fuzz", "export-test", path], cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": ROOT})
     assert res.returncode == 0, res.stderr
-    assert "def build_draft_managers(vllm_config, mode):" in res.stdout
+    assert [a.arg for a in function(res.stdout, "build_draft_managers").args.args] == ["vllm_config", "mode"]
 
 
 # -- against the installed vLLM ---------------------------------------------------
