@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+from cgsim.descriptors import BatchDescriptor, BatchShape
+from cgsim.modes import CUDAGraphMode
 from cgsim.properties import Violation, resolve_alias
 from cgsim.properties.registry import registered
 
@@ -32,6 +34,8 @@ __all__ = [
     "STATUSES",
     "Finding",
     "FindingError",
+    "desc_from_short",
+    "facts_of_old_finding",
     "finding_id",
 ]
 
@@ -44,7 +48,7 @@ STATUSES = ("new", "shrinking", "shrunk", "shrink-interrupted", "pending", "unsh
 # ``extra`` and written back unchanged.
 _CORE = (
     "property", "statement", "kind", "message", "step", "target", "backend", "status", "scenario",
-    "scenario_short", "run_id", "worker", "seed", "elapsed_s",
+    "scenario_short", "run_id", "worker", "seed", "elapsed_s", "facts",
 )
 _DERIVED = ("schema", "schema_version", "id", "ruleset", "repro")
 
@@ -83,6 +87,8 @@ class Finding:
     seed: int | None = None
     elapsed_s: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # The violation's structured record (``Violation.record``): what every reader takes instead of the message.
+    facts: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -112,22 +118,35 @@ class Finding:
 
     def fact(self, name: str) -> Any:
         """A structured fact the property recorded with the violation (None: none by that name)."""
-        return (self.extra.get("facts") or {}).get(name)
+        return self.facts.get(name)
+
+    @property
+    def batch(self) -> BatchShape | None:
+        """The batch the violation is about (None: it names none)."""
+        data = self.facts.get("batch")
+        return BatchShape.from_json(data) if data is not None else None
+
+    @property
+    def got(self) -> BatchDescriptor | None:
+        """The descriptor dispatch returned for ``batch``."""
+        data = self.facts.get("got")
+        return BatchDescriptor.from_json(data) if data is not None else None
+
+    @property
+    def expected(self) -> tuple[BatchDescriptor, ...] | None:
+        """What a correct dispatcher may return for ``batch`` (empty: run it eagerly; None: not recorded)."""
+        data = self.facts.get("expected")
+        return tuple(BatchDescriptor.from_json(d) for d in data) if data is not None else None
 
     @property
     def manager(self) -> str | None:
-        """The sub-manager (a draft model's) whose trace the violation is in; None: the main manager.
-        Findings recorded before the fact existed name it only as their message's prefix."""
-        name = self.fact("manager")
-        if name is not None or self.fact("overflow") is not None:
-            return name
-        head, sep, _ = self.message.partition(" manager: ")
-        return head if sep and head.startswith("draft-") and " " not in head else None
+        """The sub-manager (a draft model's) whose trace the violation is in; None: the main manager."""
+        return self.facts.get("manager")
 
     @property
-    def is_overflow_note(self) -> bool:
-        """The note in place of the violations a property's count cap dropped: no finding of its own."""
-        return self.fact("overflow") is not None
+    def overflow(self) -> int | None:
+        """Set on the note in place of the violations a property's count cap dropped (how many): no finding of its own."""
+        return self.facts.get("overflow")
 
     @property
     def shrinkable(self) -> bool:
@@ -148,7 +167,7 @@ class Finding:
         return cls(
             property=v.property, message=v.message, target=target, backend=backend, scenario=scenario_json,
             kind=prop.kind if prop is not None else "violation", step=v.step, scenario_short=scenario_short,
-            extra={"facts": dict(v.facts)} if v.facts else {},
+            facts=v.record(),
         )
 
     # -- JSON -------------------------------------------------------------------
@@ -174,6 +193,8 @@ class Finding:
             "elapsed_s": None if self.elapsed_s is None else round(self.elapsed_s, 3),
             "repro": self.repro,
         }
+        if self.facts:
+            out["facts"] = dict(self.facts)
         for k, v in self.extra.items():
             out.setdefault(k, v)
         return out
@@ -208,7 +229,120 @@ class Finding:
                 kind=str(data.get("kind") or "violation"), step=data.get("step"), status=status,
                 statement=str(data.get("statement") or ""), scenario_short=str(data.get("scenario_short") or ""),
                 run_id=str(data.get("run_id") or ""), worker=data.get("worker"), seed=data.get("seed"),
-                elapsed_s=data.get("elapsed_s"), extra=extra,
+                elapsed_s=data.get("elapsed_s"), extra=extra, facts=facts_of_old_finding(data),
             )
         except (TypeError, ValueError) as exc:
             raise FindingError(f"{where} is malformed: {exc}") from None
+
+
+# -- the reader of old findings ---------------------------------------------------------------
+# Findings written before violations had structured fields (or with an
+# earlier set of facts) are upgraded here, once, as they load: this is the one
+# place that reads a finding's message, so that no reader has to.
+_DESC = re.compile(r"Desc\((\w+)((?: \w+=\d+)*)\)")
+_DESC_FIELDS = {"tokens": "num_tokens", "reqs": "num_reqs", "uniform": "uniform_token_count",
+                "max_q": "max_query_len", "loras": "num_active_loras", "ubatches": "num_ubatches"}
+# What dispatch returned, named right after these words by the dispatch properties.
+_CHOSEN = re.compile(r"(?:dispatched to|ran eagerly|returned) \(?(?:(?:eager|incompatible|FULL|PIECEWISE|NONE) )?"
+                     r"(Desc\([^)]*\))")
+# The batch a dispatch message starts with: a sweep's BatchShape.short(), or a step's Batch.short().
+_SWEPT = re.compile(r"Batch\(reqs=(\d+) tokens=(\d+) (?:uniform=(\d+)|max_q=(\d+))(?: loras=(\d+))?"
+                    r"(?: ubatches=(\d+))?( prefill)?\)")
+_STEP_BATCH = re.compile(r"Batch\(reqs=\d+ tokens=\d+ query_lens=\[[^\]]*\]((?: \w+=\d+)*)( prefill)?\)")
+
+
+def desc_from_short(text: str) -> BatchDescriptor | None:
+    """The inverse of ``BatchDescriptor.short()`` (None if it is not one)."""
+    m = _DESC.fullmatch(text.strip())
+    if not m:
+        return None
+    fields: dict[str, Any] = {}
+    for part in m.group(2).split():
+        key, _, value = part.partition("=")
+        if key not in _DESC_FIELDS:
+            return None
+        fields[_DESC_FIELDS[key]] = int(value)
+    if "num_tokens" not in fields:
+        return None
+    try:
+        return BatchDescriptor(CUDAGraphMode.parse(m.group(1)), **fields)
+    except (ValueError, TypeError):
+        return None
+
+
+def _desc_json(text: str) -> dict | None:
+    d = desc_from_short(text)
+    return d.to_json() if d is not None else None
+
+
+def _batch_from_message(message: str, scenario: Any, step: Any) -> dict | None:
+    m = _SWEPT.match(message)
+    if m:
+        reqs, tokens, uniform, max_q, loras, ubatches, prefill = m.groups()
+        u = int(uniform) if uniform is not None else None
+        return BatchShape(int(reqs), int(tokens), u if u is not None else int(max_q), u, bool(prefill),
+                          int(loras or 0), int(ubatches or 1)).to_json()
+    if _STEP_BATCH.match(message) and isinstance(step, int) and isinstance(scenario, Mapping):
+        steps = scenario.get("steps") or []
+        if 0 <= step < len(steps) and isinstance(steps[step], Mapping) and steps[step].get("batch"):
+            from cgsim.descriptors import Batch  # noqa: PLC0415 - only for findings that old
+
+            return Batch.from_json(steps[step]["batch"]).shape.to_json()
+    return None
+
+
+def facts_of_old_finding(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The structured record of a finding as loaded: the ``facts`` written
+    with it, with what findings recorded before a field existed say only in
+    their message (or under an earlier name) filled in.  The reader of old
+    findings; a finding written by this cgsim passes through unchanged."""
+    facts = dict(data.get("facts") or {})
+    message = str(data.get("message") or "")
+    # Earlier names: the batch's shape and the dispatched descriptor (the short texts beside them are dropped).
+    if "batch_shape" in facts:
+        facts["batch"] = facts.pop("batch_shape")
+    if "dispatched" in facts:
+        facts["got"] = facts.pop("dispatched")
+    for name in ("batch", "got"):
+        if isinstance(facts.get(name), str):
+            del facts[name]
+    facts.pop("fits", None)
+    if facts.get("overflow") is None and "manager" not in facts:
+        head, sep, rest = message.partition(" manager: ")
+        if sep and head.startswith("draft-") and " " not in head:
+            facts["manager"] = head
+            message = rest
+    prop = resolve_alias(str(data.get("property", "")))
+    if prop.startswith("DISPATCH-") or prop in ("BEFORE-CAPTURE", "KEY-CONSISTENT"):
+        if "batch" not in facts:
+            shape = _batch_from_message(message, data.get("scenario"), data.get("step"))
+            if shape is not None:
+                facts["batch"] = shape
+        if "got" not in facts:
+            m = _CHOSEN.search(message)
+            got = _desc_json(m.group(1)) if m else None
+            if got is not None:
+                facts["got"] = got
+        if "swept_after" not in facts and "in the dispatch sweep" in message:
+            facts["swept_after"] = ("start" if "before the first capture" in message else
+                                    "release" if "sweep after the release" in message else "capture")
+        if "expected" not in facts and prop in ("DISPATCH-PRIORITY", "DISPATCH-COMPLETE") and "although" in message:
+            # The best fitting graph the message names (what a correct dispatcher returns, or one of them).
+            tail = message.split("although", 1)[1]
+            named = [d for d in (_desc_json(m.group(0)) for m in _DESC.finditer(tail)) if d]
+            if named:
+                facts["expected"] = named[-1:]
+    if prop == "CAPTURE-USEFUL" and "graph" not in facts:
+        m = _DESC.search(message.split(" is never", 1)[0])
+        graph = _desc_json(m.group(0)) if m else None
+        if graph is not None:
+            facts["graph"] = graph
+    if prop in ("NO-CRASH", "INIT-TOTAL") and "raised" not in facts:
+        # "target raised during capture: Type: text" / "building the manager failed (crash: Type: text) ..."
+        m = (re.match(r"target .+? during [\w-]+: (.*)$", message, re.S)
+             or re.match(r"run_scenario raised (.*)$", message, re.S)
+             or re.match(r"building the manager failed \([\w-]+: (.*)\) for a valid config", message, re.S)
+             or re.match(r"building the manager .*?, not a clear error: (.*)$", message, re.S))
+        if m:
+            facts["raised"] = m.group(1)
+    return facts

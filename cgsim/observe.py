@@ -153,8 +153,8 @@ def observe(scenario: Scenario, target: str, backend: str, timeout: float | None
     scenario_json = scenario.to_json()
     short = scenario.short()
 
-    def finding(prop: str, message: str, step: int | None = None) -> Finding:
-        return Finding.from_violation(Violation(prop, message, step), scenario_json, target, backend, short)
+    def finding(prop: str, message: str, step: int | None = None, facts: tuple = ()) -> Finding:
+        return Finding.from_violation(Violation(prop, message, step, facts), scenario_json, target, backend, short)
 
     def outcome(findings: list[Finding], checked: tuple[str, ...] = (), restart: bool = False) -> Outcome:
         return Outcome(tuple(findings), checked, time.perf_counter() - start, restart)
@@ -169,7 +169,7 @@ def observe(scenario: Scenario, target: str, backend: str, timeout: float | None
         raise  # a broken environment is never a finding
     except Exception as exc:  # the runner records target bugs itself; this is a last line
         msg = f"{type(exc).__name__}: {exc}"
-        return outcome([finding(NO_CRASH, f"run_scenario raised {msg}")],
+        return outcome([finding(NO_CRASH, f"run_scenario raised {msg}", facts=(("raised", msg),))],
                        restart=backend == "cuda" and any(p in msg for p in CUDA_POISON))
     try:
         verdict = pipeline.judge(scenario, trace)

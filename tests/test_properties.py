@@ -1168,7 +1168,7 @@ def test_a_sweep_judged_again_under_other_captured_graphs_gets_its_own_best_fits
 # -- what readers take from a violation instead of its message ---------------------------------------
 
 
-def test_the_count_cap_note_and_a_sub_managers_violations_say_so_as_facts():
+def test_the_count_cap_note_and_a_sub_managers_violations_say_so_as_fields():
     import json
     import os
 
@@ -1179,15 +1179,16 @@ def test_the_count_cap_note_and_a_sub_managers_violations_say_so_as_facts():
     many = [Violation("DISPATCH-SOUND", f"batch {i}", 1) for i in range(4 * MAX_PER_GROUP + 3)]
     kept = group(many)
     note = Finding.from_violation(kept[-1], {"config": {}}, "reference", "mock")
-    assert note.is_overflow_note and note.fact("overflow") == 3 and note.manager is None
-    assert not any(Finding.from_violation(v, {}, "reference", "mock").is_overflow_note for v in kept[:-1])
-    sub = Finding.from_violation(Violation("CAPTURE-ONCE", "draft-decode manager: twice", 0,
-                                           (("manager", "draft-decode"),)), {}, "vllm", "mock")
-    assert sub.manager == "draft-decode"
-    # A finding recorded before the fact existed still names its manager (the export reads it).
+    assert note.overflow == 3 and note.manager is None
+    assert not any(Finding.from_violation(v, {}, "reference", "mock").overflow for v in kept[:-1])
+    sub = Finding.from_violation(Violation("CAPTURE-ONCE", "draft-decode manager: twice", 0, manager="draft-decode"),
+                                 {}, "vllm", "mock")
+    assert sub.manager == "draft-decode" and Finding.from_json(sub.to_json()).manager == "draft-decode"
+    # A finding recorded before the field existed is upgraded as it loads (the export reads its manager).
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    legacy = Finding.from_json(json.load(open(os.path.join(root, "docs", "findings", "fresh-metadata-2f61040c3e.json"))))
-    assert legacy.fact("manager") is None and legacy.manager == "draft-prefill"
+    data = json.load(open(os.path.join(root, "docs", "findings", "fresh-metadata-2f61040c3e.json")))
+    assert "facts" not in data
+    assert Finding.from_json(data).manager == "draft-prefill"
 
 
 def test_a_sub_managers_violation_carries_its_manager_as_a_fact():
@@ -1203,5 +1204,5 @@ def test_a_sub_managers_violation_carries_its_manager_as_a_fact():
     with mock.patch.object(RunView, "manager_views", lambda self: {} if self is buggy else {"draft-decode": buggy}):
         verdict = check_scenario(scenario, run_scenario(scenario, "reference"))
     assert verdict.violations
-    assert all(dict(v.facts).get("manager") == "draft-decode" and v.message.startswith("draft-decode manager: ")
+    assert all(v.manager == "draft-decode" and v.message.startswith("draft-decode manager: ")
                for v in verdict.violations)

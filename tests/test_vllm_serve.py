@@ -145,7 +145,7 @@ def test_a_served_findings_batches_are_the_schedulers():
 
     def said(shape):
         return TARGET.evidence(Finding("DISPATCH-SOUND", "m", "vllm", "mock", sc.to_json(), step=1,
-                                       extra={"facts": {"batch_shape": shape.to_json()}}))
+                                       facts={"batch": shape.to_json()}))
 
     assert said(sc.batches[0].shape) == {"batches_from": "scheduler", "scheduler": sc.served.scheduler,
                                          "requests": 4, "batch_scheduled": True}
@@ -160,8 +160,8 @@ def test_a_dispatch_findings_batch_is_looked_for_among_the_batches_vllm_schedule
     sc = Scenario(built, (Step.capture(),), ruleset=CAPS.ruleset)
 
     def said(batch):
-        facts = {"batch_shape": batch.shape.to_json()}
-        return TARGET.evidence(Finding("DISPATCH-SOUND", "m", "vllm", "mock", sc.to_json(), extra={"facts": facts}))
+        return TARGET.evidence(Finding("DISPATCH-SOUND", "m", "vllm", "mock", sc.to_json(),
+                                       facts={"batch": batch.shape.to_json()}))
 
     scheduled = said(Batch((3, 3)))  # two requests verifying their two drafts each
     assert scheduled["batches_from"] == "model" and scheduled["batch_scheduled"] is True
@@ -226,4 +226,4 @@ def test_documented_findings_rest_on_what_vllms_scheduler_does(path):
         assert said["graph_used"] is False, said
     elif not said["batch_scheduled"]:
         # Only a prefill's exact shape may go unseen in a few runs; a decode batch must be scheduled.
-        assert BatchShape(**shown[0].extra["facts"]["batch_shape"]).has_prefill, said
+        assert BatchShape(**shown[0].facts["batch"]).has_prefill, said

@@ -522,7 +522,7 @@ def test_surviving_dynamic_sd_configs_start_and_show_the_nearest_group_defect():
             assert not outcome.findings and not outcome.checked, outcome.findings
             continue
         for f in outcome.findings:
-            if f.is_overflow_note:
+            if f.overflow is not None:
                 continue
             known = classify(f, CAPS.version)
             if known is None:

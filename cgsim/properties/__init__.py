@@ -16,6 +16,7 @@ A ruleset may replace or waive a universal property (``Ruleset.replaces`` /
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterable
 
 # Family modules register their properties on import, in report order; an
@@ -75,22 +76,19 @@ def check_scenario(scenario: Scenario, trace: Trace, only: Iterable[str] | None 
     run = RunView(scenario, trace)
     violations: list[Violation] = []
     checked: list[str] = []
-    for prop in chosen:
-        # A ruleset may replace a universal property by its design's own rule
-        # for it, or waive one its design has no rule for (SPEC §3).
-        if not run.ruleset.judges(prop.id) or not prop.applies(run):
-            continue
-        checked.append(prop.id)
-        violations.extend(prop.check(run))
-    # Other managers the target drives (a draft model's), each judged by the
-    # same properties under its own config; violations name the manager.
-    for name, sub in run.manager_views().items():
+    # The main manager, then each other manager the target drives (a draft
+    # model's), judged by the same properties under its own config; its
+    # violations name it (``manager``; the message says so for people).
+    managers: list[tuple[str | None, RunView]] = [(None, run), *run.manager_views().items()]
+    for name, view in managers:
         for prop in chosen:
-            # The sub-manager's ruleset replaces and waives as the main one's does.
-            if not sub.ruleset.judges(prop.id) or not prop.applies(sub):
+            # A ruleset may replace a universal property by its design's own
+            # rule for it, or waive one its design has no rule for (SPEC §3);
+            # a sub-manager's ruleset replaces and waives as the main one's does.
+            if not view.ruleset.judges(prop.id) or not prop.applies(view):
                 continue
             checked.append(prop.id)
-            violations.extend(Violation(v.property, f"{name} manager: {v.message}", v.step,
-                                        v.facts + (("manager", name),))
-                              for v in prop.check(sub))
+            found = prop.check(view)
+            violations.extend(found if name is None else
+                              (replace(v, message=f"{name} manager: {v.message}", manager=name) for v in found))
     return Verdict(tuple(violations), tuple(dict.fromkeys(checked)))

@@ -6,18 +6,17 @@ from __future__ import annotations
 
 from itertools import compress
 from operator import attrgetter
-from typing import Iterable, Sequence
+from typing import Iterable
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor, lora_case
+from cgsim.descriptors import BatchDescriptor, lora_case
 from cgsim.modes import RUNTIME_RANK, CUDAGraphMode
 from cgsim.properties.registry import Violation, declare
-from cgsim.properties.view import (RunView, candidates_hold, group, incompat_reason, not_run, shape_facts, shorts,
-                                   sweep_violations)
-from cgsim.spec import desc_sort_key, dispatch_choices, expected_dispatch, padding_key
+from cgsim.properties.view import RunView, candidates_hold, group, incompat_reason, shorts, sweep_violations
+from cgsim.spec import desc_sort_key, dispatch_choices, padding_key
 from cgsim.spec import scheduler
 from cgsim.spec.fit import compatible, fits_in_case
-from cgsim.trace import CaptureDone, Dispatch, Release
+from cgsim.trace import CaptureDone
 
 __all__ = ["useless_descriptors"]
 
@@ -25,11 +24,17 @@ F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 
 
 def _has_dispatch(run: RunView) -> bool:
-    return bool(run.of(Dispatch)) or bool(run.sweeps)
+    return bool(run.judged_sweeps)
 
 
 def _has_captured_dispatch(run: RunView) -> bool:
-    return bool(run.captured_dispatches) or bool(run.captured_sweeps)
+    return bool(run.judged_captured)
+
+
+# Every dispatch property has one loop: over the runner's dispatch sweeps and
+# the scenario's own dispatch steps, each a sweep of its one batch
+# (RunView.judged_sweeps), judging the batches whose decision is not the
+# oracle's (SweepView.disputed) and naming the smallest that fails.
 
 
 @declare("DISPATCH-SOUND", "the dispatched descriptor fits the batch and something runs it", family="dispatch",
@@ -37,36 +42,7 @@ def _has_captured_dispatch(run: RunView) -> bool:
 def dispatch_sound(run: RunView) -> list[Violation]:
     cases = run.config.lora_cases
     out: list[Violation] = []
-    for v in run.dispatches:
-        d, b, step = v.dispatch.desc, v.dispatch.batch, v.dispatch.step
-        if d.cg_mode == N:
-            if d.num_tokens < b.num_tokens:
-                out.append(Violation("DISPATCH-SOUND", f"{b.short()} dispatched to eager {d.short()} with fewer tokens than the batch", step, shape_facts(b, d)))
-            continue
-        if not compatible(d, b, cases):
-            out.append(Violation(
-                "DISPATCH-SOUND", f"{b.short()} dispatched to incompatible {d.short()}: {incompat_reason(d, b, cases)}", step, shape_facts(b, d)))
-        if v.captured is None:
-            continue  # before capture / after release: BEFORE-CAPTURE judges it
-        if d.cg_mode == F:
-            if d not in v.captured.stored:
-                out.append(Violation(
-                    "DISPATCH-SOUND", f"{b.short()} dispatched to FULL {d.short()}, but no graph is stored for it", step, shape_facts(b, d)))
-            elif v.replay is not None and v.replay.path != "full":
-                out.append(Violation(
-                    "DISPATCH-SOUND", f"{b.short()} dispatched to FULL {d.short()} ran on the {v.replay.path} path, not a graph replay", step, shape_facts(b, d)))
-        elif d.cg_mode == P:
-            if not run.trace.has_piecewise_runner:
-                out.append(Violation(
-                    "DISPATCH-SOUND",
-                    f"{b.short()} dispatched to PIECEWISE {d.short()}, but nothing runs piecewise graphs "
-                    "(no compiled submodule, no breakable capture)",
-                    step, shape_facts(b, d),
-                ))
-            elif d not in v.captured.piecewise:
-                out.append(Violation(
-                    "DISPATCH-SOUND", f"{b.short()} dispatched to PIECEWISE {d.short()}, which was not captured", step, shape_facts(b, d)))
-    for sv in run.sweeps:
+    for sv in run.judged_sweeps:
         failures = []
         # A sweep's thousands of decisions are a few distinct descriptors:
         # whether something runs each is asked once per descriptor.
@@ -85,86 +61,66 @@ def dispatch_sound(run: RunView) -> list[Violation]:
                 failures.append((b, f"{b.short()} dispatched to incompatible {d.short()}: {incompat_reason(d, b, cases)}"))
                 continue
             if sv.captured is None:
-                continue
+                continue  # nothing captured: BEFORE-CAPTURE judges it
             why = missing.get(id(d), "")
             if why == "":
-                why = missing[id(d)] = not_run(d, sv.captured, run.trace.has_piecewise_runner)
+                why = missing[id(d)] = sv.not_run(d)
             if why is not None:
                 failures.append((b, f"{b.short()} dispatched to {why}"))
         out += sweep_violations("DISPATCH-SOUND", sv, failures)
     return group(out)
 
 
+def _choices(sv) -> dict:
+    """Batch -> what a correct dispatcher may return for it, read off the view's fits."""
+    return {b: fit.choices for b, _, fit in sv.disputed()}
+
+
 @declare("DISPATCH-PRIORITY", "if a captured FULL descriptor fits the batch, dispatch returns FULL",
          family="dispatch", applies=_has_captured_dispatch)
 def dispatch_priority(run: RunView) -> list[Violation]:
-    cases = run.config.lora_cases
     out: list[Violation] = []
-    for v in run.captured_dispatches:
-        d, b = v.dispatch.desc, v.dispatch.batch
-        if d.cg_mode == F:
-            continue
-        full = [c for c in v.captured.descs if c.cg_mode == F and compatible(c, b, cases)]
-        if full:
-            best = expected_dispatch(b, full, cases)
-            out.append(Violation(
-                "DISPATCH-PRIORITY",
-                f"{b.short()} dispatched to {d.cg_mode.value} {d.short()} although the captured FULL {best.short()} fits it "
-                "(expected FULL over PIECEWISE over NONE)",
-                v.dispatch.step, _fit_facts(run, v.dispatch.step, b, d, full),
-            ))
-    for sv in run.captured_sweeps:
+    for sv in run.judged_captured:
         failures = []
         fulls: dict = {}
         for b, d, fit in sv.disputed():
             full = fit.by_mode.get(F) if d.cg_mode is not F else None
             if full:
-                fulls[b] = (d, full[1])
+                fulls[b] = (sv.fitting(b, fit, F), fit.choices)
                 failures.append((b, f"{b.short()} dispatched to {d.cg_mode.value} {d.short()} although the captured FULL "
                                     f"{min(full[1], key=desc_sort_key).short()} fits it (expected FULL over PIECEWISE over NONE)"))
         out += sweep_violations("DISPATCH-PRIORITY", sv, failures,
-                                lambda b, sv=sv, fulls=fulls: _fit_facts(run, sv.step, b, *fulls[b]))
+                                lambda b, sv=sv, fulls=fulls: _fit_facts(run, sv.step, b, fulls[b][0]),
+                                lambda b, fulls=fulls: fulls[b][1])
     return group(out)
 
 
-def _fit_facts(run: RunView, step: int | None, b, got: BatchDescriptor, fitting: Iterable[BatchDescriptor]) -> tuple:
-    """A dispatch finding's facts: the batch, what it got, the graphs that fit
-    it, and whether the manager's own candidate list for the batch held one
-    of them (None: the manager records no candidate lists)."""
-    fitting = sorted(fitting, key=desc_sort_key)
-    held = [candidates_hold(run, step, b, c) for c in fitting]
+def _fit_facts(run: RunView, step: int | None, b, fitting: Iterable[BatchDescriptor]) -> tuple:
+    """Whether the manager's own candidate list for the batch held one of the
+    graphs that fit it (None: the manager records no candidate lists)."""
+    held = [candidates_hold(run, step, b, c) for c in sorted(fitting, key=desc_sort_key)]
     listed = None if any(h is None for h in held) else any(held)
-    return (("batch", b.short()), *shape_facts(b, got), ("got", got.short()),
-            ("fits", [c.short() for c in fitting]), ("fit_in_candidates", listed))
+    return (("fit_in_candidates", listed),)
 
 
 @declare("DISPATCH-COMPLETE", "if any captured descriptor fits the batch, dispatch does not return NONE",
          family="dispatch", applies=_has_captured_dispatch)
 def dispatch_complete(run: RunView) -> list[Violation]:
-    cases = run.config.lora_cases
     out: list[Violation] = []
-    for v in run.captured_dispatches:
-        d, b = v.dispatch.desc, v.dispatch.batch
-        if d.cg_mode != N:
-            continue
-        fits = [c for c in v.captured.descs if compatible(c, b, cases)]
-        if fits:
-            best = expected_dispatch(b, fits, cases)
-            out.append(Violation(
-                "DISPATCH-COMPLETE",
-                f"{b.short()} ran eagerly ({d.short()}) although {len(fits)} captured descriptor(s) fit it, e.g. {best.short()}",
-                v.dispatch.step, _fit_facts(run, v.dispatch.step, b, d, fits),
-            ))
-    for sv in run.captured_sweeps:
+    for sv in run.judged_captured:
         failures = []
         eager: dict = {}
         for b, d, fit in sv.disputed():
             if d.cg_mode is N and fit.choices:
-                eager[b] = (d, [c for _, descs in fit.by_mode.values() for c in descs])
-                failures.append((b, f"{b.short()} ran eagerly ({d.short()}) although the captured "
-                                    f"{min(fit.choices, key=desc_sort_key).short()} fits it"))
+                fits = sv.fitting(b, fit)
+                eager[b] = (fits, fit.choices)
+                best = min(fit.choices, key=desc_sort_key).short()
+                failures.append((b, f"{b.short()} ran eagerly ({d.short()}) although "
+                                    + (f"{len(fits)} captured descriptor(s) fit it, e.g. {best}" if sv.dispatch is not None
+                                       else f"the captured {best} fits it")))
         out += sweep_violations("DISPATCH-COMPLETE", sv, failures,
-                                lambda b, sv=sv, eager=eager: _fit_facts(run, sv.step, b, *eager[b]))
+                                lambda b, sv=sv, eager=eager: _fit_facts(run, sv.step, b, eager[b][0]),
+                                lambda b, eager=eager: eager[b][1])
     return group(out)
 
 
@@ -173,42 +129,21 @@ def dispatch_complete(run: RunView) -> list[Violation]:
 def dispatch_minimal(run: RunView) -> list[Violation]:
     cases = run.config.lora_cases
     out: list[Violation] = []
-    for v in run.captured_dispatches:
-        d, b = v.dispatch.desc, v.dispatch.batch
-        if d.cg_mode == N or not compatible(d, b, cases):
-            continue
-        same = [c for c in v.captured.descs if c.cg_mode == d.cg_mode and compatible(c, b, cases)]
-        if not same:
-            continue
-        least = min(padding_key(c, b) for c in same)
-        got = padding_key(d, b)
-        if got > least:
-            better = expected_dispatch(b, same, cases)
-            out.append(Violation(
-                "DISPATCH-MINIMAL",
-                f"{b.short()} dispatched to {d.short()} padding (tokens, reqs) = {got}; captured {better.short()} "
-                f"pads only {least}",
-                v.dispatch.step, shape_facts(b, d),
-            ))
-    for sv in run.captured_sweeps:
+    for sv in run.judged_captured:
         failures = []
+        choices: dict = {}
         for b, d, fit in sv.disputed():
             same = fit.by_mode.get(d.cg_mode) if d.cg_mode is not N else None
             if same and padding_key(d, b) > same[0] and compatible(d, b, cases):
+                choices[b] = fit.choices
                 failures.append((b, f"{b.short()} dispatched to {d.short()} padding (tokens, reqs) = {padding_key(d, b)}; "
                                     f"captured {min(same[1], key=desc_sort_key).short()} pads only {same[0]}"))
-        out += sweep_violations("DISPATCH-MINIMAL", sv, failures)
+        out += sweep_violations("DISPATCH-MINIMAL", sv, failures, expected=lambda b, choices=choices: choices[b])
     return group(out)
 
 
-def _exact_shape(d: BatchDescriptor, b: Batch, cases: Sequence[int]) -> bool:
-    return compatible(d, b, cases) and d.num_tokens == b.num_tokens and d.num_reqs in (None, b.num_reqs)
-
-
 def _applies_roundtrip(run: RunView) -> bool:
-    cases = run.config.lora_cases
-    return any(_exact_shape(c, v.dispatch.batch, cases) for v in run.captured_dispatches for c in v.captured.descs) or any(
-        sv.exact() for sv in run.captured_sweeps)
+    return any(sv.exact() for sv in run.judged_captured)
 
 
 def _roundtrip_ok(d: BatchDescriptor, b, target: BatchDescriptor, cases, choices) -> bool:
@@ -230,34 +165,21 @@ def _roundtrip_ok(d: BatchDescriptor, b, target: BatchDescriptor, cases, choices
 def dispatch_roundtrip(run: RunView) -> list[Violation]:
     cases = run.config.lora_cases
     out: list[Violation] = []
-    for v in run.captured_dispatches:
-        d, b = v.dispatch.desc, v.dispatch.batch
-        exact = [c for c in v.captured.descs if _exact_shape(c, b, cases)]
-        if not exact:
-            continue
-        target = max(exact, key=lambda c: RUNTIME_RANK[c.cg_mode])
-        if not _roundtrip_ok(d, b, target, cases, dispatch_choices(b, v.captured.descs, cases)):
-            out.append(Violation(
-                "DISPATCH-ROUNDTRIP",
-                f"{b.short()} has exactly the shape of captured {target.short()} but dispatched to {d.short()}"
-                + (f" (pads {padding_key(d, b)})" if d.cg_mode != N else ""),
-                v.dispatch.step, shape_facts(b, d),
-            ))
-    for sv in run.captured_sweeps:
+    for sv in run.judged_captured:
         failures = []
+        choices: dict = {}
         for b, d, fit in sv.exact():
-            exact = fit.exact
-            target = max(exact, key=lambda c: RUNTIME_RANK[c.cg_mode])
+            target = max(fit.exact, key=lambda c: RUNTIME_RANK[c.cg_mode])
             if not _roundtrip_ok(d, b, target, cases, fit.choices):
+                choices[b] = fit.choices
                 failures.append((b, f"{b.short()} has exactly the shape of captured {target.short()} but dispatched to "
                                     f"{d.short()}" + (f" (pads {padding_key(d, b)})" if d.cg_mode != N else "")))
-        out += sweep_violations("DISPATCH-ROUNDTRIP", sv, failures)
+        out += sweep_violations("DISPATCH-ROUNDTRIP", sv, failures, expected=lambda b, choices=choices: choices[b])
     return group(out)
 
 
 def _applies_before_capture(run: RunView) -> bool:
-    return bool(run.of(CaptureDone)) or any(v.captured is None for v in run.dispatches) or any(
-        sv.captured is None for sv in run.sweeps)
+    return bool(run.of(CaptureDone)) or any(sv.captured is None for sv in run.judged_sweeps)
 
 
 @declare("BEFORE-CAPTURE", "dispatch before capture (or after release) returns NONE", family="dispatch",
@@ -271,27 +193,13 @@ def before_capture(run: RunView) -> list[Violation]:
         elif not e.ok and e.captured_flag:
             out.append(Violation(
                 "BEFORE-CAPTURE", "capture did not finish but the manager says it is captured", e.step))
-    releases = [r.step for r in run.of(Release)]
-    for v in run.dispatches:
-        if v.captured is not None:
-            continue
-        d, b = v.dispatch.desc, v.dispatch.batch
-        if d.cg_mode != N:
-            when = ("after a release with no capture since" if any(r < v.dispatch.step for r in releases)
-                    else "before any successful capture")
-            out.append(Violation(
-                "BEFORE-CAPTURE",
-                f"{b.short()} dispatched {when} returned {d.short()} (expected NONE; manager captured_flag="
-                f"{v.dispatch.captured_flag})",
-                v.dispatch.step,
-            ))
-    for sv in run.sweeps:
+    for sv in run.judged_sweeps:
         if sv.captured is not None:
             continue
-        when = "after a release" if sv.after == "release" else "before any successful capture"
+        when = sv.uncaptured_when()
         failures = [(b, f"{b.short()} dispatched {when} returned {d.short()} (expected NONE; manager captured_flag="
                         f"{sv.sweep.captured_flag})") for b, d, _ in sv.disputed() if d.cg_mode != N]
-        out += sweep_violations("BEFORE-CAPTURE", sv, failures)
+        out += sweep_violations("BEFORE-CAPTURE", sv, failures, expected=lambda b: ())
     return group(out)
 
 

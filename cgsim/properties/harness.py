@@ -26,7 +26,8 @@ _WORDS = {"crash": "raised", "corrupt": "corrupted its state"}
          family="harness", kind="crash", aliases=("TARGET-CRASH", "TARGET-CORRUPT"))
 def no_crash(run: RunView) -> list[Violation]:
     return [
-        Violation(NO_CRASH, f"target {_WORDS.get(e.error, e.error)} during {e.phase}: {e.exc_type}: {e.message}", e.step)
+        Violation(NO_CRASH, f"target {_WORDS.get(e.error, e.error)} during {e.phase}: {e.exc_type}: {e.message}", e.step,
+                  (("raised", f"{e.exc_type}: {e.message}"),))
         for e in run.errors
         if e.error in _WORDS and not run.is_build_error(e)
     ]

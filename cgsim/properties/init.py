@@ -238,7 +238,7 @@ def init_total(run: RunView) -> list[Violation]:
             f"(requested {cfg.mode.value}, support {cfg.attention_support.name}, resolves to {mode_name(run.spec_mode)})"
             if not rejected else
             f"building the manager for a config the spec rejects ended in {e.error}, not a clear error: {e.exc_type}: {e.message}",
-            e.step,
+            e.step, (("raised", f"{e.exc_type}: {e.message}"),),
         ))
     max_q = cfg.decode_query_len
     for c in run.of(Candidates):

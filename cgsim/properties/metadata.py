@@ -68,19 +68,20 @@ def pad_consistent(run: RunView) -> list[Violation]:
             continue
         g, rt = run.metadata(r.graph_metadata), run.metadata(r.runtime_metadata)
         head = f"{r.path} replay of {r.desc.short()} for {r.batch.short()}"
+        what = {"batch": r.batch.shape.to_json(), "got": r.desc.to_json()}
         if g is not None and rt is not None:
             if (g.num_reqs, g.num_tokens) != (rt.num_reqs, rt.num_tokens):
                 out.append(Violation(
                     "PAD-CONSISTENT",
                     f"{head}: captured with metadata sized num_reqs={g.num_reqs} num_tokens={g.num_tokens}, runtime "
                     f"metadata has num_reqs={rt.num_reqs} num_tokens={rt.num_tokens} (expected the padded sizes)",
-                    r.step,
+                    r.step, **what,
                 ))
         if g is not None and g.max_query_len < r.batch.max_query_len:
             out.append(Violation(
                 "PAD-CONSISTENT",
                 f"{head}: graph captured with max_query_len={g.max_query_len} < the batch's max_query_len {r.batch.max_query_len}",
-                r.step,
+                r.step, **what,
             ))
     # Every swept batch that lands on a FULL graph, against the metadata that
     # graph was captured with: a replay would read exactly that.

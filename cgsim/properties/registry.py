@@ -50,19 +50,42 @@ class InvalidProperty(TypeError):
 
 @dataclass(frozen=True)
 class Violation:
-    """One thing a property saw go wrong: it names the descriptor, batch,
-    expected and actual values (``message``) and the scenario step.
-    ``facts``: (name, JSON value) pairs readers take instead of the message
-    (what a documented defect's cause is judged by)."""
+    """One thing a property saw go wrong: ``message`` says it for people;
+    readers (reports, pictures, documented-defect classifiers, export) read
+    the structured fields, never the message.
+
+    ``batch``: the batch it is about (``BatchShape.to_json()``); ``got``: the
+    descriptor dispatch returned for it (``BatchDescriptor.to_json()``);
+    ``expected``: the descriptors a correct dispatcher may return (an empty
+    list: none fits, run it eagerly); ``manager``: the sub-manager (a draft
+    model's) whose trace it is in, None for the main manager; ``overflow``:
+    set on the note that stands for the violations a count cap dropped (how
+    many), which is no violation of its own.  ``facts``: (name, JSON value)
+    pairs a property records beside them (e.g. ``graph``, ``captured``,
+    ``swept_after``, ``fit_in_candidates``, ``raised``)."""
 
     property: str
     message: str
     step: int | None = None
     facts: tuple[tuple[str, Any], ...] = ()
+    batch: dict | None = None
+    got: dict | None = None
+    expected: tuple[dict, ...] | None = None
+    manager: str | None = None
+    overflow: int | None = None
 
     def __str__(self) -> str:
         where = f" (step {self.step})" if self.step is not None else ""
         return f"{self.property}{where}: {self.message}"
+
+    def record(self) -> dict[str, Any]:
+        """Every structured field that is set and the facts, as one JSON object (what a Finding stores)."""
+        out: dict[str, Any] = dict(self.facts)
+        for name in ("batch", "got", "expected", "manager", "overflow"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = list(value) if name == "expected" else value
+        return out
 
 
 @dataclass(frozen=True)

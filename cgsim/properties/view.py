@@ -29,8 +29,8 @@ from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, lora_case
 from cgsim.modes import CUDAGraphMode, ModeResolutionError
 from cgsim.properties.registry import Violation
 from cgsim.scenario import Scenario, Step
-from cgsim.spec import expected_capture_descs, get_ruleset, resolved_mode
-from cgsim.spec.fit import NO_FIT, Fit, best_fits
+from cgsim.spec import desc_sort_key, expected_capture_descs, get_ruleset, resolved_mode
+from cgsim.spec.fit import NO_FIT, Fit, best_fits, compatible
 from cgsim.spec.rulesets import Ruleset
 from cgsim.trace import (
     Candidates,
@@ -142,7 +142,9 @@ _FITS_BOUND = 64
 class SweepView:
     """One sweep with the captured state it saw, and, for each swept batch,
     the best fitting captured graphs per mode (computed once, shared by every
-    dispatch property).
+    dispatch property).  A scenario's own dispatch step is judged as a sweep
+    of its one batch (``dispatch`` set, ``RunView.step_sweeps``): the
+    dispatch properties have one loop, over ``RunView.judged_sweeps``.
 
     Best fit: among the captured descriptors of the batch's LoRA case and
     micro-batch count that are compatible with it, those that pad least
@@ -150,8 +152,10 @@ class SweepView:
     smallest fitting token groups are ever looked at."""
 
     def __init__(self, sweep: Sweep, captured: Captured | None, lora_cases: Sequence[int], after: str,
-                 has_piecewise_runner: bool = False):
+                 has_piecewise_runner: bool = False, dispatch: "DispatchView | None" = None):
         self.sweep = sweep
+        # The dispatch step this view stands for (None: a dispatch sweep of the runner's).
+        self.dispatch = dispatch
         self.captured = captured
         self.lora_cases = tuple(lora_cases)
         self.after = after  # "capture" | "release" | "start"
@@ -195,7 +199,7 @@ class SweepView:
             # A chosen graph that nothing runs is no agreement (asked once per distinct decision).
             picked = list(compress(descs, chosen))
             idle = {key for key, d in dict(zip(map(id, picked), picked)).items()
-                    if self.captured is None or not_run(d, self.captured, self.has_piecewise_runner) is not None}
+                    if self.captured is None or self.not_run(d) is not None}
             if idle:
                 agreed = [a and id(d) not in idle for a, d in zip(agreed, descs)]
             self._disputed = list(compress(zip(batches, descs, fits), map(not_, agreed)))
@@ -218,6 +222,34 @@ class SweepView:
             return "in the dispatch sweep before the first capture"
         return f"in the dispatch sweep after the {self.after} at step {self.step}"
 
+    def uncaptured_when(self) -> str:
+        """When this view's batches were dispatched with no graphs held, in words."""
+        if self.dispatch is not None:
+            return "after a release with no capture since" if self.after == "release" else "before any successful capture"
+        return "after a release" if self.after == "release" else "before any successful capture"
+
+    def not_run(self, d: BatchDescriptor) -> str | None:
+        """Why nothing runs graph ``d`` here (None: something does); a dispatch
+        step also says so when its FULL graph ran on another path than a replay."""
+        assert self.captured is not None
+        why = not_run(d, self.captured, self.has_piecewise_runner)
+        replay = self.dispatch.replay if self.dispatch is not None else None
+        if why is None and d.cg_mode is F and replay is not None and replay.path != "full":
+            return f"FULL {d.short()} ran on the {replay.path} path, not a graph replay"
+        return why
+
+    def fitting(self, b: Any, fit: Fit, mode: CUDAGraphMode | None = None) -> list[BatchDescriptor]:
+        """The captured graphs of ``mode`` (None: any) that fit swept batch
+        ``b``: every one for a dispatch step, the best fits per mode for a
+        sweep (whose thousands of batches are judged from their best fits)."""
+        if self.dispatch is not None and self.captured is not None:
+            return [c for c in self.captured.descs
+                    if (mode is None or c.cg_mode == mode) and compatible(c, b, self.lora_cases)]
+        if mode is not None:
+            best = fit.by_mode.get(mode)
+            return list(best[1]) if best else []
+        return [c for _, descs in fit.by_mode.values() for c in descs]
+
     def fits(self) -> list[Fit]:
         if self._fits is None:
             self._fits = self._compute()
@@ -233,6 +265,8 @@ class SweepView:
     def _compute(self) -> list[Fit]:
         if not (self.captured and self.captured.descs):
             return [NO_FIT] * len(self.sweep.batches)
+        if self.dispatch is not None:
+            return best_fits(self.sweep.batches, self.captured.descs, self.lora_cases)
         # The runner plans a config's sweep once, so a config drawn again (or
         # captured again in one run) sweeps the very same batches into the same
         # graphs: their best fits are the same too.
@@ -447,6 +481,29 @@ class RunView:
         return [s for s in self.sweeps if s.captured is not None]
 
     @cached_property
+    def step_sweeps(self) -> list[SweepView]:
+        """Each dispatch step as a sweep of its one batch, with the captured state it saw."""
+        releases = [r.step for r in self.of(Release)]
+        out = []
+        for v in self.dispatches:
+            d = v.dispatch
+            # Whether a release came before the step: the words a finding while nothing is captured uses.
+            after = "release" if any(r < d.step for r in releases) else "start"
+            sweep = Sweep(d.step, d.captured_flag, (d.batch,), (d.desc,), "step", 1)
+            out.append(SweepView(sweep, v.captured, self.config.lora_cases, after, self.trace.has_piecewise_runner, v))
+        return out
+
+    @cached_property
+    def judged_sweeps(self) -> list[SweepView]:
+        """What the dispatch properties judge: every dispatch step (a sweep of one batch), then every sweep."""
+        return self.step_sweeps + self.sweeps
+
+    @cached_property
+    def judged_captured(self) -> list[SweepView]:
+        """``judged_sweeps`` taken while graphs were held."""
+        return [s for s in self.judged_sweeps if s.captured is not None]
+
+    @cached_property
     def graph_metadata(self) -> dict[tuple[int, BatchDescriptor], MetadataRecord]:
         """(capture step, FULL descriptor) -> the metadata its graph was captured with."""
         out: dict[tuple[int, BatchDescriptor], MetadataRecord] = {}
@@ -552,31 +609,30 @@ def size_key(b) -> tuple:
     return (b.num_tokens, b.num_reqs, b.num_active_loras, b.num_ubatches, b.has_prefill, b.max_query_len)
 
 
-def sweep_violations(prop: str, sweep: SweepView, failures: list[tuple[BatchShape, str]],
-                     facts: Callable[[BatchShape], tuple] | None = None) -> list[Violation]:
+def sweep_violations(prop: str, sweep: SweepView, failures: list[tuple[Any, str]],
+                     facts: Callable[[Any], tuple] | None = None,
+                     expected: Callable[[Any], Iterable[BatchDescriptor]] | None = None) -> list[Violation]:
     """One violation per sweep: the smallest failing batch, and how many
-    failed; ``facts`` gives the smallest one's structured facts."""
+    failed (a dispatch step's one batch: just it).  It carries the batch,
+    what dispatch returned for it, ``expected`` of it (what a correct
+    dispatcher may return) and ``facts`` of it."""
     if not failures:
         return []
     b, msg = min(failures, key=lambda f: size_key(f[0]))
     sw = sweep.sweep
+    given = facts(b) if facts is not None else ()
+    shape = b if isinstance(b, BatchShape) else b.shape
+    fields: dict[str, Any] = {"batch": shape.to_json(), "got": sw.descs[sw.batches.index(b)].to_json()}
+    if expected is not None:
+        fields["expected"] = tuple(d.to_json() for d in sorted(expected(b), key=desc_sort_key))
+    if sweep.dispatch is not None:
+        return [Violation(prop, msg, sweep.step, given, **fields)]
     of = {"exhaustive": f"all {sw.space}", "boundary": f"{len(sw.batches)} (every boundary class) of the {sw.space}"}.get(
         sw.coverage, f"{len(sw.batches)} (every boundary class and a sample) of the {sw.space}")
     count = f"{len(failures)} of {of} schedulable batches fail; this is the smallest"
-    given = facts(b) if facts is not None else ()
-    if not any(name == "batch_shape" for name, _ in given):
-        given = (*given, *shape_facts(b, sw.descs[sw.batches.index(b)]))
     given = (*given, ("swept_after", sweep.after))
-    return [Violation(prop, f"{msg} ({sweep.when()}: {count})", sweep.step if sweep.step >= 0 else None, given)]
-
-
-def shape_facts(b: Any, dispatched: BatchDescriptor | None = None) -> tuple:
-    """The facts every dispatch finding carries: the shape of its batch (what
-    dispatch reads of it), for readers that ask whether a scheduler makes it,
-    and the descriptor dispatch returned for it."""
-    shape = b if isinstance(b, BatchShape) else b.shape
-    out: tuple = (("batch_shape", shape.to_json()),)
-    return out if dispatched is None else (*out, ("dispatched", dispatched.to_json()))
+    return [Violation(prop, f"{msg} ({sweep.when()}: {count})", sweep.step if sweep.step >= 0 else None, given,
+                      **fields)]
 
 
 def candidates_hold(run: "RunView", step: int | None, batch: Any, desc: BatchDescriptor) -> bool | None:
@@ -608,5 +664,5 @@ def group(violations: Iterable[Violation]) -> list[Violation]:
     if dropped and out:
         # A count, not a violation of its own: the fact says so to readers (the campaign skips it).
         out.append(Violation(out[0].property, f"... and {dropped} more violations of this property", None,
-                             (("overflow", dropped),)))
+                             overflow=dropped))
     return out

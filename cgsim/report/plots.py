@@ -27,12 +27,12 @@ import bisect
 import io
 import math
 import os
-import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, lora_case
+from cgsim.finding import desc_from_short, facts_of_old_finding  # noqa: F401 - desc_from_short: plots' public name
 from cgsim.modes import CUDAGraphMode
 from cgsim.spec import desc_sort_key, dispatch_choices, eager_descriptor, expected_capture_order, resolved_mode
 from cgsim.spec import scheduler
@@ -200,57 +200,8 @@ def spec_rows(config: ManagerConfig, ruleset: str, max_tokens: int | None = None
 
 
 # -- findings -------------------------------------------------------------------------------------
-# A dispatch finding's facts say which batch it is about, whether a sweep
-# found it (after what) and what dispatch returned.  Findings recorded before
-# those facts say it only in their message: a dispatch property names the
-# descriptor the target returned right after "dispatched to [word]", "ran
-# eagerly (" or "returned" (cgsim.properties.dispatch).
-_CHOSEN = re.compile(r"(?:dispatched to|ran eagerly|returned) \(?(?:(?:eager|incompatible|FULL|PIECEWISE|NONE) )?(Desc\([^)]*\))")
-_DESC = re.compile(r"Desc\((\w+)((?: \w+=\d+)*)\)")
-
-
-def desc_from_short(text: str) -> BatchDescriptor | None:
-    """The inverse of ``BatchDescriptor.short()`` (None if it is not one)."""
-    m = _DESC.fullmatch(text.strip())
-    if not m:
-        return None
-    names = {"tokens": "num_tokens", "reqs": "num_reqs", "uniform": "uniform_token_count", "max_q": "max_query_len",
-             "loras": "num_active_loras", "ubatches": "num_ubatches"}
-    fields: dict[str, Any] = {}
-    for part in m.group(2).split():
-        key, _, value = part.partition("=")
-        if key not in names:
-            return None
-        fields[names[key]] = int(value)
-    if "num_tokens" not in fields:
-        return None
-    try:
-        return BatchDescriptor(CUDAGraphMode.parse(m.group(1)), **fields)
-    except (ValueError, TypeError):
-        return None
-
-
-def _chosen_from_message(message: str) -> BatchDescriptor | None:
-    m = _CHOSEN.search(message or "")
-    return desc_from_short(m.group(1)) if m else None
-
-
 def _finding_json(finding: Any) -> Mapping[str, Any]:
     return finding.to_json() if hasattr(finding, "to_json") else finding
-
-
-# BatchShape.short(), the batch a sweep violation names first.
-_SWEPT = re.compile(r"Batch\(reqs=(\d+) tokens=(\d+) (?:uniform=(\d+)|max_q=(\d+))(?: loras=(\d+))?(?: ubatches=(\d+))?( prefill)?\)")
-
-
-def _swept_shape(message: str) -> BatchShape | None:
-    m = _SWEPT.match(message)
-    if not m:
-        return None
-    reqs, tokens, uniform, max_q, loras, ubatches, prefill = m.groups()
-    u = int(uniform) if uniform is not None else None
-    return BatchShape(int(reqs), int(tokens), u if u is not None else int(max_q), u, bool(prefill),
-                      int(loras or 0), int(ubatches or 1))
 
 
 def _dispatch_step(data: Mapping[str, Any]) -> tuple[Any, Batch | BatchShape] | None:
@@ -269,17 +220,11 @@ def _dispatch_step(data: Mapping[str, Any]) -> tuple[Any, Batch | BatchShape] | 
         return None
     if not 0 <= step < len(scenario.steps):
         return None
-    facts = data.get("facts") or {}
-    if "swept_after" in facts and "batch_shape" in facts:
-        if facts["swept_after"] != "capture" or scenario.steps[step].kind != "capture":
+    facts = facts_of_old_finding(data)
+    if "swept_after" in facts:
+        if facts["swept_after"] != "capture" or scenario.steps[step].kind != "capture" or facts.get("batch") is None:
             return None
-        return scenario, BatchShape.from_json(facts["batch_shape"])
-    message = str(data.get("message", ""))
-    if "in the dispatch sweep" in message:
-        shape = _swept_shape(message)
-        if shape is None or scenario.steps[step].kind != "capture" or "sweep after the capture" not in message:
-            return None
-        return scenario, shape
+        return scenario, BatchShape.from_json(facts["batch"])
     if scenario.steps[step].batch is None:
         return None
     captured = False
@@ -321,9 +266,8 @@ def finding_mark(finding: Any) -> Mark | None:
     scenario, batch = found
     cfg = scenario.config
     expected = tuple(sorted(dispatch_choices(batch, _captured(cfg, scenario.ruleset), cfg.lora_cases), key=desc_sort_key))
-    facts = data.get("facts") or {}
-    chosen = (BatchDescriptor.from_json(facts["dispatched"]) if "dispatched" in facts
-              else _chosen_from_message(str(data.get("message", ""))))
+    got = facts_of_old_finding(data).get("got")
+    chosen = BatchDescriptor.from_json(got) if got is not None else None
     got = chosen.short() if chosen is not None else "see the message"
     want = " or ".join(d.short() for d in expected) if expected else "an eager run (no captured graph fits)"
     caption = f"{data.get('property')} at step {data.get('step')}: {batch.short()} went to {got}; the spec expects {want}"

@@ -348,7 +348,7 @@ class Worker:
         overflow note ("... and N more") is no finding of its own."""
         out: dict[str, Finding] = {}
         for f in outcome.findings:
-            if out and f.is_overflow_note:
+            if out and f.overflow is not None:
                 continue
             out.setdefault(self.finding_key(f), f)
         return out

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from cgsim.config import ManagerConfig
-from cgsim.finding import Finding
+from cgsim.descriptors import BatchDescriptor
+from cgsim.finding import Finding, desc_from_short
+from cgsim.modes import CUDAGraphMode
 
 __all__ = ["KnownDefect", "KNOWN_DEFECTS", "classify", "label", "present_in", "stopped_by"]
 
@@ -64,28 +66,20 @@ def _decode_lengths(cfg: ManagerConfig) -> int:
     return len(cfg.scheduler_decode_query_lens())
 
 
-def _batch_text(f: Finding) -> str:
-    """The batch a dispatch finding names (its message starts with it)."""
-    for marker in (" dispatched", " ran eagerly", " has exactly"):
-        if marker in f.message:
-            return f.message.split(marker, 1)[0]
-    return ""
-
-
 def _decode_batch(f: Finding) -> bool:
-    """A dispatch finding about a pure decode batch (the sweep's shapes say
-    uniform=, a scenario step's batch is looked at)."""
-    if " uniform=" in _batch_text(f):
-        return True
-    steps = f.scenario.get("steps", [])
-    if f.step is not None and 0 <= f.step < len(steps) and steps[f.step].get("batch"):
-        b = steps[f.step]["batch"]
-        return not b.get("has_prefill") and len(set(b["query_lens"])) == 1
-    return False
+    """A dispatch finding about a pure decode batch (every request of one length)."""
+    batch = f.batch
+    return batch is not None and batch.uniform_token_count is not None
+
+
+def _micro_batched(f: Finding) -> bool:
+    batch = f.batch
+    return batch is not None and batch.num_ubatches > 1
 
 
 def _fitting_full(f: Finding) -> bool:
-    return "FULL" in f.message.split("although", 1)[-1]
+    """What a correct dispatcher returns for the batch is a FULL graph."""
+    return any(d.cg_mode is CUDAGraphMode.FULL for d in f.expected or ())
 
 
 def _nearest_group(f: Finding, c: ManagerConfig) -> bool:
@@ -93,17 +87,26 @@ def _nearest_group(f: Finding, c: ManagerConfig) -> bool:
     candidates are only the nearest group by token count: one of several
     scheduled lengths (dynamic speculative decoding), or a micro-batched
     batch whose nearest group holds only twins of mixed descriptors (DBO)."""
-    several = (c.spec_schedule is not None and _decode_lengths(c) > 1) or (
-        c.num_ubatches > 1 and "ubatches=" in _batch_text(f))
+    several = (c.spec_schedule is not None and _decode_lengths(c) > 1) or (c.num_ubatches > 1 and _micro_batched(f))
     # Its cause: the fitting graph is not in the manager's candidate list for
     # the batch.  Where the list held one, something else rejected it.
-    if (f.extra.get("facts") or {}).get("fit_in_candidates") is True:
+    if f.fact("fit_in_candidates") is True:
         return False
     return several and _decode_batch(f) and _fitting_full(f)
 
 
+def _named_graphs(f: Finding) -> list[BatchDescriptor]:
+    """The graphs a capture finding names: CAPTURE-USEFUL's useless graph,
+    or the descriptors an init finding's message lists (no field names them yet)."""
+    graph = f.fact("graph")
+    if graph is not None:
+        return [BatchDescriptor.from_json(graph)]
+    # CAND-ORDER and INIT-TOTAL record their descriptors only in their message.
+    return [d for d in map(desc_from_short, re.findall(r"Desc\([^)]*\)", f.message.split(" is never")[0])) if d]
+
+
 def _uniforms(f: Finding) -> set[int]:
-    return {int(u) for u in re.findall(r"uniform=(\d+)", f.message.split(" is never")[0])}
+    return {d.uniform_token_count for d in _named_graphs(f) if d.uniform_token_count is not None}
 
 
 def _dead_decode_graph(f: Finding, c: ManagerConfig) -> bool:
@@ -119,7 +122,12 @@ def _twin_of_mixed(f: Finding, c: ManagerConfig) -> bool:
     """#8: the micro-batched twin of a mixed FULL graph: its uniform count is
     num_tokens / num_reqs, which is no decode length at all."""
     lens = set(c.scheduler_decode_query_lens())
-    return c.num_ubatches > 1 and "ubatches=" in f.message and bool(_uniforms(f) - lens)
+    return c.num_ubatches > 1 and any(d.num_ubatches > 1 for d in _named_graphs(f)) and bool(_uniforms(f) - lens)
+
+
+def _raised(f: Finding) -> str:
+    """What the engine raised (a crash's or a failed build's exception), as its type and text."""
+    return f.fact("raised") or ""
 
 
 def _draft_lengths_not_positive(c: ManagerConfig) -> bool:
@@ -138,25 +146,22 @@ def _draft_decode_lengths(f: Finding, c: ManagerConfig) -> bool:
         return False
     if f.property == "BEFORE-CAPTURE":
         return not _after_release(f)
-    return "draft-decode manager" in f.message or "draft decode manager" in f.message
+    # The draft decode manager's own violations, or a build it failed that names it.
+    return f.manager == "draft-decode" or "draft decode manager" in _raised(f)
 
 
 def _after_release(f: Finding) -> bool:
     steps = f.scenario.get("steps", [])
-    return any(s.get("kind") == "release" for s in steps[: (f.step or 0) + 1]) or "after a release" in f.message
+    return any(s.get("kind") == "release" for s in steps[: (f.step or 0) + 1]) or f.fact("swept_after") == "release"
 
 
 def _uniform_prefill_on_decode_graph(f: Finding, c: ManagerConfig) -> bool:
     """#12: a batch with a prefill whose requests all have the same length
     went to a FULL graph captured for uniform decodes (uniform=...)."""
-    m = f.message
-    if m.startswith(("full replay of", "piecewise replay of")):
-        desc, _, batch = m.partition(" for ")
-    else:
-        batch = _batch_text(f)
-        desc = m[len(batch):].split("although")[0] if batch else ""
-    prefill = " prefill" in batch or _prefill_step(f)
-    return prefill and "FULL" in desc and "uniform=" in desc
+    got, batch = f.got, f.batch
+    if got is None or batch is None:
+        return False
+    return (batch.has_prefill or _prefill_step(f)) and got.cg_mode is CUDAGraphMode.FULL and got.uniform_token_count is not None
 
 
 def _cross_mode(f: Finding, c: ManagerConfig) -> bool:
@@ -232,13 +237,13 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         15, "breakable-recapture-into-host-pool",
         "breakable graphs re-captured into the released global pool without emptying the host cache (torch >= 2.11)",
         "0.32.0", "0.34.0", frozenset({"NO-CRASH"}),
-        lambda f, c: c.breakable and _after_release(f) and "CachingHostAllocator" in f.message,
+        lambda f, c: c.breakable and _after_release(f) and "CachingHostAllocator" in _raised(f),
     ),
     KnownDefect(
         7, "release-keeps-graphs", "release never reaches the MRV2 manager; the recapture asserts",
         "0.20.0", "0.32.0",
         frozenset({"RELEASE-RECAPTURE", "NO-CRASH", "BEFORE-CAPTURE", "CAPTURE-ONCE", "WARMUP-FIRST"}),
-        lambda f, c: f.property == "RELEASE-RECAPTURE" or "already captured" in f.message or _after_release(f),
+        lambda f, c: f.property == "RELEASE-RECAPTURE" or "already captured" in _raised(f) or _after_release(f),
         # The V2 runner refuses elastic expert parallelism, the only release path, there.
         manager_level=(("0.24.0", "0.32.0"),),
     ),
@@ -267,7 +272,7 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         14, "draft-prefill-reuses-warmup-metadata",
         "the draft prefill manager warms up and captures its FULL graphs with one attention state",
         "0.21.0", "0.23.0", frozenset({"FRESH-METADATA"}),
-        lambda f, c: "draft-prefill manager" in f.message and "warmup's metadata" in f.message,
+        lambda f, c: f.manager == "draft-prefill" and "warmup's metadata" in f.message,
     ),
     KnownDefect(
         10, "full-capture-reuses-warmup-metadata", "FULL graphs captured with the warmup's attention metadata",

@@ -177,7 +177,7 @@ class VllmTarget:
         from cgsim.scenario import Scenario  # noqa: PLC0415
         from cgsim.targets.vllm.scheduling.evidence import scheduler_evidence  # noqa: PLC0415
 
-        return scheduler_evidence(Scenario.from_json(finding.scenario), finding.extra.get("facts") or {})
+        return scheduler_evidence(Scenario.from_json(finding.scenario), finding.facts)
 
     def engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
                              spec_schedule: tuple | None) -> tuple[int, ...]:

@@ -32,10 +32,10 @@ EVIDENCE_STEPS = 300
 
 
 def scheduler_evidence(scenario: Scenario, facts: Mapping[str, Any]) -> dict | None:
-    """The scheduler's word on the batch (``facts["batch_shape"]``) or graph
+    """The scheduler's word on the batch (``facts["batch"]``) or graph
     (``facts["graph"]`` among ``facts["captured"]``) a finding rests on; None
     where it rests on neither."""
-    shape, graph = facts.get("batch_shape"), facts.get("graph")
+    shape, graph = facts.get("batch"), facts.get("graph")
     if shape is None and graph is None:
         return None
     served = scenario.served
