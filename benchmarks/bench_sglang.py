@@ -128,7 +128,7 @@ def detect_unexplained(seed: int, limit: int, limit_s: float) -> dict:
         verdict = check_scenario(sc, run_scenario(sc, target="sglang", timeout=120))
         config = get_ruleset(ruleset).effective_config(sc.config)
         for v in verdict.violations:
-            if explains(v.property, v.message, config, tree.version) is None:
+            if explains(v.property, v.record(), config, tree.version) is None:
                 found.update(property=v.property, message=v.message[:200])
                 raise _Found()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from cgsim.config import ManagerConfig
 from cgsim.spec import sglang as rules
@@ -32,18 +32,18 @@ class KnownDefect:
     first: str  # the oldest release cgsim drives that has it (it may be older)
     fixed: str | None  # first release without it; None: not fixed
     properties: frozenset[str]
-    matches: Callable[[str, ManagerConfig], bool]  # (message, config)
+    matches: Callable[[Mapping[str, Any], ManagerConfig], bool]  # (the violation's facts, config)
 
     def present_in(self, version: str) -> bool:
         v = _v(version)
         return v >= _v(self.first) and (self.fixed is None or v < _v(self.fixed))
 
 
-def _bcg_output(message: str, config: ManagerConfig) -> bool:
-    return "Unsupported BCG output type" in message and rules.runner_backends(config)[0] == rules.BREAKABLE
+def _bcg_output(facts: Mapping[str, Any], config: ManagerConfig) -> bool:
+    return "Unsupported BCG output type" in (facts.get("raised") or "") and rules.runner_backends(config)[0] == rules.BREAKABLE
 
 
-def _nopad_tbo_odd_pool(message: str, config: ManagerConfig) -> bool:
+def _nopad_tbo_odd_pool(facts: Mapping[str, Any], config: ManagerConfig) -> bool:
     opts = rules.options(config)
     return opts.disable_padding and config.num_ubatches == 2 and config.max_num_reqs % 2 == 1
 
@@ -60,10 +60,11 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
 )
 
 
-def explains(prop: str, message: str, config: ManagerConfig, version: str) -> KnownDefect | None:
-    """The documented defect of ``version`` a failure of ``prop`` is, if any."""
+def explains(prop: str, facts: Mapping[str, Any], config: ManagerConfig, version: str) -> KnownDefect | None:
+    """The documented defect of ``version`` a failure of ``prop`` is, if any
+    (``facts``: the violation's structured record, ``Violation.record()``)."""
     for d in KNOWN_DEFECTS:
-        if d.present_in(version) and prop in d.properties and d.matches(message, config):
+        if d.present_in(version) and prop in d.properties and d.matches(facts, config):
             return d
     return None
 
@@ -73,7 +74,7 @@ def classify(finding: Any, version: str) -> KnownDefect | None:
         config = ManagerConfig.from_json(finding.scenario["config"])
     except Exception:  # noqa: BLE001 - an unreadable scenario matches nothing
         return None
-    return explains(finding.property, finding.message, config, version)
+    return explains(finding.property, finding.facts, config, version)
 
 
 def label(finding: Any, version: str) -> dict:
