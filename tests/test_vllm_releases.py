@@ -207,7 +207,13 @@ def _dbo_dispatch_finding(fits: str) -> Finding:
     scenario = Scenario(cfg, (Step.capture(), Step.dispatch(batch)), ruleset="vllm-0.32")
     msg = ("Batch(reqs=54 tokens=216 query_lens=[4, 4, 4, 4, 4, 4, 4, 4, '...'] loras=1 ubatches=2) ran eagerly "
            f"(Desc(NONE tokens=216 reqs=54 loras=4 ubatches=2)) although 1 captured descriptor(s) fit it, e.g. {fits}")
-    return Finding.from_violation(Violation("DISPATCH-COMPLETE", msg, 1), scenario.to_json(), "vllm", "mock", "")
+    from cgsim.descriptors import BatchDescriptor
+    from cgsim.finding import desc_from_short
+
+    got = BatchDescriptor(CUDAGraphMode.NONE, 216, num_reqs=54, num_active_loras=4, num_ubatches=2)
+    v = Violation("DISPATCH-COMPLETE", msg, 1, batch=batch.shape.to_json(), got=got.to_json(),
+                  expected=(desc_from_short(fits).to_json(),))
+    return Finding.from_violation(v, scenario.to_json(), "vllm", "mock", "")
 
 
 def test_dbo_decode_batches_missing_a_larger_full_graph_are_the_nearest_group_defect():
