@@ -8,18 +8,15 @@ import ast
 import json
 import signal
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from cgsim.backends import get_backend
+from cgsim.encoder.replay import EncoderReplayResult, describe_encoder, is_encoder_finding, reproduce_encoder
 from cgsim.finding import Finding, FindingError
 from cgsim.observe import RUNNER, Outcome, Pipeline, observe
 from cgsim.properties.harness import NO_CRASH, NO_HANG
 from cgsim.scenario import Scenario
 from cgsim.targets import get_target
-from cgsim.targets.base import TargetEnvironmentError
-
-if TYPE_CHECKING:
-    from cgsim.encoder.replay import EncoderReplayResult
+from cgsim.targets.base import ScenarioNotRunnable
 
 __all__ = ["ReplayResult", "ScenarioNotRunnable", "reproduce", "describe", "DEFAULT_REPLAY_TIMEOUT", "ScriptVerdict", "script_verdict",
            "finding_in_repro", "script_time_limit", "CRASH_SIGNALS"]
@@ -63,9 +60,6 @@ def reproduce(finding: Finding, backend: str | None = None, timeout: float | Non
     An encoder finding (its scenario of kind "encoder") is replayed by
     ``cgsim.encoder.replay``: its result has the same ``property``,
     ``reproduced`` and ``lines()``."""
-    # Imported when used: it imports this module.
-    from cgsim.encoder.replay import is_encoder_finding, reproduce_encoder
-
     if is_encoder_finding(finding):
         return reproduce_encoder(finding, backend=backend, timeout=timeout)
     if timeout is not None and timeout <= 0:
@@ -81,11 +75,6 @@ def reproduce(finding: Finding, backend: str | None = None, timeout: float | Non
         # Nothing ran: neither a reproduction nor a fix.
         raise ScenarioNotRunnable(f"{finding.id} cannot run on {finding.target} here: {outcome.unsupported}")
     return ReplayResult(finding.property, outcome.first(finding.property) is not None, outcome)
-
-
-class ScenarioNotRunnable(TargetEnvironmentError):
-    """The finding's scenario is one the target here refuses to run (its
-    engine would not start with those settings): exit 2, could not tell."""
 
 
 def finding_in_repro(path: str) -> Finding:
@@ -160,9 +149,6 @@ def script_verdict(finding: Finding, code: int | None, limit: float, path: str =
 
 
 def describe(finding: Finding) -> list[str]:
-    # Imported when used: it imports this module.
-    from cgsim.encoder.replay import describe_encoder, is_encoder_finding
-
     if is_encoder_finding(finding):
         return describe_encoder(finding)
     lines = [f"finding {finding.id}: {finding.property} on target {finding.target}"]

@@ -32,7 +32,7 @@ from cgsim.finding import Finding
 from cgsim.report.atomic import atomic_write_json
 from cgsim.report.findings import scan_findings
 from cgsim.targets.base import TargetEnvironmentError
-from fuzz.encoder_campaign import EncoderCampaignResult, remove_encoder_finding, search_encoder
+from fuzz.encoder_search import EncoderCampaignResult, remove_encoder_finding, search_encoder
 
 __all__ = ["run_encoder_workers", "keep_one_per_defect", "WORKER_SEED_STRIDE", "EncoderWorkerDied"]
 

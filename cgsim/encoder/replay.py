@@ -16,7 +16,7 @@ from typing import Any
 
 from cgsim.finding import Finding
 from cgsim.properties.registry import Violation
-from cgsim.replay import ScenarioNotRunnable
+from cgsim.targets.base import ScenarioNotRunnable
 
 __all__ = ["EncoderReplayResult", "describe_encoder", "is_encoder_finding", "reproduce_encoder"]
 

@@ -16,25 +16,17 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from cgsim.encoder.runner import ManagedEncoder
-from cgsim.encoder.toy import ToyVisionEncoder
+from cgsim.encoder.toy import toy_for
 from cgsim.encoder.values import EncoderScenario
 from cgsim.targets.base import ENCODER_HOOKS, UnknownTarget
 
-__all__ = ["ENCODER_TARGET_NAMES", "is_encoder_target", "encoder_target", "encoder_builder", "toy_for",
-           "ReferenceEncoderTarget"]
+__all__ = ["ENCODER_TARGET_NAMES", "is_encoder_target", "encoder_target", "encoder_builder", "ReferenceEncoderTarget"]
 
 ENCODER_TARGET_NAMES = ("encoder-reference", "encoder-mutant:NAME", "vllm-encoder")
 
 
 def is_encoder_target(name: str) -> bool:
     return name in ("encoder-reference", "vllm-encoder") or name.startswith("encoder-mutant:")
-
-
-def toy_for(scenario: EncoderScenario, device: Any, **kw: Any) -> ToyVisionEncoder:
-    c = scenario.config
-    return ToyVisionEncoder(min_budget=c.min_budget, max_budget=c.max_num_batched_tokens,
-                            max_frames_per_video=c.max_frames_per_video, device=device, video=c.video,
-                            seed=scenario.seed, **kw)
 
 
 class ReferenceEncoderTarget:
@@ -84,9 +76,10 @@ def _create(name: str) -> Any:
                                 f"{', '.join(ENCODER_MUTANTS)}")
         return ReferenceEncoderTarget(name, mutant.cls)
     if name == "vllm-encoder":
-        from cgsim.targets.vllm.encoder import VllmEncoderTarget  # noqa: PLC0415 - vLLM only where asked for
+        from cgsim.targets.vllm.doctor import encoder_self_check  # noqa: PLC0415 - vLLM only where asked for
+        from cgsim.targets.vllm.encoder import VllmEncoderTarget  # noqa: PLC0415
 
-        return VllmEncoderTarget()
+        return VllmEncoderTarget(encoder_self_check)
     raise UnknownTarget(f"encoder target {name!r} is unknown; use one of {', '.join(ENCODER_TARGET_NAMES)}")
 
 

@@ -23,10 +23,10 @@ from typing import Any, Sequence
 import torch
 
 from cgsim.encoder.interface import CGSIM_CLASSES, EncoderClasses
-from cgsim.encoder.values import MERGE, EncoderItem
+from cgsim.encoder.values import MERGE, EncoderItem, EncoderScenario
 from cgsim.spec.encoder import frame_slots
 
-__all__ = ["ToyVisionEncoder", "ITEM_IDS", "PIXELS", "GRID", "BUFFER_KEYS", "HIDDEN", "IN_DIM"]
+__all__ = ["ToyVisionEncoder", "toy_for", "ITEM_IDS", "PIXELS", "GRID", "BUFFER_KEYS", "HIDDEN", "IN_DIM"]
 
 HIDDEN = 8
 IN_DIM = 6
@@ -236,3 +236,11 @@ class ToyVisionEncoder:
         # Padding rows belong to the trash frame, the last slot of this graph's frame_item buffer.
         dst.fill_(self._trash_rows.get(dst.shape[0], 0))
         dst[: src.shape[0]].copy_(src)
+
+
+def toy_for(scenario: EncoderScenario, device: Any, **kw: Any) -> ToyVisionEncoder:
+    """The toy a scenario's manager is built with (every encoder target's)."""
+    c = scenario.config
+    return ToyVisionEncoder(min_budget=c.min_budget, max_budget=c.max_num_batched_tokens,
+                            max_frames_per_video=c.max_frames_per_video, device=device, video=c.video,
+                            seed=scenario.seed, **kw)

@@ -70,6 +70,7 @@ __all__ = [
     "Target",
     "TargetError",
     "TargetEnvironmentError",
+    "ScenarioNotRunnable",
     "TargetUnsupported",
     "UnknownTarget",
     "CAPABILITIES",
@@ -101,6 +102,11 @@ class TargetEnvironmentError(TargetError):
     never a finding."""
 
     exit_code = 2
+
+
+class ScenarioNotRunnable(TargetEnvironmentError):
+    """A finding's scenario is one the target here refuses to run (its
+    engine would not start with those settings): exit 2, could not tell."""
 
 
 class UnknownTarget(ValueError):

@@ -3,7 +3,7 @@ the real modules (read as files, never retyped), so it cannot drift from
 what cgsim runs.
 
 ``standalone_source`` takes modules whole (``Part(module)``: every top-level
-statement but the docstring, imports and ``__all__``) or names from them
+statement but the docstring, imports, ``__all__`` and the ``omit`` ones) or names from them
 (``Part(module, names)``: those definitions only), and follows every name a
 taken definition uses that its module defines or imports from ``cgsim``, to
 the definition in that module's source, transitively.  Names a definition
@@ -39,6 +39,7 @@ class StandaloneError(RuntimeError):
 class Part:
     module: str  # e.g. "cgsim.encoder.toy"
     names: tuple[str, ...] | None = None  # None: the whole module
+    omit: tuple[str, ...] = ()  # of a whole module: definitions the host has no use for (and what only they use)
 
 
 def module_path(module: str) -> str:
@@ -223,8 +224,11 @@ def standalone(parts: list[Part], provided: frozenset[str] = frozenset(),
     for part in parts:
         m = mod(part.module)
         if part.names is None:
+            omitted = [m.defs[n] for n in part.omit if n in m.defs]
+            if len(omitted) != len(part.omit):
+                raise StandaloneError(f"{part.module} defines no {set(part.omit) - set(m.defs)} to omit")
             for i, stmt in enumerate(m.body):
-                if not _skipped(stmt, i):
+                if not _skipped(stmt, i) and not any(stmt is o for o in omitted):
                     resolve(m, stmt, ())
         else:
             for n in part.names:

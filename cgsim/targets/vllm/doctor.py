@@ -40,7 +40,8 @@ from cgsim.targets.vllm.known import classify, stopped_by
 from cgsim.text import first_line
 from cgsim.trace import Candidates, CaptureDone, Dispatch, Release, Replay, Sweep
 
-__all__ = ["Check", "DoctorFailed", "run_doctor", "guard_check", "doctor_line", "default_findings_dir", "CLEAN_SCENARIOS"]
+__all__ = ["Check", "DoctorFailed", "run_doctor", "guard_check", "encoder_self_check", "doctor_line", "default_findings_dir",
+           "CLEAN_SCENARIOS"]
 
 DOCTOR_TIMEOUT_S = 120.0
 
@@ -245,6 +246,21 @@ def run_doctor(findings_dir: str | None = None, progress: Callable[[Check], None
     for check in encoder_checks(Check, guard_check):
         add(check)
     return checks
+
+
+def encoder_self_check() -> None:
+    """The encoder target's self-check (``VllmEncoderTarget.self_check``):
+    TargetEnvironmentError, one line, where a mechanism broke; a violation
+    of the clean scenarios is left to the campaign to find."""
+    from cgsim.targets.base import TargetEnvironmentError  # noqa: PLC0415
+    from cgsim.targets.vllm.encoder_doctor import encoder_checks  # noqa: PLC0415
+
+    failed = [c for c in encoder_checks(Check, guard_check) if not c.ok]
+    if failed:
+        raise TargetEnvironmentError(
+            f"the vLLM encoder adapter's self-check failed on vLLM {require_vllm().version}: {failed[0].name}: "
+            f"{failed[0].detail}; nothing it would report about this manager could be trusted "
+            "(python -m fuzz doctor lists every check)")
 
 
 def guard_check(name: str, fn: Callable[[], Check]) -> Check:

@@ -87,9 +87,12 @@ def _check_patches(check_type: type) -> Any:
 def _check_clean(check_type: type, name: str, config: EncoderConfig, steps: tuple[EncoderStep, ...]) -> Any:
     from cgsim.backends import get_backend  # noqa: PLC0415
     from cgsim.encoder.observe import observe_encoder  # noqa: PLC0415
-    from cgsim.encoder.targets import encoder_target  # noqa: PLC0415
+    from cgsim.targets.base import ENCODER_HOOKS  # noqa: PLC0415
+    from cgsim.targets.vllm.encoder import VllmEncoderTarget  # noqa: PLC0415
 
-    target = encoder_target("vllm-encoder")
+    # Built as the encoder registry builds it (cgsim.encoder.targets, which imports this adapter, not the reverse).
+    target = VllmEncoderTarget()
+    ENCODER_HOOKS.check(target)
     scenario = EncoderScenario(config, steps, target.default_ruleset())
     obs = observe_encoder(target, scenario, get_backend("mock"))
     if obs.refused is not None:
