@@ -36,13 +36,17 @@ from fuzz.campaign.inflight import describe_inflight, recorded_inflight
 from fuzz.campaign.options import UsageError
 from fuzz.campaign.run import EXIT_REPORT_FAILED, RUN_LOCK, CampaignResult, exit_code
 
-__all__ = ["rebuild_report", "DIED"]
+__all__ = ["rebuild_report", "DIED", "REBUILD_NOTES"]
 
 DIED = "campaign died"
 LOCK_GRACE_S = 3.0
-# Notes this module writes; a report rebuilt again gets fresh ones instead.
-_OWN_NOTES = ("the campaign died before its final report", "re-rendered from the findings on disk",
-              "there was no summary.json", "finding file(s) could not be read", "could not write the missing")
+# A rebuilt summary lists the notes the rebuild wrote under this key; a
+# report rebuilt again drops exactly those and writes fresh ones.
+REBUILD_NOTES = "rebuild_notes"
+# Summaries rebuilt before that key existed: their rebuild's notes, known by these words (read nowhere else).
+_OLD_REBUILD_NOTE_WORDS = ("the campaign died before its final report", "re-rendered from the findings on disk",
+                           "there was no summary.json", "finding file(s) could not be read",
+                           "could not write the missing")
 
 
 def rebuild_report(run_dir: str, out: TextIO | None = None, err: TextIO | None = None, quiet: bool = False):
@@ -129,9 +133,8 @@ def _rebuild(run_dir: str, findings_dir: str, previous: dict | None) -> dict:
     last_life = _parse_time(prev.get("last_activity")) if prev.get("rebuilt_at") else None
     last_life = last_life or _last_sign_of_life(run_dir)
     findings = scan_findings(findings_dir)
-    # An earlier rebuild's notes on what was in flight come from its summary's entries: made again from them.
-    earlier_inflight = {_running_note(e) for e in prev.get("inflight", []) if isinstance(e, dict)}
-    notes = [n for n in prev.get("notes", []) if not any(m in n for m in _OWN_NOTES) and n not in earlier_inflight]
+    campaign_notes = [n for n in prev.get("notes", []) if not _written_by_a_rebuild(n, prev)]
+    own: list[str] = []  # the notes this rebuild writes
     now = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     unreadable = []
     for path in sorted(glob.glob(os.path.join(findings_dir, "*.json"))):
@@ -140,18 +143,18 @@ def _rebuild(run_dir: str, findings_dir: str, previous: dict | None) -> dict:
         except FindingError as exc:
             unreadable.append(f"{os.path.basename(path)} ({exc})")
     if unreadable:
-        notes.append(f"{len(unreadable)} finding file(s) could not be read and are not listed: {'; '.join(unreadable)}")
+        own.append(f"{len(unreadable)} finding file(s) could not be read and are not listed: {'; '.join(unreadable)}")
     for f in findings:
         if not os.path.exists(os.path.join(findings_dir, f.repro)):
             try:
                 write_repro(findings_dir, f)
             except OSError as exc:
-                notes.append(f"could not write the missing {f.repro}: {exc}")
+                own.append(f"could not write the missing {f.repro}: {exc}")
 
     final = bool(prev.get("finished_at"))
     settings = prev.get("settings") or _settings_from(findings)
     if not prev:
-        notes.append("there was no summary.json: settings and counts are unknown; only the findings are listed")
+        own.append("there was no summary.json: settings and counts are unknown; only the findings are listed")
     inflight = [] if final else _inflight(run_dir, prev)
     started = _parse_time(prev.get("started_at"))
     elapsed = prev.get("elapsed_s") or 0.0
@@ -159,11 +162,11 @@ def _rebuild(run_dir: str, findings_dir: str, previous: dict | None) -> dict:
         if started is not None and last_life is not None:
             elapsed = max(elapsed, last_life - started)
         when = _dt.datetime.fromtimestamp(last_life).astimezone().isoformat(timespec="seconds") if last_life else "?"
-        notes.append(f"the campaign died before its final report (last file written at {when}); rebuilt from the "
-                     f"findings on disk by python -m fuzz report at {now}; counts are from the last summary")
-        notes += [_running_note(entry) for entry in inflight]
+        own.append(f"the campaign died before its final report (last file written at {when}); rebuilt from the "
+                   f"findings on disk by python -m fuzz report at {now}; counts are from the last summary")
+        own += [_running_note(entry) for entry in inflight]
     else:
-        notes.append(f"re-rendered from the findings on disk by python -m fuzz report at {now}")
+        own.append(f"re-rendered from the findings on disk by python -m fuzz report at {now}")
     workers = [dict(w, end="died with the campaign") if w.get("end") == "running" and not final else w
                for w in prev.get("workers", [])]
     summary = build_summary(
@@ -173,12 +176,25 @@ def _rebuild(run_dir: str, findings_dir: str, previous: dict | None) -> dict:
         interrupted=prev.get("interrupted") if final else DIED,
         started_at=prev.get("started_at"), started_unix=prev.get("started_unix"),
         finished_at=prev.get("finished_at") if final else None,
-        elapsed_s=float(elapsed or 0.0), notes=notes, inflight=inflight,
+        elapsed_s=float(elapsed or 0.0), notes=campaign_notes + own, inflight=inflight,
     )
     summary["rebuilt_at"] = now
+    summary[REBUILD_NOTES] = own
     summary["last_activity"] = (_dt.datetime.fromtimestamp(last_life).astimezone().isoformat(timespec="seconds")
                                 if last_life else None)
     return summary
+
+
+def _written_by_a_rebuild(note: str, prev: dict) -> bool:
+    """Whether an earlier rebuild wrote ``note`` (its summary lists them);
+    a summary rebuilt before the list existed: its rebuild's words, and the
+    notes on what was in flight made from its ``inflight`` entries."""
+    if REBUILD_NOTES in prev:
+        return note in prev[REBUILD_NOTES]
+    if not prev.get("rebuilt_at"):
+        return False  # never rebuilt: every note is the campaign's
+    earlier_inflight = {_running_note(e) for e in prev.get("inflight", []) if isinstance(e, dict)}
+    return note in earlier_inflight or any(words in note for words in _OLD_REBUILD_NOTE_WORDS)
 
 
 def _stats_from(prev: dict) -> dict:
