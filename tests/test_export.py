@@ -258,7 +258,7 @@ def test_the_runtime_writers_watch_what_the_model_sees():
     assert has(count, "cudagraph_utils.get_uniform_token_count(batch.num_reqs, batch.num_tokens, max_query_len)")
     test = function(roundtrip, "test_dispatch_roundtrip_2e41bc7df9")
     loop = next(n for n in test.body if isinstance(n, ast.For))
-    assert has(loop.iter, "producible_batches()") and has(loop, "desc = runner_dispatch(manager, batch)")
+    assert has(loop.iter, "every_producible_batch()") and has(loop, "desc = runner_dispatch(manager, batch)")
     fresh = text("fresh-metadata-456f702b57")
     assert [a.arg for a in function(fresh, "observer").args.args] == ["monkeypatch", "cpu_graphs", "recorder"]
     assert has(fresh, "id(metadata) in warmup") and has(fresh, "metadata = get_forward_context().attn_metadata")

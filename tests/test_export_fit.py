@@ -106,7 +106,7 @@ def as_vllm(desc: BatchDescriptor, release: str):
 
 
 def as_exported_batch(namespace: dict, b: Batch):
-    return namespace["Batch"](b.query_lens, b.has_prefill, b.num_active_loras, b.num_ubatches)
+    return namespace["Batch"](b.query_lens, b.num_active_loras, b.num_ubatches, b.has_prefill)
 
 
 def disagreement(case: Case, fit_text: str = vllm_code.HELPER_FITS,

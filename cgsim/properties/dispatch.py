@@ -18,7 +18,7 @@ from cgsim.spec import scheduler
 from cgsim.spec.fit import compatible, fits_in_case
 from cgsim.trace import CaptureDone
 
-__all__ = ["useless_descriptors"]
+__all__ = ["useless_descriptors", "roundtrip_ok"]
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 
@@ -146,7 +146,9 @@ def _applies_roundtrip(run: RunView) -> bool:
     return any(sv.exact() for sv in run.judged_captured)
 
 
-def _roundtrip_ok(d: BatchDescriptor, b, target: BatchDescriptor, cases, choices) -> bool:
+def roundtrip_ok(d: BatchDescriptor, b, target: BatchDescriptor, cases, choices) -> bool:
+    """Whether dispatching ``b``, which has exactly the shape of the captured
+    ``target``, to ``d`` is right (export-test carries this rule as written)."""
     rank, want = RUNTIME_RANK[d.cg_mode], RUNTIME_RANK[target.cg_mode]
     # Higher priority may pad requests (a FULL graph always fixes num_reqs)
     # but no tokens; the same priority must pad no more than the exact one.
@@ -170,7 +172,7 @@ def dispatch_roundtrip(run: RunView) -> list[Violation]:
         choices: dict = {}
         for b, d, fit in sv.exact():
             target = max(fit.exact, key=lambda c: RUNTIME_RANK[c.cg_mode])
-            if not _roundtrip_ok(d, b, target, cases, fit.choices):
+            if not roundtrip_ok(d, b, target, cases, fit.choices):
                 choices[b] = fit.choices
                 failures.append((b, f"{b.short()} has exactly the shape of captured {target.short()} but dispatched to "
                                     f"{d.short()}" + (f" (pads {padding_key(d, b)})" if d.cg_mode != N else "")))

@@ -6,7 +6,8 @@ what cgsim runs.
 statement but the docstring, imports, ``__all__`` and the ``omit`` ones) or names from them
 (``Part(module, names)``: those definitions only), and follows every name a
 taken definition uses that its module defines or imports from ``cgsim``, to
-the definition in that module's source, transitively.  Names a definition
+the definition in that module's source (through a package's re-export),
+transitively.  Names a definition
 imports from outside cgsim (the standard library, torch) become import
 statements at the top.  The result imports nothing from cgsim; a name
 defined twice (two modules' ``_group``, say) or a cgsim import under an alias
@@ -210,9 +211,13 @@ def standalone(parts: list[Part], provided: frozenset[str] = frozenset(),
                         raise StandaloneError(f"{m.name} imports {source} as {alias or n}; import names from cgsim "
                                               "modules without aliases for the standalone copy")
                     other = mod(source)
+                    # A package's re-export (``from cgsim.spec import padding_key``): followed to its definition.
+                    while orig not in other.defs and orig in other.imports and _is_cgsim(other.imports[orig][0]) \
+                            and other.imports[orig][1:] == (orig, None):
+                        other = mod(other.imports[orig][0])
                     if orig not in other.defs:
                         raise StandaloneError(f"{m.name} imports {orig} from {source}, which does not define it "
-                                              "at top level (a re-export?); import it from where it is defined")
+                                              "at top level, nor re-exports it from a cgsim module that does")
                     resolve(other, other.defs[orig], stack + (n,))
                 elif source != "__future__":
                     if external.get(n, m.imports[n]) != m.imports[n]:

@@ -484,7 +484,7 @@ class _VllmWriter(RuntimeTemplates):
         body = fill('''
     captured = <<captured>>
     chosen = set()
-    for batch in producible_batches():
+    for batch in every_producible_batch():
         choices = best_choices(batch, captured)
         if len(choices) == 1:
             chosen |= choices

@@ -2,6 +2,7 @@
 as source text (``<<name>>`` marks what a writer fills in)."""
 
 from fuzz.export_test.vllm_fit import FIT_ADAPTER, FIT_RULE
+from fuzz.export_test.vllm_rules import SCHEDULER_ADAPTER, SCHEDULER_RULE
 
 HELPER_ACCEPTED = '''
 def accepted_kwargs(fn, **kwargs):
@@ -326,12 +327,12 @@ def capture_descs(manager):
 
 HELPER_BATCH = '''
 class Batch(NamedTuple):
-    """A batch as the scheduler hands it to the runner."""
+    """A batch as the scheduler hands it to the runner (cgsim's arguments, in its order)."""
 
     query_lens: tuple
-    has_prefill: bool = False
     num_active_loras: int = 0
     num_ubatches: int = 1
+    has_prefill: bool = False
 
     @property
     def num_reqs(self):
@@ -389,42 +390,8 @@ def dispatch(manager, batch):
 # cgsim's fit rule generated from its source, with its adapter (vllm_fit.py).
 HELPER_FITS = HELPER_SHORT.rstrip("\n") + "\n" + FIT_RULE + FIT_ADAPTER
 
-HELPER_SCHEDULER = '''
-def _partitions(total, max_parts, largest=None):
-    """Query lengths (longest first) of at most ``max_parts`` requests, summing
-    to ``total``."""
-    largest = total if largest is None else largest
-    if total == 0:
-        yield ()
-        return
-    if max_parts == 0:
-        return
-    for first in range(min(total, largest), 0, -1):
-        for rest in _partitions(total - first, max_parts - 1, first):
-            yield (first,) + rest
-
-
-def producible_batches():
-    """Every batch the scheduler can hand the runner that a graph could fit."""
-    for num_tokens in range(1, MAX_CAPTURE_SIZE + 1):
-        for lens in _partitions(num_tokens, MAX_NUM_REQS):
-            n = len(lens)
-            decode = (len(set(lens)) == 1 and lens[0] == DECODE_LEN_FOR_REQS[n]) or (
-                VARLEN_DECODE and max(lens) <= DECODE_QUERY_LEN
-            )
-            for loras in LORA_CASES:
-                yield Batch(lens, has_prefill=True, num_active_loras=loras)
-                if not decode:
-                    continue
-                yield Batch(lens, num_active_loras=loras)
-                # DBO: the runner splits uniform decodes of at least the threshold.
-                if (
-                    UBATCH_THRESHOLD is not None
-                    and len(set(lens)) == 1
-                    and num_tokens >= max(UBATCH_THRESHOLD, NUM_UBATCHES)
-                ):
-                    yield Batch(lens, num_active_loras=loras, num_ubatches=NUM_UBATCHES)
-'''
+# cgsim's scheduler model generated from its source, with its adapter (vllm_rules.py).
+HELPER_SCHEDULER = SCHEDULER_RULE + SCHEDULER_ADAPTER
 
 # Appended to cpu_graphs for a config with breakable CUDA graphs.
 FIXTURE_BREAKABLE_EXTRA = '''    # Breakable CUDA graphs (the manager reads the variable when it is built).

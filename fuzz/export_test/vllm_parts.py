@@ -72,13 +72,13 @@ def count_partitions(total: int, parts: int) -> int:
 
 
 def scheduler_constants(c: ManagerConfig) -> str:
-    lens = {r: c.scheduler_decode_query_len(r) for r in range(1, c.max_num_reqs + 1)}
+    lens = {r: c.scheduler_longest_decode_len(r) for r in range(1, c.max_num_reqs + 1)}
     lines = [
         "# What the scheduler can hand the runner (cgsim's scheduler model): at most",
         "# MAX_NUM_REQS requests; any shape as prompt chunks (a batch with a prefill);",
-        "# a pure decode gives each of its n requests DECODE_LEN_FOR_REQS[n] tokens",
-        "# (1 + the speculative tokens scheduled for n requests).",
-        f"DECODE_LEN_FOR_REQS = {lens}",
+        "# a pure decode of n requests gives each at most LONGEST_DECODE_LEN_FOR_REQS[n]",
+        "# tokens (1 + the speculative tokens scheduled for a batch of at least n).",
+        f"LONGEST_DECODE_LEN_FOR_REQS = {lens}",
         f"MAX_CAPTURE_SIZE = {c.max_capture_size or max(c.capture_sizes)}",
     ]
     if c.num_ubatches <= 1:

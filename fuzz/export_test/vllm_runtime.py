@@ -29,6 +29,7 @@ from fuzz.export_test.docs import ExportError
 from fuzz.export_test.vllm_code import DUMMY_CAPTURE_INPUTS
 from fuzz.export_test.vllm_parts import (MAX_ENUMERATED_SHAPES, Parts, count_partitions, fill, scheduler_constants,
                                          speculators_literal)
+from fuzz.export_test.vllm_rules import ROUNDTRIP_ADAPTER, ROUNDTRIP_RULE
 
 __all__ = ["RUNTIME_PROPERTIES", "DESIGN_FREE_PROPERTIES", "BREAKABLE_PROPERTIES", "RuntimeTemplates", "design_free"]
 
@@ -69,13 +70,13 @@ class RuntimeTemplates:
     # arguments the model runner computes for it.
     captured = recorder.captured(manager)
     failures = []
-    for batch in producible_batches():
+    for batch in every_producible_batch():
         exact = [d for d in captured if exact_shape(d, batch)]
         if not exact:
             continue
         target = max(exact, key=rank)
         desc = runner_dispatch(manager, batch)
-        if not roundtrip_ok(desc, batch, target):
+        if not roundtrip_holds(desc, batch, target, captured):
             failures.append(f"{batch} -> {short(desc)} (exact: {short(target)})")
     assert not failures, (
         f"DISPATCH-ROUNDTRIP: {len(failures)} batch(es) have exactly the shape of "
@@ -332,31 +333,8 @@ def runner_dispatch(manager, batch):
     )
 '''
 
-HELPER_ROUNDTRIP = '''
-def rank(desc):
-    """Dispatch priority: FULL over PIECEWISE over eager (cgsim's RUNTIME_RANK)."""
-    return RUNTIME_RANK[desc.cg_mode]
-
-
-def exact_shape(desc, batch):
-    """A graph of exactly the batch's shape: it fits with no padding at all."""
-    return (
-        fits(desc, batch)
-        and desc.num_tokens == batch.num_tokens
-        and desc.num_reqs in (None, batch.num_reqs)
-    )
-
-
-def roundtrip_ok(desc, batch, target):
-    """The batch goes to ``target`` or to a graph it fits of higher priority
-    that pads no token (a FULL graph fixes num_reqs), or of equal priority that
-    pads no more."""
-    if desc.cg_mode == CUDAGraphMode.NONE or not fits(desc, batch):
-        return False
-    if rank(desc) > rank(target):
-        return desc.num_tokens == batch.num_tokens
-    return rank(desc) == rank(target) and padding_waste(desc, batch) <= padding_waste(target, batch)
-'''
+# cgsim's DISPATCH-ROUNDTRIP rule generated from its source, with its adapter (vllm_rules.py).
+HELPER_ROUNDTRIP = ROUNDTRIP_RULE + ROUNDTRIP_ADAPTER
 
 HELPER_OBSERVER = '''
 class ForwardObserver:

@@ -1,0 +1,119 @@
+"""cgsim's DISPATCH-ROUNDTRIP rule (``cgsim/properties/dispatch.py``
+``roundtrip_ok``) and scheduler model (``cgsim/spec/scheduler.py``
+``producible_batches``) as an exported vLLM test carries them: generated from
+their source (``standalone``), never retyped, each with a thin adapter for
+what differs in the exported world.
+
+Both are generated beside the fit rule (``vllm_fit.FIT_RULE``, always in the
+same module before them): the names it defines are left to it, as are vLLM's
+``CUDAGraphMode`` and the exported ``Batch`` (``vllm_code.HELPER_BATCH``,
+whose constructor takes cgsim's ``Batch`` arguments).
+tests/test_export_rules.py holds the generated text equal to cgsim's rule and
+model on drawn inputs."""
+
+from __future__ import annotations
+
+import ast
+
+from fuzz.export_test.standalone import Part, StandaloneError, standalone
+from fuzz.export_test.vllm_fit import FIT_RULE
+
+__all__ = ["ROUNDTRIP_ADAPTER", "ROUNDTRIP_PARTS", "ROUNDTRIP_RULE", "SCHEDULER_ADAPTER", "SCHEDULER_PARTS",
+           "SCHEDULER_RULE"]
+
+
+def _defined(text: str) -> frozenset[str]:
+    """The top-level names a generated text defines."""
+    out = set()
+    for stmt in ast.parse(text).body:
+        if isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
+            out.add(stmt.name)
+        elif isinstance(stmt, ast.Assign):
+            out |= {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return frozenset(out)
+
+
+# What the exported module defines itself: vLLM's mode, the exported batch, the fit rule.
+_PROVIDED = frozenset({"CUDAGraphMode", "Batch"}) | _defined(FIT_RULE)
+
+
+def _generate(parts: tuple[Part, ...]) -> str:
+    imports, text = standalone(list(parts), provided=_PROVIDED, annotations=False)
+    if imports:  # the exported module's imports are the fit rule's (vllm_fit.FIT_IMPORTS)
+        raise StandaloneError(f"{[p.module for p in parts]} now import {imports}; add them to the exported module")
+    return text
+
+
+ROUNDTRIP_PARTS = (Part("cgsim.properties.dispatch", ("roundtrip_ok",)),)
+ROUNDTRIP_RULE = _generate(ROUNDTRIP_PARTS)
+
+ROUNDTRIP_ADAPTER = '''
+
+# The exported world's side of cgsim's rule above: vLLM's descriptors.
+def rank(desc):
+    """Dispatch priority: FULL over PIECEWISE over eager (cgsim's RUNTIME_RANK)."""
+    return RUNTIME_RANK[desc.cg_mode]
+
+
+def exact_shape(desc, batch):
+    """A graph of exactly the batch's shape: it fits with no padding at all."""
+    return fits(desc, batch) and padding_waste(desc, batch) == (0, 0)
+
+
+def roundtrip_holds(desc, batch, target, captured):
+    """cgsim's DISPATCH-ROUNDTRIP rule: ``batch``, of exactly the shape of the
+    captured ``target``, goes to a graph dispatch may pick (best_choices), or
+    to one it fits of higher priority that pads no token, or of equal priority
+    that pads no more."""
+    choices = {Descriptor.of(d) for d in best_choices(batch, captured)}
+    return roundtrip_ok(Descriptor.of(desc), batch, Descriptor.of(target), LORA_CASES, choices)
+'''
+
+SCHEDULER_PARTS = (Part("cgsim.spec.scheduler", ("producible_batches",)),)
+SCHEDULER_RULE = _generate(SCHEDULER_PARTS)
+
+SCHEDULER_ADAPTER = '''
+
+# The exported world's side of cgsim's model above: the config as the
+# constants above, every query-length partition as the shapes.
+class SchedulerConfig(NamedTuple):
+    """cgsim's config as its scheduler model reads it."""
+
+    max_num_reqs: int
+    num_ubatches: int
+    ubatch_threshold: int  # None without DBO (never read then)
+    longest_decode_len_for_reqs: dict
+
+    def scheduler_longest_decode_len(self, num_reqs):
+        return self.longest_decode_len_for_reqs[min(num_reqs, self.max_num_reqs)]
+
+
+SCHEDULER = SchedulerConfig(
+    MAX_NUM_REQS, NUM_UBATCHES, UBATCH_THRESHOLD, LONGEST_DECODE_LEN_FOR_REQS
+)
+
+
+def _partitions(total, max_parts, largest=None):
+    """Query lengths (longest first) of at most ``max_parts`` requests, summing
+    to ``total``."""
+    largest = total if largest is None else largest
+    if total == 0:
+        yield ()
+        return
+    if max_parts == 0:
+        return
+    for first in range(min(total, largest), 0, -1):
+        for rest in _partitions(total - first, max_parts - 1, first):
+            yield (first,) + rest
+
+
+def every_producible_batch():
+    """Every batch the scheduler can hand the runner that a graph could fit:
+    each query-length partition up to the largest capture size, through
+    cgsim's model (producible_batches), per LoRA case and micro-batch count."""
+    for num_tokens in range(1, MAX_CAPTURE_SIZE + 1):
+        for lens in _partitions(num_tokens, MAX_NUM_REQS):
+            for loras in LORA_CASES:
+                for ubatches in sorted({1, NUM_UBATCHES}):
+                    yield from producible_batches(SCHEDULER, [lens], loras, ubatches)
+'''

@@ -1,0 +1,223 @@
+"""The DISPATCH-ROUNDTRIP rule and the scheduler model an exported vLLM test
+carries are cgsim's.
+
+export-test generates ``roundtrip_ok`` (``cgsim/properties/dispatch.py``) and
+``producible_batches`` (``cgsim/spec/scheduler.py``) from their source
+(``fuzz/export_test/vllm_rules.py``).  Executed from the generated text as
+the exported module runs them (vLLM's descriptor and mode stood in for),
+they decide every drawn batch and dispatch as cgsim does, and enumerate
+exactly the batches cgsim's model calls producible for drawn configs; an
+altered text disagrees somewhere Hypothesis finds."""
+
+from __future__ import annotations
+
+import enum
+import inspect
+from dataclasses import dataclass, make_dataclass
+from typing import NamedTuple
+
+import pytest
+from hypothesis import HealthCheck, find, given, settings
+from hypothesis import strategies as st
+
+from cgsim.config import ManagerConfig
+from cgsim.descriptors import Batch, BatchDescriptor
+from cgsim.modes import RUNTIME_RANK
+from cgsim.modes import CUDAGraphMode as CgsimMode
+from cgsim.properties.dispatch import roundtrip_ok
+from cgsim.spec import eager_descriptor, scheduler
+from cgsim.spec.fit import best_fits, dispatch_choices
+from fuzz.export_test import vllm_code, vllm_runtime
+from fuzz.export_test.vllm_fit import FIT_IMPORTS
+from fuzz.export_test.vllm_parts import count_partitions, scheduler_constants
+from fuzz.strategies import configs
+
+# vLLM's CUDAGraphMode and BatchExecutionDescriptor as the exported test imports them.
+VllmMode = enum.Enum("CUDAGraphMode", {"NONE": 0, "PIECEWISE": 1, "FULL": 2})
+VllmDescriptor = make_dataclass(
+    "BatchExecutionDescriptor",
+    [("cg_mode", object), ("num_tokens", int), ("num_reqs", object), ("uniform_token_count", object, None),
+     ("max_query_len", object, None), ("num_active_loras", object, 0), ("num_ubatches", object, 1)], frozen=True)
+
+SETTINGS = settings(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+FIND = settings(max_examples=3000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+
+
+def _exec(text: str, **constants) -> dict:
+    namespace = {"NamedTuple": NamedTuple, "CUDAGraphMode": VllmMode, **constants}
+    exec("\n".join(FIT_IMPORTS) + "\n" + text, namespace)  # noqa: S102 - generated here
+    return namespace
+
+
+def as_vllm(d: BatchDescriptor):
+    return VllmDescriptor(VllmMode[d.cg_mode.name], d.num_tokens, d.num_reqs, d.uniform_token_count,
+                          d.max_query_len, d.num_active_loras, d.num_ubatches)
+
+
+# -- DISPATCH-ROUNDTRIP -----------------------------------------------------------------------
+
+ROUNDTRIP_TEXT = vllm_code.HELPER_BATCH + vllm_code.HELPER_FITS + vllm_runtime.HELPER_ROUNDTRIP
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """Drawn: LoRA cases, captured graphs, a batch, and what dispatch might return for it."""
+
+    lora_cases: tuple[int, ...]
+    descs: tuple[BatchDescriptor, ...]
+    batch: Batch
+    returned: tuple[BatchDescriptor, ...]
+
+
+@st.composite
+def dispatched(draw) -> Dispatched:
+    lora_cases = tuple(sorted(set(draw(st.lists(st.integers(0, 3), max_size=2))) | {0}))
+    ubatches = draw(st.sampled_from((1, 2)))
+    lens = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=4)))
+    prefill = draw(st.booleans())
+    batch = Batch(lens, draw(st.integers(0, 3)), ubatches, has_prefill=prefill)
+
+    def desc():
+        # Near the batch's own shape, so that exact graphs are common.
+        tokens = batch.num_tokens + draw(st.sampled_from((0, 0, 1, 2, -1)))
+        reqs = draw(st.sampled_from((None, batch.num_reqs, batch.num_reqs + 1)))
+        return BatchDescriptor(CgsimMode[draw(st.sampled_from(("FULL", "PIECEWISE")))], max(1, tokens), reqs,
+                               draw(st.sampled_from((None, batch.uniform_token_count))),
+                               draw(st.sampled_from((None, max(lens), max(lens) + 1))),
+                               draw(st.sampled_from(lora_cases)), draw(st.sampled_from((1, ubatches))))
+
+    descs = tuple(dict.fromkeys(desc() for _ in range(draw(st.integers(1, 6)))))
+    returned = descs + (eager_descriptor(batch, lora_cases), desc())
+    return Dispatched(lora_cases, descs, batch, returned)
+
+
+def roundtrip_disagreement(case: Dispatched, text: str = ROUNDTRIP_TEXT) -> str | None:
+    """Where the exported round-trip check decides ``case`` otherwise than
+    cgsim's DISPATCH-ROUNDTRIP (None: they agree)."""
+    ns = _exec(text, LORA_CASES=case.lora_cases)
+    b = case.batch
+    batch = ns["Batch"](b.query_lens, b.num_active_loras, b.num_ubatches, b.has_prefill)
+    captured = [as_vllm(d) for d in case.descs]
+    theirs = [d for d in captured if ns["exact_shape"](d, batch)]
+    exact = best_fits([b], case.descs, case.lora_cases)[0].exact
+    if set(theirs) != {as_vllm(d) for d in exact}:
+        return f"exact graphs {theirs}, cgsim: {exact}"
+    if not exact:
+        return None
+    target = max(exact, key=lambda c: RUNTIME_RANK[c.cg_mode])
+    their_target = max(theirs, key=ns["rank"])
+    choices = dispatch_choices(b, case.descs, case.lora_cases)
+    for d in case.returned:
+        ours = roundtrip_ok(d, b, target, case.lora_cases, choices)
+        if ns["roundtrip_holds"](as_vllm(d), batch, their_target, captured) != ours:
+            return f"dispatch to {d.short()}: cgsim says {'right' if ours else 'wrong'}"
+    return None
+
+
+@SETTINGS
+@given(dispatched())
+def test_the_exported_roundtrip_check_decides_as_cgsims(case):
+    assert roundtrip_disagreement(case) is None, case
+
+
+# Edits to the generated text that the differential test must catch: (what it breaks, the text, the replacement).
+ROUNDTRIP_ALTERATIONS = [
+    ("the oracle's own choice", "return d in choices or (", "return ("),
+    ("higher priority pads no token", "(rank > want and d.num_tokens == b.num_tokens)", "(rank > want)"),
+    ("equal priority pads no more", "padding_key(d, b) <= padding_key(target, b)",
+     "padding_key(d, b)[0] <= padding_key(target, b)[0]"),
+    ("the exact shape pads no request", "padding_waste(desc, batch) == (0, 0)", "padding_waste(desc, batch)[0] == 0"),
+]
+
+
+@pytest.mark.parametrize("what,old,new", ROUNDTRIP_ALTERATIONS, ids=[a[0] for a in ROUNDTRIP_ALTERATIONS])
+def test_an_altered_roundtrip_check_disagrees(what, old, new):
+    assert ROUNDTRIP_TEXT.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
+    altered = ROUNDTRIP_TEXT.replace(old, new)
+    example = find(dispatched(), lambda case: roundtrip_disagreement(case, altered) is not None, settings=FIND)
+    assert roundtrip_disagreement(example, altered)
+
+
+# -- the scheduler model ----------------------------------------------------------------------
+
+SCHEDULER_TEXT = vllm_code.HELPER_BATCH + vllm_code.HELPER_SCHEDULER
+
+
+def small(config: ManagerConfig) -> bool:
+    """A config whose every batch shape a test can enumerate quickly."""
+    return count_partitions(config.max_capture_size, config.max_num_reqs) <= 400
+
+
+def exported_batches(config: ManagerConfig, text: str = SCHEDULER_TEXT) -> set[tuple]:
+    """What ``every_producible_batch()`` yields under the config's constants, as (lens, loras, ubatches, prefill)."""
+    constants: dict = {"MAX_NUM_REQS": config.max_num_reqs, "LORA_CASES": list(config.lora_cases),
+                       "NUM_UBATCHES": config.num_ubatches}
+    if config.num_ubatches > 1:
+        constants["UBATCH_THRESHOLD"] = config.ubatch_threshold
+    exec(scheduler_constants(config), constants)  # noqa: S102 - the constants the writer puts in the module
+    ns = _exec(text, **constants)
+    return {tuple(b) for b in ns["every_producible_batch"]()}
+
+
+def producible(config: ManagerConfig) -> set[tuple]:
+    """Every batch up to the largest capture size that cgsim's model says the
+    scheduler can produce (``why_not_producible``), in each LoRA case."""
+    out = set()
+    for tokens in range(1, config.max_capture_size + 1):
+        for lens in _partitions(tokens, config.max_num_reqs):
+            for loras in config.lora_cases:
+                for ubatches in {1, config.num_ubatches}:
+                    for prefill in (False, True):
+                        if scheduler.why_not_producible(config, Batch(lens, loras, ubatches, prefill)) is None:
+                            out.add((lens, loras, ubatches, prefill))
+    return out
+
+
+def _partitions(total: int, parts: int, largest: int | None = None):
+    largest = total if largest is None else largest
+    if total == 0:
+        yield ()
+        return
+    for first in range(min(total, largest), 0, -1) if parts else ():
+        for rest in _partitions(total - first, parts - 1, first):
+            yield (first,) + rest
+
+
+@SETTINGS
+@given(configs(max_size=12).filter(small))
+def test_the_exported_scheduler_enumerates_what_cgsims_model_produces(config):
+    assert exported_batches(config) == producible(config)
+
+
+SCHEDULER_ALTERATIONS = [
+    ("a decode's longest length", "return max(lens) <= longest_decode_len(config, len(lens))",
+     "return max(lens) == longest_decode_len(config, len(lens))"),
+    ("mixed decodes take any batch size's length",
+     "return longest_decode_len(config, 1) if num_reqs > 1", "return longest_decode_len(config, num_reqs) if True"),
+    ("any shape can be prompt chunks", "if not prefill and not is_decode_batch(config, lens):",
+     "if not is_decode_batch(config, lens):"),
+    ("an eligible batch may run whole", "out.append(Batch(lens, lora, 1, has_prefill=prefill))", "out.append(b)"),
+    ("the DBO floor", "max(config.ubatch_threshold, config.num_ubatches)", "config.num_ubatches"),
+    ("every micro-batch count", "sorted({1, NUM_UBATCHES})", "[1]"),
+]
+
+
+@pytest.mark.parametrize("what,old,new", SCHEDULER_ALTERATIONS, ids=[a[0] for a in SCHEDULER_ALTERATIONS])
+def test_an_altered_scheduler_model_disagrees(what, old, new):
+    assert SCHEDULER_TEXT.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
+    altered = SCHEDULER_TEXT.replace(old, new)
+    example = find(configs(max_size=12).filter(small),
+                   lambda c: exported_batches(c, altered) != producible(c), settings=FIND)
+    assert exported_batches(example, altered) != producible(example)
+
+
+@pytest.mark.parametrize("function", [roundtrip_ok, scheduler.producible_batches, scheduler.is_decode_batch,
+                                      scheduler.make_batch, scheduler.longest_mixed_decode_len])
+def test_the_exported_rules_are_generated_from_cgsims_source(function):
+    """Every line of each function's body is in the exported text as written
+    in cgsim (the signature loses its annotations only)."""
+    lines = inspect.getsource(function).splitlines()
+    body = lines[next(i for i, line in enumerate(lines) if line.rstrip().endswith(":")) + 1:]
+    text = ROUNDTRIP_TEXT + SCHEDULER_TEXT
+    assert all(line in text for line in body), [line for line in body if line not in text]
+    assert f"def {function.__name__}(" in text
