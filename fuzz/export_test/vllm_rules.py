@@ -76,7 +76,7 @@ SCHEDULER_ADAPTER = '''
 
 # The exported world's side of cgsim's model above: the config as the
 # constants above, every query-length partition as the shapes.
-class SchedulerConfig(NamedTuple):
+class SchedulerLimits(NamedTuple):
     """cgsim's config as its scheduler model reads it."""
 
     max_num_reqs: int
@@ -88,7 +88,7 @@ class SchedulerConfig(NamedTuple):
         return self.longest_decode_len_for_reqs[min(num_reqs, self.max_num_reqs)]
 
 
-SCHEDULER = SchedulerConfig(
+SCHEDULER = SchedulerLimits(
     MAX_NUM_REQS, NUM_UBATCHES, UBATCH_THRESHOLD, LONGEST_DECODE_LEN_FOR_REQS
 )
 
