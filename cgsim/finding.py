@@ -337,6 +337,7 @@ def facts_of_old_finding(data: Mapping[str, Any]) -> dict[str, Any]:
         graph = _desc_json(m.group(0)) if m else None
         if graph is not None:
             facts["graph"] = graph
+    facts.update(_named_in_old_message(prop, message, facts))
     if prop in ("NO-CRASH", "INIT-TOTAL") and "raised" not in facts:
         # "target raised during capture: Type: text" / "building the manager failed (crash: Type: text) ..."
         m = (re.match(r"target .+? during [\w-]+: (.*)$", message, re.S)
@@ -346,3 +347,60 @@ def facts_of_old_finding(data: Mapping[str, Any]) -> dict[str, Any]:
         if m:
             facts["raised"] = m.group(1)
     return facts
+
+
+# What a property names in its message, recorded as facts since: the graphs
+# (CAND-ORDER, INIT-TOTAL, FRESH-METADATA, SKIP-ATTN, REPLAY-EQUALS-EAGER),
+# the modes (MODE-RESOLUTION, CAND-ORDER), the exact shape a DISPATCH-ROUNDTRIP
+# batch has, what PAD-CONSISTENT's captured metadata is short of.
+_REQUESTED = re.compile(r"requested (\w+)(?: \(routed to (\w+) by ruleset .*?\))?, support ")
+_GRAPH_PASS = re.compile(r"(warmup|FULL graph capture|(\w+) capture) forward for (Desc\([^)]*\))")
+
+
+def _named_in_old_message(prop: str, message: str, facts: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if prop in ("CAND-ORDER", "INIT-TOTAL") and "graphs" not in facts:
+        named = (_desc_json(m.group(0)) for m in re.finditer(r"Desc\([^)]*\)", message.split(" is never")[0]))
+        out["graphs"] = [d for d in named if d]
+    if prop == "CAND-ORDER" and "spec_mode" not in facts:
+        m = re.search(r"\(ruleset .*?, resolved mode ([A-Z_]+|<rejected>)\)", message)
+        if m:
+            out["spec_mode"] = m.group(1) if m.group(1) != "<rejected>" else None
+    if prop == "MODE-RESOLUTION" and "requested" not in facts:
+        m = _REQUESTED.match(message)
+        if m:
+            out["requested"], out["routed"] = m.group(1), m.group(2) or m.group(1)
+        for pattern, names in ((r"resolved to (\w+), expected (\w+)$", ("resolved", "spec_mode")),
+                               (r"the spec rejects this config \((.*)\) but the target resolved it to (\w+)$",
+                                ("spec_rejects", "resolved")),
+                               (r"resolved mode (\w+) needs attention support (\w+) > ", ("resolved", "needs_support"))):
+            m = re.search(pattern, message, re.DOTALL)
+            if m:
+                out.update(zip(names, m.groups()))
+                break
+    if prop == "DISPATCH-ROUNDTRIP" and "exact" not in facts:
+        m = re.search(r"has exactly the shape of captured (Desc\([^)]*\))", message)
+        exact = _desc_json(m.group(1)) if m else None
+        if exact is not None:
+            out["exact"] = exact
+    if prop == "PAD-CONSISTENT" and "mismatch" not in facts:
+        if "max_query_len" in message:
+            out["mismatch"] = "max_query_len"
+        elif "metadata sized" in message or "metadata has num_reqs" in message:
+            out["mismatch"] = "size"
+    if prop == "FRESH-METADATA" and "graph" not in facts and "warmup's metadata" in message:
+        m = _DESC.search(message)
+        if m and _desc_json(m.group(0)) is not None:
+            out["graph"] = _desc_json(m.group(0))
+    if prop == "SKIP-ATTN" and "graph" not in facts:
+        m = _GRAPH_PASS.match(message)
+        if m and _desc_json(m.group(3)) is not None:
+            out["graph"] = _desc_json(m.group(3))
+            mode = "NONE" if m.group(1) == "warmup" else m.group(2)
+            if mode is not None:
+                out["forward_mode"] = mode
+    if prop == "REPLAY-EQUALS-EAGER" and "graph" not in facts:
+        m = re.match(r"(\w+) run of (Desc\([^)]*\)) for ", message)
+        if m and _desc_json(m.group(2)) is not None:
+            out["graph"], out["path"] = _desc_json(m.group(2)), m.group(1)
+    return out

@@ -190,7 +190,12 @@ def test_on_releases_with_cross_mode_lists_a_lost_full_graph_is_their_finding():
                                    "attention_support": "UNIFORM_BATCH"})
     msg = ("Batch(reqs=5 tokens=15 query_lens=[3, 3, 3, 3, 3]) dispatched to NONE Desc(NONE tokens=15 reqs=5) although "
            "the captured FULL Desc(FULL tokens=27 reqs=9 uniform=3) fits it (expected FULL over PIECEWISE over NONE)")
-    fdo = f.with_(message=msg, scenario={**f.scenario, "config": cfg.to_json()})
+    from cgsim.descriptors import Batch
+    from cgsim.finding import desc_from_short
+
+    got, best = (desc_from_short(t).to_json() for t in ("Desc(NONE tokens=15 reqs=5)", "Desc(FULL tokens=27 reqs=9 uniform=3)"))
+    fdo = f.with_(message=msg, facts={**f.facts, "batch": Batch((3,) * 5).shape.to_json(), "got": got, "expected": [best]},
+                  scenario={**f.scenario, "config": cfg.to_json()})
     for version in ("0.25.0", "0.28.0", "0.31.0", "0.32.0"):
         assert classify(fdo, version).row == 1, version
 

@@ -165,12 +165,13 @@ def fresh_metadata(run: RunView) -> list[Violation]:
             if w is None or c is None:
                 continue  # attention skipped: SKIP-ATTN judges that
             what = "FULL graph" if full else "breakable PIECEWISE capture"
+            graph = (("graph", d.to_json()),)
             if w == c:
                 out.append(Violation(
                     "FRESH-METADATA",
                     f"{what} for {d.short()} captured with the warmup's metadata object #{c} "
                     "(expected a fresh object from create_forward_fn(warmup=False))",
-                    f.step,
+                    f.step, graph,
                 ))
                 continue
             rw, rc = run.metadata(w), run.metadata(c)
@@ -181,7 +182,7 @@ def fresh_metadata(run: RunView) -> list[Violation]:
                         "FRESH-METADATA",
                         f"{what} for {d.short()}: captured metadata #{c} shares mutable state {shared} with the "
                         f"warmup's metadata #{w} (backends mutate or lazily build it during warmup)",
-                        f.step,
+                        f.step, graph,
                     ))
     return group(out)
 
@@ -199,19 +200,20 @@ def skip_attn(run: RunView) -> list[Violation]:
                 continue
             skip = rs.skip_attn(d.cg_mode == P, breakable, warmup=is_warmup(f))
             kind = "warmup" if is_warmup(f) else ("FULL graph capture" if is_full_capture(f) else f"{f.mode.value} capture")
+            facts = (("graph", d.to_json()), ("forward_mode", f.mode.value))
             if skip and f.metadata is not None:
                 out.append(Violation(
                     "SKIP-ATTN",
                     f"{kind} forward for {d.short()} built attention metadata #{f.metadata}; ruleset {rs.name} "
                     "skips attention for PIECEWISE without breakable graphs (attention runs outside the pieces)",
-                    f.step,
+                    f.step, facts,
                 ))
             elif not skip and f.metadata is None:
                 out.append(Violation(
                     "SKIP-ATTN",
                     f"{kind} forward for {d.short()} ran with attention skipped (metadata None); ruleset {rs.name} "
                     f"builds metadata here (breakable={breakable})",
-                    f.step,
+                    f.step, facts,
                 ))
     return group(out)
 

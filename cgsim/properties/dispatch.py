@@ -170,13 +170,17 @@ def dispatch_roundtrip(run: RunView) -> list[Violation]:
     for sv in run.judged_captured:
         failures = []
         choices: dict = {}
+        exact: dict = {}
         for b, d, fit in sv.exact():
             target = max(fit.exact, key=lambda c: RUNTIME_RANK[c.cg_mode])
             if not roundtrip_ok(d, b, target, cases, fit.choices):
                 choices[b] = fit.choices
+                exact[b] = target
                 failures.append((b, f"{b.short()} has exactly the shape of captured {target.short()} but dispatched to "
                                     f"{d.short()}" + (f" (pads {padding_key(d, b)})" if d.cg_mode != N else "")))
-        out += sweep_violations("DISPATCH-ROUNDTRIP", sv, failures, expected=lambda b, choices=choices: choices[b])
+        out += sweep_violations("DISPATCH-ROUNDTRIP", sv, failures,
+                                lambda b, exact=exact: (("exact", exact[b].to_json()),),
+                                lambda b, choices=choices: choices[b])
     return group(out)
 
 

@@ -9,7 +9,7 @@ from typing import Iterable, Sequence
 from cgsim.descriptors import BatchDescriptor
 from cgsim.modes import CUDAGraphMode, ModeResolutionError, required_support
 from cgsim.properties.registry import Violation, declare
-from cgsim.properties.view import RunView, group, list_short, mode_name, shorts
+from cgsim.properties.view import RunView, group, list_short, mode_name, shorts, shown
 from cgsim.spec import expected_capture_descs, resolved_mode
 from cgsim.trace import Candidates
 
@@ -31,9 +31,12 @@ def _by_mode(descs: Iterable[BatchDescriptor]) -> dict[CUDAGraphMode, set[BatchD
     return out
 
 
-def _diff_by_mode(actual: Iterable[BatchDescriptor], expected: Iterable[BatchDescriptor]) -> list[str]:
+def _diff_by_mode(actual: Iterable[BatchDescriptor],
+                  expected: Iterable[BatchDescriptor]) -> tuple[list[str], list[BatchDescriptor]]:
+    """The differences per mode in words, and the descriptors those words name."""
     a, e = _by_mode(actual), _by_mode(expected)
     parts = []
+    named: list[BatchDescriptor] = []
     for mode in (P, F, N):
         got, want = a.get(mode, set()), e.get(mode, set())
         if got == want:
@@ -42,10 +45,17 @@ def _diff_by_mode(actual: Iterable[BatchDescriptor], expected: Iterable[BatchDes
         text = f"{mode.value}:"
         if missing:
             text += f" missing {shorts(missing)}"
+            named += shown(missing)
         if extra:
             text += f" unexpected {shorts(extra)}"
+            named += shown(extra)
         parts.append(text)
-    return parts
+    return parts, named
+
+
+def _graphs(descs: Iterable[BatchDescriptor]) -> tuple[str, list[dict]]:
+    """The fact naming the graphs a violation names (the classifiers of documented defects read it)."""
+    return "graphs", [d.to_json() for d in descs]
 
 
 def _not_breakable_hint(run: RunView, descs: Sequence[BatchDescriptor]) -> str:
@@ -76,34 +86,36 @@ def cand_order(run: RunView) -> list[Violation]:
         i = run.initial_candidates(r.step)
         if i is None:
             continue
-        diff = _diff_by_mode(r.capture_descs, i.capture_descs)
+        diff, named = _diff_by_mode(r.capture_descs, i.capture_descs)
         if diff:
             out.append(Violation(
                 "CAND-ORDER",
                 "candidate init run again on the finished manager gives other capture descriptors "
                 "(recomputed vs initial): " + "; ".join(diff),
-                r.step,
+                r.step, (_graphs(named),),
             ))
         ic, rc = dict(i.candidates), dict(r.candidates)
         if ic != rc:
             keys = sorted(set(ic) | set(rc))
             bad = [k for k in keys if ic.get(k) != rc.get(k)]
-            shown = [
+            lines = [
                 f"(num_tokens={k[0]}, lora={k[1]}): initial {list_short(ic.get(k))} vs recomputed {list_short(rc.get(k))}"
                 for k in bad[:3]
             ]
+            # list_short names the first four of each list
+            named = [d for k in bad[:3] for lst in (ic.get(k), rc.get(k)) for d in (lst or ())[:4]]
             out.append(Violation(
                 "CAND-ORDER",
                 f"candidate lists differ after recomputing on the finished manager for {len(bad)} key(s): "
-                + "; ".join(shown),
-                r.step,
+                + "; ".join(lines),
+                r.step, (_graphs(named),),
             ))
     expected = run.spec_descs
     if expected is not None:
         want = [d for ds in expected.values() for d in ds]
         reported: set[tuple] = set()
         for i in initial:
-            diff = _diff_by_mode(i.capture_descs, want)
+            diff, named = _diff_by_mode(i.capture_descs, want)
             if not diff or tuple(diff) in reported:
                 continue
             reported.add(tuple(diff))
@@ -111,7 +123,7 @@ def cand_order(run: RunView) -> list[Violation]:
                 "CAND-ORDER",
                 f"capture descriptors differ from the spec (ruleset {run.ruleset.name}, resolved mode "
                 f"{mode_name(run.spec_mode)}): " + "; ".join(diff) + _not_breakable_hint(run, i.capture_descs),
-                i.step,
+                i.step, (_graphs(named), ("spec_mode", run.spec_mode.value if run.spec_mode is not None else None)),
             ))
     return group(out)
 
@@ -238,7 +250,7 @@ def init_total(run: RunView) -> list[Violation]:
             f"(requested {cfg.mode.value}, support {cfg.attention_support.name}, resolves to {mode_name(run.spec_mode)})"
             if not rejected else
             f"building the manager for a config the spec rejects ended in {e.error}, not a clear error: {e.exc_type}: {e.message}",
-            e.step, (("raised", f"{e.exc_type}: {e.message}"),),
+            e.step, (("raised", f"{e.exc_type}: {e.message}"), _graphs(())),
         ))
     max_q = cfg.decode_query_len
     for c in run.of(Candidates):
@@ -261,7 +273,8 @@ def init_total(run: RunView) -> list[Violation]:
             if d.cg_mode == N:
                 problems.append("a NONE descriptor in the capture list")
             if problems:
-                out.append(Violation("INIT-TOTAL", f"insane descriptor {d.short()}: " + "; ".join(problems), c.step))
+                out.append(Violation("INIT-TOTAL", f"insane descriptor {d.short()}: " + "; ".join(problems), c.step,
+                                     (_graphs([d]),)))
     return group(out)
 
 
@@ -285,18 +298,23 @@ def mode_resolution(run: RunView) -> list[Violation]:
     inputs = (f"requested {requested}, support {cfg.attention_support.name}, q={cfg.decode_query_len}, "
               f"attention_split={cfg.attention_split}, piecewise_available={cfg.piecewise_available}")
     out: list[Violation] = []
-    if want is None:
-        if got is not None and not built_failed:
-            out.append(Violation(
-                "MODE-RESOLUTION", f"{inputs}: the spec rejects this config ({reason}) but the target resolved it to {got.value}"))
-        return out
     if got is None:
         return out
+    # The modes each violation names: the one asked for, the ruleset's route, the target's answer.
+    modes = (("requested", asked.value), ("routed", cfg.mode.value), ("resolved", got.value))
+    if want is None:
+        if not built_failed:
+            out.append(Violation(
+                "MODE-RESOLUTION", f"{inputs}: the spec rejects this config ({reason}) but the target resolved it to {got.value}",
+                None, (*modes, ("spec_rejects", reason))))
+        return out
     if got != want:
-        out.append(Violation("MODE-RESOLUTION", f"{inputs}: resolved to {got.value}, expected {want.value}"))
+        out.append(Violation("MODE-RESOLUTION", f"{inputs}: resolved to {got.value}, expected {want.value}",
+                             None, (*modes, ("spec_mode", want.value))))
     need = required_support(got, cfg.decode_query_len)
     if need > cfg.attention_support:
         out.append(Violation(
             "MODE-RESOLUTION",
-            f"{inputs}: resolved mode {got.value} needs attention support {need.name} > declared {cfg.attention_support.name}"))
+            f"{inputs}: resolved mode {got.value} needs attention support {need.name} > declared {cfg.attention_support.name}",
+            None, (*modes, ("needs_support", need.name))))
     return out

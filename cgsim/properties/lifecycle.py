@@ -26,7 +26,7 @@ def replay_equals_eager(run: RunView) -> list[Violation]:
                 "REPLAY-EQUALS-EAGER",
                 f"{r.path} run of {r.desc.short()} for {r.batch.short()} differs from eager: {err}"
                 + (f" (graph from capture step {r.graph_from_step})" if r.graph_from_step is not None else ""),
-                r.step,
+                r.step, (("graph", r.desc.to_json()), ("path", r.path)),
             ))
     return group(out)
 

@@ -75,18 +75,20 @@ def pad_consistent(run: RunView) -> list[Violation]:
                     "PAD-CONSISTENT",
                     f"{head}: captured with metadata sized num_reqs={g.num_reqs} num_tokens={g.num_tokens}, runtime "
                     f"metadata has num_reqs={rt.num_reqs} num_tokens={rt.num_tokens} (expected the padded sizes)",
-                    r.step, **what,
+                    r.step, (("mismatch", "size"),), **what,
                 ))
         if g is not None and g.max_query_len < r.batch.max_query_len:
             out.append(Violation(
                 "PAD-CONSISTENT",
                 f"{head}: graph captured with max_query_len={g.max_query_len} < the batch's max_query_len {r.batch.max_query_len}",
-                r.step, **what,
+                r.step, (("mismatch", "max_query_len"),), **what,
             ))
     # Every swept batch that lands on a FULL graph, against the metadata that
     # graph was captured with: a replay would read exactly that.
     for sv in run.captured_sweeps:
         failures = []
+        # What the captured metadata is short of, per failing batch: "max_query_len" or "size".
+        mismatch: dict = {}
         for b, d in sv.landing(F):
             if d not in sv.captured.stored:
                 continue
@@ -95,14 +97,16 @@ def pad_consistent(run: RunView) -> list[Violation]:
                 continue
             if g.max_query_len < b.max_query_len:
                 head = f"{b.short()} dispatched to FULL {d.short()}"
+                mismatch[b] = "max_query_len"
                 failures.append((b, f"{head}, whose graph was captured with metadata for max_query_len={g.max_query_len} "
                                     f"< the batch's max_query_len {b.max_query_len}"))
             elif g.num_tokens != d.num_tokens or (d.num_reqs is not None and g.num_reqs != d.num_reqs):
                 head = f"{b.short()} dispatched to FULL {d.short()}"
+                mismatch[b] = "size"
                 failures.append((b, f"{head}, whose graph was captured with metadata sized num_reqs={g.num_reqs} "
                                     f"num_tokens={g.num_tokens} (the descriptor pads to num_reqs={d.num_reqs} "
                                     f"num_tokens={d.num_tokens})"))
-        out += sweep_violations("PAD-CONSISTENT", sv, failures)
+        out += sweep_violations("PAD-CONSISTENT", sv, failures, lambda b, mismatch=mismatch: (("mismatch", mismatch[b]),))
     return group(out)
 
 

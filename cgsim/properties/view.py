@@ -61,6 +61,7 @@ __all__ = [
     "is_capture_pass",
     "is_full_capture",
     "shorts",
+    "shown",
     "list_short",
     "mode_name",
     "incompat_reason",
@@ -566,9 +567,14 @@ _NOT_ASKED = Batch((1,))
 
 
 # -- message helpers ---------------------------------------------------------------
+def shown(descs: Iterable[BatchDescriptor], limit: int = 6) -> list[BatchDescriptor]:
+    """The descriptors ``shorts`` names, in its order: what a violation records as the graphs it names."""
+    return sorted(descs, key=lambda d: (d.cg_mode.value, -d.num_tokens, repr(d)))[:limit]
+
+
 def shorts(descs: Iterable[BatchDescriptor], limit: int = 6) -> str:
-    items = sorted(descs, key=lambda d: (d.cg_mode.value, -d.num_tokens, repr(d)))
-    text = ", ".join(d.short() for d in items[:limit])
+    items = list(descs)
+    text = ", ".join(d.short() for d in shown(items, limit))
     if len(items) > limit:
         text += f", ... ({len(items) - limit} more)"
     return "[" + text + "]"

@@ -16,7 +16,7 @@ from typing import Callable
 
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import BatchDescriptor
-from cgsim.finding import Finding, desc_from_short
+from cgsim.finding import Finding
 from cgsim.modes import CUDAGraphMode
 
 __all__ = ["KnownDefect", "KNOWN_DEFECTS", "classify", "label", "present_in", "stopped_by"]
@@ -95,14 +95,50 @@ def _nearest_group(f: Finding, c: ManagerConfig) -> bool:
     return several and _decode_batch(f) and _fitting_full(f)
 
 
+def _desc(data: dict | None) -> BatchDescriptor | None:
+    return BatchDescriptor.from_json(data) if data is not None else None
+
+
+def _sized(d: BatchDescriptor) -> bool:
+    """No count below zero: such a descriptor (#3's draft decode lengths) is no graph of another defect."""
+    counts = (d.num_tokens, d.num_reqs, d.uniform_token_count, d.max_query_len, d.num_active_loras, d.num_ubatches)
+    return all(n is None or n >= 0 for n in counts)
+
+
 def _named_graphs(f: Finding) -> list[BatchDescriptor]:
-    """The graphs a capture finding names: CAPTURE-USEFUL's useless graph,
-    or the descriptors an init finding's message lists (no field names them yet)."""
+    """The graphs a capture or init finding is about: CAPTURE-USEFUL's useless
+    graph, the descriptors CAND-ORDER and INIT-TOTAL name."""
     graph = f.fact("graph")
     if graph is not None:
         return [BatchDescriptor.from_json(graph)]
-    # CAND-ORDER and INIT-TOTAL record their descriptors only in their message.
-    return [d for d in map(desc_from_short, re.findall(r"Desc\([^)]*\)", f.message.split(" is never")[0])) if d]
+    return [d for d in map(BatchDescriptor.from_json, f.fact("graphs") or ()) if _sized(d)]
+
+
+def _names_piecewise(f: Finding) -> bool:
+    """The violation names a PIECEWISE graph (dispatched, fitting, captured,
+    replayed) or a mode with PIECEWISE graphs."""
+    graphs = [f.got, _desc(f.fact("exact")), _desc(f.fact("graph")), *map(_desc, f.fact("graphs") or ())]
+    if f.property == "DISPATCH-COMPLETE" and f.expected:
+        graphs.append(f.expected[0])  # the best fit it names
+    if any(d is not None and d.cg_mode is CUDAGraphMode.PIECEWISE for d in graphs):
+        return True
+    if any(_has_piecewise(f.fact(k)) for k in ("requested", "routed", "resolved", "spec_mode")):
+        return True
+    # A config the spec rejects: its reason asks for PIECEWISE or NONE (cgsim.modes.resolve_mode).
+    return (f.fact("spec_rejects") is not None or f.fact("forward_mode") == "PIECEWISE"
+            or f.fact("path") == "piecewise")
+
+
+def _has_piecewise(mode: str | None) -> bool:
+    try:
+        return mode is not None and CUDAGraphMode.parse(mode).has_piecewise()
+    except ValueError:
+        return False
+
+
+def _graph_mode(f: Finding) -> CUDAGraphMode | None:
+    graph = _desc(f.fact("graph"))
+    return graph.cg_mode if graph is not None else None
 
 
 def _uniforms(f: Finding) -> set[int]:
@@ -165,17 +201,16 @@ def _uniform_prefill_on_decode_graph(f: Finding, c: ManagerConfig) -> bool:
 
 
 def _cross_mode(f: Finding, c: ManagerConfig) -> bool:
-    """#2: graphs of both modes, or a PIECEWISE graph named as dispatched or
-    fitting (not the "expected FULL over PIECEWISE" every priority finding
-    ends with): only there can one candidate list mix modes."""
+    """#2: graphs of both modes, or a PIECEWISE graph named as dispatched,
+    fitting or of the batch's exact shape: only there can one candidate list mix modes."""
     from cgsim.spec.candidates import resolved_mode  # noqa: PLC0415 - the spec, only when asked
 
     try:
         mode = resolved_mode(c)
         both = mode.has_full() and mode.has_piecewise()
-    except Exception:  # noqa: BLE001 - a config the spec cannot resolve: judge by the message
+    except Exception:  # noqa: BLE001 - a config the spec cannot resolve: judge by the requested mode
         both = c.mode.value == "FULL_AND_PIECEWISE"
-    return both or "PIECEWISE" in f.message.split("(expected", 1)[0]
+    return both or _names_piecewise(f)
 
 
 def _prefill_step(f: Finding) -> bool:
@@ -218,7 +253,7 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
     KnownDefect(
         4, "capture-max-query-len", "graphs that may replay a prefill captured with the dummy batch's max_query_len",
         "0.20.0", "0.31.0", frozenset({"PAD-CONSISTENT"}),
-        lambda f, c: "max_query_len" in f.message and not _uniform_prefill_on_decode_graph(f, c),
+        lambda f, c: f.fact("mismatch") == "max_query_len" and not _uniform_prefill_on_decode_graph(f, c),
     ),
     KnownDefect(
         5, "raw-schedule-lengths", "decode lengths from the raw schedule entries",
@@ -263,7 +298,7 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
     KnownDefect(
         9, "piecewise-without-runner", "PIECEWISE kept with nothing to run it",
         "0.20.0", "0.30.0", frozenset({"MODE-RESOLUTION", "DISPATCH-SOUND", "CAND-ORDER"}),
-        lambda f, c: not c.piecewise_available and "PIECEWISE" in f.message,
+        lambda f, c: not c.piecewise_available and _names_piecewise(f),
         # vLLM's config path turns such a mode into NONE before the manager sees it.
         manager_level=(("0.20.0", None),),
     ),
@@ -272,17 +307,17 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         14, "draft-prefill-reuses-warmup-metadata",
         "the draft prefill manager warms up and captures its FULL graphs with one attention state",
         "0.21.0", "0.23.0", frozenset({"FRESH-METADATA"}),
-        lambda f, c: f.manager == "draft-prefill" and "warmup's metadata" in f.message,
+        lambda f, c: f.manager == "draft-prefill" and _graph_mode(f) is not None,
     ),
     KnownDefect(
         10, "full-capture-reuses-warmup-metadata", "FULL graphs captured with the warmup's attention metadata",
         "0.20.0", "0.22.0", frozenset({"FRESH-METADATA"}),
-        lambda f, c: "warmup's metadata" in f.message and "FULL graph" in f.message,
+        lambda f, c: _graph_mode(f) is CUDAGraphMode.FULL,
     ),
     KnownDefect(
         11, "breakable-piecewise-without-metadata", "breakable PIECEWISE graphs captured without attention metadata",
         "0.23.0", "0.26.0", frozenset({"SKIP-ATTN", "REPLAY-EQUALS-EAGER", "FRESH-METADATA"}),
-        lambda f, c: c.breakable and ("PIECEWISE" in f.message or "piecewise" in f.message),
+        lambda f, c: c.breakable and _names_piecewise(f),
     ),
 )
 
