@@ -213,9 +213,10 @@ def useless_descriptors(cfg: ManagerConfig, captured: Iterable[BatchDescriptor],
                         useful: Iterable[BatchDescriptor] = ()) -> dict[BatchDescriptor, str]:
     """Captured descriptors that are never the unique dispatch choice for a
     batch the scheduler can produce, each with an example of where its
-    batches go instead.  ``useful``: descriptors already known to be some
-    batch's unique choice (from a dispatch sweep)."""
-    captured = list(dict.fromkeys(captured))
+    batches go instead, by mode and then ``desc_sort_key`` (the same order in
+    every process: ``captured`` is often a set).  ``useful``: descriptors
+    already known to be some batch's unique choice (from a dispatch sweep)."""
+    captured = sorted(set(captured), key=lambda d: (d.cg_mode.value, desc_sort_key(d)))
     cases = cfg.lora_cases
     buckets: dict[tuple[int, int], list[BatchDescriptor]] = {}
     for d in captured:

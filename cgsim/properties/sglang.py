@@ -19,6 +19,7 @@ from cgsim.descriptors import Batch, BatchDescriptor
 from cgsim.modes import CUDAGraphMode
 from cgsim.properties.registry import Violation, declare
 from cgsim.properties.view import Captured, RunView, group, shorts, sweep_violations
+from cgsim.spec import desc_sort_key
 from cgsim.spec import sglang as rules
 from cgsim.spec.scheduler import sweep_token_limit
 from cgsim.trace import Candidates, CreateForwardFn, Dispatch, GraphOutput, RankDispatch
@@ -365,7 +366,9 @@ def sgl_capture_useful(run: RunView) -> list[Violation]:
             # it replays what one rank alone would.
             alone = cfg.with_(sglang=replace(rules.options(cfg), dp_size=1))
             used |= {rules.expected_dispatch(alone, g, b, design) for b in _schedulable(run)}
-        for d in sorted(cap.descs - used, key=lambda d: (_runner(d), -d.num_tokens, d.num_active_loras)):
+        # desc_sort_key last: the descriptors otherwise tied keep one order in every process
+        for d in sorted(cap.descs - used, key=lambda d: (_runner(d), -d.num_tokens, d.num_active_loras, d.cg_mode.value,
+                                                       desc_sort_key(d))):
             out.append(Violation("SGL-CAPTURE-USEFUL", f"captured {d.short()} is replayed for no batch the scheduler "
                                  f"can produce (up to {cfg.max_num_reqs} requests)", cap.step))
     return group(out)
