@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Protocol
+from typing import Any, Callable, ContextManager, Iterator, Protocol
 
 import torch
 
@@ -13,7 +14,7 @@ from cgsim.encoder.trace import EncCapture, EncClear, EncError, EncGroup, EncOut
 from cgsim.encoder.values import EncoderScenario
 
 __all__ = ["EncoderHandle", "CallSite", "ASKS_CAPTURED", "BUILT_AT_CAPTURE", "manager_captured", "ManagedEncoder",
-           "run_encoder_scenario", "groups_from_log", "step_seed"]
+           "run_encoder_scenario", "groups_from_log", "step_seed", "gc_held"]
 
 # Real items' rows are compared with a tolerance a GPU's reordered sums stay within; a leak moves them by far more.
 _ATOL = 1e-4
@@ -27,6 +28,21 @@ class EncoderHandle(Protocol):
     def encode(self, mm_kwargs: dict) -> list[torch.Tensor]: ...
     def clear(self) -> None: ...
     def is_captured(self) -> bool: ...
+
+
+@contextlib.contextmanager
+def gc_held() -> Iterator[None]:
+    """No automatic GC cycle while a runner captures, as the engines' runners
+    hold it (vLLM's freeze_gc_for_cudagraph_capture): collecting a graph an
+    earlier scenario left as garbage frees it while the stream captures and
+    invalidates the capture (seen on an H200; the mock does the same)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from cgsim.encoder.runner import ManagedEncoder
+from cgsim.encoder.runner import ManagedEncoder, gc_held
 from cgsim.encoder.toy import toy_for
 from cgsim.encoder.values import EncoderScenario
 from cgsim.targets.base import ENCODER_HOOKS, UnknownTarget
@@ -50,7 +50,8 @@ class ReferenceEncoderTarget:
     def builder(self, scenario: EncoderScenario, backend: Any) -> Callable[[], ManagedEncoder]:
         def build() -> ManagedEncoder:
             model = toy_for(scenario, backend.device)
-            return ManagedEncoder(self.cls(scenario.config, model, backend.device, backend.cuda), model, backend)
+            return ManagedEncoder(self.cls(scenario.config, model, backend.device, backend.cuda), model, backend,
+                                  capture_context=gc_held)
 
         return build
 

@@ -13,14 +13,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import gc
 import importlib
 from typing import Any, Callable, Iterator
 
 import torch
 
 from cgsim.encoder.interface import EncoderClasses
-from cgsim.encoder.runner import ASKS_CAPTURED, BUILT_AT_CAPTURE, CallSite, ManagedEncoder
+from cgsim.encoder.runner import ASKS_CAPTURED, BUILT_AT_CAPTURE, CallSite, ManagedEncoder, gc_held
 from cgsim.encoder.toy import toy_for
 from cgsim.encoder.values import EncoderConfig, EncoderScenario
 from cgsim.targets.vllm.compat import Patch
@@ -86,14 +85,8 @@ def capture_stream(backend: Any) -> Iterator[None]:
     per call are left out, a scenario captures once per step), and
     ENCODER_PATCHES' encoder-graph-capture-stream: a side stream current."""
     cuda = backend.cuda
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        with cuda.stream(cuda.Stream()):
-            yield
-    finally:
-        if enabled:
-            gc.enable()
+    with gc_held(), cuda.stream(cuda.Stream()):
+        yield
 
 
 def tree_design() -> str:
