@@ -17,9 +17,10 @@ import torch
 
 from cgsim.scenario import Scenario
 
-HERE = os.path.join(os.path.dirname(__file__), "agreement")
-sys.path.insert(0, HERE)
-from observe import observe  # noqa: E402
+from tests import agreement
+from tests.agreement.observe import observe
+
+HERE = os.path.dirname(agreement.__file__)
 
 CORPUS = os.path.join(HERE, "corpus.jsonl")
 ENTRIES = [json.loads(line) for line in open(CORPUS, encoding="utf-8")]

@@ -529,8 +529,8 @@ def _spawn_campaign(tmp_path, bug, budget, seed=1, workers=1, extra=""):
     code = textwrap.dedent(
         f"""
         import sys
-        sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})
-        from test_campaign import FakePipeline, fake_strategy
+        sys.path.insert(0, {ROOT!r})
+        from tests.test_campaign import FakePipeline, fake_strategy
         from fuzz.campaign import CampaignOptions, run_campaign
         opts = CampaignOptions(target="reference", budget_s={budget}, workers={workers}, seed={seed},
                                report_dir={str(tmp_path / 'reports')!r}, quiet=True, timeout_s=5.0, shrink_grace_s=5.0{extra})

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from vllm_required import skip_unless_vllm
+from tests.vllm_required import skip_unless_vllm
 
 skip_unless_vllm()
 

@@ -6,15 +6,10 @@ benchmarks/gpu_vllm.sh checks the same corpus on real CUDA graphs)."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import pytest
 
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agreement")
-sys.path.insert(0, HERE)
-
-from encoder_agreement import CORPUS, _differences, observe  # noqa: E402
+from tests.agreement.encoder_agreement import CORPUS, _differences, observe
 
 with open(CORPUS, encoding="utf-8") as _fh:
     ENTRIES = [json.loads(line) for line in _fh if line.strip()]
@@ -40,7 +35,7 @@ def test_cgsims_own_entries_agree_on_the_mock(i):
 @pytest.mark.vllm
 @pytest.mark.parametrize("i", range(len(VLLM)))
 def test_vllms_entries_agree_on_the_mock(i):
-    from vllm_required import skip_unless_vllm
+    from tests.vllm_required import skip_unless_vllm
 
     skip_unless_vllm()
     from cgsim.targets.vllm.encoder import tree_design

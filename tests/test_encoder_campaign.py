@@ -171,7 +171,7 @@ def test_the_scenario_code_builds_the_scenario(steps, config, ruleset, seed):
 
 
 def test_the_report_page_lists_each_finding_from_the_summary(stale_tail):
-    from test_html_report import _Page
+    from tests.test_html_report import _Page
 
     from cgsim.report.encoder import render_encoder_html, render_encoder_markdown
 
@@ -207,7 +207,7 @@ def _check_page(page, summary: dict, run_dir: str) -> None:
 def test_fuzz_report_rebuilds_an_encoder_run_even_one_that_died_before_its_summary(stale_tail, tmp_path, capsys):
     import shutil
 
-    from test_html_report import _Page
+    from tests.test_html_report import _Page
 
     run = tmp_path / "run"
     shutil.copytree(stale_tail, run)
@@ -230,7 +230,7 @@ def test_fuzz_report_rebuilds_an_encoder_run_even_one_that_died_before_its_summa
 
 
 def test_the_report_page_of_a_labelled_finding_says_its_defect_and_launch(tmp_path):
-    from test_html_report import _Page
+    from tests.test_html_report import _Page
 
     from cgsim.report.encoder import render_encoder_html, render_encoder_markdown
 
@@ -250,7 +250,7 @@ def test_the_report_page_of_a_labelled_finding_says_its_defect_and_launch(tmp_pa
 
 
 def test_chromium_renders_the_encoder_report(stale_tail, tmp_path):
-    from test_html_report import _browser, _Page
+    from tests.test_html_report import _browser, _Page
 
     with open(os.path.join(stale_tail, "summary.json"), encoding="utf-8") as fh:
         summary = json.load(fh)

@@ -30,13 +30,12 @@ import time
 import pytest
 
 from cgsim.report.findings import scan_findings
-from test_campaign import FakePipeline, fake_strategy  # noqa: F401  (the campaigns below import both from here)
+from tests.test_campaign import FakePipeline, fake_strategy  # noqa: F401  (the campaigns below import both from here)
 
 # Each test runs campaigns in processes and kills them: the inner loop deselects them (-m "not slow").
 pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTS = os.path.join(ROOT, "tests")
 
 
 class FaultPipeline(FakePipeline):
@@ -73,9 +72,9 @@ def start(tmp_path, bug, *, budget=60.0, workers=1, timeout=5.0, quiet=True, pre
         f"""
         import sys, warnings
         warnings.filterwarnings("ignore", message="Failed to initialize NumPy")  # as the CLI does
-        sys.path.insert(0, {TESTS!r})
+        sys.path.insert(0, {ROOT!r})
         {prelude}
-        from test_faults import FaultPipeline, fake_strategy
+        from tests.test_faults import FaultPipeline, fake_strategy
         from fuzz.campaign import CampaignOptions, run_campaign
         opts = CampaignOptions(target="reference", budget_s={budget}, workers={workers}, seed=1,
                                report_dir={str(tmp_path / 'reports')!r}, quiet={quiet}, timeout_s={timeout},
@@ -597,7 +596,7 @@ def _in_a_mount_namespace(tmp_path, script: str) -> subprocess.CompletedProcess:
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     env = dict(os.environ, MNT=str(mnt), OUT=str(tmp_path), PY=sys.executable,
-               PYTHONPATH=os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+               PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script], cwd=ROOT,
                           capture_output=True, text=True, env=env, timeout=300)
 
@@ -605,7 +604,7 @@ def _in_a_mount_namespace(tmp_path, script: str) -> subprocess.CompletedProcess:
 CAMPAIGN = """
 import sys, warnings
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-from test_faults import FaultPipeline, fake_strategy
+from tests.test_faults import FaultPipeline, fake_strategy
 from fuzz.campaign import CampaignOptions, run_campaign
 
 opts = CampaignOptions(target="reference", budget_s=600.0, max_examples=400, workers=2, seed=1,

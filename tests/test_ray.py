@@ -27,11 +27,10 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from cgsim.report.findings import load_finding, scan_findings
-from test_campaign import FakePipeline, fake_strategy, options
-from test_faults import FaultPipeline, assert_kept, assert_rebuilds, snapshot, wait_for
+from tests.test_campaign import FakePipeline, fake_strategy, options
+from tests.test_faults import FaultPipeline, assert_kept, assert_rebuilds, snapshot, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTS = os.path.join(ROOT, "tests")
 
 try:
     import ray
@@ -46,7 +45,7 @@ needs_ray = pytest.mark.skipif(ray is None, reason="Ray is not installed here; C
 def cluster():
     old = os.environ.get("PYTHONPATH")
     # Inherited by the local Ray's workers: the actors import the fake pipelines.
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, TESTS, old) if p)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, old) if p)
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     try:
         yield ray.get_runtime_context().gcs_address
@@ -265,8 +264,8 @@ def test_a_hard_hang_is_killed_by_the_watchdog(tmp_path, cluster):
 def test_the_actors_die_with_their_driver(tmp_path, cluster):
     code = textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {TESTS!r})
-        from test_faults import FaultPipeline, fake_strategy
+        sys.path.insert(0, {ROOT!r})
+        from tests.test_faults import FaultPipeline, fake_strategy
         from fuzz.campaign import CampaignOptions, run_campaign
         opts = CampaignOptions(target="reference", budget_s=60.0, workers=2, seed=1, report_dir={str(tmp_path / 'reports')!r},
                                quiet=True, timeout_s=5.0, shrink_grace_s=5.0, ray={cluster!r})

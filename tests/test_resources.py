@@ -9,7 +9,7 @@ import pytest
 from fuzz.campaign import CampaignOptions, UsageError, options_for_profile, run_campaign
 from fuzz.campaign.options import validate
 from fuzz.campaign.resources import MIB, MemoryBudget, cpu_count, private_memory
-from test_campaign import FakePipeline, fake_strategy, options
+from tests.test_campaign import FakePipeline, fake_strategy, options
 
 
 @pytest.fixture

@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
 
-from sglang_required import require_sglang_or_skip
+from tests.sglang_required import require_sglang_or_skip
 
 require_sglang_or_skip()
 
 from cgsim.config import ManagerConfig  # noqa: E402
 from cgsim.spec import sglang as rules  # noqa: E402
 
-HERE = os.path.join(os.path.dirname(__file__), "agreement")
-sys.path.insert(0, HERE)
-from engine_agreement import compare  # noqa: E402
-from observe import observe  # noqa: E402
+from tests import agreement  # noqa: E402
+from tests.agreement.engine_agreement import compare  # noqa: E402
+from tests.agreement.observe import observe  # noqa: E402
+
+HERE = os.path.dirname(agreement.__file__)
 
 pytestmark = pytest.mark.sglang
 ENTRIES = [json.loads(line) for line in open(os.path.join(HERE, "sglang_corpus.jsonl"), encoding="utf-8")]

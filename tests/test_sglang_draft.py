@@ -14,7 +14,7 @@ from unittest import mock
 
 import pytest
 
-from sglang_required import require_sglang_or_skip
+from tests.sglang_required import require_sglang_or_skip
 
 from cgsim.targets import TargetEnvironmentError
 from cgsim.targets.sglang import compat

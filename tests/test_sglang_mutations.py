@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from sglang_required import require_sglang_or_skip
+from tests.sglang_required import require_sglang_or_skip
 from cgsim.targets.sglang.mutation import MUTATIONS, MUTATIONS_ENV, Mutation, environment_for
 
 VERSION = require_sglang_or_skip()

@@ -16,7 +16,7 @@ from unittest import mock
 
 import pytest
 
-from sglang_required import require_sglang_or_skip
+from tests.sglang_required import require_sglang_or_skip
 from cgsim.targets.sglang import SglangTarget, installed_version
 from cgsim.targets.sglang import compat
 

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from vllm_required import skip_unless_vllm
+from tests.vllm_required import skip_unless_vllm
 
 skip_unless_vllm()
 
@@ -24,7 +24,7 @@ from cgsim.encoder.observe import observe_encoder  # noqa: E402
 from cgsim.encoder.targets import encoder_target  # noqa: E402
 from cgsim.encoder.values import EncoderConfig, EncoderItem, EncoderScenario, EncoderStep  # noqa: E402
 from cgsim.targets.vllm.encoder import missing_model_interface  # noqa: E402
-from encoder_documented import DOCUMENTED  # noqa: E402
+from tests.encoder_documented import DOCUMENTED  # noqa: E402
 from fuzz.encoder_campaign import EncoderCampaignOptions, run_encoder_campaign  # noqa: E402
 
 pytestmark = pytest.mark.vllm

@@ -21,7 +21,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from vllm_required import skip_unless_vllm
+from tests.vllm_required import skip_unless_vllm
 
 skip_unless_vllm()
 
@@ -30,7 +30,7 @@ from cgsim.encoder.observe import observe_encoder  # noqa: E402
 from cgsim.encoder.targets import encoder_target  # noqa: E402
 from cgsim.encoder.values import EncoderConfig, EncoderItem, EncoderScenario, EncoderStep  # noqa: E402
 from cgsim.targets.vllm.encoder_engine import v2_runner_builds_encoder_manager  # noqa: E402
-from encoder_documented import DOCUMENTED, documented_module  # noqa: E402
+from tests.encoder_documented import DOCUMENTED, documented_module  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 if os.environ.get("CGSIM_VLLM_SOURCE") or not v2_runner_builds_encoder_manager():

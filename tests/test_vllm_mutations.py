@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from vllm_required import skip_unless_vllm
+from tests.vllm_required import skip_unless_vllm
 
 skip_unless_vllm()
 

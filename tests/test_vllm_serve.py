@@ -16,7 +16,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from vllm_required import skip_unless_vllm
+from tests.vllm_required import skip_unless_vllm
 
 skip_unless_vllm()
 

@@ -17,7 +17,7 @@ import re
 
 import pytest
 
-from vllm_required import skip_unless_vllm
+from tests.vllm_required import skip_unless_vllm
 
 skip_unless_vllm()
 

@@ -22,11 +22,10 @@ from typing import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-for _path in (HERE, ROOT):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
 
-from observe import observe  # noqa: E402
+from tests.agreement.observe import observe  # noqa: E402
 
 OUTPUT_ATOL = 1e-3  # as for cgsim's own manager: the same kernels on padded shapes
 # What a stale metadata read yields depends on the allocator's choices (a

@@ -25,9 +25,9 @@ from cgsim.modes import AttentionSupport as S, CUDAGraphMode as M  # noqa: E402
 from cgsim.scenario import Scenario, Step  # noqa: E402
 from cgsim.targets.mutants import MUTANTS  # noqa: E402
 
+from tests.agreement.observe import observe  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from observe import observe  # noqa: E402
 CORPUS = os.path.join(HERE, "corpus.jsonl")
 
 VARIANTS = {

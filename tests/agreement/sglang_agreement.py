@@ -26,9 +26,10 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+if os.path.dirname(os.path.dirname(HERE)) not in sys.path:  # run as a script
+    sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
-from engine_agreement import ROOT, main as _main  # noqa: E402
+from tests.agreement.engine_agreement import ROOT, main as _main  # noqa: E402
 
 CORPUS = os.path.join(HERE, "sglang_corpus.jsonl")
 SIZES = (1, 2, 4, 8)

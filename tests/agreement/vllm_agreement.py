@@ -23,9 +23,10 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+if os.path.dirname(os.path.dirname(HERE)) not in sys.path:  # run as a script
+    sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
-from engine_agreement import OUTPUT_ATOL, ROOT, STALE_READ_CONSEQUENCES, compare, main as _main  # noqa: E402,F401
+from tests.agreement.engine_agreement import OUTPUT_ATOL, ROOT, STALE_READ_CONSEQUENCES, compare, main as _main  # noqa: E402,F401
 
 CORPUS = os.path.join(HERE, "vllm_corpus.jsonl")
 
