@@ -21,7 +21,6 @@ skip_unless_vllm()
 from cgsim.backends import get_backend  # noqa: E402
 from cgsim.encoder.mutants import ENCODER_MUTANTS  # noqa: E402
 from cgsim.encoder.observe import observe_encoder  # noqa: E402
-from cgsim.encoder.targets import encoder_target  # noqa: E402
 from cgsim.encoder.values import EncoderConfig, EncoderItem, EncoderScenario, EncoderStep  # noqa: E402
 from cgsim.targets.vllm.encoder import missing_model_interface  # noqa: E402
 from tests.encoder_documented import DOCUMENTED  # noqa: E402
@@ -34,13 +33,6 @@ if missing_model_interface():  # 0.19-0.22: tests/test_vllm_encoder_front_door.p
 BACKEND = get_backend("mock")
 
 
-@pytest.fixture(scope="module")
-def target():
-    t = encoder_target("vllm-encoder")
-    t.prepare_environment()
-    return t
-
-
 def _labels(target, sc: EncoderScenario) -> dict[str, str | None]:
     obs = observe_encoder(target, sc, BACKEND)
     assert obs.refused is None, obs.refused
@@ -48,32 +40,32 @@ def _labels(target, sc: EncoderScenario) -> dict[str, str | None]:
 
 
 @pytest.mark.parametrize("name", sorted(ENCODER_MUTANTS))
-def test_vllms_manager_passes_what_each_reference_mutant_breaks(target, name):
+def test_vllms_manager_passes_what_each_reference_mutant_breaks(vllm_encoder_target, name):
     sc = ENCODER_MUTANTS[name].example()
-    sc = dataclasses.replace(sc, ruleset=target.default_ruleset())
-    assert _labels(target, sc) == {}
+    sc = dataclasses.replace(sc, ruleset=vllm_encoder_target.default_ruleset())
+    assert _labels(vllm_encoder_target, sc) == {}
 
 
-def test_a_repeated_budget_is_captured_twice_documented(target):
+def test_a_repeated_budget_is_captured_twice_documented(vllm_encoder_target):
     sc = EncoderScenario(EncoderConfig(token_budgets=(32, 32), max_num_batched_tokens=64),
-                         (EncoderStep("capture"),), target.default_ruleset())
-    assert _labels(target, sc) == {"ENC-CAPTURE-ONCE": "vllm-enc-1"}
+                         (EncoderStep("capture"),), vllm_encoder_target.default_ruleset())
+    assert _labels(vllm_encoder_target, sc) == {"ENC-CAPTURE-ONCE": "vllm-enc-1"}
 
 
-def test_frames_beyond_the_users_limit_replay_on_a_graph_that_cannot_hold_them_documented(target):
+def test_frames_beyond_the_users_limit_replay_on_a_graph_that_cannot_hold_them_documented(vllm_encoder_target):
     # Three items per graph, frame slots max(3, 2) = 3; two videos of two frames are packed into one replay.
     sc = EncoderScenario(EncoderConfig(max_vision_items=3, max_frames_per_batch=2, min_budget=16,
                                        max_num_batched_tokens=16),
                          (EncoderStep("capture"), EncoderStep("encode", (EncoderItem(2, 2, 2, True),) * 2)),
-                         target.default_ruleset())
-    labels = _labels(target, sc)
+                         vllm_encoder_target.default_ruleset())
+    labels = _labels(vllm_encoder_target, sc)
     assert labels.get("ENC-FIT") == "vllm-enc-2" and set(labels.values()) == {"vllm-enc-2"}
     # Without the user's frame limit the manager sizes frames itself and the batch fits.
     auto = dataclasses.replace(sc, config=dataclasses.replace(sc.config, max_frames_per_batch=None))
-    assert _labels(target, auto) == {}
+    assert _labels(vllm_encoder_target, auto) == {}
 
 
-def test_a_campaign_finds_only_documented_defects(target, tmp_path):
+def test_a_campaign_finds_only_documented_defects(vllm_encoder_target, tmp_path):
     result = run_encoder_campaign(EncoderCampaignOptions(target="vllm-encoder", budget_s=600, seed=1,
                                                          max_examples=250, report_dir=str(tmp_path), quiet=True))
     assert result.scenarios == 250 and result.scenarios > result.refused
@@ -97,17 +89,17 @@ def _dp_scenario(target, tp: int) -> EncoderScenario:
 
 
 @pytest.mark.parametrize("tp", [2, 4])
-def test_data_parallel_ranks_shard_and_gather_every_item_in_order(target, tp):
+def test_data_parallel_ranks_shard_and_gather_every_item_in_order(vllm_encoder_target, tp):
     from cgsim.encoder.trace import EncCapture, EncGroup  # noqa: PLC0415
 
-    obs = observe_encoder(target, _dp_scenario(target, tp), BACKEND)
+    obs = observe_encoder(vllm_encoder_target, _dp_scenario(vllm_encoder_target, tp), BACKEND)
     assert obs.refused is None and obs.scenario.config.use_dp
     assert obs.verdict.ok, [str(v) for v in obs.verdict.violations]
     assert len({g.rank for g in obs.trace.of(EncGroup) if g.step == 1}) > 1
     assert sorted(e.rank for e in obs.trace.of(EncCapture)) == list(range(tp))
 
 
-def test_a_gather_in_the_wrong_rank_order_is_caught(target, monkeypatch):
+def test_a_gather_in_the_wrong_rank_order_is_caught(vllm_encoder_target, monkeypatch):
     import torch  # noqa: PLC0415
 
     from cgsim.targets.vllm import encoder_dp  # noqa: PLC0415
@@ -119,14 +111,14 @@ def test_a_gather_in_the_wrong_rank_order_is_caught(target, monkeypatch):
         return torch.cat(list(reversed(out.chunk(self.size, dim=dim))), dim=dim)
 
     monkeypatch.setattr(encoder_dp.FakeGroup, "all_gather", reversed_ranks)
-    obs = observe_encoder(target, _dp_scenario(target, 2), BACKEND)
+    obs = observe_encoder(vllm_encoder_target, _dp_scenario(vllm_encoder_target, 2), BACKEND)
     assert "ENC-EQUAL" in {v.property for v in obs.verdict.violations}
 
 
 # -- the documented findings as files: replay, repro scripts, export-test ------------------------
 
 @pytest.mark.parametrize("path", DOCUMENTED, ids=[os.path.basename(p)[:-5] for p in DOCUMENTED])
-def test_each_documented_finding_replays_labelled(target, path, capsys):
+def test_each_documented_finding_replays_labelled(vllm_encoder_target, path, capsys):
     from cgsim.report.findings import load_finding
     from fuzz.cli import main
 
@@ -139,7 +131,7 @@ def test_each_documented_finding_replays_labelled(target, path, capsys):
     assert f"launch: {finding.extra['launch']['line']}" in out
 
 
-def test_a_vllm_encoder_repro_script_reproduces_in_its_own_process(target, tmp_path):
+def test_a_vllm_encoder_repro_script_reproduces_in_its_own_process(vllm_encoder_target, tmp_path):
     from cgsim.report.findings import load_finding
     from cgsim.report.repro import write_repro
 

@@ -27,7 +27,6 @@ skip_unless_vllm()
 
 from cgsim.backends import get_backend  # noqa: E402
 from cgsim.encoder.observe import observe_encoder  # noqa: E402
-from cgsim.encoder.targets import encoder_target  # noqa: E402
 from cgsim.encoder.values import EncoderConfig, EncoderItem, EncoderScenario, EncoderStep  # noqa: E402
 from cgsim.targets.vllm.encoder_engine import v2_runner_builds_encoder_manager  # noqa: E402
 from tests.encoder_documented import DOCUMENTED, documented_module  # noqa: E402
@@ -39,20 +38,13 @@ if os.environ.get("CGSIM_VLLM_SOURCE") or not v2_runner_builds_encoder_manager()
 BACKEND = get_backend("mock")
 
 
-@pytest.fixture(scope="module")
-def target():
-    t = encoder_target("vllm-encoder")
-    t.prepare_environment()
-    return t
-
-
-def test_the_documented_finding_files_are_what_documented_py_writes(target):
+def test_the_documented_finding_files_are_what_documented_py_writes(vllm_encoder_target):
     from cgsim.report.findings import load_finding
 
     on_disk = {(f.id, f.property, f.extra["defect"]) for f in map(load_finding, DOCUMENTED)}
     assert {d for _, _, d in on_disk} == {"vllm-enc-1", "vllm-enc-2"}
-    assert target.default_ruleset() == "vllm-encoder-0.32"  # the files are written on such a tree (0.23-0.33)
-    now = {(f.id, f.property, f.extra["defect"]) for f in documented_module().documented_findings(target)}
+    assert vllm_encoder_target.default_ruleset() == "vllm-encoder-0.32"  # the files are written on such a tree (0.23-0.33)
+    now = {(f.id, f.property, f.extra["defect"]) for f in documented_module().documented_findings(vllm_encoder_target)}
     assert now == on_disk, "regenerate: PYTHONPATH=. python docs/encoder-findings/documented.py --write"
 
 
@@ -120,7 +112,7 @@ def _run_exported(folder, conftest: str, by_module: bool = False) -> dict[str, t
     return out
 
 
-def test_exported_tests_fail_on_this_vllm_and_pass_on_a_fixed_manager(target, tmp_path):
+def test_exported_tests_fail_on_this_vllm_and_pass_on_a_fixed_manager(vllm_encoder_target, tmp_path):
     """Each documented finding exported: a module importing only vllm, torch,
     pytest and the standard library, which fails on this vLLM with the
     property's assertion and passes on vLLM's manager with both defects fixed."""
@@ -152,7 +144,7 @@ def test_exported_tests_fail_on_this_vllm_and_pass_on_a_fixed_manager(target, tm
     assert outcomes == {name: ("passed", "") for name in expected}, outcomes
 
 
-def test_every_property_an_exported_test_asserts_agrees_with_cgsims_verdict(target, tmp_path):
+def test_every_property_an_exported_test_asserts_agrees_with_cgsims_verdict(vllm_encoder_target, tmp_path):
     """Each documented scenario exported once per ENC-* property: the test
     fails with that property's assertion exactly where cgsim judges it
     violated, fails with the manager's own exception where the run raised
@@ -164,7 +156,7 @@ def test_every_property_an_exported_test_asserts_agrees_with_cgsims_verdict(targ
     for path in DOCUMENTED:
         documented = load_finding(path)
         sc = EncoderScenario.from_json(documented.scenario)
-        obs = observe_encoder(target, sc, BACKEND)
+        obs = observe_encoder(vllm_encoder_target, sc, BACKEND)
         violated = {v.property for v in obs.verdict.violations}
         for prop in ENCODER_PROPERTIES_WRITTEN:
             f = dataclasses.replace(documented, property=prop, statement="")
@@ -266,7 +258,7 @@ def apply(monkeypatch):
 }
 
 
-def test_exported_tests_catch_what_cgsim_catches_in_a_broken_manager(target, tmp_path):
+def test_exported_tests_catch_what_cgsim_catches_in_a_broken_manager(vllm_encoder_target, tmp_path):
     """vLLM's manager broken one way at a time (as cgsim's reference mutants
     break the reference): per bug and ENC-* property, the exported test fails
     with the property's assertion exactly where cgsim finds it violated."""
@@ -276,12 +268,12 @@ def test_exported_tests_catch_what_cgsim_catches_in_a_broken_manager(target, tmp
     expected, violated_anywhere = {}, set()
     for name, (steps, config, code) in _MUTATIONS.items():
         sc = EncoderScenario(EncoderConfig(**config), tuple(
-            EncoderStep(s[0], tuple(EncoderItem(*i) for i in s[1:])) for s in steps), target.default_ruleset())
+            EncoderStep(s[0], tuple(EncoderItem(*i) for i in s[1:])) for s in steps), vllm_encoder_target.default_ruleset())
         namespace: dict = {}
         exec(code, namespace)  # noqa: S102 - the test's own mutation
         with pytest.MonkeyPatch.context() as mp:
             namespace["apply"](mp)
-            obs = observe_encoder(target, sc, BACKEND)
+            obs = observe_encoder(vllm_encoder_target, sc, BACKEND)
         assert obs.refused is None, obs.refused
         violated = {v.property for v in obs.verdict.violations}
         violated_anywhere |= violated
@@ -302,6 +294,6 @@ def test_exported_tests_catch_what_cgsim_catches_in_a_broken_manager(target, tmp
     _agree(_run_exported(tmp_path, _HIDE_CGSIM, by_module=True), expected)
     from vllm.v1.worker.encoder_cudagraph import EncoderCudaGraphManager
 
-    if hasattr(EncoderCudaGraphManager, "path_token_budgets") or target.default_ruleset() == "vllm-encoder-0.32":
+    if hasattr(EncoderCudaGraphManager, "path_token_budgets") or vllm_encoder_target.default_ruleset() == "vllm-encoder-0.32":
         # The bugs bite here: the failing direction of these properties was exercised.
         assert {"ENC-UNCAPTURED", "ENC-CAPTURED", "ENC-MINIMAL", "ENC-COMPLETE", "ENC-PLAN"} <= violated_anywhere
