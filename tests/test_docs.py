@@ -30,8 +30,9 @@ def test_the_fault_matrix_is_linked_and_every_test_it_names_exists():
     named = set(re.findall(r"`(test_\w+)(?:\[[^\]]*\])?`", matrix))
     assert len(named) >= 15
     defined = set()
-    for name in os.listdir(os.path.join(ROOT, "tests")):
-        if name.endswith(".py"):
-            text = open(os.path.join(ROOT, "tests", name), encoding="utf-8").read()
-            defined.update(re.findall(r"^def (test_\w+)", text, re.M))
+    for folder, _dirs, names in os.walk(os.path.join(ROOT, "tests")):
+        for name in names:
+            if name.endswith(".py"):
+                text = open(os.path.join(folder, name), encoding="utf-8").read()
+                defined.update(re.findall(r"^def (test_\w+)", text, re.M))
     assert named <= defined, sorted(named - defined)
