@@ -369,6 +369,7 @@ def test_the_shrink_limit_is_a_tenth_of_the_budget_and_off_for_repeatable_runs(t
     assert CampaignOptions(budget_s=600, shrink_limit_s=0).shrink_limit is None
 
 
+@pytest.mark.slow
 def test_without_a_classifier_one_finding_per_property(tmp_path):
     result = run(tmp_path, bug="twin", max_examples=300)
     assert [f["property"] for f in result.summary["findings"]] == ["FAKE-BIG"]

@@ -65,6 +65,7 @@ def test_parse_budget():
             parse_budget(bad)
 
 
+@slow
 def test_run_subprocess_prints_no_traceback():
     proc = subprocess.run([sys.executable, "-m", "fuzz", "run", "--target", "nope"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
@@ -319,6 +320,7 @@ PYTEST_BAD_OPTIONS = [
 ]
 
 
+@slow
 @pytest.mark.parametrize("args, words", PYTEST_BAD_OPTIONS, ids=[" ".join(a) for a, _ in PYTEST_BAD_OPTIONS])
 def test_bad_pytest_options_are_one_line_and_exit_2(tmp_path, args, words):
     (tmp_path / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
@@ -338,6 +340,7 @@ def test_bad_pytest_options_are_one_line_and_exit_2(tmp_path, args, words):
     assert "passed" not in proc.stdout  # no test ran against nothing
 
 
+@slow
 def test_list_into_a_closed_pipe_exits_0_quietly():
     proc = subprocess.Popen([sys.executable, "-m", "fuzz", "list"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
@@ -347,6 +350,7 @@ def test_list_into_a_closed_pipe_exits_0_quietly():
     assert "Broken pipe" not in err and "Traceback" not in err, err
 
 
+@slow
 def test_list_into_head(tmp_path):
     proc = subprocess.run(f"{shlex.quote(sys.executable)} -m fuzz list | head -1; exit ${{PIPESTATUS[0]}}",
                           shell=True, executable="/bin/bash", cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -427,6 +431,7 @@ def test_replay_of_a_repro_script_trusts_only_what_its_finding_predicts(tmp_path
         assert words in captured.out
 
 
+@slow
 def test_replay_of_a_real_repro_script(tmp_path, capsys):
     path = _repro(tmp_path)  # reference: CAPTURE-ORDER holds
     assert main(["replay", path]) == 0

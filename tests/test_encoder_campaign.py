@@ -58,6 +58,7 @@ def _entry(run_dir: str, prop: str = "ENC-EQUAL") -> dict:
     return entry
 
 
+@pytest.mark.slow
 def test_a_mutant_is_found_shrunk_written_and_replayed(stale_tail, tmp_path, capsys):
     entry = _entry(stale_tail)
     assert entry["status"] == "shrunk"
@@ -84,6 +85,7 @@ def _script(path: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, path, *args], check=False, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_each_finding_has_a_repro_script_that_reproduces_it(stale_tail, tmp_path, capsys):
     entry = _entry(stale_tail)
     finding = load_finding(os.path.join(stale_tail, entry["file"]))
@@ -129,6 +131,7 @@ def test_an_encoder_finding_records_the_vllm_source_tree_where_replays_look_for_
     assert f["environment"]["vllm_version"] == "0.34.0" and "vllm_version" not in f
 
 
+@pytest.mark.slow
 def test_a_repro_script_shows_its_scenario_as_data_and_as_code(stale_tail):
     from cgsim.encoder.values import EncoderScenario
 
@@ -170,6 +173,7 @@ def test_the_scenario_code_builds_the_scenario(steps, config, ruleset, seed):
 # -- the report -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_report_page_lists_each_finding_from_the_summary(stale_tail):
     from tests.test_html_report import _Page
 
@@ -204,6 +208,7 @@ def _check_page(page, summary: dict, run_dir: str) -> None:
         assert href is None or (not href.startswith(("http:", "https:", "/", "..")) and ":" not in href), href
 
 
+@pytest.mark.slow
 def test_fuzz_report_rebuilds_an_encoder_run_even_one_that_died_before_its_summary(stale_tail, tmp_path, capsys):
     import shutil
 
@@ -249,6 +254,7 @@ def test_the_report_page_of_a_labelled_finding_says_its_defect_and_launch(tmp_pa
     assert "documented defect vllm-enc-2" in md and "- launch: `vllm serve Q --x '{}'`" in md
 
 
+@pytest.mark.slow
 def test_chromium_renders_the_encoder_report(stale_tail, tmp_path):
     from tests.test_html_report import _browser, _Page
 
@@ -264,6 +270,7 @@ def test_chromium_renders_the_encoder_report(stale_tail, tmp_path):
 # -- export-test ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_export_test_sends_a_reference_or_mutant_finding_to_its_repro_script(stale_tail, capsys):
     entry = _entry(stale_tail)
     capsys.readouterr()
@@ -428,6 +435,7 @@ def test_what_an_encoder_campaign_cannot_do_is_one_line_exit_2(tmp_path, capsys,
     assert words in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_a_new_defect_behind_a_property_a_documented_one_already_violates_is_still_found(tmp_path, monkeypatch):
     from cgsim.encoder.mutants import ENCODER_MUTANTS
     from cgsim.encoder.targets import ReferenceEncoderTarget
@@ -499,6 +507,7 @@ def test_an_engine_manager_raising_is_judged_and_cgsims_own_frames_raising_is_ex
         assert not _findings(tmp_path) and "cgsim's encoder adapter raised RuntimeError" in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_workers_search_their_own_seeds_into_one_findings_folder_and_keep_one_finding_per_defect(tmp_path):
     # --force-workers: two workers whatever this machine's CPU count (the bound is tested above).
     assert _run(tmp_path, "--target", "encoder-mutant:stale-tail", "--workers", "2", "--force-workers",

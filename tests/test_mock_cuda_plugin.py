@@ -102,6 +102,7 @@ def _no_gpu() -> bool:
 pytestmark = pytest.mark.skipif(not _no_gpu(), reason="the mock refuses to shadow a real GPU (tested below)")
 
 
+@pytest.mark.slow
 def test_without_the_flag_a_gpu_only_suite_skips_on_cpu(tmp_path):
     res = _pytest(tmp_path, GPU_ONLY_SUITE)
     assert res.returncode == 0, res.stdout + res.stderr

@@ -88,6 +88,7 @@ def test_ray_flag_without_ray_exits_2_with_one_line(tmp_path):
     assert not (tmp_path / "r").exists()  # nothing started
 
 
+@pytest.mark.slow
 def test_ray_flag_conflicts_are_usage_errors(tmp_path):
     p = cli("run", "--ray", "--gpus", "0", "--budget", "2s", "--report-dir", str(tmp_path))
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "--gpus" in p.stderr, p.stderr

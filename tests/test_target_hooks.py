@@ -200,6 +200,7 @@ def _run(path: str, *args: str, **env: str) -> subprocess.CompletedProcess:
                           env={**clean, "PYTHONPATH": ROOT, **env})
 
 
+@pytest.mark.slow
 def test_a_repro_script_takes_each_source_option_and_replays_on_the_recorded_tree(tmp_path):
     tree = tmp_path / "tree"
     tree.mkdir()
