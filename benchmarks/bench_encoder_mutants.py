@@ -18,7 +18,7 @@ one core (``torch.set_num_threads(1)``):
   shrinking), the number of examples executed and the wall time until the
   first scenario with any encoder property violation (the test body raises a
   private exception at once), and which properties that scenario violated.
-  Every mutant is fuzzed with what tests/test_encoder.py's
+  Every mutant is fuzzed with what tests/cgsim/encoder/test_encoder.py's
   ``test_hypothesis_finds_each_mutant`` gives it: ``encoder_scenarios()`` with
   its defaults, no per-mutant config filter, judged by ``judge_encoder`` on
   the mock.  (The test stops at the mutant's documented property, within 300
@@ -60,7 +60,7 @@ class _Found(Exception):
 
 
 def _settings(max_examples: int, derandomize: bool) -> settings:
-    # As tests/test_encoder.py's mutant search: no deadline, no health checks, no database, no shrinking.
+    # As tests/cgsim/encoder/test_encoder.py's mutant search: no deadline, no health checks, no database, no shrinking.
     return settings(
         max_examples=max_examples, derandomize=derandomize, deadline=None,
         suppress_health_check=list(HealthCheck), database=None, phases=(Phase.generate,),

@@ -6,7 +6,7 @@
 What is measured, in one run, on one core (``torch.set_num_threads(1)``):
 
 - throughput: ``--examples`` scenarios of ``fuzz.strategies.scenarios(max_size=64)``
-  (as tests/test_fuzz.py draws them; the ruleset is drawn too) against the
+  (as tests/fuzz/test_fuzz.py draws them; the ruleset is drawn too) against the
   reference target, each run on the mock and checked with every property, in
   one derandomized ``@given`` test (ci profile settings, no database, generate
   phase only).  Scenarios per second = calls / wall time of the test.
@@ -14,7 +14,7 @@ What is measured, in one run, on one core (``torch.set_num_threads(1)``):
   ``database=None``, generate phase only: no shrinking), the number of
   examples executed and the wall time until the first scenario with any
   property violation (the test body raises a private exception at once).
-  Each mutant is fuzzed with the strategy tests/test_mutants.py gives it
+  Each mutant is fuzzed with the strategy tests/cgsim/targets/test_mutants.py gives it
   (``FUZZ``: small configs, per-mutant config filters, no release segment
   except for ``captured-flag-kept``).  At most ``--max-examples`` examples per
   seed; a seed that finds nothing counts as "not found".  Medians are over the
@@ -49,7 +49,7 @@ from fuzz.strategies import scenarios  # noqa: E402
 
 # The per-mutant strategies of the Hypothesis mutant tests, imported (not
 # copied) so the benchmark fuzzes exactly what the test suite fuzzes.
-from tests.test_mutants import FUZZ  # noqa: E402
+from tests.cgsim.targets.test_mutants import FUZZ  # noqa: E402
 
 
 class _Found(Exception):

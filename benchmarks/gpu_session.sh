@@ -25,11 +25,11 @@ PY
 python3 -c 'import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.device_count(), torch.cuda.get_device_name(0))' 2>&1 | tee -a "$log"
 
 if [ "$what" = full ]; then
-  say "fidelity: tests/test_cuda_mock.py on real CUDA"
-  timeout 150 python3 -m pytest -p cgsim.pytest_plugin tests/test_cuda_mock.py --cgsim-backend=cuda -q -p no:cacheprovider \
+  say "fidelity: tests/cgsim/cuda_mock/test_cuda_mock.py on real CUDA"
+  timeout 150 python3 -m pytest -p cgsim.pytest_plugin tests/cgsim/cuda_mock/test_cuda_mock.py --cgsim-backend=cuda -q -p no:cacheprovider \
     --junitxml="$OUT/fidelity.xml" 2>&1 | tail -40 | tee -a "$log"
   say "agreement corpus: mock vs cuda"
-  timeout 240 python3 -m pytest -p cgsim.pytest_plugin tests/test_agreement.py --cgsim-backend=cuda -q -n 8 -p no:cacheprovider \
+  timeout 240 python3 -m pytest -p cgsim.pytest_plugin tests/agreement/test_agreement.py --cgsim-backend=cuda -q -n 8 -p no:cacheprovider \
     --junitxml="$OUT/agreement.xml" 2>&1 | tail -40 | tee -a "$log"
   say "mutant campaign on cuda, then its repro scripts on cuda and on the mock"
   timeout 100 python3 -m fuzz run --target mutant:rebind-metadata --backend cuda --budget 30s --seed 1 \

@@ -4,7 +4,7 @@ model's budget range, and lifecycles of capture, encoder batches and clears
 (images and videos whose tokens span the budgets).
 
 ``judge_encoder`` runs one scenario against an encoder target on a backend
-and judges it with every encoder property: what tests/test_encoder.py and
+and judges it with every encoder property: what tests/cgsim/encoder/test_encoder.py and
 benchmarks/bench_encoder_mutants.py do with each drawn scenario."""
 
 from __future__ import annotations

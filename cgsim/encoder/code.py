@@ -1,6 +1,6 @@
 """An encoder scenario as the constructor calls that make it (what a repro
 script shows with ``--show-code``): Python that evaluates to the very
-scenario (``tests/test_encoder_campaign.py`` checks it), every config field
+scenario (``tests/fuzz/test_encoder_campaign.py`` checks it), every config field
 not at its default written out, and the plan its design gives the config as
 a comment."""
 

@@ -1,6 +1,6 @@
 """Mutants of the reference encoder manager: one bug class each, each
 with the property that must catch it and a scenario that shows it
-(``tests/test_encoder.py`` checks both, and that Hypothesis finds them)."""
+(``tests/cgsim/encoder/test_encoder.py`` checks both, and that Hypothesis finds them)."""
 
 from __future__ import annotations
 

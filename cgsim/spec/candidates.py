@@ -156,7 +156,7 @@ def drop_unscheduled_decode(config: ManagerConfig, full_descs) -> list[BatchDesc
     drafts chosen for a batch of at least r requests, i.e. r at most the most
     requests the schedule gives length q (R' the request count of the next
     smaller graph for q; a batch that shrank keeps its drafts: vLLM's
-    scheduler, tests/test_vllm_scheduler.py); batches with a prefill never
+    scheduler, tests/cgsim/targets/vllm/test_vllm_scheduler.py); batches with a prefill never
     reach decode graphs.  Without a schedule every request count gets the
     same length and nothing is dropped."""
     if config.spec_schedule is None:

@@ -104,7 +104,7 @@ def best_fits(batches: Sequence[Batch | BatchShape], descs: Iterable[BatchDescri
               lora_cases: Iterable[int]) -> list[Fit]:
     """The best fits of every one of ``batches`` among the captured ``descs``
     (``dispatch_choices`` of each, found through per-kind lists by increasing
-    tokens rather than by brute force; tests/test_sweep.py holds the two equal)."""
+    tokens rather than by brute force; tests/cgsim/test_sweep.py holds the two equal)."""
     cases = sorted(set(lora_cases))
     case_of = {a: lora_case(a, cases) for a in range(max(cases) + 2)}
     # Per (LoRA case, micro-batches, mode): the descriptors by what they

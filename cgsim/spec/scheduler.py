@@ -19,7 +19,7 @@ vLLM's scheduler and model runner:
   preempted or skipped); in a decode whose lengths differ, the longest of any
   batch size (a request at max_model_len sat out steps and rejoined:
   ``longest_mixed_decode_len``); checked against vLLM's own scheduler by
-  ``tests/test_vllm_scheduler.py`` and every served scenario;
+  ``tests/cgsim/targets/vllm/test_vllm_scheduler.py`` and every served scenario;
 - a batch with a prefill may have any shape, and is never decode-graph
   eligible (the runner passes no uniform length and no max_query_len for it);
 - micro-batching (DBO) splits uniform decode batches of at least the DBO

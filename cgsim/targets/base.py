@@ -5,7 +5,7 @@ workload); the runner drives it step by step.  Properties never look at a
 target, only at the Trace, so adding a target never touches them.
 
 The recording contract (checked for every registered target by
-``tests/test_target_conformance.py``):
+``tests/cgsim/targets/test_target_conformance.py``):
 
 1. A target never writes the Trace.  The runner records what the handle
    returns (candidates, stored graphs, dispatch decisions, executions,

@@ -7,7 +7,7 @@ property that must catch it, a minimal scenario that shows it, and how the
 fuzzer is pointed at it.  They exist so cgsim can check itself: every mutant
 must be caught by its property on the CPU mock while the reference passes
 the same scenario, and Hypothesis must find and shrink it
-(``tests/test_mutants.py`` runs both for every declared mutant).
+(``tests/cgsim/targets/test_mutants.py`` runs both for every declared mutant).
 
 Adding a mutant is one class here.  Targets are named ``mutant:<name>``.
 """

@@ -9,7 +9,7 @@ release, or CGSIM_VLLM_SOURCE) and prints what the properties say; with
 ``<id>.json`` here (the encoder campaign's own finding, built by
 ``fuzz.encoder_campaign.encoder_finding``), so that ``python -m fuzz replay``,
 ``python -m fuzz export-test`` and the tests have them at hand.
-tests/test_vllm_encoder.py checks that the files are what this writes today.
+tests/cgsim/targets/vllm/test_vllm_encoder.py checks that the files are what this writes today.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ What differs: the test's descriptors are vLLM's, whose older releases lack
 fields (read with cgsim's defaults), its ``CUDAGraphMode`` is vLLM's (the
 runtime members cgsim's ``RUNTIME_RANK`` names exist there under the same
 names), and its batch is the exported ``Batch`` (``vllm_code.HELPER_BATCH``,
-which carries the fields the rule reads).  tests/test_export_fit.py holds the
+which carries the fields the rule reads).  tests/fuzz/export_test/test_export_fit.py holds the
 generated text equal to cgsim's rule on drawn descriptors and batches."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Both are generated beside the fit rule (``vllm_fit.FIT_RULE``, always in the
 same module before them): the names it defines are left to it, as are vLLM's
 ``CUDAGraphMode`` and the exported ``Batch`` (``vllm_code.HELPER_BATCH``,
 whose constructor takes cgsim's ``Batch`` arguments).
-tests/test_export_rules.py holds the generated text equal to cgsim's rule and
+tests/fuzz/export_test/test_export_rules.py holds the generated text equal to cgsim's rule and
 model on drawn inputs."""
 
 from __future__ import annotations

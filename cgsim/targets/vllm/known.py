@@ -149,7 +149,7 @@ def _dead_decode_graph(f: Finding, c: ManagerConfig) -> bool:
     """#6: a FULL graph for a scheduled decode length at more requests than
     any batch the schedule gives that length (micro-batched twins of one
     included).  Fewer requests do verify it: a batch that shrank keeps the
-    drafts chosen for it (vLLM's scheduler, tests/test_vllm_scheduler.py)."""
+    drafts chosen for it (vLLM's scheduler, tests/cgsim/targets/vllm/test_vllm_scheduler.py)."""
     lens = set(c.scheduler_decode_query_lens())
     return c.spec_schedule is not None and bool(_uniforms(f)) and _uniforms(f) <= lens
 

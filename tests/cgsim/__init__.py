@@ -1,0 +1,1 @@
+"""Tests of cgsim's top-level modules."""

@@ -1,0 +1,1 @@
+"""Tests of cgsim/cuda_mock/."""

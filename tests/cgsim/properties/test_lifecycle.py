@@ -1,0 +1,64 @@
+"""SPEC §4: the lifecycle properties (cgsim/properties/lifecycle.py) on hand-made traces (hand_traces.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cgsim.modes import CUDAGraphMode
+from cgsim.trace import Release, Replay
+from tests.cgsim.properties.hand_traces import (
+    BASE,
+    FD,
+    WORKFLOW,
+    C,
+    assert_holds,
+    assert_violates,
+    cap,
+    disp,
+    good_trace,
+    is_,
+    mutate,
+    rel,
+    scenario,
+)
+
+
+# --------------------------------------------------------------------------
+# REPLAY-EQUALS-EAGER
+# --------------------------------------------------------------------------
+def test_replay_equals_eager_holds():
+    sc = scenario(BASE, *WORKFLOW)
+    assert_holds("REPLAY-EQUALS-EAGER", sc, good_trace(sc))
+
+
+def test_replay_equals_eager_wrong_output():
+    sc = scenario(BASE, cap(), disp(1, 1, 1))
+    t = mutate(good_trace(sc), is_(Replay), lambda r: replace(r, outputs_ok=False, max_abs_err=0.25))
+    assert_violates("REPLAY-EQUALS-EAGER", sc, t, "full run of", FD(4, 4, 1).short(), "max abs error 0.25", "reqs=3")
+
+
+# --------------------------------------------------------------------------
+# RELEASE-RECAPTURE
+# --------------------------------------------------------------------------
+def test_release_recapture_holds():
+    sc = scenario(BASE, *WORKFLOW)
+    assert_holds("RELEASE-RECAPTURE", sc, good_trace(sc))
+
+
+def test_release_recapture_release_keeps_graphs():
+    sc = scenario(BASE, cap(), rel())
+    t = mutate(good_trace(sc), is_(Release), lambda e: replace(e, graphs_after=3, captured_flag_after=True))
+    assert_violates("RELEASE-RECAPTURE", sc, t, "left 3 graph(s)", "left the manager marked captured")
+
+
+def test_release_recapture_replays_old_graph():
+    sc = scenario(BASE, cap(), rel(), cap(), disp(1, 1))
+    t = mutate(good_trace(sc), is_(Replay), lambda r: replace(r, graph_from_step=0))
+    assert_violates("RELEASE-RECAPTURE", sc, t, "graph from capture step 0", "released at step 1", FD(2, 2, 1).short())
+
+
+def test_stale_graph_after_recapture_without_release():
+    sc = scenario(C(mode=CUDAGraphMode.FULL), cap(), cap(), disp(1, 1))
+    t = good_trace(sc)
+    t = mutate(t, is_(Replay), lambda r: replace(r, graph_from_step=0))
+    assert_violates("RELEASE-RECAPTURE", sc, t, "stale graph from capture step 0", "latest capture was at step 1")

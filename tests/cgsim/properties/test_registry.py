@@ -1,0 +1,61 @@
+"""SPEC §4: the property registry (cgsim/properties/registry.py: @declare, the table) on hand-made traces (hand_traces.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cgsim.properties import (
+    ALL_PROPERTIES,
+    PROPERTIES,
+    check_scenario,
+    property_ids,
+    resolve_alias,
+)
+from cgsim.properties.registry import FAMILIES, InvalidProperty, declare
+from tests.cgsim.properties.hand_traces import BASE, cap, disp, good_trace, scenario
+
+
+def test_property_table_covers_spec_and_has_one_line_statements():
+    spec_ids = (
+        "CAND-ORDER", "CAND-BOUNDS", "CAPTURE-ORDER", "CAPTURE-ONCE", "WARMUP-FIRST", "FRESH-METADATA",
+        "SKIP-ATTN", "METADATA-LIVE", "PAD-CONSISTENT", "KEY-CONSISTENT", "CAPTURE-USEFUL", "DECODE-LENGTHS",
+        "INIT-TOTAL", "NO-ILLEGAL-OP", "DISPATCH-SOUND", "DISPATCH-PRIORITY", "DISPATCH-COMPLETE",
+        "DISPATCH-MINIMAL", "DISPATCH-ROUNDTRIP", "BEFORE-CAPTURE", "REPLAY-EQUALS-EAGER", "MODE-RESOLUTION",
+        "RELEASE-RECAPTURE",
+    )
+    assert set(spec_ids) | {"NO-CRASH", "NO-HANG"} <= set(property_ids())
+    families = [p.family for p in PROPERTIES.values()]
+    assert families == sorted(families, key=FAMILIES.index), "the table is grouped by family, in family order"
+    for pid, prop in PROPERTIES.items():
+        assert prop.id == pid and prop.statement and "\n" not in prop.statement
+    assert ALL_PROPERTIES["CHECK-CRASH"].harness_only and "CHECK-CRASH" not in PROPERTIES
+    assert resolve_alias("TARGET-HANG") == "NO-HANG" and resolve_alias("TARGET-CRASH") == "NO-CRASH"
+
+
+@pytest.mark.parametrize("pid,statement,kw,match", [
+    ("capture-order", "x", {"family": "capture"}, "upper-case"),
+    ("CAPTURE-ORDER", "x", {"family": "capture"}, "declared twice"),
+    ("NEW-ONE", "", {"family": "capture"}, "one non-empty line"),
+    ("NEW-ONE", "two\nlines", {"family": "capture"}, "one non-empty line"),
+    ("NEW-ONE", "x" * 300, {"family": "capture"}, "at most"),
+    ("NEW-ONE", "x", {"family": "nope"}, "family 'nope' is unknown"),
+    ("NEW-ONE", "x", {"family": "capture", "applies": lambda a, b: True}, "exactly one"),
+    ("NEW-ONE", "x", {"family": "capture", "kind": "boom"}, "kind 'boom'"),
+])
+def test_malformed_property_declarations_fail_at_definition(pid, statement, kw, match):
+    with pytest.raises(InvalidProperty, match=match):
+        declare(pid, statement, **kw)(lambda run: [])
+    assert "NEW-ONE" not in ALL_PROPERTIES
+
+
+def test_a_check_must_take_one_run_view():
+    with pytest.raises(InvalidProperty, match="exactly one"):
+        declare("NEW-TWO", "x", family="capture")(lambda scenario, trace: [])
+
+
+def test_only_restricts_and_unknown_ids_are_refused():
+    sc = scenario(BASE, cap(), disp(1))
+    verdict = check_scenario(sc, good_trace(sc), only=["DISPATCH-SOUND", "CAND-ORDER"])
+    assert verdict.checked == ("CAND-ORDER", "DISPATCH-SOUND")
+    with pytest.raises(ValueError, match="NOPE"):
+        check_scenario(sc, good_trace(sc), only=["NOPE"])

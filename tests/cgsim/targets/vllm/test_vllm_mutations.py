@@ -1,0 +1,75 @@
+"""A vLLM tree with a capture or dispatch bug put in gets findings, not exit 2.
+
+Each mutation (``cgsim.targets.vllm.mutation.MUTATIONS``) is a one-line bug
+in the installed tree's own ``cudagraph_utils.py``, put in as the module is
+imported.  A short campaign (counted in scenarios, not seconds) on the
+mutated tree must exit 1 with the bug as a finding that no documented defect
+claims, and ``fuzz doctor`` must not call the adapter broken.
+
+Needs vLLM (the ``vllm-0.NN`` tox envs); skipped with the reason elsewhere,
+unless CGSIM_REQUIRE_VLLM=1 says vLLM must be there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.vllm_required import skip_unless_vllm
+
+skip_unless_vllm()
+
+from cgsim.targets.vllm.mutation import MUTATIONS, Mutation, environment_for  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+# What catches each mutation (any of these properties, unlabelled).
+CAUGHT_BY = {
+    "compat-exact-reqs": {"DISPATCH-COMPLETE", "DISPATCH-PRIORITY", "DISPATCH-ROUNDTRIP", "DISPATCH-MINIMAL"},
+    "compat-exact-tokens": {"DISPATCH-COMPLETE", "DISPATCH-PRIORITY", "DISPATCH-ROUNDTRIP", "DISPATCH-MINIMAL"},
+    "full-captured-first": {"CAPTURE-ORDER"},
+    "capture-reuses-warmup-state": {"FRESH-METADATA"},
+}
+
+
+def _fuzz(args: list[str], mutations: list[Mutation], tmp_path) -> subprocess.CompletedProcess:
+    env = {**os.environ, **environment_for(mutations), "PYTHONPATH": ROOT}
+    return subprocess.run([sys.executable, "-m", "fuzz", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=900)
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=[m.name for m in MUTATIONS])
+def test_a_campaign_on_a_mutated_tree_reports_the_bug(mutation, tmp_path):
+    reports = tmp_path / "reports"
+    run = _fuzz(["run", "--target", "vllm", "--max-examples", "30", "--workers", "1", "--seed", "1",
+                 "--report-dir", str(reports), "--quiet"], [mutation], tmp_path)
+    assert run.returncode == 1, (run.returncode, run.stderr[-2000:])
+    summary = json.loads((reports / "latest" / "summary.json").read_text())
+    caught = [f for f in summary["findings"] if f["property"] in CAUGHT_BY[mutation.name]]
+    # The bug is new: no documented defect of the release claims it.  (The
+    # release's own documented defects may show beside it, each labelled by
+    # its cause: #1's fitting graph is missing from the manager's candidates.)
+    new = [f for f in caught if f.get("known_defect") is None]
+    assert new, [(f["property"], f.get("known_defect"), f["message"][:120]) for f in summary["findings"]]
+    for f in caught:
+        if f.get("known_defect") == "dynsd-nearest-group":
+            assert f["facts"]["fit_in_candidates"] is False, f["facts"]
+    assert all(f["launch"]["line"].startswith(("vllm serve", "VLLM_")) for f in new)
+
+
+def test_the_doctor_of_a_mutated_tree_reports_findings_not_a_broken_adapter(tmp_path):
+    run = _fuzz(["doctor"], [MUTATIONS[0]], tmp_path)
+    assert run.returncode == 1, (run.returncode, run.stdout[-2000:], run.stderr[-2000:])
+    assert "finding(s) about the tree" in run.stdout and "FIND" in run.stdout
+
+
+def test_a_mutation_that_does_not_apply_is_exit_2_in_one_line(tmp_path):
+    wrong = Mutation(MUTATIONS[0].module, "this line is in no release\n", "", "nowhere")
+    run = _fuzz(["doctor"], [wrong], tmp_path)
+    assert run.returncode == 2, (run.returncode, run.stdout[-1000:], run.stderr[-1000:])
+    lines = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "does not apply" in lines[0], run.stderr[-1000:]

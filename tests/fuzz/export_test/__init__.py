@@ -1,0 +1,1 @@
+"""Tests of fuzz/export_test/."""
