@@ -15,7 +15,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 # A reference run whose capture also stored FULL graphs no batch of its
 # config can use (micro-batched, the config has no micro-batching): several

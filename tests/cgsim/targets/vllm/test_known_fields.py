@@ -18,7 +18,7 @@ from cgsim.observe import observe
 from cgsim.targets.mutants import MUTANT_INFO
 from cgsim.targets.vllm.known import KNOWN_DEFECTS, classify
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[4]
 
 # Every release where a defect comes or goes, and None: any release.
 VERSIONS = sorted({d.first for d in KNOWN_DEFECTS} | {d.fixed for d in KNOWN_DEFECTS if d.fixed}
