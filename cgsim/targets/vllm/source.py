@@ -110,7 +110,11 @@ def _git(root: str, *args: str) -> str | None:
 
 
 def is_git_checkout(root: str) -> bool:
-    return _git(root, "rev-parse", "--is-inside-work-tree") == "true"
+    """Whether ``root`` is a git checkout of vLLM: git tracks its package
+    there.  An unpacked release lying inside another repository (an ignored
+    folder of a cgsim checkout, as CI unpacks them) is a release tree, not a
+    commit of that repository."""
+    return _git(root, "ls-files", "--error-unmatch", f"{PACKAGE}/__init__.py") is not None
 
 
 def _tree_version(root: str) -> str:

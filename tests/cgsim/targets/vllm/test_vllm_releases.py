@@ -268,6 +268,15 @@ def test_a_release_tree_is_described_as_such(tmp_path):
     assert desc == SourceTree(tree, "0.33.0", "release tree", None, "")
 
 
+def test_a_release_tree_inside_another_repository_is_still_a_release_tree(tmp_path):
+    """CI unpacks releases into an ignored folder of the cgsim checkout: the
+    tree must not be described by cgsim's commit."""
+    outer = str(tmp_path)
+    subprocess.run(["git", "-C", outer, "init", "-q"], check=True)
+    tree = _tree(tmp_path, "rel", {"vllm/__init__.py": "", "vllm/_version.py": "__version__ = version = '0.33.0'\n"})
+    assert describe_source(tree) == SourceTree(tree, "0.33.0", "release tree", None, "")
+
+
 def test_a_git_checkout_is_described_by_its_commit(tmp_path):
     tree = _tree(tmp_path, "co", {"vllm/__init__.py": "", "setup.py": ""})
     git = ["git", "-C", tree, "-c", "user.email=t@t", "-c", "user.name=t"]
