@@ -32,7 +32,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, lora_case
-from cgsim.finding import desc_from_short, facts_of_old_finding  # noqa: F401 - desc_from_short: plots' public name
+from cgsim.finding import facts_of_old_finding
 from cgsim.modes import CUDAGraphMode
 from cgsim.spec import desc_sort_key, dispatch_choices, eager_descriptor, expected_capture_order, resolved_mode
 from cgsim.spec import scheduler

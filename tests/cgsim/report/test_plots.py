@@ -15,7 +15,7 @@ import pytest
 
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor
-from cgsim.finding import Finding
+from cgsim.finding import Finding, desc_from_short
 from cgsim.modes import CUDAGraphMode
 from cgsim.properties import ALL_PROPERTIES, check_scenario
 from cgsim.report import plots
@@ -97,9 +97,9 @@ def test_big_configs_are_sampled():
     BatchDescriptor(F, 64, 32, None, 4, 1),
 ])
 def test_desc_from_short_inverts_short(desc):
-    assert plots.desc_from_short(desc.short()) == desc
-    assert plots.desc_from_short("Desc(FULL reqs=2)") is None
-    assert plots.desc_from_short("Batch(reqs=1)") is None
+    assert desc_from_short(desc.short()) == desc
+    assert desc_from_short("Desc(FULL reqs=2)") is None
+    assert desc_from_short("Batch(reqs=1)") is None
 
 
 DISPATCH_MUTANTS = sorted(n for n, m in MUTANT_INFO.items() if ALL_PROPERTIES[m.caught_by].family == "dispatch")
