@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from cgsim.targets.base import SourceOption
+from cgsim.targets import releases
+from cgsim.targets.releases import Design, version_key
 # The errors are errors.py's; named here too for the target's callers.
 from cgsim.targets.sglang.errors import SglangAdapterError, SglangEnvironmentError
 
@@ -55,15 +57,6 @@ INSTALL_HINT = "bash scripts/install_sglang.sh VENV [VERSION] (docs/sglang.md)"
 # --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Design:
-    """The releases from ``first`` on follow ruleset ``ruleset`` (until the next row)."""
-
-    first: str
-    ruleset: str
-    code: str  # where in sglang the design shows
-
-
 DESIGNS: tuple[Design, ...] = (
     Design("0.5.20", "sglang-0.5.20",
            "runner/prefill_cuda_graph_runner.py PrefillCudaGraphRunner.__init__: capture_num_tokens = "
@@ -80,16 +73,9 @@ DESIGNS: tuple[Design, ...] = (
 OLDEST = DESIGNS[0].first
 
 
-def version_key(version: str) -> tuple[int, ...]:
-    """(major, minor, patch) of a version string; local and dev parts ignored."""
-    nums = [int(x) for x in re.findall(r"\d+", version.split("+")[0])[:3]]
-    return tuple(nums + [0] * (3 - len(nums)))
-
-
 def design_for(version: str) -> Design | None:
-    key = version_key(version)
-    rows = [d for d in DESIGNS if version_key(d.first) <= key]
-    return rows[-1] if rows else None
+    """The design of DESIGNS that ``version`` follows (None: older than cgsim drives)."""
+    return releases.design_for(DESIGNS, version)
 
 
 # --------------------------------------------------------------------------

@@ -10,18 +10,14 @@ by a failure no documented defect explains.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from cgsim.config import ManagerConfig
 from cgsim.spec import sglang as rules
+from cgsim.targets.releases import in_range
 
 __all__ = ["KnownDefect", "KNOWN_DEFECTS", "explains", "classify", "label"]
-
-
-def _v(version: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", version.split("+")[0])[:3])
 
 
 @dataclass(frozen=True)
@@ -35,8 +31,7 @@ class KnownDefect:
     matches: Callable[[Mapping[str, Any], ManagerConfig], bool]  # (the violation's facts, config)
 
     def present_in(self, version: str) -> bool:
-        v = _v(version)
-        return v >= _v(self.first) and (self.fixed is None or v < _v(self.fixed))
+        return in_range(version, self.first, self.fixed)
 
 
 def _bcg_output(facts: Mapping[str, Any], config: ManagerConfig) -> bool:

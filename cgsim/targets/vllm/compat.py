@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from cgsim.targets.base import TargetEnvironmentError, TargetUnsupported
+from cgsim.targets import releases
+from cgsim.targets.releases import Design, version_key
 from cgsim.targets.vllm.source import SourceTree, active_source, apply_source, source_from_environment
 from cgsim.text import first_line
 
@@ -81,15 +83,6 @@ class VllmUnsupportedConfig(TargetUnsupported):
 # --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Design:
-    """The releases from ``first`` on follow ruleset ``ruleset`` (until the next row)."""
-
-    first: str
-    ruleset: str
-    code: str  # where in vLLM the design shows
-
-
 DESIGNS: tuple[Design, ...] = (
     Design("0.20.0", "vllm-0.20",
            "config/compilation.py CompilationConfig.resolve_cudagraph_mode_and_sizes rounds the capture sizes "
@@ -118,16 +111,9 @@ DESIGNS: tuple[Design, ...] = (
 OLDEST = DESIGNS[0].first
 
 
-def version_key(version: str) -> tuple[int, ...]:
-    """(major, minor, patch) of a version string; local parts (+cpu, +12.gabc) ignored."""
-    nums = [int(x) for x in re.findall(r"\d+", version.split("+")[0])[:3]]
-    return tuple(nums + [0] * (3 - len(nums)))
-
-
 def design_for(version: str) -> Design | None:
-    key = version_key(version)
-    rows = [d for d in DESIGNS if version_key(d.first) <= key]
-    return rows[-1] if rows else None
+    """The design of DESIGNS that ``version`` follows (None: older than cgsim drives)."""
+    return releases.design_for(DESIGNS, version)
 
 
 def ruleset_for_version(version: str) -> str:

@@ -18,12 +18,9 @@ from cgsim.config import ManagerConfig
 from cgsim.descriptors import BatchDescriptor
 from cgsim.finding import Finding
 from cgsim.modes import CUDAGraphMode
+from cgsim.targets.releases import in_range
 
 __all__ = ["KnownDefect", "KNOWN_DEFECTS", "classify", "label", "present_in", "stopped_by"]
-
-
-def _v(version: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", version)[:3])
 
 
 @dataclass(frozen=True)
@@ -51,15 +48,13 @@ class KnownDefect:
     manager_level: tuple[tuple[str, str | None], ...] = ()
 
     def present_in(self, version: str) -> bool:
-        v = _v(version)
-        return v >= _v(self.first) and (self.fixed is None or v < _v(self.fixed))
+        return in_range(version, self.first, self.fixed)
 
     def reachable_in(self, version: str) -> bool:
         """Its documented finding reproduces there, through vLLM's front door."""
-        v = _v(version)
-        blocked = any(v >= _v(lo) and (hi is None or v < _v(hi)) for lo, hi in self.manager_level)
+        blocked = any(in_range(version, lo, hi) for lo, hi in self.manager_level)
         return self.present_in(version) and not blocked and (
-            self.reachable_from is None or v >= _v(self.reachable_from))
+            self.reachable_from is None or in_range(version, self.reachable_from, None))
 
 
 def _decode_lengths(cfg: ManagerConfig) -> int:
