@@ -21,6 +21,7 @@ row's design; one older than the first is refused.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
 import importlib
@@ -434,6 +435,68 @@ def unsupported_reason(config: Any, caps: Capabilities) -> str | None:
     if config.num_ubatches > 1 and not caps.dbo:
         return f"num_ubatches {config.num_ubatches}: vLLM {v} has no micro-batching (DBO) in MRV2"
     return None
+
+
+# --------------------------------------------------------------------------
+# What the engine core and the model runner make of a VllmConfig
+# --------------------------------------------------------------------------
+
+ENGINE_CORE = "vllm.v1.engine.core"
+UBATCH_UTILS = "vllm.v1.worker.gpu.ubatch_utils"
+
+
+def worker_config(vc: Any) -> Any:
+    """The VllmConfig an engine core's worker reads: a non-MoE model's
+    data-parallel ranks run as independent engines, each reconfigured to one
+    rank (v1/engine/core.py run_engine_core: ``reconfigure_for_independent_dp_rank``),
+    by vLLM's own method on a copy; ``vc`` itself is left as vLLM built it."""
+    # (Trees before the method, 0.20-0.27, hand the worker the launch's data-parallel size.)
+    return vc if vc.model_config.is_moe else one_rank_view(vc)
+
+
+def one_rank_view(vc: Any) -> Any:
+    """``vc`` as one data-parallel rank's manager is built from it here: one
+    rank, by vLLM's ``reconfigure_for_independent_dp_rank`` on a copy.  A
+    stand-in: cgsim runs one rank, and the manager reads the data-parallel
+    size only for the token counts across ranks it hands the forward context
+    (cudagraph_utils.py ``dp_size``: padding tensors the toy model ignores)."""
+    pc = vc.parallel_config
+    reconfigure = getattr(type(pc), "reconfigure_for_independent_dp_rank", None)
+    if pc.data_parallel_size <= 1 or reconfigure is None:
+        return vc
+    one_pc = copy.copy(pc)
+    reconfigure(one_pc)
+    one = copy.copy(vc)
+    object.__setattr__(one, "parallel_config", one_pc)
+    return one
+
+
+class _BuiltMarker:
+    """Stands for the UBatchRunner ``maybe_build_ubatch_runner`` decided to build."""
+
+
+def builds_ubatch_runner(worker_vc: Any) -> bool | None:
+    """Whether the V2 model runner builds its micro-batch runner for this
+    worker config, asked of vLLM's own ``maybe_build_ubatch_runner``
+    (v1/worker/gpu/ubatch_utils.py, 0.30+: only with more than one DP rank)
+    with the runner's constructor stood in by a marker; the manager makes
+    micro-batch graphs only with that runner (cudagraph_utils.py
+    ``_maybe_ubatch_twin``).  None: the tree has no such function."""
+    try:
+        mod = importlib.import_module(UBATCH_UTILS)
+    except ImportError:
+        return None
+    build = getattr(mod, "maybe_build_ubatch_runner", None)
+    if build is None or not hasattr(mod, "UBatchRunner"):
+        return None
+    real = mod.UBatchRunner
+    mod.UBatchRunner = lambda *_args, **_kwargs: _BuiltMarker()
+    try:
+        # Only its gate runs: the device, model state, attention groups and KV-cache config go to the constructor.
+        with warnings_off():
+            return isinstance(build(worker_vc, None, None, None, None, 0), _BuiltMarker)
+    finally:
+        mod.UBatchRunner = real
 
 
 # --------------------------------------------------------------------------

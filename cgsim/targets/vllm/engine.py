@@ -29,9 +29,11 @@ from typing import Any, Iterator
 from cgsim.config import ManagerConfig
 from cgsim.modes import AttentionSupport, CUDAGraphMode
 from cgsim.targets.base import TargetUnsupported
+from cgsim.targets.vllm.compat import builds_ubatch_runner, worker_config
 from cgsim.text import first_line
 
 __all__ = ["EngineLaunch", "EngineRefused", "launch_for", "engine_config", "manager_config", "reach", "check_reached",
+           "check_launch",
            "token_sizes", "default_capture_sizes", "takes_dynamic_schedule", "runs_v2_runner", "launched",
            "v2_runner_env", "TOY_ROOT", "CHECKPOINTS"]
 
@@ -181,10 +183,13 @@ def launch_for(config: ManagerConfig, release: bool = False) -> EngineLaunch:
         args["dbo_prefill_token_threshold"] = config.ubatch_threshold
         args["all2all_backend"] = "deepep_low_latency"  # the micro-batching all2all backends
     model = DENSE
-    if release:
+    if config.num_ubatches > 1 or release:
+        # Micro-batches need a second data-parallel rank (ubatch_utils.py maybe_build_ubatch_runner), and
+        # only a MoE model's ranks stay one engine (v1/engine/core.py: a dense model's run independently).
         model = MOE
-        args.update(enable_expert_parallel=True, enable_eplb=True, enable_elastic_ep=True, data_parallel_size=2,
-                    eplb_config={"use_async": False})
+        args.update(enable_expert_parallel=True, data_parallel_size=2)
+    if release:
+        args.update(enable_eplb=True, enable_elastic_ep=True, eplb_config={"use_async": False})
     env = v2_runner_env()
     if config.breakable:
         env[BREAKABLE_ENV] = "1"
@@ -349,6 +354,9 @@ def manager_config(vc: Any, requested: ManagerConfig) -> ManagerConfig:
     changes["varlen_decode"] = bool(sc is not None and getattr(sc, "enable_adaptive_verification", False))
     changes["lora_cases"] = _lora_cases(vc, requested)
     use_ubatching = bool(getattr(pc, "use_ubatching", False) or getattr(pc, "enable_dbo", False))
+    runner_builds = builds_ubatch_runner(worker_config(vc))
+    if runner_builds is not None:  # the runner's own decision, on the config its engine core hands it
+        use_ubatching = runner_builds
     changes["num_ubatches"] = int(getattr(pc, "num_ubatches", 2)) if use_ubatching else 1
     if use_ubatching:
         changes["ubatch_threshold"] = int(pc.dbo_decode_token_threshold)
@@ -419,11 +427,18 @@ def check_reached(config: ManagerConfig, release: bool = False) -> Any:
     """The VllmConfig of ``config``'s launch, where vLLM builds ``config``'s
     manager from it; EngineRefused naming the difference where it builds
     another one."""
+    return check_launch(launch_for(config, release), config)
+
+
+def check_launch(launch: EngineLaunch, config: ManagerConfig) -> Any:
+    """The VllmConfig of ``launch`` (a finding's recorded one, say), where
+    vLLM builds ``config``'s manager from it; EngineRefused naming the
+    difference where it builds another one."""
     from cgsim.spec.rulesets import RulesetRejects, get_ruleset  # noqa: PLC0415
     from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
 
-    vc = engine_config(launch_for(config, release))
-    reached = reach(config, release)
+    vc = engine_config(launch)
+    reached = manager_config(vc, config)
     design = get_ruleset(require_vllm().ruleset)
     try:
         # Both as the design sees them (the runner's adaptive-verification
@@ -432,8 +447,18 @@ def check_reached(config: ManagerConfig, release: bool = False) -> Any:
     except RulesetRejects as exc:
         raise EngineRefused(f"not reachable: {exc}") from None
     if _projection(built) != _projection(expected):
-        raise EngineRefused(f"not reachable: from these engine arguments vLLM builds {_difference(expected, built)}")
+        raise EngineRefused(f"not reachable: from these engine arguments vLLM builds {_difference(expected, built)}"
+                            + _why_no_ubatches(vc, expected, built))
     return vc
+
+
+def _why_no_ubatches(vc: Any, expected: ManagerConfig, built: ManagerConfig) -> str:
+    """vLLM's reason where the launch asks for micro-batching its runner does not build."""
+    if expected.num_ubatches == 1 or built.num_ubatches != 1 or not getattr(vc.parallel_config, "use_ubatching", False):
+        return ""
+    return ("; the model runner builds no micro-batch runner for it (v1/worker/gpu/ubatch_utils.py "
+            "maybe_build_ubatch_runner: micro-batching needs the data-parallel handshake, so more than one "
+            "data-parallel rank of one engine, which a dense model's ranks are not: v1/engine/core.py)")
 
 
 def _difference(config: ManagerConfig, reached: ManagerConfig) -> str:

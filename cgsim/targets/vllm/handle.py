@@ -50,6 +50,7 @@ from cgsim.targets.vllm.compat import (
     Capabilities,
     VllmEnvironmentError,
     VllmUnsupportedConfig,
+    one_rank_view,
     unsupported_reason,
     vllm_process_patches,
 )
@@ -119,8 +120,9 @@ ROUNDING_REJECTED = "No valid cudagraph sizes after rounding"
 def build_vllm_config(config: ManagerConfig) -> Any:
     """The VllmConfig vLLM's own config path builds from the engine arguments
     ``config`` stands for (a copy: the runner's resolution writes into it);
-    EngineRefused where vLLM refuses them or builds another manager config."""
-    return copy.deepcopy(check_reached(config))
+    EngineRefused where vLLM refuses them or builds another manager config.
+    The manager is one data-parallel rank's (``one_rank_view``)."""
+    return copy.deepcopy(one_rank_view(check_reached(config)))
 
 
 def resolve_with_vllm(vc: Any, config: ManagerConfig, caps: Capabilities) -> Any:

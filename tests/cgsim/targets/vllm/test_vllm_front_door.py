@@ -96,6 +96,33 @@ def test_a_release_needs_an_elastic_expert_parallel_launch():
         assert reason is not None and "elastic expert parallelism" in reason
 
 
+def test_micro_batching_is_reached_only_with_data_parallel_ranks_of_one_engine():
+    """vLLM's V2 runner builds its micro-batch runner only with more than one
+    data-parallel rank (ubatch_utils.py maybe_build_ubatch_runner), and a
+    dense model's ranks run as independent one-rank engines (v1/engine/core.py):
+    a DBO launch without a MoE model on DP >= 2 builds a manager without
+    micro-batch graphs, so a micro-batched config is reached only by the MoE,
+    DP 2, expert-parallel launch."""
+    if not CAPS.dbo:
+        pytest.skip(f"vLLM {CAPS.version} has no micro-batching in MRV2")
+    from cgsim.targets.vllm.engine import EngineLaunch, check_launch, check_reached
+
+    cfg = ManagerConfig(mode="FULL_DECODE_ONLY", capture_sizes=(1, 2, 4, 8), max_num_reqs=8, num_ubatches=2,
+                        ubatch_threshold=2)
+    launch = launch_for(cfg)
+    args = launch.kwargs()
+    assert args["data_parallel_size"] == 2 and args["enable_expert_parallel"] and launch.model == "moe"
+    assert reach(cfg).num_ubatches == 2
+    check_reached(cfg)
+    no_dp = {k: v for k, v in args.items() if k not in ("data_parallel_size", "enable_expert_parallel")}
+    attention = (launch.attention[0], json.loads(launch.attention[1])) if launch.attention else None
+    for model, extra in (("dense", {}), ("moe", {}), ("dense", {"data_parallel_size": 2})):
+        other = EngineLaunch.of(model, {**no_dp, **extra}, dict(launch.env), attention)
+        assert engine_config(other).parallel_config.use_ubatching  # vLLM accepts the launch ...
+        with pytest.raises(EngineRefused, match="num_ubatches=1.*maybe_build_ubatch_runner"):
+            check_launch(other, cfg)  # ... and builds no micro-batched graphs from it
+
+
 def test_every_finding_launch_is_one_vllm_starts_with_on_the_v2_runner(tmp_path):
     """Each finding a campaign here reports (60 scenarios) records engine
     arguments and environment vLLM's own config path builds for the V2
