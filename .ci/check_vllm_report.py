@@ -8,7 +8,9 @@ when it was found, cgsim.targets.vllm.known): a documented defect of that
 release, or null.  A null one is a new vLLM defect to document or a cgsim
 bug to fix: exit 1, naming it.  Every finding also carries the launch that
 reaches it: vLLM's own config path (on the vLLM here) must build it for its
-V2 model runner, else exit 1.  No report (the campaign could not run):
+V2 model runner, into the manager config the finding's scenario judges
+(micro-batched graphs only where its runner builds a micro-batch runner,
+say), else exit 1.  No report (the campaign could not run):
 exit 2.
 """
 
@@ -31,7 +33,7 @@ def main(argv):
     env = summary.get("settings", {}).get("environment", {})
     findings = summary.get("findings", [])
     unknown = [f for f in findings if not f.get("known_defect")]
-    unreached = [f for f in findings if not _starts(f.get("launch"))]
+    unreached = [f for f in findings if not _starts(f.get("launch"), f.get("scenario"))]
     for f in findings:
         print(f"{f['property']}: {f.get('known_defect') or 'NOT A DOCUMENTED DEFECT'}  ({f['id']})")
     for f in unreached:
@@ -44,17 +46,21 @@ def main(argv):
     return 1 if unknown or unreached else 0
 
 
-def _starts(launch):
-    """vLLM's EngineArgs build the launch for the V2 model runner."""
-    if not launch:
+def _starts(launch, scenario):
+    """vLLM's EngineArgs build the launch for the V2 model runner, and the
+    runner builds the scenario's manager config from it."""
+    if not launch or not scenario:
         return False
+    from cgsim.scenario import Scenario
     from cgsim.targets.base import TargetUnsupported
     from cgsim.targets.vllm.compat import require_vllm
-    from cgsim.targets.vllm.engine import EngineLaunch, runs_v2_runner
+    from cgsim.targets.vllm.engine import EngineLaunch, check_launch, runs_v2_runner
 
     require_vllm()
+    built = EngineLaunch.of(launch["toy_model"], launch["args"], launch["env"])
     try:
-        return runs_v2_runner(EngineLaunch.of(launch["toy_model"], launch["args"], launch["env"]))
+        check_launch(built, Scenario.from_json(scenario).config)
+        return runs_v2_runner(built)
     except TargetUnsupported:
         return False
 

@@ -123,6 +123,32 @@ def test_micro_batching_is_reached_only_with_data_parallel_ranks_of_one_engine()
             check_launch(other, cfg)  # ... and builds no micro-batched graphs from it
 
 
+def test_cis_report_check_refuses_a_finding_whose_launch_builds_another_manager(tmp_path):
+    """.ci/check_vllm_report.py: a finding counts only where its recorded
+    launch builds the manager config its scenario judges (#8's JSON with the
+    launch before micro-batching needed data parallelism: not reachable)."""
+    if not CAPS.dbo:
+        pytest.skip(f"vLLM {CAPS.version} has no micro-batching in MRV2")
+    finding = json.load(open(os.path.join(ROOT, "docs", "findings", "init-total-e28a0e026e.json")))
+    finding["known_defect"] = "#8"
+    stale = json.loads(json.dumps(finding))
+    args = stale["launch"]["args"]
+    del args["data_parallel_size"], args["enable_expert_parallel"]
+    stale["launch"]["toy_model"] = "dense"
+
+    def check(f: dict) -> subprocess.CompletedProcess:
+        report = tmp_path / f["launch"]["toy_model"]
+        report.mkdir()
+        (report / "summary.json").write_text(json.dumps({"scenarios": 1, "findings": [f]}))
+        return subprocess.run([sys.executable, os.path.join(ROOT, ".ci", "check_vllm_report.py"), str(report)],
+                              cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True,
+                              timeout=600)
+
+    good, bad = check(finding), check(stale)
+    assert good.returncode == 0, (good.stdout[-1500:], good.stderr[-1500:])
+    assert bad.returncode == 1 and "1 not reachable" in bad.stdout, (bad.stdout[-1500:], bad.stderr[-1500:])
+
+
 def test_every_finding_launch_is_one_vllm_starts_with_on_the_v2_runner(tmp_path):
     """Each finding a campaign here reports (60 scenarios) records engine
     arguments and environment vLLM's own config path builds for the V2
