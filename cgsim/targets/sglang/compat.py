@@ -123,7 +123,10 @@ class ValidationInput:
 # LoRA checks of lora_hook.check_lora_server_args, ...).  With --model-path dummy,
 # arg_groups/pipeline.py run_resolution_pipeline returns right after
 # handle_hardware_runtime_validation, so four fields the check reads are unset
-# (None): the check would raise TypeError on them, not refuse the launch.
+# (None): the check would raise TypeError on them, not refuse the launch.  The
+# check's other platform probes (get_platform().is_hip in lora_hook._check_v2_lora_modes,
+# .is_npu for --model-impl mindspore) answer on a CPU host what they answer on an
+# NVIDIA GPU (False) and run unpatched.
 VALIDATION_INPUTS: tuple[ValidationInput, ...] = (
     ValidationInput(
         "missing-defaults", "served_model_name",
