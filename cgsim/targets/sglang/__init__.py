@@ -134,10 +134,16 @@ class SglangTarget:
 
     def config_strategy(self, max_size: int) -> Any:
         """Configs as sglang runs them (``strategies``), their sizes up to
-        ``max_size`` and at most 64: the campaign's strategy draws these."""
+        ``max_size`` and at most 64, only launches this tree's sglang takes
+        (no ``--lora-backend triton_v2`` before 0.5.23): the campaign's
+        strategy draws these."""
         from cgsim.targets.sglang.strategies import sglang_configs  # noqa: PLC0415
 
-        return sglang_configs(min(max_size, 64))
+        try:
+            skips_inactive = probe().nolora_from_backend
+        except SglangEnvironmentError:
+            skips_inactive = True
+        return sglang_configs(min(max_size, 64), lora_skips_inactive=skips_inactive)
 
     def build(self, config: ManagerConfig, ruleset: Ruleset, backend: Any, workload: Any) -> Any:
         self.prepare_environment()

@@ -10,6 +10,12 @@ hooks).  ``DESIGNS`` keeps only what introspection cannot see: which design
 (cgsim ruleset) a release follows, each row naming the release and the sglang
 code it comes from.
 
+``VALIDATION_INPUTS`` is how a launch reaches sglang's own start-up check
+(``ServerArgs.check_server_args``) on a CPU host without a model: each row
+names a field the check reads that sglang resolves only past the point where
+it stops for ``--model-path dummy``, which sglang code cgsim runs for it, and
+what cgsim presents where that code would probe a GPU or read the model.
+
 ``CGSIM_SGLANG_SOURCE`` (``--sglang-source``) names a source tree (a checkout's
 ``python/`` folder or an unpacked wheel) whose ``sglang`` package is imported
 instead of the installed one; the stand-ins and the runtime packages stay
@@ -23,6 +29,7 @@ import importlib.metadata
 import importlib.util
 import inspect
 import os
+import random
 import re
 import subprocess
 import sys
@@ -37,7 +44,8 @@ from cgsim.targets.releases import Design, version_key
 # The errors are errors.py's; named here too for the target's callers.
 from cgsim.targets.sglang.errors import SglangAdapterError, SglangEnvironmentError
 
-__all__ = ["SglangEnvironmentError", "SglangAdapterError", "Design", "DESIGNS", "Tree", "REQUIRED", "SOURCE_ENV", "SOURCE_OPTION",
+__all__ = ["SglangEnvironmentError", "SglangAdapterError", "Design", "DESIGNS", "ValidationInput", "VALIDATION_INPUTS",
+           "validation_inputs", "Tree", "REQUIRED", "SOURCE_ENV", "SOURCE_OPTION",
            "as_on_cpu_host", "INSTALL_HINT", "installed_version", "version_key", "design_for", "probe", "tree", "source_root",
            "apply_source", "tree_version"]
 
@@ -76,6 +84,83 @@ OLDEST = DESIGNS[0].first
 def design_for(version: str) -> Design | None:
     """The design of DESIGNS that ``version`` follows (None: older than cgsim drives)."""
     return releases.design_for(DESIGNS, version)
+
+
+# --------------------------------------------------------------------------
+# sglang's start-up check on a CPU host without a model
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ValidationInput:
+    """A field ``ServerArgs.check_server_args`` reads that the resolution
+    pipeline leaves unset for ``--model-path dummy`` (it returns before the
+    model-dependent hooks), what resolves it on a real launch, and why cgsim's
+    way of resolving it gives the value a GPU server would have."""
+
+    name: str
+    field: str
+    why: str
+
+
+# The launch path the check follows on every release cgsim drives (0.5.20-0.5.23,
+# entrypoints/engine.py): resolve_once(), then server_args.check_server_args()
+# (arg_groups/validation_hook.py check_server_args: check_two_batch_overlap, the
+# LoRA checks of lora_hook.check_lora_server_args, ...).  With --model-path dummy,
+# arg_groups/pipeline.py run_resolution_pipeline returns right after
+# handle_hardware_runtime_validation, so four fields the check reads are unset
+# (None): the check would raise TypeError on them, not refuse the launch.  The
+# check's other platform probes (get_platform().is_hip in lora_hook._check_v2_lora_modes,
+# .is_npu for --model-impl mindspore) answer on a CPU host what they answer on an
+# NVIDIA GPU (False) and run unpatched.
+VALIDATION_INPUTS: tuple[ValidationInput, ...] = (
+    ValidationInput(
+        "missing-defaults", "served_model_name",
+        "serving_hook.handle_missing_default_values (the first hook past the dummy-model return that the check "
+        "needs) is run as sglang runs it: served_model_name and tokenizer_path from --model-path (MODEL: no "
+        "colon, as the check requires of a served name), a random seed, the draft quantization default. It "
+        "reads no model. The seed is drawn from Python's random module; its state is put back afterwards, as "
+        "a campaign's strategies (which run this check) must leave it."),
+    ValidationInput(
+        "device-probe", "device",
+        "handle_missing_default_values resolves an unset --device by serving_hook.get_device(), which probes "
+        "torch.cuda (and other accelerators) and says 'cpu' on a CPU host. cgsim's runners run on its CUDA "
+        "device (the mock is torch.cuda; the agreement corpus runs them on H100/H200), so get_device answers "
+        "'cuda' inside that hook only. The check reads device for --load-format instanttensor, the intel_xpu "
+        "sampling backend, watermarking and quantized communications, none of which a cgsim launch sets."),
+    ValidationInput(
+        "page-size", "page_size",
+        "overrides._page_size_default, a post-process pass the pipeline runs after the attention backend is "
+        "chosen, is run as sglang runs it: without --page-size it answers 1 unless the platform is MUSA (64) or "
+        "ROCm with the AITER 5D KV layout (64); a CPU host and a CUDA one both give 1. The check asserts "
+        "chunked_prefill_size % page_size == 0."),
+    ValidationInput(
+        "chunked-prefill-size", "chunked_prefill_size",
+        "memory_hook.handle_gpu_memory_settings picks it from the GPU's memory (get_device_memory_capacity) and "
+        "then reads the model's config (model_config_of) for mem_fraction_static, so it cannot run here. cgsim "
+        "presents its choice for the GPUs cgsim's CUDA runs use: 8192, for every capacity from 60 to 160 GB "
+        "(H100 80 GB, H200 141 GB; 0.5.20-0.5.23 alike). The check reads it only against page_size (above)."),
+)
+
+
+def validation_inputs(server_args: Any) -> None:
+    """Resolve ``VALIDATION_INPUTS`` on a ServerArgs that ``resolve_once``
+    resolved for ``--model-path dummy``, before ``check_server_args``."""
+    serving = importlib.import_module("sglang.srt.arg_groups.serving_hook")
+    overrides = importlib.import_module("sglang.srt.arg_groups.overrides")
+    run_hook = importlib.import_module("sglang.srt.arg_groups.resolution_hooks").run_hook
+    probe_device = serving.get_device
+    serving.get_device = lambda *_a, **_k: "cuda"  # device-probe
+    state = random.getstate()
+    try:
+        run_hook(serving.handle_missing_default_values, server_args)  # missing-defaults
+    finally:
+        serving.get_device = probe_device
+        random.setstate(state)
+    overrides.run_post_process_pass(server_args, overrides._page_size_default)  # page-size
+    if overrides.resolving_view(server_args).chunked_prefill_size is None:  # chunked-prefill-size
+        overrides.declare_resolution(server_args, "cgsim: handle_gpu_memory_settings on an 80-141 GB GPU",
+                                     chunked_prefill_size=8192)
 
 
 # --------------------------------------------------------------------------

@@ -29,9 +29,22 @@ class KnownDefect:
     fixed: str | None  # first release without it; None: not fixed
     properties: frozenset[str]
     matches: Callable[[Mapping[str, Any], ManagerConfig], bool]  # (the violation's facts, config)
+    # Releases [first, until) where no launch sglang accepts reaches it: its
+    # start-up check (ServerArgs.check_server_args) refuses every launch the
+    # driver runs it with (docs/sglang.md, "Manager-level only"); until None:
+    # every release from first.  Its findings are still labelled (a replay, a
+    # hand-written scenario), campaigns no longer draw them.
+    manager_level: tuple[tuple[str, str | None], ...] = ()
+    blocked_by: str | None = None  # the sglang code that refuses its launches
 
     def present_in(self, version: str) -> bool:
         return in_range(version, self.first, self.fixed)
+
+    def reachable_in(self, version: str) -> bool:
+        """A launch sglang accepts shows it (as far as cgsim drives sglang)."""
+        v = _v(version)
+        blocked = any(v >= _v(lo) and (hi is None or v < _v(hi)) for lo, hi in self.manager_level)
+        return self.present_in(version) and not blocked
 
 
 def _bcg_output(facts: Mapping[str, Any], config: ManagerConfig) -> bool:
@@ -51,7 +64,11 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
     KnownDefect(2, "nopad-tbo-unreachable-graph",
                 "with padding disabled and two-batch overlap, an odd --max-running-requests captures a bs no batch "
                 "has (get_batch_sizes_to_capture rounds the pool up)", "0.5.20", None,
-                frozenset({"SGL-CAPTURE-USEFUL"}), _nopad_tbo_odd_pool),
+                frozenset({"SGL-CAPTURE-USEFUL"}), _nopad_tbo_odd_pool,
+                manager_level=(("0.5.20", None),),
+                blocked_by="arg_groups/validation_hook.py check_two_batch_overlap (from ServerArgs.check_server_args): "
+                           "two-batch overlap needs attention DP or an all-to-all MoE backend, and the driver runs "
+                           "neither with it"),
 )
 
 
@@ -79,5 +96,6 @@ def label(finding: Any, version: str) -> dict:
     if d is None:
         return {"known_defect": None}
     fixed = f", fixed in {d.fixed}" if d.fixed else ", not fixed"
+    reach = "" if d.reachable_in(version) else "; manager-level only: no launch sglang accepts reaches it"
     return {"known_defect": d.name, "known_defect_doc": f"docs/sglang.md #{d.row}: {d.title} (sglang {d.first}"
-                                                        f"{fixed})"}
+                                                        f"{fixed}{reach})"}

@@ -7,11 +7,17 @@ batch overlap, DP attention, padding).  ``engine_graph_config`` hands them to
 the installed sglang: its argument parser (``ServerArgs.add_cli_args``,
 choices and types), ``ServerArgs.from_cli_args``, the resolution pipeline's
 model-independent checks (``resolve_once`` with ``--model-path dummy``, where
-sglang itself stops before loading a model) and ``handle_cuda_graph_config``,
-which builds the ``CudaGraphConfig`` the runners read.  A launch sglang
-refuses is ``TargetUnsupported`` with sglang's own reason: counted by a
-campaign, never judged.  Checks that need the model's config (architecture
-rules, memory sizing) are not run: no model is loaded here.
+sglang itself stops before loading a model), ``handle_cuda_graph_config``,
+which builds the ``CudaGraphConfig`` the runners read, and the start-up check
+a launch runs next (``ServerArgs.check_server_args``: two-batch overlap's
+requirement of attention DP or an all-to-all MoE backend, the LoRA checks,
+...), given the fields it reads that the dummy-model path leaves unset
+(``compat.VALIDATION_INPUTS``, each with why).  A launch sglang refuses is
+``TargetUnsupported`` with sglang's own reason: counted by a campaign, never
+judged.  An exception of another kind from the check is cgsim failing to
+present what it reads (``SglangAdapterError``, exit 2), never a refusal.
+Checks that need the model's config (architecture rules, memory sizing) are
+not run: no model is loaded here.
 """
 
 from __future__ import annotations
@@ -29,12 +35,14 @@ from typing import Any
 from cgsim.config import ManagerConfig
 from cgsim.spec import sglang as rules
 from cgsim.targets.base import TargetUnsupported
+from cgsim.targets.sglang.compat import SglangAdapterError, validation_inputs
 from cgsim.text import first_line
 
 __all__ = ["SglangLaunch", "launch_for", "engine_graph_config", "MODEL", "DRAFT_MODEL"]
 
 MODEL = "MODEL"  # the user's model; graph capture does not depend on which
 DRAFT_MODEL = "DRAFT_MODEL"
+LORA_RANK = 16  # the adapters' largest rank; graph capture does not depend on it
 _BACKEND_FLAG = {rules.FULL_BACKEND: "full", rules.BREAKABLE: "breakable", rules.DISABLED: "disabled"}
 
 
@@ -85,9 +93,12 @@ def launch_for(config: ManagerConfig) -> SglangLaunch:
                  str(rules.eagle_steps(config)), "--speculative-eagle-topk", str(rules.eagle_topk(config))]
     k = rules.lora_case_of(config)
     if k:
-        # The LoRA backend that skips inactive dense LoRA (record_nolora_graph) is triton_v2.
+        # The LoRA backend that skips inactive dense LoRA (record_nolora_graph) is triton_v2.  Without
+        # --lora-paths sglang needs the adapters' shape up front (lora_hook.check_lora_server_args):
+        # a rank and the target modules ("all": resolved against the model when it loads).
         args += ["--enable-lora", "--max-loras-per-batch", str(k), "--lora-backend",
-                 "triton_v2" if opts.record_nolora_graph else "triton"]
+                 "triton_v2" if opts.record_nolora_graph else "triton", "--max-lora-rank", str(LORA_RANK),
+                 "--lora-target-modules", "all"]
     return SglangLaunch(tuple(args))
 
 
@@ -119,8 +130,20 @@ def _graph_config(args: tuple[str, ...]) -> Any:
         return ("refused", f"its argument parser: {first_line(exc, 240)}")
     except (ValueError, AssertionError, TypeError, KeyError, NotImplementedError, RuntimeError) as exc:
         return ("refused", f"{type(exc).__name__}: {first_line(exc, 240)}")
-    view = importlib.import_module("sglang.srt.arg_groups.overrides").resolving_view(server_args)
-    return ("built", view.cuda_graph_config)
+    graph_config = importlib.import_module("sglang.srt.arg_groups.overrides").resolving_view(
+        server_args).cuda_graph_config
+    # What the launch does next (entrypoints/engine.py: resolve_once, then check_server_args).
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            validation_inputs(server_args)
+            server_args.check_server_args()
+    except (ValueError, AssertionError) as exc:
+        return ("refused", f"check_server_args: {type(exc).__name__}: {first_line(exc, 240)}")
+    except Exception as exc:  # noqa: BLE001 - not a refusal: cgsim did not give the check what it reads
+        raise SglangAdapterError(
+            f"sglang's check_server_args failed on what cgsim gave it ({type(exc).__name__}: {first_line(exc, 200)}; "
+            f"cgsim.targets.sglang.compat.VALIDATION_INPUTS): {' '.join(args)}") from None
+    return ("built", graph_config)
 
 
 def engine_graph_config(config: ManagerConfig, version: str) -> Any:

@@ -1,9 +1,18 @@
 """Hypothesis strategies for configs as sglang runs them (the ``sglang``
 ruleset's engine): the modes that name sglang's two runners' backends, small
 bs lists or sglang's default ladder, the request pool, a verify width, LoRA
-with one adapter case, two-batch overlap, DP attention and padding disabled
-and EAGLE's draft shape (``cgsim.config.SglangOptions``).  Shrinking goes towards one decode runner,
-no options and few sizes."""
+with one adapter case, DP attention and padding disabled and EAGLE's draft
+shape (``cgsim.config.SglangOptions``).  Shrinking goes towards one decode
+runner, no options and few sizes.
+
+Only what sglang's own start-up check takes (``launch.engine_graph_config``:
+``ServerArgs.check_server_args``) is drawn.  Two-batch overlap is not: sglang
+takes it only with attention DP or an all-to-all MoE backend
+(``validation_hook.check_two_batch_overlap``), and the driver runs neither
+with it (its DP ranks run plain decode; an a2a backend puts the runners on
+the gathered-buffer path, ``require_attn_tp_gather``, which one fake rank
+does not stand for).  Every two-batch-overlap config the driver runs is a
+launch sglang refuses."""
 
 from __future__ import annotations
 
@@ -24,23 +33,20 @@ SGLANG_MODES = (M.FULL_DECODE_ONLY, M.FULL_AND_PIECEWISE, M.FULL_DECODE_ONLY, M.
 
 
 @st.composite
-def sglang_configs(draw, max_size: int = 64) -> ManagerConfig:
+def sglang_configs(draw, max_size: int = 64, lora_skips_inactive: bool = True) -> ManagerConfig:
+    """``lora_skips_inactive``: the tree has a LoRA backend that skips inactive
+    dense LoRA (``--lora-backend triton_v2``, ``compat.Tree.nolora_from_backend``);
+    without it that choice is refused by sglang's parser and not drawn."""
     mode = draw(st.sampled_from(SGLANG_MODES))
     sizes = tuple(sorted(draw(st.lists(st.integers(1, max_size), min_size=1, max_size=5, unique=True))))
     top = max(sizes)
-    num_ubatches = draw(st.sampled_from((1, 1, 2)))
-    # Servers usually admit more requests than their largest graph holds.  Under
-    # two-batch overlap the pool is rounded up to an even count: odd pools below
-    # the largest size often, where the rounding decides the largest graph.
-    pools = [st.integers(1, max(1, min(32, top + 4))), st.integers(top, top + 8)]
-    if num_ubatches == 2:
-        pools.append(st.integers(0, max(0, (top - 2) // 2)).map(lambda k: 2 * k + 1))
-    max_num_reqs = draw(st.one_of(*pools))
-    # The driver's DP ranks run without two-batch overlap (cgsim.targets.sglang).
-    dp = draw(st.sampled_from((1, 1, 1, 2, 3))) if num_ubatches == 1 else 1
-    # Two-batch overlap aligns verify graphs by requests, not tokens: draw it with a verify width often.
+    # No two-batch overlap: sglang refuses every such launch the driver runs (above).
+    num_ubatches = 1
+    # Servers usually admit more requests than their largest graph holds.
+    max_num_reqs = draw(st.one_of(st.integers(1, max(1, min(32, top + 4))), st.integers(top, top + 8)))
+    dp = draw(st.sampled_from((1, 1, 1, 2, 3)))
     # 3 and 4 draft tokens: EAGLE with more than one draft step, where the server builds a draft decode runner.
-    q = draw(st.sampled_from((1, 2, 4, 2) if num_ubatches == 2 else (1, 1, 1, 2, 3, 4)))
+    q = draw(st.sampled_from((1, 1, 1, 2, 3, 4)))
     lora_cases = draw(st.sampled_from(((0,), (0,), (0, 1), (0, 3))))
     # EAGLE's draft shape: a chain (topk 1, draft tokens - 1 steps) mostly, else
     # topk > 1 trees with their own step count; the launch decides what sglang takes.
@@ -51,7 +57,7 @@ def sglang_configs(draw, max_size: int = 64) -> ManagerConfig:
         dp_size=dp,
         disable_padding=draw(st.integers(0, 3)) == 3,
         default_bs_list=draw(st.integers(0, 3)) == 3,
-        record_nolora_graph=draw(st.booleans()),
+        record_nolora_graph=draw(st.booleans()) if lora_skips_inactive else False,
         # Few request slots often: a FULL prefill graph must refuse batches of more requests.
         full_prefill_max_req=draw(st.one_of(st.none(), st.integers(1, min(max_num_reqs, 3)),
                                             st.integers(1, max_num_reqs))),

@@ -251,12 +251,74 @@ def test_lora_in_breakable_prefill_graphs_reads_every_request_adapter():
 
 
 def test_padding_disabled_with_two_batch_overlap_captures_a_graph_no_batch_uses():
-    """A real (minor) defect of sglang 0.5.23 (docs/sglang.md): the request
-    pool is rounded up to the alignment also when padding is disabled."""
+    """A (minor) defect of sglang's runners, manager-level only (docs/sglang.md
+    #2): the request pool is rounded up to the alignment also when padding is
+    disabled; no launch sglang accepts gives the runners this config."""
+    from cgsim.targets import TargetUnsupported
+
     c = cfg(capture_sizes=(2,), max_num_reqs=1, num_ubatches=2, ubatch_threshold=2, sglang={"disable_padding": True})
     _, trace, verdict = run(c, C, D(decode(1)))
     assert not trace.errors
     assert [v.property for v in verdict.violations] == ["SGL-CAPTURE-USEFUL"]
+    with pytest.raises(TargetUnsupported, match="check_server_args"):
+        SglangTarget().engine_config(c)
+
+
+def test_two_batch_overlap_without_attention_dp_or_a2a_is_not_reachable_with_sglangs_reason():
+    """sglang's start-up check decides what is reachable: two-batch overlap
+    needs attention DP or an all-to-all MoE backend (check_two_batch_overlap,
+    called by ServerArgs.check_server_args on every launch)."""
+    from cgsim.targets import TargetUnsupported
+    from cgsim.targets.sglang.launch import engine_graph_config
+
+    tbo = cfg(capture_sizes=(2, 4), max_num_reqs=4, num_ubatches=2, ubatch_threshold=2)
+    with pytest.raises(TargetUnsupported) as info:
+        SglangTarget().engine_config(tbo)
+    reason = str(info.value)
+    assert "check_server_args: ValueError: When enabling two batch overlap without an EP a2a backend" in reason
+    assert "--enable-two-batch-overlap" in reason and "\n" not in reason
+    # With attention DP sglang's check takes it (the driver does not run DP ranks with two-batch overlap).
+    built = engine_graph_config(cfg(capture_sizes=(2, 4), max_num_reqs=4, num_ubatches=2, ubatch_threshold=2,
+                                    sglang={"dp_size": 2}), VERSION)
+    assert list(built.decode.bs) == [2, 4]
+
+
+def test_documented_findings_launches_and_sglangs_check():
+    """#1's launch passes sglang's start-up check; #2's is refused by it
+    (manager-level only, docs/sglang.md)."""
+    import json
+
+    from cgsim.targets import TargetUnsupported
+    from cgsim.targets.sglang.known import KNOWN_DEFECTS
+
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "docs", "sglang-findings")
+    verdicts = {}
+    for path in sorted(glob.glob(os.path.join(root, "*.json"))):
+        with open(path, encoding="utf-8") as fh:
+            c = ManagerConfig.from_json(json.load(fh)["scenario"]["config"])
+        try:
+            SglangTarget().engine_config(c)
+            verdicts[os.path.basename(path)] = "accepted"
+        except TargetUnsupported as exc:
+            verdicts[os.path.basename(path)] = str(exc)
+    assert verdicts["sglang-no-crash-52cea3c636.json"] == "accepted"
+    assert "two batch overlap" in verdicts["sglang-sgl-capture-useful-b29347f218.json"]
+    assert [d.reachable_in(VERSION) for d in KNOWN_DEFECTS] == [True, False]
+
+
+def test_a_check_that_fails_on_what_cgsim_gave_it_is_the_adapters_failure(monkeypatch):
+    """Without compat.VALIDATION_INPUTS sglang's check reads fields the
+    dummy-model path leaves unset: a TypeError there is exit 2, never a refusal."""
+    from cgsim.targets.sglang import launch
+
+    assert all(row.why and row.field for row in compat.VALIDATION_INPUTS)
+    monkeypatch.setattr(launch, "validation_inputs", lambda server_args: None)
+    launch._graph_config.cache_clear()
+    try:
+        with pytest.raises(compat.SglangAdapterError, match="check_server_args failed on what cgsim gave it"):
+            launch.engine_graph_config(cfg(capture_sizes=(2,), max_num_reqs=2), VERSION)
+    finally:
+        launch._graph_config.cache_clear()
 
 
 def test_full_prefill_graphs_have_request_slots():
@@ -362,14 +424,17 @@ def test_the_documented_sglang_findings_are_there():
 def test_every_config_reads_as_a_launch_line_sglang_takes():
     from cgsim.targets.sglang.launch import engine_graph_config
 
-    c = cfg(mode="FULL", capture_sizes=(4, 8), max_num_reqs=5, num_ubatches=2, ubatch_threshold=2,
-            sglang={"full_prefill_max_req": 2, "disable_padding": True})
+    c = cfg(mode="FULL", capture_sizes=(4, 8), max_num_reqs=5, lora_cases=(0, 2),
+            sglang={"full_prefill_max_req": 2, "disable_padding": True, "record_nolora_graph": False})
     line = SglangTarget().launch(Scenario(c, (C,), ruleset=RULESET))["line"]
     assert line.startswith("python -m sglang.launch_server --model-path MODEL ")
     for flag in ("--cuda-graph-backend-decode full", "--cuda-graph-backend-prefill full", "--cuda-graph-bs-decode 4 8",
-                 "--max-running-requests 5", "--enable-two-batch-overlap", "--disable-cuda-graph-padding",
-                 '"full_prefill_max_req":2'):
+                 "--max-running-requests 5", "--disable-cuda-graph-padding", '"full_prefill_max_req":2',
+                 "--enable-lora --max-loras-per-batch 2 --lora-backend triton --max-lora-rank 16 "
+                 "--lora-target-modules all"):
         assert flag in line
+    tbo = cfg(num_ubatches=2, ubatch_threshold=2)
+    assert "--enable-two-batch-overlap" in SglangTarget().launch(Scenario(tbo, (C,), ruleset=RULESET))["line"]
     built = engine_graph_config(c, VERSION)  # what sglang's own parser and hooks build from it
     assert (built.decode.backend, list(built.decode.bs)) == ("full", [4, 8])
     assert (built.prefill.backend, built.prefill.full_prefill_max_req) == ("full", 2)
