@@ -42,9 +42,7 @@ class KnownDefect:
 
     def reachable_in(self, version: str) -> bool:
         """A launch sglang accepts shows it (as far as cgsim drives sglang)."""
-        v = _v(version)
-        blocked = any(v >= _v(lo) and (hi is None or v < _v(hi)) for lo, hi in self.manager_level)
-        return self.present_in(version) and not blocked
+        return self.present_in(version) and not any(in_range(version, lo, hi) for lo, hi in self.manager_level)
 
 
 def _bcg_output(facts: Mapping[str, Any], config: ManagerConfig) -> bool:
