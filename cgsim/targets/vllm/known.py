@@ -80,14 +80,23 @@ def _fitting_full(f: Finding) -> bool:
 def _nearest_group(f: Finding, c: ManagerConfig) -> bool:
     """#1: a decode batch misses a larger FULL graph of its shape because its
     candidates are only the nearest group by token count: one of several
-    scheduled lengths (dynamic speculative decoding), or a micro-batched
-    batch whose nearest group holds only twins of mixed descriptors (DBO)."""
-    several = (c.spec_schedule is not None and _decode_lengths(c) > 1) or (c.num_ubatches > 1 and _micro_batched(f))
-    # Its cause: the fitting graph is not in the manager's candidate list for
-    # the batch.  Where the list held one, something else rejected it.
+    scheduled lengths (dynamic speculative decoding)."""
+    several = c.spec_schedule is not None and _decode_lengths(c) > 1 and not _micro_batched(f)
+    return several and _missed_fitting_full(f)
+
+
+def _micro_batched_nearest_group(f: Finding, c: ManagerConfig) -> bool:
+    """#16: the same candidate lists, for a micro-batched decode batch whose
+    nearest group holds only twins of mixed descriptors (DBO)."""
+    return c.num_ubatches > 1 and _micro_batched(f) and _missed_fitting_full(f)
+
+
+def _missed_fitting_full(f: Finding) -> bool:
+    # The cause of #1 and #16: the fitting graph is not in the manager's
+    # candidate list for the batch.  Where the list held one, something else rejected it.
     if f.fact("fit_in_candidates") is True:
         return False
-    return several and _decode_batch(f) and _fitting_full(f)
+    return _decode_batch(f) and _fitting_full(f)
 
 
 def _desc(data: dict | None) -> BatchDescriptor | None:
@@ -232,6 +241,14 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         # On 0.25-0.28 #2's cross-mode lists lose the same FULL graph (and 0.29,
         # which groups per mode, dispatches those batches to it).
         shadowed_by=2,
+    ),
+    # Micro-batched graphs need a drafter's K + 1 here, and DBO with speculative
+    # decoding is refused before 0.34 (VllmConfig._get_dbo_unsupported_features).
+    KnownDefect(
+        16, "dbo-nearest-group",
+        "micro-batched decode batches: the nearest FULL group holds no micro-batched graph of their shape",
+        "0.30.0", None, frozenset({"DISPATCH-PRIORITY", "DISPATCH-COMPLETE"}), _micro_batched_nearest_group,
+        manager_level=(("0.30.0", "0.34.0"),),
     ),
     KnownDefect(
         2, "cross-mode-candidates", "candidate lists keyed by the nearest token count over all modes",

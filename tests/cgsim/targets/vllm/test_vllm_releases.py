@@ -221,13 +221,15 @@ def _dbo_dispatch_finding(fits: str) -> Finding:
     return Finding.from_violation(v, scenario.to_json(), "vllm", "mock", "")
 
 
-def test_dbo_decode_batches_missing_a_larger_full_graph_are_the_nearest_group_defect():
-    """Found unaided on 0.30 and 0.31 (docs/findings.md #1, its DBO paragraph):
-    no speculative schedule, the nearest group holds only twins of mixed
-    descriptors, a larger micro-batched FULL graph fits."""
+def test_dbo_decode_batches_missing_a_larger_full_graph_are_the_micro_batched_nearest_group_defect():
+    """Found unaided on 0.30 and 0.31 (docs/findings.md #16): no speculative
+    schedule, the nearest group holds only twins of mixed descriptors, a
+    larger micro-batched FULL graph fits; not fixed in 0.34, reached there."""
     found = _dbo_dispatch_finding("Desc(FULL tokens=512 reqs=128 uniform=4 loras=4 ubatches=2)")
-    for version in ("0.30.0", "0.31.0", "0.32.0"):
-        assert classify(found, version).row == 1, version
+    for version in ("0.30.0", "0.31.0", "0.32.0", "0.34.0"):
+        assert classify(found, version).row == 16, version
+    assert [classify(found, v).reachable_in(v) for v in ("0.32.0", "0.34.0")] == [False, True]
+    assert classify(found, "0.29.0") is None
     # a PIECEWISE graph that fits is not that defect's shape
     assert classify(_dbo_dispatch_finding("Desc(PIECEWISE tokens=224)"), "0.32.0") is None
 
