@@ -24,9 +24,11 @@ __all__ = ["MUTATIONS_ENV", "Mutation", "MUTATIONS", "MutationError", "install_f
 
 MUTATIONS_ENV = "CGSIM_VLLM_MUTATIONS"
 CU = "vllm.v1.worker.gpu.cudagraph_utils"
+ELASTIC = "vllm.distributed.elastic_ep.elastic_execute"
 
-# Bugs in the code every release 0.32-0.34 shares (the tests put each into the
-# installed tree and require a campaign to report it).
+# Bugs in the code every release 0.32-0.34 shares, the manager's and the paths
+# around it the engine runs (the tests put each into the installed tree and
+# require a campaign to report it).
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(CU, "        and (desc.num_reqs is None or desc.num_reqs >= num_reqs)",
              "        and (desc.num_reqs is None or desc.num_reqs > num_reqs)",
@@ -40,6 +42,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(CU, "                        forward_fn = create_forward_fn(desc, warmup=False)",
              "                        forward_fn = forward_fn",
              "capture-reuses-warmup-state", bug="the capture reuses the warmup's inputs and attention metadata"),
+    # Runner-level: the scale event's own release (elastic EP's _release_cuda_graphs), not the manager's code.
+    Mutation(ELASTIC, "manager.release_graphs()", "manager.release_graphs",
+             "scale-event-keeps-graphs", area="elastic EP scale event",
+             bug="a scale event releases none of the model's graphs before capturing again"),
 )
 
 

@@ -1,8 +1,8 @@
 """A vLLM tree with a capture or dispatch bug put in gets findings, not exit 2.
 
 Each mutation (``cgsim.targets.vllm.mutation.MUTATIONS``) is a one-line bug
-in the installed tree's own ``cudagraph_utils.py``, put in as the module is
-imported.  A short campaign (counted in scenarios, not seconds) on the
+in the installed tree's own ``cudagraph_utils.py``, or in the elastic-EP
+scale event that releases its graphs, put in as the module is imported.  A short campaign (counted in scenarios, not seconds) on the
 mutated tree must exit 1 with the bug as a finding that no documented defect
 claims, and ``fuzz doctor`` must not call the adapter broken.
 
@@ -33,6 +33,7 @@ CAUGHT_BY = {
     "compat-exact-tokens": {"DISPATCH-COMPLETE", "DISPATCH-PRIORITY", "DISPATCH-ROUNDTRIP", "DISPATCH-MINIMAL"},
     "full-captured-first": {"CAPTURE-ORDER"},
     "capture-reuses-warmup-state": {"FRESH-METADATA"},
+    "scale-event-keeps-graphs": {"RELEASE-RECAPTURE", "NO-CRASH", "CAPTURE-ONCE", "WARMUP-FIRST", "BEFORE-CAPTURE"},
 }
 
 
