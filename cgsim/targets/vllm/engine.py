@@ -427,18 +427,21 @@ def check_reached(config: ManagerConfig, release: bool = False) -> Any:
     """The VllmConfig of ``config``'s launch, where vLLM builds ``config``'s
     manager from it; EngineRefused naming the difference where it builds
     another one."""
-    return check_launch(launch_for(config, release), config)
+    return _built_as_asked(engine_config(launch_for(config, release)), reach(config, release), config)
 
 
 def check_launch(launch: EngineLaunch, config: ManagerConfig) -> Any:
     """The VllmConfig of ``launch`` (a finding's recorded one, say), where
     vLLM builds ``config``'s manager from it; EngineRefused naming the
     difference where it builds another one."""
+    vc = engine_config(launch)
+    return _built_as_asked(vc, manager_config(vc, config), config)
+
+
+def _built_as_asked(vc: Any, reached: ManagerConfig, config: ManagerConfig) -> Any:
     from cgsim.spec.rulesets import RulesetRejects, get_ruleset  # noqa: PLC0415
     from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
 
-    vc = engine_config(launch)
-    reached = manager_config(vc, config)
     design = get_ruleset(require_vllm().ruleset)
     try:
         # Both as the design sees them (the runner's adaptive-verification
