@@ -24,7 +24,9 @@ import tempfile
 
 def campaign(python: str, tree: str, seed: int, max_examples: int, source: str | None) -> dict:
     with tempfile.TemporaryDirectory() as out:
-        env = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
+        # The checkout first; what the caller's PYTHONPATH holds (an unpacked vLLM, say) after it.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (os.path.abspath(tree),
+                                                                         os.environ.get("PYTHONPATH"))))}
         if source:
             env["CGSIM_VLLM_SOURCE"] = os.path.abspath(source)
         cmd = [python, "-m", "fuzz", "run", "--target", "vllm", "--workers", "1", "--max-examples", str(max_examples),
