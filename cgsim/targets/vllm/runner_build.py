@@ -1,0 +1,536 @@
+"""vLLM's own model runner in the loop (first tier): the graphs the V2
+``GPUModelRunner`` captures for a launch.
+
+For an ``EngineLaunch`` this builds vLLM's worker-level
+``vllm/v1/worker/gpu/model_runner.py`` ``GPUModelRunner`` from the VllmConfig
+vLLM builds (``engine.engine_config``), loads cgsim's toy model through vLLM's
+model registry and loader (dummy weights), plans the KV cache with the engine
+core's own ``EngineCore._initialize_kv_caches`` (over an executor of one
+worker: this runner), and runs the runner's own ``capture_model()``.  It
+reports the graphs the runner's managers captured (``RunnerGraphs``): the main
+manager's and the speculator's, each descriptor as plain values, and whether
+the runner built a micro-batch runner.
+
+cgsim supplies only the device (its platform, ``platform.py``, over the CPU
+mock of torch.cuda), the toy model (a subclass of vLLM's Llama on the toy's
+small config), an attention backend the platform names (vLLM's Triton
+attention, run by Triton's interpreter), and a one-rank gloo process-group
+world.  Nothing of vLLM's control logic is replaced: which graphs exist, in
+which mode, with which micro-batch twins, is the runner's own decision.
+
+Each build runs in a fresh child process (``build_runner``): Triton's
+interpreter has to be chosen before vLLM is imported, vLLM's distributed world
+is per process, and the toy's registration replaces the placeholder
+``engine.register_toy_models`` puts there.  Known limit: Triton kernels under
+the interpreter write memory behind the mock's back, so a replay reads stale
+values; this tier only captures and lists graphs.
+
+What the runner raises from vLLM's frames is reported (``RunnerGraphs.raised``);
+cgsim's own setup failing is a ``VllmEnvironmentError`` (one line), never a
+finding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import types
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from cgsim.targets.vllm.compat import VllmEnvironmentError
+from cgsim.targets.vllm.engine import EngineLaunch, EngineRefused
+from cgsim.text import first_line
+
+__all__ = ["GraphEntry", "ManagerGraphs", "RunnerGraphs", "build_runner", "build_here", "confirm"]
+
+TRITON_INTERPRET = "TRITON_INTERPRET"
+CHILD_TIMEOUT_S = 900
+
+
+# --------------------------------------------------------------------------
+# What the runner captured, as plain values
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class GraphEntry:
+    """One captured graph's descriptor (vLLM's BatchExecutionDescriptor)."""
+
+    mode: str  # FULL / PIECEWISE
+    num_tokens: int
+    num_reqs: int | None
+    uniform_token_count: int | None
+    num_active_loras: int = 0
+    num_ubatches: int = 1
+
+    @classmethod
+    def of(cls, desc: Any) -> "GraphEntry":
+        def opt(name: str) -> int | None:
+            v = getattr(desc, name, None)
+            return None if v is None else int(v)
+
+        return cls(desc.cg_mode.name, int(desc.num_tokens), opt("num_reqs"), opt("uniform_token_count"),
+                   int(getattr(desc, "num_active_loras", 0) or 0), int(getattr(desc, "num_ubatches", 1) or 1))
+
+    def short(self) -> str:
+        parts = [f"{self.mode[0]}", f"t{self.num_tokens}"]
+        if self.num_reqs is not None:
+            parts.append(f"r{self.num_reqs}")
+        if self.uniform_token_count is not None:
+            parts.append(f"u{self.uniform_token_count}")
+        if self.num_active_loras:
+            parts.append(f"l{self.num_active_loras}")
+        if self.num_ubatches > 1:
+            parts.append(f"ub{self.num_ubatches}")
+        return ":".join(parts)
+
+
+@dataclass(frozen=True)
+class ManagerGraphs:
+    """One manager of the runner: its resolved mode and its captured graphs, sorted."""
+
+    name: str  # "main", or the speculator's attribute ("draft-prefill", "draft-decode", ...)
+    cls: str
+    mode: str
+    graphs: tuple[GraphEntry, ...]
+
+
+@dataclass(frozen=True)
+class RunnerGraphs:
+    """What vLLM's GPUModelRunner built and captured for one launch.
+
+    ``raised``: what vLLM raised (type, message, the vLLM frame), when the
+    runner itself failed on a config vLLM accepted; the managers are then
+    those built before the failure.  ``seconds``: (build, capture)."""
+
+    vllm_version: str
+    launch_line: str
+    managers: tuple[ManagerGraphs, ...]
+    has_ubatch_runner: bool
+    attention_backend: str
+    raised: str | None = None
+    seconds: tuple[float, float] = (0.0, 0.0)
+
+    @property
+    def main(self) -> ManagerGraphs | None:
+        return next((m for m in self.managers if m.name == "main"), None)
+
+    def manager(self, name: str) -> ManagerGraphs | None:
+        return next((m for m in self.managers if m.name == name), None)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "RunnerGraphs":
+        managers = tuple(ManagerGraphs(m["name"], m["cls"], m["mode"], tuple(GraphEntry(**g) for g in m["graphs"]))
+                         for m in d["managers"])
+        return cls(d["vllm_version"], d["launch_line"], managers, bool(d["has_ubatch_runner"]),
+                   d["attention_backend"], d.get("raised"), tuple(d.get("seconds", (0.0, 0.0))))
+
+
+def _launch_to_json(launch: EngineLaunch) -> dict:
+    return {"model": launch.model, "args": [list(a) for a in launch.args], "env": [list(e) for e in launch.env],
+            "attention": list(launch.attention) if launch.attention else None}
+
+
+def _launch_from_json(d: dict) -> EngineLaunch:
+    return EngineLaunch(d["model"], tuple(tuple(a) for a in d["args"]), tuple(tuple(e) for e in d["env"]),
+                        tuple(d["attention"]) if d.get("attention") else None)
+
+
+# --------------------------------------------------------------------------
+# The front: one child process per build
+# --------------------------------------------------------------------------
+
+
+def build_runner(launch: EngineLaunch, timeout_s: float = CHILD_TIMEOUT_S) -> RunnerGraphs:
+    """The graphs vLLM's GPUModelRunner captures for ``launch``, built in a
+    fresh child process.  EngineRefused: vLLM refuses the launch;
+    VllmEnvironmentError: cgsim's setup failed (one line)."""
+    with tempfile.TemporaryDirectory(prefix="cgsim-runner-") as tmp:
+        src, out = os.path.join(tmp, "launch.json"), os.path.join(tmp, "result.json")
+        with open(src, "w") as f:
+            json.dump(_launch_to_json(launch), f)
+        env = dict(os.environ)
+        env[TRITON_INTERPRET] = "1"
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "cgsim.targets.vllm.runner_build", src, out], env=env,
+                                  capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise VllmEnvironmentError(f"building vLLM's model runner took over {timeout_s:.0f} s") from None
+        if not os.path.exists(out):
+            tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
+            raise VllmEnvironmentError(f"the runner-build child died (exit {proc.returncode}): {tail[0][:300]}")
+        with open(out) as f:
+            result = json.load(f)
+    kind = result.get("kind")
+    if kind == "graphs":
+        return RunnerGraphs.from_json(result["graphs"])
+    if kind == "refused":
+        raise EngineRefused(result["message"])
+    raise VllmEnvironmentError(result.get("message", "the runner-build child reported nothing"))
+
+
+def _child_main(src: str, out: str) -> int:
+    with open(src) as f:
+        launch = _launch_from_json(json.load(f))
+    try:
+        result: dict = {"kind": "graphs", "graphs": build_here(launch).to_json()}
+    except EngineRefused as exc:
+        result = {"kind": "refused", "message": str(exc)}
+    except VllmEnvironmentError as exc:
+        result = {"kind": "environment", "message": first_line(exc, 400)}
+    except BaseException as exc:  # noqa: BLE001 - cgsim's own frames: the environment, never a finding
+        traceback.print_exc()
+        result = {"kind": "environment",
+                  "message": f"cgsim's runner build failed ({type(exc).__name__}: {first_line(exc, 300)}{_where(exc)})"}
+    with open(out, "w") as f:
+        json.dump(result, f)
+    return 0
+
+
+# --------------------------------------------------------------------------
+# In the child: the build itself
+# --------------------------------------------------------------------------
+
+
+def build_here(launch: EngineLaunch) -> RunnerGraphs:
+    """Build and capture in this process (which must not have imported vLLM
+    without Triton's interpreter: ``build_runner`` runs this in a child)."""
+    _triton_interpreter()
+    from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
+    from cgsim.targets.vllm.engine import engine_config  # noqa: PLC0415
+
+    caps = require_vllm()
+    _check_triton()
+    vc = copy.deepcopy(engine_config(launch))
+    _register_toy_model(launch.model)
+    from cgsim.backends import get_backend  # noqa: PLC0415
+
+    backend = get_backend("mock")
+    state: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    raised = None
+    with _launch_env(launch), backend.activate(), _runner_patches(backend), _one_rank_world(vc):
+        try:
+            runner = _build_runner(vc, backend, state)
+            t1 = time.perf_counter()
+            with _vllm_frames("capture_model"):
+                runner.capture_model()
+        except _VllmRaised as exc:
+            raised = exc.text
+            t1 = state.get("t_built", time.perf_counter())
+        t2 = time.perf_counter()
+        runner = state.get("runner")
+        managers = _managers(runner) if runner is not None else ()
+        has_ubatch = getattr(runner, "ubatch_runner", None) is not None
+        attn = _attention_backend_name(runner)
+    return RunnerGraphs(caps.version, launch.line(), managers, has_ubatch, attn, raised,
+                        (round(t1 - t0, 2), round(t2 - t1, 2)))
+
+
+class _VllmRaised(Exception):
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
+
+
+_CGSIM_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _where(exc: BaseException) -> str:
+    tb, last = exc.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    if last is None:
+        return ""
+    return f" at {last.tb_frame.f_code.co_filename}:{last.tb_lineno}"
+
+
+def _innermost_is_cgsim(exc: BaseException) -> bool:
+    tb, last = exc.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    return last is not None and os.path.abspath(last.tb_frame.f_code.co_filename).startswith(_CGSIM_ROOT)
+
+
+@contextlib.contextmanager
+def _vllm_frames(step: str) -> Iterator[None]:
+    """A failure raised in vLLM's frames is the runner's (reported); one raised
+    in cgsim's is the environment's."""
+    try:
+        yield
+    except (VllmEnvironmentError, EngineRefused):
+        raise
+    except Exception as exc:
+        text = f"{type(exc).__name__}: {first_line(exc, 300)}"
+        if _innermost_is_cgsim(exc):
+            raise VllmEnvironmentError(f"cgsim's stand-in failed in {step} ({text}{_where(exc)})") from exc
+        raise _VllmRaised(f"{step}: {text}{_where(exc)}") from exc
+
+
+def _build_runner(vc: Any, backend: Any, state: dict) -> Any:
+    """What a single-GPU worker does up to its warmup: the workspace and the
+    model runner (gpu_worker.Worker._init_workspace_and_model_runner, bound to
+    a view of the worker), the model (GPUModelRunner.load_model), the KV cache
+    (EngineCore._initialize_kv_caches over an executor of this one worker)."""
+    import torch  # noqa: PLC0415
+
+    from cgsim.targets.vllm.platform import device_type  # noqa: PLC0415
+
+    worker = _WorkerView(vc, torch.device(device_type()))
+    with _vllm_frames("Worker._init_workspace_and_model_runner"):
+        worker.init_workspace_and_model_runner()
+    runner = worker.model_runner
+    state["runner"] = runner
+    mr = importlib.import_module("vllm.v1.worker.gpu.model_runner")
+    if not isinstance(runner, mr.GPUModelRunner):
+        raise EngineRefused(f"vLLM runs this launch on {type(runner).__module__}.{type(runner).__name__}, "
+                            "not the V2 GPUModelRunner")
+    with _vllm_frames("GPUModelRunner.load_model"):
+        runner.load_model()
+    core = importlib.import_module("vllm.v1.engine.core")
+    engine = _EngineCoreView(_ExecutorView(runner))
+    with _vllm_frames("EngineCore._initialize_kv_caches"):
+        core.EngineCore._initialize_kv_caches(engine, vc)
+    state["t_built"] = time.perf_counter()
+    return runner
+
+
+class _WorkerView:
+    """The GPU worker as its own setup methods read it (one rank, rank 0)."""
+
+    def __init__(self, vc: Any, device: Any):
+        import types  # noqa: PLC0415
+
+        self.vllm_config = vc
+        self.device = device
+        self.rank = 0
+        self.local_rank = 0
+        self.model_runner: Any = None
+        route = getattr(vc, "use_v2_model_runner", True)
+        self.use_v2_model_runner = bool(route() if callable(route) else route)
+        cls = importlib.import_module("vllm.v1.worker.gpu_worker").Worker
+        for name in ("_init_workspace_and_model_runner", "_make_model_runner", "_maybe_get_memory_pool_context"):
+            fn = getattr(cls, name, None)
+            if fn is None:
+                raise VllmEnvironmentError(f"vLLM's GPU worker has no {name}: the runner build does not know "
+                                           "how this tree's worker sets up its model runner")
+            setattr(self, name, types.MethodType(fn, self))
+
+    def init_workspace_and_model_runner(self) -> None:
+        self._init_workspace_and_model_runner()
+
+
+# KV cache memory the device offers (determine_available_memory): enough for
+# the toy's max_model_len at any max_num_seqs cgsim draws, small on CPU.
+KV_CACHE_BYTES = 64 * 1024**2
+
+
+class _ExecutorView:
+    """The executor the engine core talks to, over one worker whose model
+    runner is ``runner`` (what UniProcExecutor's collective_rpc reaches)."""
+
+    def __init__(self, runner: Any):
+        self.runner = runner
+        self.layout: str | None = None
+
+    def get_kv_cache_specs(self) -> list[dict]:
+        return [self.runner.get_kv_cache_spec()]
+
+    def get_supported_kv_cache_layouts(self) -> list[list[str]]:
+        worker = importlib.import_module("vllm.v1.worker.worker_base")
+        fn = getattr(getattr(worker, "WorkerBase", object), "get_supported_kv_cache_layouts", None)
+        if fn is None:
+            return [["NHD"]]
+        return [fn(types.SimpleNamespace(model_runner=self.runner, vllm_config=self.runner.vllm_config))]
+
+    def set_kv_cache_layout(self, layout_name: str, *args: Any) -> None:
+        self.layout = layout_name
+
+    def extensible_kv_cache_unsupported_reason(self, specs: Any) -> str | None:
+        return "cgsim's one-worker executor"
+
+    def disable_extensible_kv_cache(self, reason: str) -> None:
+        self.runner.vllm_config.cache_config.enable_extensible_kv_cache = False
+
+    def determine_available_memory(self) -> list[int]:
+        return [KV_CACHE_BYTES]
+
+    def collective_rpc(self, method: str, args: tuple = (), kwargs: dict | None = None, **_: Any) -> list:
+        return [getattr(self.runner, method)(*args, **(kwargs or {}))]
+
+    def initialize_from_config(self, kv_cache_configs: list) -> None:
+        # gpu_worker.Worker.initialize_from_config: the runner's initialize_kv_cache.
+        cfg = kv_cache_configs[0]
+        self.runner.cache_config.num_gpu_blocks = cfg.num_blocks
+        self.runner.initialize_kv_cache(cfg)
+
+    def compile_or_warm_up_model(self) -> None:
+        # The worker's warmup ends in capture_model(), which build_here runs itself.
+        pass
+
+
+class _EngineCoreView:
+    """What EngineCore._initialize_kv_caches reads of the engine core."""
+
+    def __init__(self, executor: _ExecutorView):
+        self.model_executor = executor
+        self.available_gpu_memory_for_kv_cache = -1
+
+    def collective_rpc(self, method: str, args: tuple = (), **kwargs: Any) -> list:
+        return self.model_executor.collective_rpc(method, args, **kwargs)
+
+
+def _managers(runner: Any) -> tuple[ManagerGraphs, ...]:
+    out = []
+    main = getattr(runner, "cudagraph_manager", None)
+    if main is not None:
+        out.append(_manager_graphs("main", main))
+    spec = getattr(runner, "speculator", None)
+    if spec is not None:
+        for attr, value in sorted(vars(spec).items()):
+            if attr.endswith("cudagraph_manager") and value is not None and hasattr(value, "graphs"):
+                role = attr[: -len("_cudagraph_manager")] or "draft"
+                out.append(_manager_graphs(f"draft-{role}" if role != "draft" else role, value))
+    return tuple(out)
+
+
+def _manager_graphs(name: str, manager: Any) -> ManagerGraphs:
+    graphs = getattr(manager, "graphs", {}) or {}
+    entries = tuple(sorted(GraphEntry.of(d) for d in graphs))
+    mode = getattr(manager, "cudagraph_mode", None)
+    return ManagerGraphs(name, type(manager).__name__, getattr(mode, "name", str(mode)), entries)
+
+
+def _attention_backend_name(runner: Any) -> str:
+    groups = getattr(runner, "attn_groups", None) or []
+    names = sorted({g.backend.get_name() for gs in groups for g in gs if hasattr(g, "backend")})
+    return ",".join(names)
+
+
+# --------------------------------------------------------------------------
+# The environment cgsim supplies
+# --------------------------------------------------------------------------
+
+
+def _triton_interpreter() -> None:
+    """Triton kernels run through Triton's interpreter on the CPU tensors, and
+    vLLM's Triton check (vllm/triton_utils/importing.py: a CPU build wants a
+    ``cpu`` backend entry, anything else exactly one active driver) finds
+    one: an interpreter driver.  Must come before vLLM is imported."""
+    if "vllm.triton_utils.importing" in sys.modules:
+        raise VllmEnvironmentError("vLLM was imported before the runner build chose Triton's interpreter: "
+                                   "build the runner in a fresh process (build_runner)")
+    os.environ[TRITON_INTERPRET] = "1"
+    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")  # the worker's rank 0 reports usage otherwise
+    try:
+        backends_mod = importlib.import_module("triton.backends")
+        driver_mod = importlib.import_module("triton.backends.driver")
+    except ImportError as exc:
+        raise VllmEnvironmentError(f"the runner build needs Triton (its interpreter runs vLLM's kernels): "
+                                   f"{first_line(exc)}") from None
+
+    class InterpreterDriver(driver_mod.DriverBase):
+        @classmethod
+        def is_active(cls) -> bool:
+            return True
+
+        def get_current_target(self) -> Any:
+            return None
+
+        def get_active_torch_device(self) -> Any:
+            import torch  # noqa: PLC0415
+
+            return torch.device("cpu")
+
+        def get_benchmarker(self) -> Any:
+            return None
+
+    backends_mod.backends.setdefault("cpu", backends_mod.Backend(compiler=None, driver=InterpreterDriver))
+
+
+def _check_triton() -> None:
+    mod = importlib.import_module("vllm.triton_utils.importing")
+    if not getattr(mod, "HAS_TRITON", False):
+        raise VllmEnvironmentError("vLLM does not see Triton with the interpreter driver cgsim adds "
+                                   "(vllm/triton_utils/importing.py HAS_TRITON is False)")
+
+
+def _register_toy_model(model: str) -> None:
+    """The toy architecture as a loadable model: vLLM's Llama on the toy's
+    small config (registered as a class: vLLM's on-disk model-info cache of a
+    lazy ``module:Class`` does not survive a change of tree)."""
+    from cgsim.targets.vllm.engine import DENSE, TOY_ARCHITECTURES  # noqa: PLC0415
+
+    if model != DENSE:
+        raise VllmEnvironmentError(f"the runner build has no loadable toy for the {model!r} model yet")
+    llama = importlib.import_module("vllm.model_executor.models.llama").LlamaForCausalLM
+    registry = importlib.import_module("vllm.model_executor.models.registry").ModelRegistry
+    arch = TOY_ARCHITECTURES[DENSE]
+    registry.register_model(arch, type(arch, (llama,), {}))
+
+
+@contextlib.contextmanager
+def _launch_env(launch: EngineLaunch) -> Iterator[None]:
+    from cgsim.targets.vllm.engine import launched  # noqa: PLC0415
+
+    with launched(launch):
+        yield
+
+
+@contextlib.contextmanager
+def _runner_patches(backend: Any) -> Iterator[None]:
+    """compat.PATCHES minus what the one-rank world serves itself (the
+    pipeline group, graph_capture)."""
+    from cgsim.targets.vllm.compat import vllm_process_patches  # noqa: PLC0415
+
+    with vllm_process_patches(backend, world=True):
+        yield
+
+
+@contextlib.contextmanager
+def _one_rank_world(vc: Any) -> Iterator[None]:
+    """A real one-rank world on the platform's backend (gloo): the GPU
+    worker's own init_worker_distributed_environment (vLLM's parallel groups,
+    TP/PP/DCP/DP/EP, each of one rank)."""
+    import socket  # noqa: PLC0415
+
+    ps = importlib.import_module("vllm.distributed.parallel_state")
+    gw = importlib.import_module("vllm.v1.worker.gpu_worker")
+    config_mod = importlib.import_module("vllm.config")
+    from vllm.platforms import current_platform  # noqa: PLC0415
+
+    if int(vc.parallel_config.world_size) != 1 or int(vc.parallel_config.data_parallel_size) != 1:
+        raise VllmEnvironmentError(
+            f"the runner build has a one-rank world only (this launch: world_size "
+            f"{vc.parallel_config.world_size}, data_parallel_size {vc.parallel_config.data_parallel_size})")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with config_mod.set_current_vllm_config(vc):
+        with _vllm_frames("init_worker_distributed_environment"):
+            gw.init_worker_distributed_environment(vc, 0, f"tcp://127.0.0.1:{port}", 0, current_platform.dist_backend)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                ps.destroy_model_parallel()
+                ps.destroy_distributed_environment()
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1], sys.argv[2]))
