@@ -51,7 +51,7 @@ from cgsim.targets.vllm.compat import VllmEnvironmentError
 from cgsim.targets.vllm.engine import EngineLaunch, EngineRefused
 from cgsim.text import first_line
 
-__all__ = ["GraphEntry", "ManagerGraphs", "RunnerGraphs", "build_runner", "build_here", "confirm"]
+__all__ = ["GraphEntry", "ManagerGraphs", "RunnerGraphs", "build_runner", "build_here", "manager_graphs"]
 
 TRITON_INTERPRET = "TRITON_INTERPRET"
 CHILD_TIMEOUT_S = 900
@@ -224,7 +224,7 @@ def build_here(launch: EngineLaunch) -> RunnerGraphs:
     state: dict[str, Any] = {}
     t0 = time.perf_counter()
     raised = None
-    with _launch_env(launch), backend.activate(), _runner_patches(backend), _one_rank_world(vc):
+    with _launch_env(launch), backend.activate(), _runner_patches(backend, launch), _one_rank_world(vc):
         try:
             runner = _build_runner(vc, backend, state)
             t1 = time.perf_counter()
@@ -399,19 +399,28 @@ def _managers(runner: Any) -> tuple[ManagerGraphs, ...]:
     out = []
     main = getattr(runner, "cudagraph_manager", None)
     if main is not None:
-        out.append(_manager_graphs("main", main))
+        out.append(manager_graphs("main", main))
     spec = getattr(runner, "speculator", None)
     if spec is not None:
         for attr, value in sorted(vars(spec).items()):
             if attr.endswith("cudagraph_manager") and value is not None and hasattr(value, "graphs"):
                 role = attr[: -len("_cudagraph_manager")] or "draft"
-                out.append(_manager_graphs(f"draft-{role}" if role != "draft" else role, value))
+                out.append(manager_graphs(f"draft-{role}" if role != "draft" else role, value))
     return tuple(out)
 
 
-def _manager_graphs(name: str, manager: Any) -> ManagerGraphs:
-    graphs = getattr(manager, "graphs", {}) or {}
-    entries = tuple(sorted(GraphEntry.of(d) for d in graphs))
+def manager_graphs(name: str, manager: Any) -> ManagerGraphs:
+    """The graphs ``manager`` (a vLLM CudaGraphManager) holds after its
+    capture: its FULL graphs (``manager.graphs``), and once the capture
+    finished (``_graphs_captured``) the PIECEWISE descriptors its capture loop
+    ran through the piecewise pass (their graphs live in the breakable runner
+    or the compiled model's wrappers, keyed by token count)."""
+    descs = list(getattr(manager, "graphs", {}) or {})
+    if getattr(manager, "_graphs_captured", False):
+        for mode, listed in (getattr(manager, "_capture_descs", {}) or {}).items():
+            if getattr(mode, "name", "") == "PIECEWISE":
+                descs += list(listed)
+    entries = tuple(sorted({GraphEntry.of(d) for d in descs}))
     mode = getattr(manager, "cudagraph_mode", None)
     return ManagerGraphs(name, type(manager).__name__, getattr(mode, "name", str(mode)), entries)
 
@@ -493,12 +502,12 @@ def _launch_env(launch: EngineLaunch) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _runner_patches(backend: Any) -> Iterator[None]:
+def _runner_patches(backend: Any, launch: EngineLaunch) -> Iterator[None]:
     """compat.PATCHES minus what the one-rank world serves itself (the
-    pipeline group, graph_capture)."""
-    from cgsim.targets.vllm.compat import vllm_process_patches  # noqa: PLC0415
+    pipeline group, graph_capture); the breakable-graph switch as the launch sets it."""
+    from cgsim.targets.vllm.compat import BREAKABLE_ENV, vllm_process_patches  # noqa: PLC0415
 
-    with vllm_process_patches(backend, world=True):
+    with vllm_process_patches(backend, breakable=dict(launch.env).get(BREAKABLE_ENV) == "1", world=True):
         yield
 
 
