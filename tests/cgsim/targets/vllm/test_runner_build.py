@@ -1,0 +1,86 @@
+"""vLLM's own model runner in the loop (cgsim.targets.vllm.runner_build): the
+graphs the V2 GPUModelRunner captures for a launch, against what cgsim's
+stand-in of the runner (the handle) captures for the same config.
+
+Each runner build runs in a child process (Triton's interpreter, a one-rank
+gloo world): ~20-50 s on a 2-core host, so those tests are slow.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.vllm_required import skip_unless_vllm
+
+skip_unless_vllm()
+
+from cgsim.config import ManagerConfig  # noqa: E402
+from cgsim.modes import CUDAGraphMode  # noqa: E402
+from cgsim.targets.vllm.compat import VllmEnvironmentError  # noqa: E402
+from cgsim.targets.vllm.engine import EngineRefused, launch_for  # noqa: E402
+from cgsim.targets.vllm.runner_build import (  # noqa: E402
+    GraphEntry,
+    ManagerGraphs,
+    RunnerGraphs,
+    build_here,
+    build_runner,
+    stand_in_graphs,
+)
+
+pytestmark = pytest.mark.vllm
+
+SMALL = dict(capture_sizes=(1, 2, 4), max_num_reqs=4, compiled_piecewise=False)
+CONFIGS = {
+    "full-decode-only": ManagerConfig(mode=CUDAGraphMode.FULL_DECODE_ONLY, **SMALL),
+    "full-and-piecewise-breakable": ManagerConfig(mode=CUDAGraphMode.FULL_AND_PIECEWISE, breakable=True, **SMALL),
+}
+
+
+def _listing(managers: tuple[ManagerGraphs, ...]) -> list[tuple]:
+    """What is compared: each manager's name, resolved mode and graphs (not
+    its class: the handle's is a tapped subclass of the same vLLM class)."""
+    return [(m.name, m.mode, m.graphs) for m in managers]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_runner_captures_what_the_stand_in_captures(name: str) -> None:
+    config = CONFIGS[name]
+    built = build_runner(launch_for(config))
+    assert built.raised is None, built.raised
+    assert built.attention_backend == "TRITON_ATTN"
+    assert not built.has_ubatch_runner
+    assert built.main is not None and built.main.graphs, built
+    assert _listing(built.managers) == _listing(stand_in_graphs(config))
+
+
+@pytest.mark.slow
+def test_full_decode_only_captures_one_uniform_decode_graph_per_size() -> None:
+    built = build_runner(launch_for(CONFIGS["full-decode-only"]))
+    assert built.main is not None and built.main.mode == "FULL_DECODE_ONLY"
+    assert [g.short() for g in built.main.graphs] == ["F:t1:r1:u1", "F:t2:r2:u1", "F:t4:r4:u1"]
+
+
+@pytest.mark.slow
+def test_a_launch_vllm_refuses_is_refused_not_built() -> None:
+    # DBO with PIECEWISE graphs: vLLM's config path refuses it (docs/vllm.md).
+    config = ManagerConfig(mode=CUDAGraphMode.PIECEWISE, num_ubatches=2, breakable=True, **SMALL)
+    with pytest.raises(EngineRefused):
+        build_runner(launch_for(config))
+
+
+def test_building_in_a_process_that_imported_vllm_is_an_environment_error() -> None:
+    # This process imported vLLM without Triton's interpreter (skip_unless_vllm).
+    with pytest.raises(VllmEnvironmentError, match="fresh process") as info:
+        build_here(launch_for(CONFIGS["full-decode-only"]))
+    assert "\n" not in str(info.value)
+
+
+def test_runner_graphs_round_trip_through_json() -> None:
+    graphs = RunnerGraphs("0.32.0", "vllm serve x",
+                          (ManagerGraphs("main", "ModelCudaGraphManager", "FULL_AND_PIECEWISE",
+                                         (GraphEntry("FULL", 4, 4, 1), GraphEntry("PIECEWISE", 8, None, None))),),
+                          False, "TRITON_ATTN", None, (1.0, 2.0))
+    assert RunnerGraphs.from_json(graphs.to_json()) == graphs
+    assert graphs.main is graphs.managers[0]
+    assert [g.short() for g in graphs.main.graphs] == ["F:t4:r4:u1", "P:t8"]
