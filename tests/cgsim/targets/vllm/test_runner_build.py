@@ -8,6 +8,8 @@ gloo world): ~20-50 s on a 2-core host, so those tests are slow.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from tests.vllm_required import skip_unless_vllm
@@ -36,6 +38,12 @@ CONFIGS = {
 }
 
 
+@functools.lru_cache(maxsize=None)
+def _built(name: str) -> RunnerGraphs:
+    """One runner build per config for the whole module."""
+    return build_runner(launch_for(CONFIGS[name]))
+
+
 def _listing(managers: tuple[ManagerGraphs, ...]) -> list[tuple]:
     """What is compared: each manager's name, resolved mode and graphs (not
     its class: the handle's is a tapped subclass of the same vLLM class)."""
@@ -46,7 +54,7 @@ def _listing(managers: tuple[ManagerGraphs, ...]) -> list[tuple]:
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_runner_captures_what_the_stand_in_captures(name: str) -> None:
     config = CONFIGS[name]
-    built = build_runner(launch_for(config))
+    built = _built(name)
     assert built.raised is None, built.raised
     assert built.attention_backend == "TRITON_ATTN"
     assert not built.has_ubatch_runner
@@ -56,7 +64,7 @@ def test_runner_captures_what_the_stand_in_captures(name: str) -> None:
 
 @pytest.mark.slow
 def test_full_decode_only_captures_one_uniform_decode_graph_per_size() -> None:
-    built = build_runner(launch_for(CONFIGS["full-decode-only"]))
+    built = _built("full-decode-only")
     assert built.main is not None and built.main.mode == "FULL_DECODE_ONLY"
     assert [g.short() for g in built.main.graphs] == ["F:t1:r1:u1", "F:t2:r2:u1", "F:t4:r4:u1"]
 
