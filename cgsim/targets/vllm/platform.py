@@ -33,8 +33,10 @@ QUALNAME = "cgsim.targets.vllm.platform.CgsimPlatform"
 DEVICE_NAME = "NVIDIA H200 (cgsim)"
 CAPABILITY = (9, 0)
 TOTAL_MEMORY = 141 * 1024**3
-# The attention backend the platform names when a model runner builds attention layers.
+# The attention backend the platform names when a model runner builds attention
+# layers (runner_build), unless CGSIM_VLLM_ATTENTION_BACKEND names another.
 ATTENTION_BACKEND = "vllm.v1.attention.backends.triton_attn.TritonAttentionBackend"
+ATTENTION_BACKEND_ENV = "CGSIM_VLLM_ATTENTION_BACKEND"
 
 
 def activate() -> str | None:
@@ -182,7 +184,7 @@ def _platform_class() -> type:
             # (runner_build): vLLM's Triton attention, the one whose kernels run
             # on this device (through Triton's interpreter on CPU); its metadata
             # builder declares AttentionCGSupport.ALWAYS, as FA3 on a Hopper GPU.
-            return ATTENTION_BACKEND
+            return os.environ.get(ATTENTION_BACKEND_ENV) or ATTENTION_BACKEND
 
         @classmethod
         def get_current_memory_usage(cls, device: Any = None) -> float:

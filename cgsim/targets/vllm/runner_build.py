@@ -51,7 +51,8 @@ from cgsim.targets.vllm.compat import VllmEnvironmentError
 from cgsim.targets.vllm.engine import EngineLaunch, EngineRefused
 from cgsim.text import first_line
 
-__all__ = ["GraphEntry", "ManagerGraphs", "RunnerGraphs", "build_runner", "build_here", "manager_graphs"]
+__all__ = ["GraphEntry", "ManagerGraphs", "RunnerGraphs", "build_runner", "build_here", "manager_graphs",
+           "stand_in_graphs", "Confirmation", "confirm", "finding_launch"]
 
 TRITON_INTERPRET = "TRITON_INTERPRET"
 CHILD_TIMEOUT_S = 900
@@ -214,6 +215,13 @@ def build_here(launch: EngineLaunch) -> RunnerGraphs:
     from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
     from cgsim.targets.vllm.engine import engine_config  # noqa: PLC0415
 
+    support = attention_support_of(launch)
+    if support != "ALWAYS":
+        # Triton attention whose metadata builder declares the launch's support level.
+        from cgsim.targets.vllm.platform import ATTENTION_BACKEND_ENV  # noqa: PLC0415
+
+        os.environ[ATTENTION_SUPPORT_ENV] = support
+        os.environ[ATTENTION_BACKEND_ENV] = f"{__spec__.name if __spec__ else __name__}.CgsimTritonAttentionBackend"
     caps = require_vllm()
     _check_triton()
     vc = copy.deepcopy(engine_config(launch))
@@ -490,6 +498,51 @@ def _triton_interpreter() -> None:
     backends_mod.backends.setdefault("cpu", backends_mod.Backend(compiler=None, driver=InterpreterDriver))
 
 
+ATTENTION_SUPPORT_ENV = "CGSIM_RUNNER_ATTENTION_SUPPORT"
+
+
+def attention_support_of(launch: EngineLaunch) -> str:
+    """The AttentionCGSupport level the launch's attention backend declares on
+    a Hopper GPU (engine.ATTENTION_BACKENDS, the line's --attention-backend)."""
+    from cgsim.targets.vllm.engine import ATTENTION_BACKENDS  # noqa: PLC0415
+
+    if launch.attention is None:
+        return "ALWAYS"
+    backend, config = launch.attention
+    for support, named in ATTENTION_BACKENDS.items():
+        if named is not None and named[0] == backend and json.loads(config) == named[1]:
+            return support.name
+    raise VllmEnvironmentError(f"the runner build knows no support level for the attention backend {backend} "
+                               f"{config}")
+
+
+def __getattr__(name: str) -> Any:
+    # vLLM resolves the platform's attention backend by qualified name.
+    if name == "CgsimTritonAttentionBackend":
+        return _triton_backend_with_support(os.environ.get(ATTENTION_SUPPORT_ENV, "ALWAYS"))
+    raise AttributeError(name)
+
+
+_BACKENDS: dict[str, type] = {}
+
+
+def _triton_backend_with_support(support: str) -> type:
+    """vLLM's Triton attention with a metadata builder declaring ``support``
+    (the attention backend cgsim supplies for a launch naming FA2 or
+    FlashInfer, whose kernels do not run here)."""
+    if support in _BACKENDS:
+        return _BACKENDS[support]
+    triton_attn = importlib.import_module("vllm.v1.attention.backends.triton_attn")
+    level = importlib.import_module("vllm.v1.attention.backend").AttentionCGSupport[support]
+    builder = type("CgsimTritonAttentionMetadataBuilder", (triton_attn.TritonAttentionMetadataBuilder,),
+                   {"_cudagraph_support": level})
+    backend = type("CgsimTritonAttentionBackend", (triton_attn.TritonAttentionBackend,),
+                   {"get_builder_cls": staticmethod(lambda: builder)})
+    backend.__module__ = builder.__module__ = "cgsim.targets.vllm.runner_build"
+    _BACKENDS[support] = backend
+    return backend
+
+
 def _check_triton() -> None:
     mod = importlib.import_module("vllm.triton_utils.importing")
     if not getattr(mod, "HAS_TRITON", False):
@@ -561,6 +614,86 @@ def _one_rank_world(vc: Any) -> Iterator[None]:
 
 if __name__ == "__main__":
     sys.exit(_child_main(sys.argv[1], sys.argv[2]))
+
+
+
+# --------------------------------------------------------------------------
+# A finding's graphs, asked of the runner
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """Whether the graphs a finding names exist in the manager vLLM's runner
+    builds for the finding's launch.
+
+    ``verdict``: ``confirmed`` (every named graph is there), ``absent`` (one
+    or more is not: ``missing``), ``no-graph`` (the finding names none),
+    ``refused`` (vLLM refuses the launch), ``raised`` (the runner raised:
+    vLLM's words in ``detail``), ``environment`` (cgsim cannot build this
+    launch's runner here: ``detail`` says what is missing)."""
+
+    finding: str
+    property: str
+    manager: str
+    named: tuple[GraphEntry, ...]
+    verdict: str
+    missing: tuple[GraphEntry, ...] = ()
+    detail: str = ""
+    runner: RunnerGraphs | None = None
+
+
+def finding_launch(finding: dict) -> EngineLaunch:
+    """The launch a finding recorded (``finding["launch"]``), its attention
+    backend the one its config declares the support level of."""
+    from cgsim.modes import AttentionSupport  # noqa: PLC0415
+    from cgsim.targets.vllm.engine import ATTENTION_BACKENDS  # noqa: PLC0415
+
+    rec = finding.get("launch")
+    if not isinstance(rec, dict) or "args" not in rec:
+        raise VllmEnvironmentError(f"finding {finding.get('id')} records no launch")
+    config = (finding.get("scenario") or {}).get("config") or {}
+    support = AttentionSupport[config.get("attention_support", "ALWAYS")]
+    attention = ATTENTION_BACKENDS.get(support)
+    return EngineLaunch.of(rec.get("toy_model", "dense"), rec["args"], rec.get("env") or {}, attention)
+
+
+def _entry_of_fact(d: dict) -> GraphEntry:
+    return GraphEntry(str(d["cg_mode"]), int(d["num_tokens"]), d.get("num_reqs"), d.get("uniform_token_count"),
+                      int(d.get("num_active_loras") or 0), int(d.get("num_ubatches") or 1))
+
+
+def confirm(finding: dict, build: Any = None) -> Confirmation:
+    """Rebuild ``finding``'s launch through vLLM's runner (``build``:
+    ``build_runner`` unless given) and say whether the graphs it names
+    (its facts' ``graph`` / ``graphs``, in its ``manager`` or the main one)
+    exist in the manager the runner built."""
+    from cgsim.finding import Finding  # noqa: PLC0415
+
+    facts = Finding.from_json(finding).facts
+    fid, prop = str(finding.get("id")), str(finding.get("property"))
+    manager = str(facts.get("manager") or "main")
+    listed = [facts["graph"]] if isinstance(facts.get("graph"), dict) else list(facts.get("graphs") or [])
+    named = tuple(_entry_of_fact(d) for d in listed if isinstance(d, dict))
+    if not named:
+        return Confirmation(fid, prop, manager, named, "no-graph", detail="the finding names no graph")
+    try:
+        built = (build or build_runner)(finding_launch(finding))
+    except EngineRefused as exc:
+        return Confirmation(fid, prop, manager, named, "refused", detail=first_line(exc, 300))
+    except VllmEnvironmentError as exc:
+        return Confirmation(fid, prop, manager, named, "environment", detail=first_line(exc, 300))
+    held = built.manager(manager)
+    have = set(held.graphs) if held is not None else set()
+    missing = tuple(g for g in named if g not in have)
+    if built.raised is not None and missing:
+        return Confirmation(fid, prop, manager, named, "raised", missing, built.raised, built)
+    if missing:
+        where = (f"the runner's {manager} manager ({held.mode}) holds {', '.join(g.short() for g in held.graphs) or 'no graph'}"
+                 if held is not None else f"the runner builds no {manager} manager")
+        return Confirmation(fid, prop, manager, named, "absent", missing,
+                            where + ("; micro-batch runner: " + ("yes" if built.has_ubatch_runner else "no")), built)
+    return Confirmation(fid, prop, manager, named, "confirmed", (), "", built)
 
 
 # --------------------------------------------------------------------------
