@@ -9,6 +9,8 @@ gloo world): ~20-50 s on a 2-core host, so those tests are slow.
 from __future__ import annotations
 
 import functools
+import json
+from pathlib import Path
 
 import pytest
 
@@ -17,15 +19,17 @@ from tests.vllm_required import skip_unless_vllm
 skip_unless_vllm()
 
 from cgsim.config import ManagerConfig  # noqa: E402
-from cgsim.modes import CUDAGraphMode  # noqa: E402
+from cgsim.modes import AttentionSupport, CUDAGraphMode  # noqa: E402
 from cgsim.targets.vllm.compat import VllmEnvironmentError  # noqa: E402
 from cgsim.targets.vllm.engine import EngineRefused, launch_for  # noqa: E402
 from cgsim.targets.vllm.runner_build import (  # noqa: E402
+    Confirmation,
     GraphEntry,
     ManagerGraphs,
     RunnerGraphs,
     build_here,
     build_runner,
+    confirm,
     stand_in_graphs,
 )
 
@@ -35,6 +39,10 @@ SMALL = dict(capture_sizes=(1, 2, 4), max_num_reqs=4, compiled_piecewise=False)
 CONFIGS = {
     "full-decode-only": ManagerConfig(mode=CUDAGraphMode.FULL_DECODE_ONLY, **SMALL),
     "full-and-piecewise-breakable": ManagerConfig(mode=CUDAGraphMode.FULL_AND_PIECEWISE, breakable=True, **SMALL),
+    # FA2's support level (the launch names FLASH_ATTN with flash_attn_version 2): FULL resolves to
+    # FULL_DECODE_ONLY on both sides, so the platform's attention backend declares the launch's level.
+    "full-uniform-batch": ManagerConfig(mode=CUDAGraphMode.FULL, attention_support=AttentionSupport.UNIFORM_BATCH,
+                                        breakable=True, attention_split=False, **SMALL),
 }
 
 
@@ -92,3 +100,76 @@ def test_runner_graphs_round_trip_through_json() -> None:
     assert RunnerGraphs.from_json(graphs.to_json()) == graphs
     assert graphs.main is graphs.managers[0]
     assert [g.short() for g in graphs.main.graphs] == ["F:t4:r4:u1", "P:t8"]
+
+
+@pytest.mark.slow
+def test_a_uniform_batch_launch_resolves_full_to_full_decode_only() -> None:
+    built = _built("full-uniform-batch")
+    assert built.main is not None and built.main.mode == "FULL_DECODE_ONLY"
+
+
+# -- confirm: a finding's graphs asked of the runner -----------------------------------------------
+
+FINDINGS = Path(__file__).resolve().parents[4] / "docs" / "findings"
+
+
+def _finding(name: str) -> dict:
+    return json.loads((FINDINGS / f"{name}.json").read_text())
+
+
+def _fake_runner(*graphs: GraphEntry, raised: str | None = None, ubatch: bool = False):
+    built = RunnerGraphs("0.32.0", "vllm serve x", (ManagerGraphs("main", "ModelCudaGraphManager", "FULL", graphs),),
+                         ubatch, "TRITON_ATTN", raised)
+    seen = []
+
+    def build(launch):
+        seen.append(launch)
+        return built
+
+    return build, seen
+
+
+def test_confirm_finds_the_named_graph_in_the_runner_built_manager() -> None:
+    finding = _finding("skip-attn-9656d102f2")  # names Desc(PIECEWISE tokens=1)
+    build, seen = _fake_runner(GraphEntry("PIECEWISE", 1, None, None), GraphEntry("FULL", 1, 1, 1))
+    got = confirm(finding, build=build)
+    assert (got.verdict, got.manager, got.named) == ("confirmed", "main", (GraphEntry("PIECEWISE", 1, None, None),))
+    assert seen[0].line() == finding["launch"]["line"]
+
+
+def test_confirm_says_which_named_graphs_the_runner_never_builds() -> None:
+    finding = _finding("init-total-e28a0e026e")  # a micro-batched (DBO) graph without data parallelism
+    build, _ = _fake_runner(GraphEntry("FULL", 16, 1, None))
+    got = confirm(finding, build=build)
+    assert got.verdict == "absent"
+    assert [g.short() for g in got.missing] == ["F:t16:r1:u16:ub2"]
+    assert "micro-batch runner: no" in got.detail
+
+
+def test_confirm_of_a_finding_naming_no_graph_builds_nothing() -> None:
+    build, seen = _fake_runner()
+    got = confirm(_finding("dispatch-sound-2f61bbe9aa"), build=build)
+    assert got.verdict == "no-graph" and not seen
+
+
+def test_confirm_reports_refusals_and_the_environment_apart() -> None:
+    def refuse(launch):
+        raise EngineRefused("vLLM refuses these engine arguments: no")
+
+    def broken(launch):
+        raise VllmEnvironmentError("the installed vLLM build lacks a compiled op")
+
+    finding = _finding("skip-attn-9656d102f2")
+    assert confirm(finding, build=refuse).verdict == "refused"
+    got = confirm(finding, build=broken)
+    assert isinstance(got, Confirmation) and got.verdict == "environment" and "compiled op" in got.detail
+
+
+@pytest.mark.slow
+def test_confirm_a_dbo_finding_without_data_parallelism_is_absent_from_the_runner() -> None:
+    # 0.32 v1/worker/gpu/ubatch_utils.py maybe_build_ubatch_runner: no micro-batch runner with
+    # data_parallel_size 1, so the manager makes no micro-batch twins.
+    got = confirm(_finding("init-total-e28a0e026e"))
+    assert got.verdict == "absent", got
+    assert got.runner is not None and not got.runner.has_ubatch_runner
+    assert all(g.num_ubatches == 1 for g in got.runner.main.graphs)
