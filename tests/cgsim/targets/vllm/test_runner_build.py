@@ -43,6 +43,10 @@ CONFIGS = {
     # FULL_DECODE_ONLY on both sides, so the platform's attention backend declares the launch's level.
     "full-uniform-batch": ManagerConfig(mode=CUDAGraphMode.FULL, attention_support=AttentionSupport.UNIFORM_BATCH,
                                         breakable=True, attention_split=False, **SMALL),
+    # EAGLE with two speculative tokens: the speculator's draft prefill and draft decode managers too.
+    "eagle-full-and-piecewise-breakable": ManagerConfig(mode=CUDAGraphMode.FULL_AND_PIECEWISE, decode_query_len=3,
+                                                        breakable=True, capture_sizes=(3, 6), max_num_reqs=2,
+                                                        compiled_piecewise=False),
 }
 
 
@@ -68,6 +72,8 @@ def test_runner_captures_what_the_stand_in_captures(name: str) -> None:
     assert not built.has_ubatch_runner
     assert built.main is not None and built.main.graphs, built
     assert _listing(built.managers) == _listing(stand_in_graphs(config))
+    if config.decode_query_len > 1:
+        assert {m.name for m in built.managers} == {"main", "draft-prefill", "draft-decode"}
 
 
 @pytest.mark.slow
