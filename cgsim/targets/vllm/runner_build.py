@@ -687,11 +687,6 @@ def _one_rank_world(vc: Any) -> Iterator[None]:
                 ps.destroy_distributed_environment()
 
 
-if __name__ == "__main__":
-    sys.exit(_child_main(sys.argv[1], sys.argv[2]))
-
-
-
 # --------------------------------------------------------------------------
 # A finding's graphs, asked of the runner
 # --------------------------------------------------------------------------
@@ -800,3 +795,26 @@ def stand_in_graphs(config: Any) -> tuple[ManagerGraphs, ...]:
     out = [manager_graphs("main", handle.manager)]
     out += [manager_graphs(f"draft-{role}", m) for role, m in sorted(handle.draft_managers.items())]
     return tuple(out)
+
+
+def _confirm_main(paths: list[str]) -> int:
+    """``python -m cgsim.targets.vllm.runner_build confirm FINDING.json ...``:
+    one line per finding, its verdict."""
+    for path in paths:
+        with open(path) as f:
+            finding = json.load(f)
+        t0 = time.perf_counter()
+        c = confirm(finding)
+        named = ", ".join(g.short() for g in c.named) or "-"
+        missing = f" missing {', '.join(g.short() for g in c.missing)}" if c.missing else ""
+        timing = f" build {c.runner.seconds[0]} s, capture {c.runner.seconds[1]} s," if c.runner else ""
+        detail = f" ({c.detail})" if c.detail else ""
+        print(f"{c.finding}: {c.verdict} [{c.manager}: {named}]{missing}{detail}{timing} "
+              f"{time.perf_counter() - t0:.0f} s wall", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["confirm"]:
+        sys.exit(_confirm_main(sys.argv[2:]))
+    sys.exit(_child_main(sys.argv[1], sys.argv[2]))
