@@ -288,6 +288,14 @@ def _innermost_is_cgsim(exc: BaseException) -> bool:
 _MISSING_OP = ("No such operator _C", "'_OpNamespace' '_C' object has no attribute")
 _PLATFORM_INTERFACE = os.path.join("vllm", "platforms", "interface.py")
 _TRITON_INTERPRETER = os.path.join("triton", "runtime", "interpreter.py")
+_TORCH_CUDA = os.path.join("torch", "cuda") + os.sep
+
+
+def _innermost_in_dir(exc: BaseException, part: str) -> bool:
+    tb, last = exc.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    return last is not None and part in os.path.abspath(last.tb_frame.f_code.co_filename)
 
 
 def _last_vllm_frame(exc: BaseException) -> str:
@@ -319,6 +327,10 @@ def _vllm_frames(step: str) -> Iterator[None]:
                                        f"({text}{_where(exc)})") from exc
         if type(exc).__name__ == "InterpreterError" or _innermost_in(exc, _TRITON_INTERPRETER):
             raise VllmEnvironmentError(f"Triton's interpreter cannot run a kernel of {step} "
+                                       f"({text}{_last_vllm_frame(exc)})") from exc
+        if _innermost_in_dir(exc, _TORCH_CUDA):
+            # torch.cuda beyond the graph API the mock presents (a CPU build of torch): the device's gap.
+            raise VllmEnvironmentError(f"the CPU device lacks a torch.cuda call {step} makes "
                                        f"({text}{_last_vllm_frame(exc)})") from exc
         if _innermost_is_cgsim(exc):
             raise VllmEnvironmentError(f"cgsim's stand-in failed in {step} ({text}{_where(exc)})") from exc
