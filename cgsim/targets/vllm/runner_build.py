@@ -341,7 +341,9 @@ def _build_runner(vc: Any, backend: Any, state: dict) -> Any:
     """What a single-GPU worker does up to its warmup: the workspace and the
     model runner (gpu_worker.Worker._init_workspace_and_model_runner, bound to
     a view of the worker), the model (GPUModelRunner.load_model), the KV cache
-    (EngineCore._initialize_kv_caches over an executor of this one worker)."""
+    (EngineCore._initialize_kv_caches over vLLM's Executor methods, whose
+    RPCs reach the worker wrapper's and the GPU worker's own methods on the
+    view: Worker.initialize_from_config calls the runner's initialize_kv_cache)."""
     import torch  # noqa: PLC0415
 
     from cgsim.targets.vllm.platform import device_type  # noqa: PLC0415
@@ -358,7 +360,7 @@ def _build_runner(vc: Any, backend: Any, state: dict) -> Any:
     with _vllm_frames("GPUModelRunner.load_model"):
         runner.load_model()
     core = importlib.import_module("vllm.v1.engine.core")
-    engine = _EngineCoreView(_ExecutorView(runner))
+    engine = _EngineCoreView(_ExecutorView(worker))
     with _vllm_frames("EngineCore._initialize_kv_caches"):
         core.EngineCore._initialize_kv_caches(engine, vc)
     state["t_built"] = time.perf_counter()
@@ -372,6 +374,9 @@ class _WorkerView:
         import types  # noqa: PLC0415
 
         self.vllm_config = vc
+        self.cache_config = vc.cache_config
+        self.model_config = vc.model_config
+        self.parallel_config = vc.parallel_config
         self.device = device
         self.rank = 0
         self.local_rank = 0
@@ -389,6 +394,25 @@ class _WorkerView:
     def init_workspace_and_model_runner(self) -> None:
         self._init_workspace_and_model_runner()
 
+    def disable_extensible_kv_cache(self) -> None:
+        # 0.34+: the GPU worker also re-resolves the memory it requested from its
+        # startup memory snapshot, which this worker never took (the device's
+        # memory is cgsim's: determine_available_memory); the flag as WorkerBase sets it.
+        base = getattr(importlib.import_module("vllm.v1.worker.worker_base").WorkerBase,
+                       "disable_extensible_kv_cache", None)
+        if base is not None:
+            base(self)
+        else:
+            self.cache_config.enable_extensible_kv_cache = False
+
+    def __getattr__(self, name: str) -> Any:
+        # The GPU worker's other methods, bound to this view (what the worker
+        # wrapper and the executor call on it: initialize_from_config ...).
+        fn = getattr(importlib.import_module("vllm.v1.worker.gpu_worker").Worker, name, None)
+        if name.startswith("__") or not callable(fn):
+            raise AttributeError(name)
+        return types.MethodType(fn, self)
+
 
 # KV cache memory the device offers (determine_available_memory): enough for
 # the toy's max_model_len at any max_num_seqs cgsim draws, small on CPU.
@@ -396,43 +420,47 @@ KV_CACHE_BYTES = 64 * 1024**2
 
 
 class _ExecutorView:
-    """The executor the engine core talks to, over one worker whose model
-    runner is ``runner`` (what UniProcExecutor's collective_rpc reaches)."""
+    """The executor the engine core talks to, over one worker (the worker
+    view): vLLM's own Executor methods (v1/executor/abstract.py), whose
+    collective_rpc calls the GPU worker's own methods on the view, as
+    UniProcExecutor does.  cgsim answers only what the device decides: the
+    memory left for the KV cache (the worker would profile a forward pass
+    for it), and the warmup is left to build_here's capture_model()."""
 
-    def __init__(self, runner: Any):
-        self.runner = runner
-        self.layout: str | None = None
+    _EXECUTOR_METHODS = ("get_kv_cache_specs", "get_supported_kv_cache_layouts", "set_kv_cache_layout",
+                         "extensible_kv_cache_unsupported_reason", "disable_extensible_kv_cache",
+                         "initialize_from_config")
 
-    def get_kv_cache_specs(self) -> list[dict]:
-        return [self.runner.get_kv_cache_spec()]
+    def __init__(self, worker: _WorkerView):
+        self.worker = worker
+        self.vllm_config = worker.vllm_config
+        executor = importlib.import_module("vllm.v1.executor.abstract").Executor
+        self._wrapper_cls = getattr(importlib.import_module("vllm.v1.worker.worker_base"), "WorkerWrapperBase", None)
+        for name in self._EXECUTOR_METHODS:
+            fn = getattr(executor, name, None)
+            if fn is not None:
+                setattr(self, name, types.MethodType(fn, self))
 
-    def get_supported_kv_cache_layouts(self) -> list[list[str]]:
-        worker = importlib.import_module("vllm.v1.worker.worker_base")
-        fn = getattr(getattr(worker, "WorkerBase", object), "get_supported_kv_cache_layouts", None)
-        if fn is None:
-            return [["NHD"]]
-        return [fn(types.SimpleNamespace(model_runner=self.runner, vllm_config=self.runner.vllm_config))]
-
-    def set_kv_cache_layout(self, layout_name: str, *args: Any) -> None:
-        self.layout = layout_name
-
-    def extensible_kv_cache_unsupported_reason(self, specs: Any) -> str | None:
-        return "cgsim's one-worker executor"
-
-    def disable_extensible_kv_cache(self, reason: str) -> None:
-        self.runner.vllm_config.cache_config.enable_extensible_kv_cache = False
+    def collective_rpc(self, method: Any, timeout: float | None = None, args: tuple = (),
+                       kwargs: dict | None = None, **_: Any) -> list:
+        """As UniProcExecutor's: the worker wrapper's own methods
+        (WorkerWrapperBase: initialize_from_config picks this rank's
+        config), else the worker's."""
+        if callable(method):
+            return [method(self.worker, *args, **(kwargs or {}))]
+        wrapper_fn = self._wrapper_cls.__dict__.get(method) if self._wrapper_cls is not None else None
+        if wrapper_fn is not None:
+            wrapper = types.SimpleNamespace(worker=self.worker, global_rank=0, rpc_rank=0,
+                                            vllm_config=self.vllm_config)
+            return [wrapper_fn(wrapper, *args, **(kwargs or {}))]
+        try:
+            fn = getattr(self.worker, method)  # the worker's method, on the view
+        except AttributeError:
+            raise VllmEnvironmentError(f"vLLM's GPU worker has no {method}, which its engine core asks for") from None
+        return [fn(*args, **(kwargs or {}))]
 
     def determine_available_memory(self) -> list[int]:
         return [KV_CACHE_BYTES]
-
-    def collective_rpc(self, method: str, args: tuple = (), kwargs: dict | None = None, **_: Any) -> list:
-        return [getattr(self.runner, method)(*args, **(kwargs or {}))]
-
-    def initialize_from_config(self, kv_cache_configs: list) -> None:
-        # gpu_worker.Worker.initialize_from_config: the runner's initialize_kv_cache.
-        cfg = kv_cache_configs[0]
-        self.runner.cache_config.num_gpu_blocks = cfg.num_blocks
-        self.runner.initialize_kv_cache(cfg)
 
     def compile_or_warm_up_model(self) -> None:
         # The worker's warmup ends in capture_model(), which build_here runs itself.
@@ -446,8 +474,8 @@ class _EngineCoreView:
         self.model_executor = executor
         self.available_gpu_memory_for_kv_cache = -1
 
-    def collective_rpc(self, method: str, args: tuple = (), **kwargs: Any) -> list:
-        return self.model_executor.collective_rpc(method, args, **kwargs)
+    def collective_rpc(self, method: str, timeout: float | None = None, args: tuple = (), **kwargs: Any) -> list:
+        return self.model_executor.collective_rpc(method, timeout, args, **kwargs)
 
 
 def _managers(runner: Any) -> tuple[ManagerGraphs, ...]:
