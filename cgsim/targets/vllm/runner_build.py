@@ -530,8 +530,8 @@ def _triton_interpreter() -> None:
     if "triton" in sys.modules and os.environ.get(TRITON_INTERPRET) != "1":
         # Triton reads the switch as it imports (some kernels then fail with "Cannot call @triton.jit'd
         # outside of the scope of a kernel").
-        raise VllmEnvironmentError("Triton was imported before the runner build chose its interpreter: "
-                                   "build the runner in a fresh process (build_runner), or start with TRITON_INTERPRET=1")
+        raise VllmEnvironmentError("Triton was imported before the runner build chose its interpreter: build the "
+                                   "runner in a fresh process (build_runner), or start with TRITON_INTERPRET=1")
     os.environ[TRITON_INTERPRET] = "1"
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")  # the worker's rank 0 reports usage otherwise
     try:
@@ -799,7 +799,8 @@ def confirm(finding: dict, build: Any = None) -> Confirmation:
     if built.raised is not None and missing:
         return Confirmation(fid, prop, manager, named, "raised", missing, built.raised, built)
     if missing:
-        where = (f"the runner's {manager} manager ({held.mode}) holds {', '.join(g.short() for g in held.graphs) or 'no graph'}"
+        holds = ", ".join(g.short() for g in held.graphs) if held is not None else ""
+        where = (f"the runner's {manager} manager ({held.mode}) holds {holds or 'no graph'}"
                  if held is not None else f"the runner builds no {manager} manager")
         return Confirmation(fid, prop, manager, named, "absent", missing,
                             where + ("; micro-batch runner: " + ("yes" if built.has_ubatch_runner else "no")), built)
