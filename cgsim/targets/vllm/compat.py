@@ -713,8 +713,12 @@ def clear_envs_cache() -> None:
 
 
 @contextlib.contextmanager
-def vllm_process_patches(backend: Any, breakable: bool = False) -> Iterator[None]:
+def vllm_process_patches(backend: Any, breakable: bool = False, world: bool = False) -> Iterator[None]:
     """Apply every patch in PATCHES for the duration of the block.
+
+    ``world``: the process has vLLM's own (one-rank) distributed world
+    (``runner_build``): its pipeline group and graph_capture serve, and
+    single-rank-pp-group and graph-capture-context are left out.
 
     ``backend``: a cgsim backend (``.cuda`` is its torch.cuda surface,
     ``.activate()`` a context manager).  Patches are undone in reverse order
@@ -738,7 +742,8 @@ def vllm_process_patches(backend: Any, breakable: bool = False) -> Iterator[None
         stack.callback(clear_envs_cache)
 
         # single-rank-pp-group
-        _set_attr(stack, cu, "get_pp_group", lambda: _SingleRankGroup)
+        if not world:
+            _set_attr(stack, cu, "get_pp_group", lambda: _SingleRankGroup)
 
         # graph-capture-context
         @contextlib.contextmanager
@@ -748,7 +753,8 @@ def vllm_process_patches(backend: Any, breakable: bool = False) -> Iterator[None
             with cuda.stream(stream):
                 yield ctx
 
-        _set_attr(stack, cu, "graph_capture", _graph_capture)
+        if not world:
+            _set_attr(stack, cu, "graph_capture", _graph_capture)
 
         # capture-stream
         _set_attr(stack, cu, "current_stream", lambda: cuda.current_stream())

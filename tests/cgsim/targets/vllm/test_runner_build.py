@@ -1,0 +1,181 @@
+"""vLLM's own model runner in the loop (cgsim.targets.vllm.runner_build): the
+graphs the V2 GPUModelRunner captures for a launch, against what cgsim's
+stand-in of the runner (the handle) captures for the same config.
+
+Each runner build runs in a child process (Triton's interpreter, a one-rank
+gloo world): ~20-50 s on a 2-core host, so those tests are slow.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.vllm_required import skip_unless_vllm
+
+skip_unless_vllm()
+
+from cgsim.config import ManagerConfig  # noqa: E402
+from cgsim.modes import AttentionSupport, CUDAGraphMode  # noqa: E402
+from cgsim.targets.vllm.compat import VllmEnvironmentError  # noqa: E402
+from cgsim.targets.vllm.engine import EngineRefused, launch_for  # noqa: E402
+from cgsim.targets.vllm.runner_build import (  # noqa: E402
+    Confirmation,
+    GraphEntry,
+    ManagerGraphs,
+    RunnerGraphs,
+    build_here,
+    build_runner,
+    confirm,
+    stand_in_graphs,
+)
+
+pytestmark = pytest.mark.vllm
+
+SMALL = dict(capture_sizes=(1, 2, 4), max_num_reqs=4, compiled_piecewise=False)
+CONFIGS = {
+    "full-decode-only": ManagerConfig(mode=CUDAGraphMode.FULL_DECODE_ONLY, **SMALL),
+    "full-and-piecewise-breakable": ManagerConfig(mode=CUDAGraphMode.FULL_AND_PIECEWISE, breakable=True, **SMALL),
+    # FA2's support level (the launch names FLASH_ATTN with flash_attn_version 2): FULL resolves to
+    # FULL_DECODE_ONLY on both sides, so the platform's attention backend declares the launch's level.
+    "full-uniform-batch": ManagerConfig(mode=CUDAGraphMode.FULL, attention_support=AttentionSupport.UNIFORM_BATCH,
+                                        breakable=True, attention_split=False, **SMALL),
+    # EAGLE with two speculative tokens: the speculator's draft prefill and draft decode managers too.
+    "eagle-full-and-piecewise-breakable": ManagerConfig(mode=CUDAGraphMode.FULL_AND_PIECEWISE, decode_query_len=3,
+                                                        breakable=True, capture_sizes=(3, 6), max_num_reqs=2,
+                                                        compiled_piecewise=False),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _built(name: str) -> RunnerGraphs:
+    """One runner build per config for the whole module."""
+    return build_runner(launch_for(CONFIGS[name]))
+
+
+def _listing(managers: tuple[ManagerGraphs, ...]) -> list[tuple]:
+    """What is compared: each manager's name, resolved mode and graphs (not
+    its class: the handle's is a tapped subclass of the same vLLM class)."""
+    return [(m.name, m.mode, m.graphs) for m in managers]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_runner_captures_what_the_stand_in_captures(name: str) -> None:
+    config = CONFIGS[name]
+    built = _built(name)
+    assert built.raised is None, built.raised
+    assert built.attention_backend == "TRITON_ATTN"
+    assert not built.has_ubatch_runner
+    assert built.main is not None and built.main.graphs, built
+    assert _listing(built.managers) == _listing(stand_in_graphs(config))
+    if config.decode_query_len > 1:
+        assert {m.name for m in built.managers} == {"main", "draft-prefill", "draft-decode"}
+
+
+@pytest.mark.slow
+def test_full_decode_only_captures_one_uniform_decode_graph_per_size() -> None:
+    built = _built("full-decode-only")
+    assert built.main is not None and built.main.mode == "FULL_DECODE_ONLY"
+    assert [g.short() for g in built.main.graphs] == ["F:t1:r1:u1", "F:t2:r2:u1", "F:t4:r4:u1"]
+
+
+@pytest.mark.slow
+def test_a_launch_vllm_refuses_is_refused_not_built() -> None:
+    # DBO with PIECEWISE graphs: vLLM's config path refuses it (docs/vllm.md).
+    config = ManagerConfig(mode=CUDAGraphMode.PIECEWISE, num_ubatches=2, breakable=True, **SMALL)
+    with pytest.raises(EngineRefused):
+        build_runner(launch_for(config))
+
+
+def test_building_in_a_process_that_imported_vllm_is_an_environment_error() -> None:
+    # This process imported vLLM without Triton's interpreter (skip_unless_vllm).
+    with pytest.raises(VllmEnvironmentError, match="fresh process") as info:
+        build_here(launch_for(CONFIGS["full-decode-only"]))
+    assert "\n" not in str(info.value)
+
+
+def test_runner_graphs_round_trip_through_json() -> None:
+    graphs = RunnerGraphs("0.32.0", "vllm serve x",
+                          (ManagerGraphs("main", "ModelCudaGraphManager", "FULL_AND_PIECEWISE",
+                                         (GraphEntry("FULL", 4, 4, 1), GraphEntry("PIECEWISE", 8, None, None))),),
+                          False, "TRITON_ATTN", None, (1.0, 2.0))
+    assert RunnerGraphs.from_json(graphs.to_json()) == graphs
+    assert graphs.main is graphs.managers[0]
+    assert [g.short() for g in graphs.main.graphs] == ["F:t4:r4:u1", "P:t8"]
+
+
+@pytest.mark.slow
+def test_a_uniform_batch_launch_resolves_full_to_full_decode_only() -> None:
+    built = _built("full-uniform-batch")
+    assert built.main is not None and built.main.mode == "FULL_DECODE_ONLY"
+
+
+# -- confirm: a finding's graphs asked of the runner -----------------------------------------------
+
+FINDINGS = Path(__file__).resolve().parents[4] / "docs" / "findings"
+
+
+def _finding(name: str) -> dict:
+    return json.loads((FINDINGS / f"{name}.json").read_text())
+
+
+def _fake_runner(*graphs: GraphEntry, raised: str | None = None, ubatch: bool = False):
+    built = RunnerGraphs("0.32.0", "vllm serve x", (ManagerGraphs("main", "ModelCudaGraphManager", "FULL", graphs),),
+                         ubatch, "TRITON_ATTN", raised)
+    seen = []
+
+    def build(launch):
+        seen.append(launch)
+        return built
+
+    return build, seen
+
+
+def test_confirm_finds_the_named_graph_in_the_runner_built_manager() -> None:
+    finding = _finding("skip-attn-9656d102f2")  # names Desc(PIECEWISE tokens=1)
+    build, seen = _fake_runner(GraphEntry("PIECEWISE", 1, None, None), GraphEntry("FULL", 1, 1, 1))
+    got = confirm(finding, build=build)
+    assert (got.verdict, got.manager, got.named) == ("confirmed", "main", (GraphEntry("PIECEWISE", 1, None, None),))
+    assert seen[0].line() == finding["launch"]["line"]
+
+
+def test_confirm_says_which_named_graphs_the_runner_never_builds() -> None:
+    finding = _finding("init-total-e28a0e026e")  # a micro-batched (DBO) graph without data parallelism
+    build, _ = _fake_runner(GraphEntry("FULL", 16, 1, None))
+    got = confirm(finding, build=build)
+    assert got.verdict == "absent"
+    assert [g.short() for g in got.missing] == ["F:t16:r1:u16:ub2"]
+    assert "micro-batch runner: no" in got.detail
+
+
+def test_confirm_of_a_finding_naming_no_graph_builds_nothing() -> None:
+    build, seen = _fake_runner()
+    got = confirm(_finding("dispatch-sound-2f61bbe9aa"), build=build)
+    assert got.verdict == "no-graph" and not seen
+
+
+def test_confirm_reports_refusals_and_the_environment_apart() -> None:
+    def refuse(launch):
+        raise EngineRefused("vLLM refuses these engine arguments: no")
+
+    def broken(launch):
+        raise VllmEnvironmentError("the installed vLLM build lacks a compiled op")
+
+    finding = _finding("skip-attn-9656d102f2")
+    assert confirm(finding, build=refuse).verdict == "refused"
+    got = confirm(finding, build=broken)
+    assert isinstance(got, Confirmation) and got.verdict == "environment" and "compiled op" in got.detail
+
+
+@pytest.mark.slow
+def test_confirm_a_dbo_finding_without_data_parallelism_is_absent_from_the_runner() -> None:
+    # 0.32 v1/worker/gpu/ubatch_utils.py maybe_build_ubatch_runner: no micro-batch runner with
+    # data_parallel_size 1, so the manager makes no micro-batch twins.
+    got = confirm(_finding("init-total-e28a0e026e"))
+    assert got.verdict == "absent", got
+    assert got.runner is not None and not got.runner.has_ubatch_runner
+    assert all(g.num_ubatches == 1 for g in got.runner.main.graphs)
