@@ -504,10 +504,9 @@ def unsupported_reason(config: Any, caps: Capabilities) -> str | None:
     rules that the adapter's offline VllmConfig does not run."""
     sizes = tuple(config.capture_sizes)
     v = caps.version
-    # From 0.34 (the manager takes decode_query_lens) capture sizes are split: the manager's token
-    # sizes are the prefill ones, and the compilation maximum may lie past them.
-    split = "decode_query_lens" in caps.ctor_params
-    if config.max_capture_size is not None and config.max_capture_size != max(sizes) and not split:
+    # A launch names the compilation maximum beside the capture sizes (engine.launch_for), except a
+    # 0.34+ config with decode sizes (split sizes: the maximum then lies where vLLM puts it).
+    if config.max_capture_size is not None and config.max_capture_size != max(sizes) and config.decode_sizes is None:
         return (
             f"max_capture_size {config.max_capture_size} != max(capture_sizes) {max(sizes)}: vLLM's "
             "CompilationConfig asserts cudagraph_capture_sizes[-1] == max_cudagraph_capture_size"
