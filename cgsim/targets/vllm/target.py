@@ -134,8 +134,8 @@ class VllmTarget:
         """The drawn ``config`` as settings this vLLM takes: where it refuses
         the combination (its own config path says so, or the tree lacks a
         feature), the fewest optional settings of ``OPTIONAL_SETTINGS`` are
-        left out that make it take them (TargetUnsupported with its reason where even the plainest is
-        refused).  So a campaign draws what vLLM accepts instead of
+        left out that make it take them (TargetUnsupported with its reason
+        where even the plainest is refused).  So a campaign draws what vLLM accepts instead of
         discarding what it refuses: DBO drawn beside LoRA is left out on the
         releases that refuse the two together, kept on those that take them."""
         return _settled(config, self.caps.version, self.caps.location)
