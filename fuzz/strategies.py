@@ -136,6 +136,8 @@ EngineSizes = Callable[[int, int, "tuple | None"], tuple]
 Refusal = Callable[[ManagerConfig], "str | None"]
 # A target's ``engine_config``: the config its engine builds from a drawn one (None: refused).
 Engine = Callable[[ManagerConfig], "ManagerConfig | None"]
+# A target's ``engine_settings``: a drawn config as settings its engine takes (None: none taken).
+Settings = Callable[[ManagerConfig], "ManagerConfig | None"]
 # A target's ``serve``: the batches its engine's scheduler schedules for a request trace, and their origin.
 Serve = Callable[[ManagerConfig, object], "tuple[tuple[Batch, ...], Served]"]
 # A target's ``config_strategy``: configs as its engine runs them, up to a largest size.
@@ -321,8 +323,11 @@ def _takes(refusal: Refusal) -> Callable[[ManagerConfig], bool]:
 
 
 def _engine_configs(max_size: int, engine_sizes: EngineSizes | None, refusal: Refusal | None,
-                    engine: Engine | None) -> st.SearchStrategy[ManagerConfig]:
+                    engine: Engine | None, settings: Settings | None = None) -> st.SearchStrategy[ManagerConfig]:
     drawn = configs(max_size, engine_sizes)
+    if settings is not None:
+        # Drawn as settings the engine takes (what it refuses in combination left out), not discarded.
+        drawn = drawn.map(settings).filter(lambda taken: taken is not None)
     if refusal is not None:
         drawn = drawn.filter(_takes(refusal))
     if engine is not None:
@@ -352,14 +357,16 @@ def served_steps(draw, config: ManagerConfig, serve: Serve) -> tuple[tuple[Step,
 def scenarios(draw, ruleset: str | None = None, max_size: int = 128, config: ManagerConfig | None = None,
               engine_sizes: EngineSizes | None = None, refusal: Refusal | None = None,
               engine: Engine | None = None, serve: Serve | None = None,
-              config_strategy: ConfigStrategy | None = None) -> Scenario:
+              config_strategy: ConfigStrategy | None = None, settings: Settings | None = None) -> Scenario:
     """Scenarios of a config (``config``, or drawn); with ``refusal`` (a
     target's ``unsupported_reason``) only configs the target can be given: a
     scenario it refuses costs a run and judges nothing (on vLLM, tiny configs
     whose max_capture_size exceeds their largest size were a third of all).
     With ``engine`` (a target's ``engine_config``, None where the engine
     refuses) a drawn config stands for the engine settings it is drawn as, and
-    the scenario judges the config the engine builds from them.  With
+    the scenario judges the config the engine builds from them; with
+    ``settings`` (a target's ``engine_settings``, None where nothing is
+    taken) a drawn config first becomes settings the engine takes.  With
     ``serve`` (a target's hook) about a third of the draws are served: their
     batches are the ones the engine's own scheduler schedules for a drawn
     request trace, not the model's.  With ``config_strategy`` (a target's
@@ -368,8 +375,8 @@ def scenarios(draw, ruleset: str | None = None, max_size: int = 128, config: Man
         config = draw(_once(("own-configs", max_size, config_strategy, engine),
                             lambda: _built(config_strategy(max_size), engine)))
     cfg = config if config is not None else draw(_once(
-        ("configs", max_size, engine_sizes, refusal, engine), lambda: _engine_configs(max_size, engine_sizes, refusal,
-                                                                                       engine)))
+        ("configs", max_size, engine_sizes, refusal, engine, settings),
+        lambda: _engine_configs(max_size, engine_sizes, refusal, engine, settings)))
     rs = ruleset if ruleset is not None else draw(_sampled(RULESET_NAMES))
     if serve is not None and draw(_ints(0, 2)) == 2:
         steps, served = draw(served_steps(cfg, serve))

@@ -262,6 +262,9 @@ TARGET_HOOKS = Hooks("target", (
          "engines run them are drawn from it)", ("max_num_seqs", "decode_query_len", "spec_schedule")),
     Hook("unsupported_reason", "why the target cannot be given the config at all, known without building "
          "anything (None: it may take it); campaign strategies draw only configs it may take", ("config",)),
+    Hook("engine_settings", "the drawn config as settings the engine takes: those it refuses in this "
+         "combination left out (TargetUnsupported with its reason where none is taken); campaign strategies "
+         "draw through it, before unsupported_reason and engine_config", ("config",)),
     Hook("engine_config", "the config the engine builds from the settings the config stands for "
          "(TargetUnsupported with the engine's reason where it refuses them)", ("config",)),
     Hook("config_strategy", "a Hypothesis strategy of configs as the engine runs them, up to max_size tokens, "

@@ -89,23 +89,25 @@ def default_strategy(ruleset: str | None, target: str | None = None) -> Any:
     engine runs them drawn from it."""
     from fuzz.strategies import scenarios
 
-    engine_sizes = refusal = engine = serve = own_configs = None
+    engine_sizes = refusal = engine = serve = own_configs = settings = None
     if target is not None:
         from cgsim.targets import get_target, optional_hook
 
         t = get_target(target)
         engine_sizes = optional_hook(t, "engine_capture_sizes")
-        refusal = optional_hook(t, "unsupported_reason")
+        refusal = _counted_refusal(optional_hook(t, "unsupported_reason"))
         engine = _counted(optional_hook(t, "engine_config"))
+        settings = _counted(optional_hook(t, "engine_settings"))
         serve = optional_hook(t, "serve")
         own_configs = optional_hook(t, "config_strategy")
     return scenarios(ruleset=ruleset, engine_sizes=engine_sizes, refusal=refusal, engine=engine, serve=serve,
-                     config_strategy=own_configs)
+                     config_strategy=own_configs, settings=settings)
 
 
-# Configs the target's engine refused while the strategy drew them (engine
-# settings it will not start with, or sends to another runner), by reason:
-# counted with the worker's coverage ("not_reachable"), never judged.
+# Configs the target refused while the strategy drew them (engine settings it
+# will not start with or sends to another runner, or that it cannot be given
+# at all: its unsupported_reason), by reason: counted with the worker's
+# coverage ("not_reachable"), never judged.
 NOT_REACHABLE: Counter = Counter()
 
 
@@ -124,6 +126,18 @@ def _counted(engine_config: Callable | None) -> Callable | None:
 
     return built
 
+
+def _counted_refusal(unsupported_reason: Callable | None) -> Callable | None:
+    if unsupported_reason is None:
+        return None
+
+    def reason(config: Any) -> Any:
+        why = unsupported_reason(config)
+        if why is not None:
+            NOT_REACHABLE[reason_class(str(why))] += 1
+        return why
+
+    return reason
 
 
 @dataclass(frozen=True)

@@ -184,10 +184,38 @@ class Capabilities:
     draft_capture_params: tuple[str, ...]
     # How capture routes the graph pool (report only).
     pool_api: str
+    # How the V2 runner orders a step's requests before it builds the batch
+    # (v1/worker/gpu/model_runner.py): one of REQUEST_ORDERS' keys, or
+    # "unknown: why" where the runner's module does not import.
+    request_order: str = "drafts-first"
+    # The runner's uniform-decode flag: the fourth parameter of
+    # v1/worker/utils.py get_uniform_decode_token_count ("has_prefill" in
+    # 0.28-0.31, "decode_graph_eligible" from 0.32: a prefill computing one
+    # prompt token over a cached prefix runs as a decode); None before 0.28
+    # (cudagraph_utils.get_uniform_token_count, every uniform batch).
+    uniform_decode_flag: str | None = "decode_graph_eligible"
+    # ModelRunnerOutput takes req_id_to_index (before 0.34).
+    output_req_index: bool = False
+    # kv_cache_utils.get_request_block_hasher takes the hash lookahead (a third argument).
+    hasher_lookahead: bool = False
 
     @property
     def ruleset(self) -> str:
         return self.design.ruleset
+
+    @property
+    def one_token_prefill_as_decode(self) -> bool:
+        """The runner lets a prefill computing one prompt token over a cached
+        prefix replay a decode graph (gather_batch_req_state, 0.32+)."""
+        return self.uniform_decode_flag == "decode_graph_eligible"
+
+    def order_requests(self, tokens: dict[str, int], drafts: dict[str, list[int]], decode_query_len: int) -> list[str]:
+        """The step's request ids in the order this tree's runner puts them in."""
+        order = REQUEST_ORDERS.get(self.request_order)
+        if order is None:
+            raise VllmEnvironmentError(f"vLLM {self.version}: the model runner's request order is "
+                                       f"{self.request_order}; served scenarios cannot order a step's batch")
+        return order(tokens, drafts, decode_query_len)
 
     @property
     def lora(self) -> bool:
@@ -229,6 +257,47 @@ _REQUIRED_MODULES = (
     ("vllm.v1.worker.gpu.input_batch", ("InputBuffers",)),
     ("vllm.v1.attention.backend", ("AttentionCGSupport",)),
 )
+
+
+def _runner_sort(tokens: dict[str, int], drafts: dict[str, list[int]], q: int) -> list[str]:
+    return importlib.import_module(MODEL_RUNNER).sort_batch_req_ids(tokens, drafts, q)
+
+
+def _runner_sort_without_drafts(tokens: dict[str, int], drafts: dict[str, list[int]], q: int) -> list[str]:
+    return importlib.import_module(MODEL_RUNNER).sort_batch_req_ids(tokens, q)
+
+
+# How the V2 runner orders a step's requests, by release.
+REQUEST_ORDERS = {
+    # 0.28+: sort_batch_req_ids(num_tokens_per_req, draft_tokens, decode_query_len):
+    # verifications first, then decodes of decode_query_len, then by length.
+    "drafts-first": _runner_sort,
+    # 0.26-0.27: sort_batch_req_ids(num_tokens_per_req, decode_query_len).
+    "decodes-first": _runner_sort_without_drafts,
+    # 0.20-0.25: prepare_inputs sorts inline, sorted(num_tokens_per_req, key=num_tokens_per_req.get).
+    "by-tokens": lambda tokens, drafts, q: sorted(tokens, key=tokens.get),
+}
+MODEL_RUNNER = "vllm.v1.worker.gpu.model_runner"
+
+
+def _request_order() -> str:
+    """Which of REQUEST_ORDERS the tree's runner follows (its sort_batch_req_ids' parameters)."""
+    try:
+        runner = importlib.import_module(MODEL_RUNNER)
+    except Exception as exc:  # noqa: BLE001 - only the served scenarios need it: they say why
+        return f"unknown: {MODEL_RUNNER} does not import ({type(exc).__name__}: {first_line(exc)})"
+    fn = getattr(runner, "sort_batch_req_ids", None)
+    if fn is None:
+        return "by-tokens"
+    return "drafts-first" if "draft_tokens" in _params(fn) else "decodes-first"
+
+
+def _uniform_decode_flag() -> str | None:
+    fn = getattr(importlib.import_module("vllm.v1.worker.utils"), "get_uniform_decode_token_count", None)
+    if fn is None:
+        return None
+    params = _params(fn)
+    return params[3] if len(params) > 3 else None
 
 
 def _missing(what: str, version: str, where: str) -> VllmEnvironmentError:
@@ -306,6 +375,10 @@ def probe() -> Capabilities:
         adaptive_resolution=adaptive_resolution,
         draft_module=draft_module, draft_classes=draft_classes, draft_capture_params=draft_capture,
         pool_api=pool_api,
+        request_order=_request_order(),
+        uniform_decode_flag=_uniform_decode_flag(),
+        output_req_index="req_id_to_index" in _params(importlib.import_module("vllm.v1.outputs").ModelRunnerOutput),
+        hasher_lookahead=len(_params(importlib.import_module("vllm.v1.core.kv_cache_utils").get_request_block_hasher)) > 2,
     )
 
 
@@ -418,10 +491,9 @@ def unsupported_reason(config: Any, caps: Capabilities) -> str | None:
     rules that the adapter's offline VllmConfig does not run."""
     sizes = tuple(config.capture_sizes)
     v = caps.version
-    # From 0.34 (the manager takes decode_query_lens) capture sizes are split: the manager's token
-    # sizes are the prefill ones, and the compilation maximum may lie past them.
-    split = "decode_query_lens" in caps.ctor_params
-    if config.max_capture_size is not None and config.max_capture_size != max(sizes) and not split:
+    # A launch names the compilation maximum beside the capture sizes (engine.launch_for), except a
+    # 0.34+ config with decode sizes (split sizes: the maximum then lies where vLLM puts it).
+    if config.max_capture_size is not None and config.max_capture_size != max(sizes) and config.decode_sizes is None:
         return (
             f"max_capture_size {config.max_capture_size} != max(capture_sizes) {max(sizes)}: vLLM's "
             "CompilationConfig asserts cudagraph_capture_sizes[-1] == max_cudagraph_capture_size"

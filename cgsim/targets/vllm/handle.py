@@ -627,15 +627,14 @@ class VllmManagerHandle:
         get_uniform_decode_token_count (0.28+: decodes only; its last argument
         is has_prefill in 0.28-0.31, decode_graph_eligible from 0.32), else
         cudagraph_utils.get_uniform_token_count (0.20-0.27: every uniform batch)."""
-        utils = importlib.import_module("vllm.v1.worker.utils")
-        fn = getattr(utils, "get_uniform_decode_token_count", None)
-        if fn is not None:
-            flag = list(inspect.signature(fn).parameters)[3]
+        flag = self.caps.uniform_decode_flag
+        if flag is not None:
+            fn = importlib.import_module("vllm.v1.worker.utils").get_uniform_decode_token_count
             if flag == "has_prefill":
                 return lambda r, t, m, prefill: fn(r, t, m, prefill)
             return lambda r, t, m, prefill: fn(r, t, m, not prefill)  # decode_graph_eligible
-        old = getattr(importlib.import_module("vllm.v1.worker.gpu.cudagraph_utils"), "get_uniform_token_count", None)
-        if old is not None:
+        if self.caps.uniform_prefill_dispatch:
+            old = importlib.import_module("vllm.v1.worker.gpu.cudagraph_utils").get_uniform_token_count
             return lambda r, t, m, prefill: old(r, t, m)
         raise VllmEnvironmentError(f"vLLM {self.caps.version} has neither get_uniform_decode_token_count nor "
                                    "get_uniform_token_count: the adapter does not know how its runner counts "

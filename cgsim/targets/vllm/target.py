@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import itertools
 from typing import Any, Callable
 
 from cgsim.config import ManagerConfig
@@ -129,6 +130,16 @@ class VllmTarget:
         except VllmEnvironmentError:
             return None  # the campaign's environment check reports it
 
+    def engine_settings(self, config: ManagerConfig) -> ManagerConfig:
+        """The drawn ``config`` as settings this vLLM takes: where it refuses
+        the combination (its own config path says so, or the tree lacks a
+        feature), the fewest optional settings of ``OPTIONAL_SETTINGS`` are
+        left out that make it take them (TargetUnsupported with its reason
+        where even the plainest is refused).  So a campaign draws what vLLM accepts instead of
+        discarding what it refuses: DBO drawn beside LoRA is left out on the
+        releases that refuse the two together, kept on those that take them."""
+        return _settled(config, self.caps.version, self.caps.location)
+
     def engine_config(self, config: ManagerConfig) -> ManagerConfig:
         """The manager config vLLM builds from the engine arguments ``config``
         stands for (TargetUnsupported with vLLM's reason where it refuses
@@ -212,6 +223,57 @@ def _self_check(version: str, location: str) -> tuple:
     from cgsim.targets.vllm.doctor import self_check  # noqa: PLC0415
 
     return self_check()
+
+
+# Settings a drawn config may carry that vLLM refuses in some combinations or
+# some releases, in the order the strategy tries leaving them out (engine_settings):
+# a max_cudagraph_capture_size past the largest capture size (every release
+# asserts them equal where both are given), micro-batching (0.30+: not with
+# LoRA, PIECEWISE graphs, ...), adaptive verification (not with LoRA, needs
+# FULL decode graphs), LoRA, breakable graphs, a dynamic speculative schedule.
+OPTIONAL_SETTINGS: tuple[tuple[str, Callable[[ManagerConfig], bool], Callable[[ManagerConfig], ManagerConfig]], ...] = (
+    ("max_capture_size past the largest size", lambda c: c.max_capture_size not in (None, max(c.capture_sizes)),
+     lambda c: c.with_(max_capture_size=max(c.capture_sizes))),
+    ("micro-batching", lambda c: c.num_ubatches > 1, lambda c: c.with_(num_ubatches=1)),
+    ("adaptive verification", lambda c: c.varlen_decode, lambda c: c.with_(varlen_decode=False)),
+    ("LoRA", lambda c: max(c.lora_cases) > 0, lambda c: c.with_(lora_cases=(0,))),
+    ("breakable graphs", lambda c: c.breakable, lambda c: c.with_(breakable=False)),
+    ("a speculative schedule", lambda c: c.spec_schedule is not None, lambda c: c.with_(spec_schedule=None)),
+)
+
+
+@functools.lru_cache(maxsize=4096)
+def _settled(config: ManagerConfig, version: str, location: str) -> ManagerConfig:
+    """VllmTarget.engine_settings, cached per config (and per tree): vLLM's
+    verdict on a launch it refuses is not cached by engine.engine_config.
+    The fewest settings are left out (none, one, two, in OPTIONAL_SETTINGS'
+    order; then all of them)."""
+    present = [drop for _name, has, drop in OPTIONAL_SETTINGS if has(config)]
+    subsets = [combo for k in range(min(2, len(present)) + 1) for combo in itertools.combinations(present, k)]
+    if len(present) > 2:
+        subsets.append(tuple(present))
+    first: str | None = None
+    for combo in subsets:
+        candidate = functools.reduce(lambda c, drop: drop(c), combo, config)
+        why = _refused(candidate)
+        if why is None:
+            return candidate
+        first = first or why
+    raise TargetUnsupported(first or "refused")
+
+
+def _refused(config: ManagerConfig) -> str | None:
+    """Why this vLLM does not take ``config``'s settings (its features, its own config path), or None."""
+    from cgsim.targets.vllm.engine import reach  # noqa: PLC0415
+
+    why = unsupported_reason(config, require_vllm())
+    if why is not None:
+        return why
+    try:
+        reach(config)
+    except TargetUnsupported as exc:
+        return str(exc)
+    return None
 
 
 def _releases(scenario: Any) -> bool:

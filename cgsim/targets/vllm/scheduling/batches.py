@@ -5,11 +5,13 @@ the batch may replay a decode graph, the active LoRA adapters."""
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cgsim.descriptors import Batch
+
+if TYPE_CHECKING:
+    from cgsim.targets.vllm.compat import Capabilities
 
 __all__ = ["ScheduledBatch", "RunnerView"]
 
@@ -63,27 +65,19 @@ class ScheduledBatch:
                 "loras": list(self.loras), "next_drafts": self.next_drafts, "num_ubatches": self.num_ubatches}
 
 
-def _sort_batch_req_ids() -> Any:
-    """The runner's own request order (decodes first), where the tree has it."""
-    try:
-        return importlib.import_module("vllm.v1.worker.gpu.model_runner").sort_batch_req_ids
-    except (ImportError, AttributeError):
-        return lambda tokens, drafts, q: list(tokens)
-
-
 class RunnerView:
     """The request state the V2 runner keeps between steps, fed only from
     the scheduler's outputs (``add_requests`` / ``update_requests``): each
     request's prefill length (prompt, or all its tokens when it resumes
     after a preemption) and computed tokens."""
 
-    def __init__(self, decode_query_len: int, one_token_prefill_as_decode: bool):
+    def __init__(self, decode_query_len: int, caps: Capabilities):
         self.decode_query_len = decode_query_len
         # 0.32+ (gather_batch_req_state's prefill_runs_as_decode); before, any prefill bars decode graphs.
-        self.one_token_prefill_as_decode = one_token_prefill_as_decode
+        self.one_token_prefill_as_decode = caps.one_token_prefill_as_decode
         self.prefill_len: dict[str, int] = {}
         self.lora: dict[str, int] = {}
-        self._order = _sort_batch_req_ids()
+        self._order = caps.order_requests  # the tree's runner's request order
 
     def receive(self, step: int, so: Any) -> ScheduledBatch | None:
         """What ``execute_model`` gathers for ``so`` (None: nothing scheduled)."""

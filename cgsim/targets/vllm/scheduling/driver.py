@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib
-import inspect
 import json
 import random
 from collections import deque
@@ -102,8 +101,7 @@ def _block_hasher(vc: Any, hash_block_size: int) -> Any:
     hash_fn = importlib.import_module("vllm.utils.hashing").get_hash_fn_by_name(
         vc.cache_config.prefix_caching_hash_algo)
     kvu.init_none_hash(hash_fn)
-    params = inspect.signature(kvu.get_request_block_hasher).parameters
-    extra = (getattr(vc, "num_hash_lookahead_tokens", 0),) if len(params) > 2 else ()
+    extra = (getattr(vc, "num_hash_lookahead_tokens", 0),) if require_vllm().hasher_lookahead else ()
     return kvu.get_request_block_hasher(hash_block_size, hash_fn, *extra)
 
 
@@ -159,9 +157,10 @@ class _FakeRunner:
     """The model runner's outputs for a scheduled step, decided when the
     step is scheduled (an async engine schedules the next step first)."""
 
-    def __init__(self, acceptance: float, seed: int):
+    def __init__(self, acceptance: float, seed: int, output_req_index: bool):
         self.acceptance = acceptance
         self.rng = random.Random(seed)
+        self.output_req_index = output_req_index  # ModelRunnerOutput takes req_id_to_index (Capabilities)
 
     def outputs(self, so: Any, requests: dict[str, Any]) -> Any:
         outputs = importlib.import_module("vllm.v1.outputs")
@@ -179,7 +178,7 @@ class _FakeRunner:
                 accepted += 1
             sampled.append([SAMPLED_TOKEN] * (1 + accepted))
         extra = {}
-        if "req_id_to_index" in inspect.signature(outputs.ModelRunnerOutput).parameters:  # before 0.34
+        if self.output_req_index:  # before 0.34
             extra["req_id_to_index"] = {r: i for i, r in enumerate(ids)}
         return outputs.ModelRunnerOutput(req_ids=ids, sampled_token_ids=sampled, **extra)
 
@@ -195,13 +194,11 @@ class _FakeRunner:
 def run_scheduler(config: ManagerConfig, workload: Workload) -> ScheduleRun:
     """Schedule ``workload`` with vLLM's scheduler for the launch ``config``
     stands for, until every request finishes (or ``workload.max_steps``)."""
-    require_vllm()  # before anything imports vLLM: a source tree is laid over the install first
+    caps = require_vllm()  # before anything imports vLLM: a source tree is laid over the install first
     launch = scheduler_launch(config, workload)
     scheduler, hasher, queue_size = _build(launch)
-    uniform_fn = importlib.import_module("vllm.v1.worker.utils").__dict__.get("get_uniform_decode_token_count")
-    as_decode = uniform_fn is not None and "decode_graph_eligible" in inspect.signature(uniform_fn).parameters
-    view = RunnerView(config.decode_query_len, as_decode)
-    runner = _FakeRunner(workload.acceptance, workload.seed)
+    view = RunnerView(config.decode_query_len, caps)
+    runner = _FakeRunner(workload.acceptance, workload.seed, caps.output_req_index)
     async_mode = queue_size > 1
     spec_decoding = config.decode_query_len > 1
     arrivals = sorted(enumerate(workload.requests), key=lambda x: (x[1].arrival_step, x[0]))

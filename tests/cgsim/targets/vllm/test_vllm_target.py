@@ -609,8 +609,10 @@ def test_the_strategy_draws_no_config_this_vllm_refuses():
 
     target = VllmTarget(warm=False)
     slack = ManagerConfig(mode="FULL", capture_sizes=(1, 2, 4), max_capture_size=5, max_num_reqs=4)
-    if "decode_query_lens" not in CAPS.ctor_params:  # before 0.34's split sizes vLLM asserts the two agree
-        assert "max_capture_size 5" in target.unsupported_reason(slack)
+    # Every release asserts the two agree where both are given (0.34 too: config/vllm.py
+    # "customized max_cudagraph_capture_size ... should be consistent"); only a 0.34 config with
+    # decode sizes names no maximum.
+    assert "max_capture_size 5" in target.unsupported_reason(slack)
     assert target.unsupported_reason(slack.with_(max_capture_size=4)) is None
     refused = []
 
