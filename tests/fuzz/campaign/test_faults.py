@@ -627,7 +627,7 @@ def test_report_directory_on_a_tmpfs_that_fills_up_or_turns_read_only(tmp_path, 
     fault_cmd = ("dd if=/dev/zero of=$MNT/fill bs=4k 2>/dev/null" if fault == "full"
                  else "mount --bind $MNT/reports $MNT/reports || exit 98; i=0; "
                       "until mount -o remount,bind,ro $MNT/reports 2>/dev/null; do "
-                      "i=$((i+1)); [ $i -ge 100 ] && exit 98; sleep 0.02; done")
+                      "i=$((i+1)); [ $i -ge 500 ] && exit 98; sleep 0.02; done")
     undo_cmd = "rm -f $MNT/fill" if fault == "full" else "umount $MNT/reports"
     script = f"""
         mount -t tmpfs -o size=2m tmpfs $MNT || exit 99
