@@ -174,8 +174,13 @@ def test_confirm_reports_refusals_and_the_environment_apart() -> None:
 @pytest.mark.slow
 def test_confirm_a_dbo_finding_without_data_parallelism_is_absent_from_the_runner() -> None:
     # 0.32 v1/worker/gpu/ubatch_utils.py maybe_build_ubatch_runner: no micro-batch runner with
-    # data_parallel_size 1, so the manager makes no micro-batch twins.
-    got = confirm(_finding("init-total-e28a0e026e"))
+    # data_parallel_size 1, so the manager makes no micro-batch twins.  #8's JSON as recorded before its
+    # launch became the MoE, DP 2, expert-parallel one: a dense launch on one rank.
+    finding = _finding("init-total-e28a0e026e")
+    args = finding["launch"]["args"]
+    del args["data_parallel_size"], args["enable_expert_parallel"]
+    finding["launch"]["toy_model"] = "dense"
+    got = confirm(finding)
     assert got.verdict == "absent", got
     assert got.runner is not None and not got.runner.has_ubatch_runner
     assert all(g.num_ubatches == 1 for g in got.runner.main.graphs)
