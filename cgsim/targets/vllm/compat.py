@@ -61,6 +61,9 @@ __all__ = [
     "SessionPatch",
     "SESSION_PATCHES",
     "vllm_process_patches",
+    "worker_config",
+    "one_rank_view",
+    "builds_ubatch_runner",
 ]
 
 BREAKABLE_ENV = "VLLM_USE_BREAKABLE_CUDAGRAPH"
@@ -513,7 +516,6 @@ def unsupported_reason(config: Any, caps: Capabilities) -> str | None:
 # What the engine core and the model runner make of a VllmConfig
 # --------------------------------------------------------------------------
 
-ENGINE_CORE = "vllm.v1.engine.core"
 UBATCH_UTILS = "vllm.v1.worker.gpu.ubatch_utils"
 
 
