@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -41,6 +42,10 @@ __all__ = [
     "device",
     "get_device_name",
     "get_device_capability",
+    "get_device_properties",
+    "DeviceProperties",
+    "get_rng_state",
+    "set_rng_state",
     "mem_get_info",
     "memory_allocated",
     "memory_reserved",
@@ -284,6 +289,48 @@ def get_device_name(device: Any = None) -> str:
 
 def get_device_capability(device: Any = None) -> tuple[int, int]:
     return (9, 0)
+
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    """``torch.cuda.get_device_properties``'s answer for the mock device: an
+    H100's shape (torch.compile's cache key and engines' kernel choices read
+    it), its memory the mock's."""
+
+    name: str = DEVICE_NAME
+    major: int = 9
+    minor: int = 0
+    total_memory: int = TOTAL_MEMORY
+    multi_processor_count: int = 132
+    warp_size: int = 32
+    max_threads_per_multi_processor: int = 2048
+    max_threads_per_block: int = 1024
+    regs_per_multiprocessor: int = 65536
+    shared_memory_per_block: int = 49152
+    shared_memory_per_block_optin: int = 232448
+    shared_memory_per_multiprocessor: int = 233472
+    L2_cache_size: int = 50 * 2**20
+    is_integrated: bool = False
+    is_multi_gpu_board: bool = False
+    gcnArchName: str = "NVIDIA H100"
+    uuid: str = "cgsim-mock-0"
+    pci_bus_id: int = 0
+    pci_device_id: int = 0
+    pci_domain_id: int = 0
+
+
+def get_device_properties(device: Any = None) -> DeviceProperties:
+    return DeviceProperties()
+
+
+def get_rng_state(device: Any = "cuda") -> torch.Tensor:
+    # The mock device's tensors live on the CPU, so its generator is the CPU's
+    # (torch.compile saves and restores it around every frame it converts).
+    return torch.get_rng_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
+    torch.set_rng_state(new_state)
 
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:

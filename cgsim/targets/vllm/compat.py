@@ -909,6 +909,24 @@ def _identity(x: Any) -> Any:
     return x
 
 
+@contextlib.contextmanager
+def weak_ref_op_alias() -> Iterator[None]:
+    """SESSION_PATCHES "weak-ref-tensor": torch.ops._C.weak_ref_tensor, where
+    the installed kernel library lacks it, as an alias op for the duration."""
+    import torch  # noqa: PLC0415
+
+    if _has_weak_ref_op():
+        yield
+        return
+    lib = torch.library.Library("_C", "FRAGMENT")
+    lib.define("weak_ref_tensor(Tensor(a) self) -> Tensor(a)")
+    lib.impl("weak_ref_tensor", lambda t: torch.ops.aten.alias(t), "CompositeExplicitAutograd")
+    try:
+        yield
+    finally:
+        lib._destroy()
+
+
 def _has_weak_ref_op() -> bool:
     import torch  # noqa: PLC0415
 

@@ -150,6 +150,12 @@ def _platform_class() -> type:
             return on_gpu
 
         @classmethod
+        def opaque_attention_op(cls) -> bool:
+            # As CUDA's (platforms/cuda.py): attention is one custom op, so
+            # torch.compile splits the model around it, never traces into it.
+            return True
+
+        @classmethod
         def support_static_graph_mode(cls) -> bool:
             return True
 

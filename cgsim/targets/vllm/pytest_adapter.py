@@ -9,7 +9,7 @@ import contextlib
 from typing import Any
 
 from cgsim.targets.base import PytestAdapter, TargetEnvironmentError
-from cgsim.targets.vllm.compat import SESSION_PATCHES
+from cgsim.targets.vllm.compat import SESSION_PATCHES, weak_ref_op_alias
 from cgsim.text import first_line
 
 __all__ = ["PYTEST_ADAPTER", "adapt_vllm"]
@@ -53,11 +53,7 @@ def adapt_vllm(stack: contextlib.ExitStack) -> None:
             import vllm._C  # noqa: F401, PLC0415
     except ImportError:
         pass
-    if not hasattr(torch.ops._C, "weak_ref_tensor"):
-        lib = torch.library.Library("_C", "FRAGMENT")
-        lib.define("weak_ref_tensor(Tensor(a) self) -> Tensor(a)")
-        lib.impl("weak_ref_tensor", lambda t: torch.ops.aten.alias(t), "CompositeExplicitAutograd")
-        stack.callback(lib._destroy)
+    stack.enter_context(weak_ref_op_alias())
 
 
 PYTEST_ADAPTER = PytestAdapter(

@@ -289,6 +289,7 @@ _MISSING_OP = ("No such operator _C", "'_OpNamespace' '_C' object has no attribu
 _PLATFORM_INTERFACE = os.path.join("vllm", "platforms", "interface.py")
 _TRITON_INTERPRETER = os.path.join("triton", "runtime", "interpreter.py")
 _TORCH_CUDA = os.path.join("torch", "cuda") + os.sep
+_TORCH_COMPILER = (os.path.join("torch", "_dynamo") + os.sep, os.path.join("torch", "_inductor") + os.sep)
 
 
 def _innermost_in_dir(exc: BaseException, part: str) -> bool:
@@ -331,6 +332,10 @@ def _vllm_frames(step: str) -> Iterator[None]:
         if _innermost_in_dir(exc, _TORCH_CUDA):
             # torch.cuda beyond the graph API the mock presents (a CPU build of torch): the device's gap.
             raise VllmEnvironmentError(f"the CPU device lacks a torch.cuda call {step} makes "
+                                       f"({text}{_last_vllm_frame(exc)})") from exc
+        if any(_innermost_in_dir(exc, part) for part in _TORCH_COMPILER):
+            # torch.compile failing on the CPU device (tracing, codegen): what a GPU build would compile.
+            raise VllmEnvironmentError(f"torch.compile cannot compile what {step} runs on the CPU device "
                                        f"({text}{_last_vllm_frame(exc)})") from exc
         if _innermost_is_cgsim(exc):
             raise VllmEnvironmentError(f"cgsim's stand-in failed in {step} ({text}{_where(exc)})") from exc
@@ -690,10 +695,13 @@ def _launch_env(launch: EngineLaunch) -> Iterator[None]:
 @contextlib.contextmanager
 def _runner_patches(backend: Any, launch: EngineLaunch) -> Iterator[None]:
     """compat.PATCHES minus what the one-rank world serves itself (the
-    pipeline group, graph_capture); the breakable-graph switch as the launch sets it."""
-    from cgsim.targets.vllm.compat import BREAKABLE_ENV, vllm_process_patches  # noqa: PLC0415
+    pipeline group, graph_capture); the breakable-graph switch as the launch
+    sets it; the weak-reference op every compiled piece's graph wrapper calls
+    (SESSION_PATCHES "weak-ref-tensor")."""
+    from cgsim.targets.vllm.compat import BREAKABLE_ENV, vllm_process_patches, weak_ref_op_alias  # noqa: PLC0415
 
-    with vllm_process_patches(backend, breakable=dict(launch.env).get(BREAKABLE_ENV) == "1", world=True):
+    with vllm_process_patches(backend, breakable=dict(launch.env).get(BREAKABLE_ENV) == "1", world=True), \
+            weak_ref_op_alias():
         yield
 
 

@@ -43,6 +43,9 @@ CONFIGS = {
     # FULL_DECODE_ONLY on both sides, so the platform's attention backend declares the launch's level.
     "full-uniform-batch": ManagerConfig(mode=CUDAGraphMode.FULL, attention_support=AttentionSupport.UNIFORM_BATCH,
                                         breakable=True, attention_split=False, **SMALL),
+    # torch.compile's piecewise split (the default launch): the compiled pieces' graph wrappers too.
+    "full-and-piecewise-compiled": ManagerConfig(mode=CUDAGraphMode.FULL_AND_PIECEWISE, capture_sizes=(1, 2, 4),
+                                                 max_num_reqs=4),
     # EAGLE with two speculative tokens: the speculator's draft prefill and draft decode managers too.
     "eagle-full-and-piecewise-breakable": ManagerConfig(mode=CUDAGraphMode.FULL_AND_PIECEWISE, decode_query_len=3,
                                                         breakable=True, capture_sizes=(3, 6), max_num_reqs=2,
@@ -184,3 +187,11 @@ def test_confirm_a_dbo_finding_without_data_parallelism_is_absent_from_the_runne
     assert got.verdict == "absent", got
     assert got.runner is not None and not got.runner.has_ubatch_runner
     assert all(g.num_ubatches == 1 for g in got.runner.main.graphs)
+
+
+@pytest.mark.slow
+def test_confirm_a_finding_of_a_compiled_launch() -> None:
+    # The launch leaves torch.compile on (vLLM's default): the model is compiled through dynamo around
+    # attention's opaque op, as on CUDA, and the decode graph the finding names is the runner's.
+    got = confirm(_finding("capture-useful-a02a072c44"))
+    assert got.verdict == "confirmed", got
