@@ -35,7 +35,9 @@ def main(argv):
     unknown = [f for f in findings if not f.get("known_defect")]
     unreached = [f for f in findings if not _starts(f.get("launch"), f.get("scenario"))]
     for f in findings:
-        print(f"{f['property']}: {f.get('known_defect') or 'NOT A DOCUMENTED DEFECT'}  ({f['id']})")
+        said = f.get("runner_confirmation") or {}
+        runner = f"; vLLM's runner: {said['verdict']}" if said else ""
+        print(f"{f['property']}: {f.get('known_defect') or 'NOT A DOCUMENTED DEFECT'}  ({f['id']}{runner})")
     for f in unreached:
         print(f"{f['property']}: its launch is not one vLLM starts on its V2 runner ({f['id']})")
     print(f"vLLM {env.get('vllm_version')}: {len(findings)} finding(s), {len(unknown)} not documented, "

@@ -133,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a database of the failures campaigns found (a directory, or Redis with pip install redis): "
                           "saved failures are replayed first, new ones saved; without it a run depends on its seed alone")
     run.add_argument("--quiet", action="store_true", help="no progress line and no summary")
+    run.add_argument("--no-runner-confirm", action="store_true",
+                     help="skip the last phase, where each finding's launch is built by the engine's own model "
+                          "runner (vLLM: ~30 s a launch) to tell defects of the engine from manager-level findings")
     _source_flag(run)
     run.add_argument("--diff-base", default=None,
                      help="with --vllm-source on a git checkout: report the changed lines against this ref that the "
@@ -356,6 +359,7 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         ray=args.ray,
         workers_from_cluster=args.ray is not None and args.workers is None,
         example_db=args.example_db,
+        runner_confirm=not args.no_runner_confirm,
         quiet=args.quiet,
         sources=_sources_given(),
         diff_base=args.diff_base,

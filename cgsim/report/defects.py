@@ -17,7 +17,37 @@ from __future__ import annotations
 import json
 from typing import Iterable
 
-__all__ = ["group_defects", "STATUS_RANK"]
+__all__ = ["group_defects", "STATUS_RANK", "reached", "MANAGER_LEVEL", "runner_said"]
+
+# Verdicts of the engine's own runner (fuzz.campaign.confirm) that make a
+# finding "manager-level only": the runner never builds the graphs it names,
+# or the engine refuses its launch.  Never counted as a defect of the engine.
+MANAGER_LEVEL = ("absent", "refused")
+
+
+def reached(entry: dict) -> bool:
+    """Whether a finding counts as a defect of the engine: not one the
+    engine's runner was asked about and does not build."""
+    said = entry.get("runner_confirmation")
+    return not (isinstance(said, dict) and said.get("verdict") in MANAGER_LEVEL)
+
+
+def runner_said(entry: dict) -> str | None:
+    """The engine runner's verdict on a finding in a phrase (None: not asked)."""
+    said = entry.get("runner_confirmation")
+    if not isinstance(said, dict):
+        return None
+    verdict = said.get("verdict")
+    where = f"{', '.join(said.get('named') or ())} in its {said.get('manager')} manager"
+    if verdict == "confirmed":
+        return f"confirmed: the runner built from the launch captures {where}"
+    if verdict == "no-graph":
+        return "not asked: the finding names no graph"
+    if verdict == "absent":
+        return f"manager-level only: the runner never captures {', '.join(said.get('missing') or ())} ({said.get('detail')})"
+    if verdict == "refused":
+        return f"manager-level only: the engine refuses the launch ({said.get('detail')})"
+    return f"could not be asked ({verdict}: {said.get('detail')})"
 
 # Which finding stands first for a card: shrunk ones, then the less finished.
 STATUS_RANK = {"shrunk": 0, "shrink-interrupted": 1, "shrinking": 2, "pending": 3, "unshrunk": 4, "new": 5}

@@ -139,6 +139,19 @@ class FindingStore:
             write_finding(self.dir, finding)
             return "written"
 
+    def annotate(self, fid: str, extra: dict) -> bool:
+        """Add ``extra`` to the finding of id ``fid`` on disk (its status and
+        scenario unchanged); False where there is none, or writing is no
+        longer allowed.  OSError propagates, the old file intact."""
+        with self._locked():
+            if not self.allowed():
+                return False
+            data = self._read(fid)
+            if data is None:
+                return False
+            write_finding(self.dir, Finding.from_json(data).with_(extra=extra))
+            return True
+
     def remove_own(self, fid: str, owner: Owner) -> bool:
         """Remove a provisional finding that ``owner`` wrote and that is
         still provisional; anything else stays."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Mapping
 
+from cgsim.report.defects import runner_said
+
 __all__ = ["render_markdown", "node_rows", "defect_cards"]
 
 
@@ -115,6 +117,7 @@ def render_markdown(summary: dict) -> str:
             f"- **what was seen**: {f.get('message')}",
             *([f"- **reached by**: `{f['launch']['line']}`"] if (f.get("launch") or {}).get("line") else []),
             *([f"- **the engine's scheduler**: {said}"] if (said := scheduler_said(f)) else []),
+            *([f"- **the engine's runner**: {said}"] if (said := runner_said(f)) else []),
             f"- **finding file**: `{f.get('path')}`",
             f"- **repro script**: `{f.get('repro_path')}`",
         ]
@@ -156,6 +159,12 @@ def render_markdown(summary: dict) -> str:
                 lines.append(f"- `{o['property']}` ({o.get('status')}): `{o.get('path')}` · "
                              f"`{o.get('replay_command', '')}` · `python {o.get('repro_path')}`")
             lines.append("")
+    manager_level = [by_id[i] for i in summary.get("manager_level", []) if i in by_id]
+    if manager_level:
+        lines += ["## Manager-level only", "",
+                  "Findings of the manager that the engine's own runner, built from each one's launch, never "
+                  "reaches: not defects of the engine.", ""]
+        lines += [f"- `{f['property']}` `{f['id']}`: {runner_said(f)}" for f in manager_level] + [""]
     if inflight:
         lines += ["", "## In flight", "",
                   "Scenarios the workers were running when this report was written (after a campaign died: the "

@@ -21,7 +21,7 @@ from typing import Iterable
 from cgsim.finding import Finding
 from cgsim.properties import ALL_PROPERTIES, resolve_alias
 from cgsim.report.atomic import atomic_symlink, atomic_write_bytes, atomic_write_json, atomic_write_text
-from cgsim.report.defects import group_defects
+from cgsim.report.defects import group_defects, reached
 from cgsim.report.html import render_html
 from cgsim.report.junit import render_junit
 from cgsim.report.markdown import render_markdown
@@ -145,7 +145,9 @@ def build_summary(*, run_id: str, settings: dict, findings: Iterable[Finding], s
         "coverage": {k: dict(sorted(v.items())) for k, v in sorted(coverage.items())},
         "findings": entries,
         # The findings grouped by defect: what the console and the report show as cards.
-        "defects": group_defects(entries),
+        "defects": group_defects([e for e in entries if reached(e)]),
+        # Findings the engine's own runner does not build: shown apart, never as defects.
+        "manager_level": [e["id"] for e in entries if not reached(e)],
         "workers": workers,
         "started_unix": started_unix,
         "timeline": timeline(findings, workers, started_unix, elapsed_s),

@@ -8,6 +8,7 @@ import os
 import shutil
 from typing import TextIO
 
+from cgsim.report.defects import runner_said
 from cgsim.report.markdown import defect_cards, node_rows
 from cgsim.text import first_line
 
@@ -80,6 +81,9 @@ def print_summary(out: TextIO, summary: dict, run_dir: str) -> None:
     findings = {f["id"]: f for f in summary["findings"]}
     defects = defect_cards(summary)
     w(f"{len(defects)} defect(s) in {len(findings)} finding(s)\n")
+    for fid in summary.get("manager_level", []):
+        f = findings[fid]
+        w(f"  {f['property']} ({fid}): {runner_said(f)}\n")
     for card in defects:
         primary = findings[card["primary"]]
         others = [findings[i] for i in card["findings"][1:] if i in findings]
@@ -90,6 +94,8 @@ def print_summary(out: TextIO, summary: dict, run_dir: str) -> None:
           f"    replay: python -m fuzz replay {os.path.join(run_dir, primary['path'])}"
           f"{'' if s.get('backend', 'mock') == 'mock' else ' --backend ' + s['backend']}\n"
           f"    repro: {os.path.join(run_dir, primary['repro_path'])}\n")
+        if runner_said(primary):
+            w(f"    engine's runner: {runner_said(primary)}\n")
         for f in others:
             w(f"    also shrunk for {f['property']}: {os.path.join(run_dir, f['path'])}\n")
     for e in summary.get("inflight", []) if not summary["complete"] else []:

@@ -31,10 +31,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, TextIO
 
 from cgsim.observe import RUNNER, Pipeline
+from cgsim.report.defects import reached
 from cgsim.report.findings import FindingStore, scan_findings
 from cgsim.report.repro import write_repro
 from cgsim.report.summary import build_summary, update_latest, write_report
 from cgsim.text import first_line
+from fuzz.campaign.confirm import confirm_phase
 from fuzz.campaign.console import Progress, print_summary
 from fuzz.campaign.executor import STOP_GRACE_S, Executor, stop_signals_raise
 from fuzz.campaign.options import CampaignOptions, UsageError, validate
@@ -142,7 +144,7 @@ def exit_code(summary: dict, stop_reason: str | None, report_failed: bool) -> in
     """The documented exit status of a campaign (and of ``fuzz report``)."""
     if report_failed:
         return EXIT_REPORT_FAILED
-    if summary["findings"]:
+    if any(reached(f) for f in summary["findings"]):  # manager-level-only findings are no defect of the engine
         return EXIT_FINDINGS
     if stop_reason in _SIGNAL_EXITS:
         return _SIGNAL_EXITS[stop_reason]
@@ -268,6 +270,9 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
             sup.shutdown(STOP_GRACE_S if sup.stop_reason else SHUTDOWN_GRACE_S)
         # Space may have come back since a write failed: one more try.
         sup.unwritten = [f for f in sup.unwritten if not _try(FindingStore(findings_dir, repro=write_repro).put, f)]
+        if o.runner_confirm and not sup.stopped and not report_errors:
+            # Before the final report: its defect count is of what the engine's runner builds.
+            sup.notes.extend(confirm_phase(o.target, findings_dir, o.workers, lambda: sup.stopped, err, o.quiet))
         complete = not sup.stopped and not sup.cut_short and not report_errors
         summary = report(complete=complete, final=True)
         _try(update_latest, o.report_dir, run_id)

@@ -52,7 +52,7 @@ from cgsim.targets.vllm.engine import EngineLaunch, EngineRefused
 from cgsim.text import first_line
 
 __all__ = ["GraphEntry", "ManagerGraphs", "RunnerGraphs", "build_runner", "build_here", "manager_graphs",
-           "stand_in_graphs", "Confirmation", "confirm", "finding_launch"]
+           "stand_in_graphs", "Confirmation", "confirm", "confirm_findings", "finding_launch"]
 
 TRITON_INTERPRET = "TRITON_INTERPRET"
 CHILD_TIMEOUT_S = 900
@@ -761,6 +761,15 @@ class Confirmation:
     runner: RunnerGraphs | None = None
 
 
+    def to_json(self) -> dict:
+        """What a campaign records with the finding (``runner_confirmation``)."""
+        out = {"verdict": self.verdict, "manager": self.manager, "named": [g.short() for g in self.named],
+               "missing": [g.short() for g in self.missing], "detail": self.detail}
+        if self.runner is not None:
+            out.update(vllm_version=self.runner.vllm_version, seconds=list(self.runner.seconds))
+        return out
+
+
 def finding_launch(finding: dict) -> EngineLaunch:
     """The launch a finding recorded (``finding["launch"]``), its attention
     backend the one its config declares the support level of."""
@@ -781,18 +790,33 @@ def _entry_of_fact(d: dict) -> GraphEntry:
                       int(d.get("num_active_loras") or 0), int(d.get("num_ubatches") or 1))
 
 
-def confirm(finding: dict, build: Any = None) -> Confirmation:
-    """Rebuild ``finding``'s launch through vLLM's runner (``build``:
-    ``build_runner`` unless given) and say whether the graphs it names
-    (its facts' ``graph`` / ``graphs``, in its ``manager`` or the main one)
-    exist in the manager the runner built."""
+def _named(finding: dict) -> tuple[str, tuple[GraphEntry, ...], bool]:
+    """The manager a finding names (its facts' ``manager``, else the main
+    one), the graphs it names there, and whether one of them is enough: a
+    finding about graphs (``graph`` / ``graphs``) needs each; a dispatch
+    finding (``expected``: the captured graphs that fit its batch, equally
+    preferred) needs one to exist for its batch to have had a better graph."""
     from cgsim.finding import Finding  # noqa: PLC0415
 
     facts = Finding.from_json(finding).facts
+    any_of = False
+    if isinstance(facts.get("graph"), dict):
+        listed = [facts["graph"]]
+    elif facts.get("graphs"):
+        listed = list(facts["graphs"])
+    else:
+        listed, any_of = list(facts.get("expected") or []), True
+    named = tuple(_entry_of_fact(d) for d in listed if isinstance(d, dict) and d.get("cg_mode") not in (None, "NONE"))
+    return str(facts.get("manager") or "main"), named, any_of
+
+
+def confirm(finding: dict, build: Any = None) -> Confirmation:
+    """Rebuild ``finding``'s launch through vLLM's runner (``build``:
+    ``build_runner`` unless given) and say whether the graphs it names
+    (``_named``: in its ``manager`` or the main one) exist in the manager
+    the runner built."""
     fid, prop = str(finding.get("id")), str(finding.get("property"))
-    manager = str(facts.get("manager") or "main")
-    listed = [facts["graph"]] if isinstance(facts.get("graph"), dict) else list(facts.get("graphs") or [])
-    named = tuple(_entry_of_fact(d) for d in listed if isinstance(d, dict))
+    manager, named, any_of = _named(finding)
     if not named:
         return Confirmation(fid, prop, manager, named, "no-graph", detail="the finding names no graph")
     try:
@@ -804,6 +828,8 @@ def confirm(finding: dict, build: Any = None) -> Confirmation:
     held = built.manager(manager)
     have = set(held.graphs) if held is not None else set()
     missing = tuple(g for g in named if g not in have)
+    if any_of and len(missing) < len(named):
+        missing = ()
     if built.raised is not None and missing:
         return Confirmation(fid, prop, manager, named, "raised", missing, built.raised, built)
     if missing:
@@ -813,6 +839,39 @@ def confirm(finding: dict, build: Any = None) -> Confirmation:
         return Confirmation(fid, prop, manager, named, "absent", missing,
                             where + ("; micro-batch runner: " + ("yes" if built.has_ubatch_runner else "no")), built)
     return Confirmation(fid, prop, manager, named, "confirmed", (), "", built)
+
+
+def confirm_findings(findings: list[dict], jobs: int, stopped: Any = lambda: False) -> dict[str, Confirmation]:
+    """``confirm`` for each of ``findings``, each launch's runner built once
+    (at most ``jobs`` builds at a time, each a child process); no build
+    starts once ``stopped()``.  Keyed by finding id."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    wanted: dict[str, EngineLaunch] = {}
+    for f in findings:
+        if _named(f)[1]:
+            with contextlib.suppress(VllmEnvironmentError):
+                launch = finding_launch(f)
+                wanted.setdefault(json.dumps(_launch_to_json(launch), sort_keys=True), launch)
+
+    def build_once(launch: EngineLaunch) -> Any:
+        if stopped():
+            return VllmEnvironmentError("not asked: the campaign was stopped")
+        try:
+            return build_runner(launch)
+        except (EngineRefused, VllmEnvironmentError) as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(wanted) or 1))) as pool:
+        built = dict(zip(wanted, pool.map(build_once, wanted.values())))
+
+    def cached(launch: EngineLaunch) -> RunnerGraphs:
+        got = built[json.dumps(_launch_to_json(launch), sort_keys=True)]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    return {str(f.get("id")): confirm(f, build=cached) for f in findings}
 
 
 # --------------------------------------------------------------------------

@@ -11,7 +11,11 @@ import sys
 
 import pytest
 
+from cgsim.finding import Finding
 from cgsim.report.defects import group_defects
+from cgsim.report.markdown import render_markdown
+from cgsim.report.summary import build_summary
+from fuzz.campaign.run import EXIT_CLEAN, EXIT_FINDINGS, exit_code
 from fuzz.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -92,3 +96,26 @@ def test_the_report_shows_one_card_per_defect(tmp_path):
     assert md.count("\n### ") == 1 and "**1 defect(s)** in 3 finding(s)" in md
     html = open(os.path.join(result.run_dir, "index.html")).read()
     assert html.count('class="defect"') == 1 and html.count('class="finding also"') == 2
+
+
+def test_a_finding_the_engines_runner_never_builds_is_manager_level_only_not_a_defect():
+    """fuzz.campaign.confirm's verdicts: 'absent' (the runner never captures the
+    graphs the finding names) and 'refused' leave the defect count; the rest
+    (confirmed, not asked, could not be asked) stay defects."""
+    def finding(prop, verdict):
+        extra = {"runner_confirmation": {"verdict": verdict, "manager": "main", "named": ["F:t16:r1:u16:ub2"],
+                                         "missing": ["F:t16:r1:u16:ub2"] if verdict == "absent" else [],
+                                         "detail": "the runner's main manager (FULL) holds F:t16:r1:u1"}}
+        return Finding(property=prop, message="m", target="vllm", backend="mock", scenario={"steps": []},
+                       status="shrunk", extra=extra)
+
+    absent = build_summary(run_id="r", settings={}, findings=[finding("INIT-TOTAL", "absent")])
+    assert absent["defects"] == [] and absent["manager_level"] == [absent["findings"][0]["id"]]
+    assert exit_code(absent, None, False) == EXIT_CLEAN
+    both = build_summary(run_id="r", settings={}, findings=[finding("INIT-TOTAL", "absent"),
+                                                           finding("CAPTURE-USEFUL", "confirmed"),
+                                                           finding("NO-CRASH", "environment")])
+    assert sorted(c["properties"][0] for c in both["defects"]) == ["CAPTURE-USEFUL", "NO-CRASH"]
+    assert exit_code(both, None, False) == EXIT_FINDINGS
+    text = render_markdown(absent)
+    assert "## Manager-level only" in text and "never captures F:t16:r1:u16:ub2" in text

@@ -30,8 +30,10 @@ from cgsim.targets.vllm.runner_build import (  # noqa: E402
     build_here,
     build_runner,
     confirm,
+    confirm_findings,
     stand_in_graphs,
 )
+from cgsim.targets.vllm import runner_build  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -153,6 +155,37 @@ def test_confirm_says_which_named_graphs_the_runner_never_builds() -> None:
     assert got.verdict == "absent"
     assert [g.short() for g in got.missing] == ["F:t16:r1:u16:ub2"]
     assert "micro-batch runner: no" in got.detail
+
+
+def _dispatch_finding(*expected: dict) -> dict:
+    """A DISPATCH-PRIORITY finding as a campaign writes it: its batch went eager
+    although each graph of ``expected`` (equally preferred) fits it."""
+    finding = _finding("skip-attn-9656d102f2")  # for its launch
+    finding.update(property="DISPATCH-PRIORITY", facts={
+        "batch": {"num_reqs": 1, "num_tokens": 5, "max_query_len": 5, "uniform_token_count": 5},
+        "got": {"cg_mode": "NONE", "num_tokens": 5, "num_reqs": 1}, "expected": list(expected)})
+    return finding
+
+
+def test_a_dispatch_finding_needs_one_of_the_graphs_that_fit_its_batch() -> None:
+    full = {"cg_mode": "FULL", "num_tokens": 15, "num_reqs": 3, "uniform_token_count": 5}
+    piecewise = {"cg_mode": "PIECEWISE", "num_tokens": 16}
+    finding = _dispatch_finding(full, piecewise)
+    build, _ = _fake_runner(GraphEntry("PIECEWISE", 16, None, None))
+    assert confirm(finding, build=build).verdict == "confirmed"
+    build, _ = _fake_runner(GraphEntry("PIECEWISE", 8, None, None))
+    got = confirm(finding, build=build)
+    assert got.verdict == "absent" and [g.short() for g in got.missing] == ["F:t15:r3:u5", "P:t16"]
+
+
+def test_confirm_findings_builds_each_launch_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    build, seen = _fake_runner(GraphEntry("PIECEWISE", 1, None, None))
+    findings = [dict(_finding("skip-attn-9656d102f2"), id=f"f{i}") for i in range(3)]
+    monkeypatch.setattr(runner_build, "build_runner", build)
+    got = confirm_findings(findings, jobs=2)
+    assert len(seen) == 1 and sorted(got) == ["f0", "f1", "f2"]
+    assert {c.verdict for c in got.values()} == {"confirmed"}
+    assert got["f0"].to_json()["named"] == ["P:t1"]
 
 
 def test_confirm_of_a_finding_naming_no_graph_builds_nothing() -> None:

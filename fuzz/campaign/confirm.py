@@ -1,0 +1,52 @@
+"""The campaign's last phase: each finding asked of the engine's own runner.
+
+The search runs on a target's fast tier (vLLM's manager, built by cgsim's
+stand-in of its runner).  A target whose engine can build its own runner for
+a finding's launch (the optional hook ``confirm_findings``: vLLM's) is asked,
+once the search has ended, whether the graphs each finding names exist in the
+manager that runner builds.  Its verdict is written into the finding on disk
+(``runner_confirmation``, atomically, one finding at a time) and decides
+whether the report counts it as a defect of the engine or as "manager-level
+only" (``cgsim.report.defects.reached``).  A stopped campaign skips the phase
+(its findings stay unconfirmed, never dropped); a stop during it ends it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, TextIO
+
+from cgsim.text import first_line
+
+__all__ = ["confirm_phase", "CONFIRMATION"]
+
+CONFIRMATION = "runner_confirmation"
+
+
+def confirm_phase(target_name: str, findings_dir: str, jobs: int, stopped: Callable[[], bool],
+                  err: TextIO, quiet: bool) -> list[str]:
+    """Confirm every finding in ``findings_dir`` through the target's hook,
+    ``jobs`` runner builds at a time; the notes it leaves for the report."""
+    from cgsim.report.findings import FindingStore, scan_findings
+    from cgsim.targets import get_target, optional_hook
+
+    hook = optional_hook(get_target(target_name), "confirm_findings")
+    findings = [f.to_json() for f in scan_findings(findings_dir)]
+    if hook is None or not findings or stopped():
+        return []
+    if not quiet:
+        err.write(f"confirming {len(findings)} finding(s) through the engine's own model runner "
+                  f"({jobs} build(s) at a time)...\n")
+        err.flush()
+    try:
+        verdicts: dict[str, Any] = hook(findings, jobs, stopped)
+    except Exception as exc:  # noqa: BLE001 - the findings stay, unconfirmed, and the note says why
+        return [f"runner confirmation failed ({type(exc).__name__}: {first_line(exc, 200)}); "
+                "the findings are reported unconfirmed"]
+    store = FindingStore(findings_dir)
+    for fid, verdict in verdicts.items():
+        store.annotate(fid, {CONFIRMATION: verdict})
+    counts: dict[str, int] = {}
+    for verdict in verdicts.values():
+        counts[verdict["verdict"]] = counts.get(verdict["verdict"], 0) + 1
+    said = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+    return [f"runner confirmation: {said} (of {len(findings)} finding(s))"]

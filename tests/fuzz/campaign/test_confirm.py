@@ -1,0 +1,50 @@
+"""The campaign's last phase (fuzz.campaign.confirm): each finding on disk
+asked of the engine's own runner through the target's hook, the verdict
+written into the finding; nothing asked once the campaign was stopped."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+import cgsim.targets
+from cgsim.finding import Finding
+from cgsim.report.findings import scan_findings, write_finding
+from fuzz.campaign.confirm import CONFIRMATION, confirm_phase
+
+
+def _finding(prop: str) -> Finding:
+    return Finding(property=prop, message="m", target="vllm", backend="mock", scenario={"steps": [prop]},
+                   status="shrunk")
+
+
+@pytest.fixture
+def findings_dir(tmp_path, monkeypatch):
+    for prop in ("CAPTURE-USEFUL", "INIT-TOTAL"):
+        write_finding(str(tmp_path), _finding(prop))
+    asked = []
+
+    def hook(findings, jobs, stopped):
+        asked.append((sorted(f["property"] for f in findings), jobs))
+        return {f["id"]: {"verdict": "absent" if f["property"] == "INIT-TOTAL" else "confirmed"} for f in findings}
+
+    monkeypatch.setattr(cgsim.targets, "get_target", lambda name: object())
+    monkeypatch.setattr(cgsim.targets, "optional_hook", lambda target, name: hook)
+    return str(tmp_path), asked
+
+
+def test_each_finding_carries_the_runners_verdict(findings_dir):
+    path, asked = findings_dir
+    notes = confirm_phase("vllm", path, 3, lambda: False, io.StringIO(), quiet=True)
+    assert asked == [(["CAPTURE-USEFUL", "INIT-TOTAL"], 3)]
+    verdicts = {f.property: f.extra[CONFIRMATION]["verdict"] for f in scan_findings(path)}
+    assert verdicts == {"CAPTURE-USEFUL": "confirmed", "INIT-TOTAL": "absent"}
+    assert notes == ["runner confirmation: 1 absent, 1 confirmed (of 2 finding(s))"]
+
+
+def test_a_stopped_campaign_asks_nothing_and_keeps_its_findings(findings_dir):
+    path, asked = findings_dir
+    assert confirm_phase("vllm", path, 1, lambda: True, io.StringIO(), quiet=True) == []
+    assert asked == [] and len(scan_findings(path)) == 2
+    assert all(CONFIRMATION not in f.extra for f in scan_findings(path))
