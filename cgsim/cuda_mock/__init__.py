@@ -58,7 +58,7 @@ What a CPU mock cannot show, and this one does not pretend to:
   Outside a capture nothing is checked.
 """
 
-from ._capture import CUDAGraph, graph, graph_pool_handle, host_ops, is_current_stream_capturing
+from ._capture import CUDAGraph, graph, graph_pool_handle, host_ops, is_current_stream_capturing, replay_state
 from ._errors import (
     ALREADY_CAPTURED,
     CAPTURE_INVALIDATED,
@@ -91,6 +91,7 @@ __all__ = [
     "is_patched",
     "host_buffer",
     "host_ops",
+    "replay_state",
     "poison_value",
     "CUDAGraph",
     "graph",

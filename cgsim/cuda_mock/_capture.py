@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Any, Iterator
+from typing import Any, Callable, ContextManager, Iterator
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -44,6 +44,7 @@ __all__ = [
     "graph_pool_handle",
     "is_current_stream_capturing",
     "host_ops",
+    "replay_state",
 ]
 
 aten = torch.ops.aten
@@ -365,7 +366,7 @@ def _handle(mode: "_CaptureMode", func: torch._ops.OpOverload, args: tuple, kwar
             layout = _infer(func, info, args, kwargs)
         a_args = rec.alias_all(args)
         a_kwargs = {k: rec.alias_all(v) for k, v in kwargs.items()}
-        rec.ops.append((func._op, a_args, a_kwargs))
+        rec.ops.append(_kept_state(func, (func._op, a_args, a_kwargs)))
         rec.funcs.append(func)
         if not ret_alias:
             return None
@@ -392,9 +393,10 @@ def _handle(mode: "_CaptureMode", func: torch._ops.OpOverload, args: tuple, kwar
     if info.out_op is not None and all(o is not None for o in a_outs):
         for name, o in zip(info.out_names, a_outs):
             a_kwargs[name] = o
-        rec.ops.append((info.out_op, a_args, a_kwargs))
+        entry = (info.out_op, a_args, a_kwargs)
     else:
-        rec.ops.append((_copy_back, (func._op, a_args, a_kwargs, a_outs, multi), {}))
+        entry = (_copy_back, (func._op, a_args, a_kwargs, a_outs, multi), {})
+    rec.ops.append(_kept_state(func, entry))
     rec.funcs.append(func)
     return tuple(out) if multi and func._schema.returns and len(func._schema.returns) > 1 else out
 
@@ -417,6 +419,21 @@ def _copy_back(op: Any, args: tuple, kwargs: dict, outs: list, multi: bool) -> N
     for o, r in zip(outs, res):
         if o is not None:
             o.copy_(r)
+
+
+def _kept_state(func: Any, entry: tuple) -> tuple:
+    """A recorded op, run at replay under the replay state of an engine's op (_REPLAY_STATE)."""
+    if func.namespace in ("aten", "prims") or not _REPLAY_STATE:
+        return entry
+    state = tuple(f for f in (p() for p in _REPLAY_STATE) if f is not None)
+    return (_run_in, (state, *entry), {}) if state else entry
+
+
+def _run_in(state: tuple, fn: Any, args: tuple, kwargs: dict) -> None:
+    with contextlib.ExitStack() as stack:
+        for enter in state:
+            stack.enter_context(enter())
+        fn(*args, **kwargs)
 
 
 _NOT_HOST = object()
@@ -517,6 +534,25 @@ def host_ops() -> Iterator[None]:
         yield
     finally:
         cap.host_depth -= 1
+
+
+# Ops recorded whole (an engine's custom op) may read Python state when they
+# run: vLLM's attention ops read their forward context for the metadata and
+# KV cache.  A real graph keeps what its kernels were given at capture, so a
+# replay re-runs such ops under the state they were captured with.  Each
+# provider, called at capture_begin, returns a factory of that state's
+# context manager (None: nothing to keep), asked as each such op is recorded.
+_REPLAY_STATE: list[Callable[[], Callable[[], ContextManager] | None]] = []
+
+
+@contextlib.contextmanager
+def replay_state(provider: Callable[[], Callable[[], ContextManager] | None]) -> Iterator[None]:
+    """While open, an op recorded whole keeps ``provider()``'s state for its replays."""
+    _REPLAY_STATE.append(provider)
+    try:
+        yield
+    finally:
+        _REPLAY_STATE.remove(provider)
 
 
 _ERROR_MODES = ("default", "global", "thread_local", "relaxed")

@@ -55,6 +55,7 @@ __all__ = ["GraphEntry", "ManagerGraphs", "RunnerGraphs", "build_runner", "build
            "stand_in_graphs", "Confirmation", "confirm", "confirm_findings", "finding_launch"]
 
 TRITON_INTERPRET = "TRITON_INTERPRET"
+COMPILE_BACKEND = "eager"
 CHILD_TIMEOUT_S = 900
 
 
@@ -226,6 +227,9 @@ def build_here(launch: EngineLaunch) -> RunnerGraphs:
     _check_triton()
     _placeholder_missing_ops()
     vc = copy.deepcopy(engine_config(launch))
+    # Inductor's generated CPU kernels write memory behind the dispatcher, where the mock's graphs cannot
+    # record them; vLLM's eager compiler keeps its splitting and piecewise wrappers, each piece's ops as they are.
+    vc.compilation_config.backend = COMPILE_BACKEND
     _register_toy_model(launch.model)
     from cgsim.backends import get_backend  # noqa: PLC0415
 
@@ -367,7 +371,7 @@ def _build_runner(vc: Any, backend: Any, state: dict) -> Any:
     core = importlib.import_module("vllm.v1.engine.core")
     engine = _EngineCoreView(_ExecutorView(worker))
     with _vllm_frames("EngineCore._initialize_kv_caches"):
-        core.EngineCore._initialize_kv_caches(engine, vc)
+        state["kv_cache_config"] = core.EngineCore._initialize_kv_caches(engine, vc)
     state["t_built"] = time.perf_counter()
     return runner
 
@@ -701,7 +705,24 @@ def _runner_patches(backend: Any, launch: EngineLaunch) -> Iterator[None]:
     from cgsim.targets.vllm.compat import BREAKABLE_ENV, vllm_process_patches, weak_ref_op_alias  # noqa: PLC0415
 
     with vllm_process_patches(backend, breakable=dict(launch.env).get(BREAKABLE_ENV) == "1", world=True), \
-            weak_ref_op_alias():
+            weak_ref_op_alias(), _forward_context_kept():
+        yield
+
+
+@contextlib.contextmanager
+def _forward_context_kept() -> Iterator[None]:
+    """vLLM's attention ops read the forward context (metadata, KV cache) when
+    they run; the mock's graphs re-run them at replay under the context they
+    were captured in, as a real graph's kernels keep their captured arguments."""
+    from cgsim.cuda_mock import replay_state  # noqa: PLC0415
+
+    fc = importlib.import_module("vllm.forward_context")
+
+    def at_capture() -> Any:
+        ctx = fc._forward_context
+        return None if ctx is None else (lambda: fc.override_forward_context(ctx))
+
+    with replay_state(at_capture):
         yield
 
 
