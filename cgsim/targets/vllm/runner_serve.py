@@ -1,0 +1,312 @@
+"""Served scenarios through vLLM's own model runner, end to end.
+
+For a launch, ``serve_runner`` builds the runner as ``runner_build`` does
+(in a fresh child process), captures through ``capture_model()``, then runs
+requests as the engine core does: vLLM's own scheduler (the class the launch
+picks) schedules them, the runner's ``execute_model`` and ``sample_tokens``
+run each step (input preparation, padding, dispatch, replay or the eager
+forward are vLLM's), and the scheduler takes the output
+(``update_from_output``).  What comes back (``ServedRun``) is what a user
+sees: each request's tokens and their log-probabilities, and how many graph
+replays ran.
+
+``graphs_equal_eager`` is the property: the same requests on the same launch
+with CUDA graphs off (``cudagraph_mode`` NONE, vLLM's eager path) give the
+same tokens, and log-probabilities within bf16 noise.  A replay that reads
+a stale buffer, a padded row's wrong value or metadata the graph did not
+keep shows here as other tokens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from cgsim.targets.vllm.compat import VllmEnvironmentError
+from cgsim.targets.vllm.engine import EngineLaunch, EngineRefused
+from cgsim.text import first_line
+
+__all__ = ["ServedRequest", "ServedRun", "serve_runner", "serve_here", "eager_twin", "graphs_equal_eager",
+           "default_requests"]
+
+# Log-probabilities of a graph replay and an eager forward differ by bf16
+# rounding where padding changes a matmul's shape; tokens must not differ.
+LOGPROB_TOLERANCE = 0.05
+FIRST_TOKEN, VOCAB = 3, 256
+
+
+@dataclass(frozen=True)
+class ServedRequest:
+    prompt: tuple[int, ...]
+    max_tokens: int
+    arrival_step: int = 0
+
+
+def default_requests(n: int = 3, seed: int = 0) -> tuple[ServedRequest, ...]:
+    """``n`` requests of different prompt lengths, all arriving at once."""
+    return tuple(ServedRequest(tuple(FIRST_TOKEN + (seed * 31 + 7 * i + 3 * j) % (VOCAB - FIRST_TOKEN)
+                                     for j in range(4 + 3 * i)), 4) for i in range(n))
+
+
+@dataclass(frozen=True)
+class ServedRun:
+    """What the user of one served launch sees: per request, its tokens and
+    their log-probabilities; the steps, the graph replays, and what vLLM
+    raised (None: nothing)."""
+
+    vllm_version: str
+    launch_line: str
+    tokens: dict[str, list[int]]
+    logprobs: dict[str, list[float]]
+    steps: int
+    replays: int
+    raised: str | None = None
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ServedRun":
+        return cls(**d)
+
+
+def eager_twin(launch: EngineLaunch) -> EngineLaunch:
+    """The same launch with CUDA graphs off (vLLM's eager path)."""
+    args = launch.kwargs()
+    compilation = dict(args.get("compilation_config") or {})
+    compilation["cudagraph_mode"] = "NONE"
+    for key in ("cudagraph_capture_sizes", "max_cudagraph_capture_size"):
+        compilation.pop(key, None)
+    args["compilation_config"] = compilation
+    attention = None if launch.attention is None else (launch.attention[0], json.loads(launch.attention[1]))
+    return EngineLaunch.of(launch.model, args, dict(launch.env), attention)
+
+
+def graphs_equal_eager(graphs: ServedRun, eager: ServedRun) -> list[str]:
+    """Where the graph run differs from the eager one ([]: nowhere)."""
+    out = []
+    for rid in sorted(set(graphs.tokens) | set(eager.tokens)):
+        g, e = graphs.tokens.get(rid, []), eager.tokens.get(rid, [])
+        if g != e:
+            out.append(f"request {rid}: tokens {g} with CUDA graphs, {e} eager")
+            continue
+        gl, el = graphs.logprobs.get(rid, []), eager.logprobs.get(rid, [])
+        worst = max((abs(a - b) for a, b in zip(gl, el)), default=0.0)
+        if worst > LOGPROB_TOLERANCE:
+            out.append(f"request {rid}: log-probabilities differ by {worst:.3f} (over {LOGPROB_TOLERANCE})")
+    return out
+
+
+# --------------------------------------------------------------------------
+# The front: one child process per served launch
+# --------------------------------------------------------------------------
+
+
+def serve_runner(launch: EngineLaunch, requests: tuple[ServedRequest, ...], timeout_s: float = 900) -> ServedRun:
+    """``requests`` served by vLLM's runner built for ``launch``, in a fresh
+    child process.  EngineRefused / VllmEnvironmentError as ``build_runner``."""
+    from cgsim.targets.vllm.runner_build import TRITON_INTERPRET, _launch_to_json  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory(prefix="cgsim-serve-") as tmp:
+        src, out = os.path.join(tmp, "serve.json"), os.path.join(tmp, "result.json")
+        with open(src, "w") as f:
+            json.dump({"launch": _launch_to_json(launch), "requests": [dataclasses.asdict(r) for r in requests]}, f)
+        env = {**os.environ, TRITON_INTERPRET: "1"}
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "cgsim.targets.vllm.runner_serve", src, out], env=env,
+                                  capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise VllmEnvironmentError(f"serving through vLLM's model runner took over {timeout_s:.0f} s") from None
+        if not os.path.exists(out):
+            tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
+            raise VllmEnvironmentError(f"the runner-serve child died (exit {proc.returncode}): {tail[0][:300]}")
+        with open(out) as f:
+            result = json.load(f)
+    if result.get("kind") == "served":
+        return ServedRun.from_json(result["run"])
+    if result.get("kind") == "refused":
+        raise EngineRefused(result["message"])
+    raise VllmEnvironmentError(result.get("message", "the runner-serve child reported nothing"))
+
+
+def _child_main(src: str, out: str) -> int:
+    from cgsim.targets.vllm.runner_build import _launch_from_json, _where  # noqa: PLC0415
+
+    with open(src) as f:
+        data = json.load(f)
+    try:
+        run = serve_here(_launch_from_json(data["launch"]), tuple(ServedRequest(tuple(r["prompt"]), r["max_tokens"],
+                                                                               r.get("arrival_step", 0))
+                                                                 for r in data["requests"]))
+        result: dict = {"kind": "served", "run": run.to_json()}
+    except EngineRefused as exc:
+        result = {"kind": "refused", "message": str(exc)}
+    except VllmEnvironmentError as exc:
+        result = {"kind": "environment", "message": first_line(exc, 400)}
+    except BaseException as exc:  # noqa: BLE001 - cgsim's own frames: the environment, never a finding
+        import traceback  # noqa: PLC0415
+
+        traceback.print_exc()
+        result = {"kind": "environment",
+                  "message": f"cgsim's runner serve failed ({type(exc).__name__}: {first_line(exc, 300)}{_where(exc)})"}
+    with open(out, "w") as f:
+        json.dump(result, f)
+    return 0
+
+
+# --------------------------------------------------------------------------
+# In the child
+# --------------------------------------------------------------------------
+
+
+def serve_here(launch: EngineLaunch, requests: tuple[ServedRequest, ...], max_steps: int = 64) -> ServedRun:
+    """Build, capture and serve in this process (a fresh one: ``serve_runner``)."""
+    import copy  # noqa: PLC0415
+
+    from cgsim.backends import get_backend  # noqa: PLC0415
+    from cgsim.targets.vllm import runner_build as rb  # noqa: PLC0415
+    from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
+    from cgsim.targets.vllm.engine import engine_config  # noqa: PLC0415
+    from cgsim.targets.vllm.scheduling.driver import _block_hasher  # noqa: PLC0415
+
+    rb._triton_interpreter()
+    caps = require_vllm()
+    rb._check_triton()
+    rb._placeholder_missing_ops()
+    vc = copy.deepcopy(engine_config(launch))
+    vc.compilation_config.backend = rb.COMPILE_BACKEND  # as runner_build: the mock records every piece's ops
+    rb._register_toy_model(launch.model)
+    backend = get_backend("mock")
+    state: dict[str, Any] = {}
+    replays = [0]
+    t0 = time.perf_counter()
+    raised = None
+    tokens: dict[str, list[int]] = {}
+    logprobs: dict[str, list[float]] = {}
+    steps = 0
+    with rb._launch_env(launch), backend.activate(), rb._runner_patches(backend, launch), rb._one_rank_world(vc), \
+            _counting_replays(replays), _toy_weights_that_tell():
+        try:
+            runner = rb._build_runner(vc, backend, state)
+            with rb._vllm_frames("capture_model"):
+                runner.capture_model()
+            scheduler = _scheduler(vc, state["kv_cache_config"], launch)
+            hasher = _block_hasher(vc, vc.cache_config.block_size)
+            pending = sorted(enumerate(requests), key=lambda x: (x[1].arrival_step, x[0]))
+            while (pending or scheduler.has_requests()) and steps < max_steps:
+                while pending and pending[0][1].arrival_step <= steps:
+                    index, r = pending.pop(0)
+                    scheduler.add_request(_request(f"r{index}", r, hasher))
+                steps += 1
+                if not scheduler.has_requests():
+                    continue
+                so = scheduler.schedule()
+                with rb._vllm_frames("execute_model"):
+                    output = runner.execute_model(so)
+                    if output is None:
+                        output = runner.sample_tokens(None)
+                    if hasattr(output, "get_output"):
+                        output = output.get_output()
+                _collect(output, tokens, logprobs)
+                scheduler.update_from_output(so, output)
+        except rb._VllmRaised as exc:
+            raised = exc.text
+    return ServedRun(caps.version, launch.line(), tokens, logprobs, steps, replays[0], raised,
+                     round(time.perf_counter() - t0, 2))
+
+
+class _counting_replays:  # noqa: N801 - a context manager, named for what it does
+    """Counts the mock graphs' replays for the duration."""
+
+    def __init__(self, count: list[int]):
+        self.count = count
+
+    def __enter__(self) -> None:
+        from cgsim.cuda_mock import _capture  # noqa: PLC0415
+
+        self.cls, self.orig = _capture.CUDAGraph, _capture.CUDAGraph.replay
+        count, orig = self.count, self.orig
+
+        def replay(graph: Any) -> None:
+            count[0] += 1
+            orig(graph)
+
+        self.cls.replay = replay
+
+    def __exit__(self, *exc: object) -> None:
+        self.cls.replay = self.orig
+
+
+# vLLM's dummy weights (uniform in +-1e-3) make the toy's next-token
+# distribution flat: greedy tokens are then ties broken by rounding noise,
+# and no wrong input shows.  Wider weights make the output depend on it.
+TOY_WEIGHT_RANGE = 0.3
+
+
+@contextlib.contextmanager
+def _toy_weights_that_tell() -> Iterator[None]:
+    loader = importlib.import_module("vllm.model_executor.model_loader.dummy_loader")
+    orig = loader.initialize_single_dummy_weight
+
+    def wider(param: Any, low: float = -TOY_WEIGHT_RANGE, high: float = TOY_WEIGHT_RANGE, seed: int = 1234) -> None:
+        orig(param, -TOY_WEIGHT_RANGE, TOY_WEIGHT_RANGE, seed)
+
+    loader.initialize_single_dummy_weight = wider
+    try:
+        yield
+    finally:
+        loader.initialize_single_dummy_weight = orig
+
+
+def _scheduler(vc: Any, kv_cache_config: Any, launch: EngineLaunch) -> Any:
+    """The scheduler EngineCore.__init__ builds for the launch, over the KV
+    cache the engine core planned."""
+    from cgsim.targets.vllm.engine import launched  # noqa: PLC0415
+
+    if isinstance(kv_cache_config, tuple):  # releases that return (gpu blocks, cpu blocks, config)
+        kv_cache_config = kv_cache_config[-1]
+    som = importlib.import_module("vllm.v1.structured_output")
+    block_size = vc.cache_config.block_size
+    with launched(launch):
+        cls = vc.scheduler_config.get_scheduler_cls()
+        return cls(vllm_config=vc, kv_cache_config=kv_cache_config,
+                   structured_output_manager=som.StructuredOutputManager(vc), block_size=block_size,
+                   hash_block_size=block_size, log_stats=False)
+
+
+def _request(rid: str, r: ServedRequest, hasher: Any) -> Any:
+    request_cls = importlib.import_module("vllm.v1.request").Request
+    params_cls = importlib.import_module("vllm.sampling_params").SamplingParams
+    # Greedy, the sampled token's log-probability returned (logprobs=0).
+    params = params_cls(max_tokens=r.max_tokens, ignore_eos=True, temperature=0.0, logprobs=0)
+    return request_cls(request_id=rid, prompt_token_ids=list(r.prompt), sampling_params=params, pooling_params=None,
+                       arrival_time=float(r.arrival_step), block_hasher=hasher)
+
+
+def _collect(output: Any, tokens: dict, logprobs: dict) -> None:
+    lp = getattr(output, "logprobs", None)
+    rows = lp.logprobs if lp is not None else None
+    row = 0
+    for rid, sampled in zip(output.req_ids, output.sampled_token_ids):
+        sampled = [int(t) for t in sampled]
+        tokens.setdefault(rid, []).extend(sampled)
+        if rows is not None and sampled:
+            for _ in sampled:
+                logprobs.setdefault(rid, []).append(float(rows[row][0]) if row < len(rows) else float("nan"))
+                row += 1
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1], sys.argv[2]))

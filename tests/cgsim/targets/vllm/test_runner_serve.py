@@ -1,0 +1,61 @@
+"""Served scenarios through vLLM's own model runner (cgsim.targets.vllm.runner_serve):
+vLLM's scheduler, execute_model and sample_tokens on the runner built for a
+launch, graph replays on the mock, compared with the same launch eager.
+
+Each serve runs in a child process (~1-2 min on a 2-core host): slow.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.vllm_required import skip_unless_vllm
+
+skip_unless_vllm()
+
+from cgsim.config import ManagerConfig  # noqa: E402
+from cgsim.modes import CUDAGraphMode  # noqa: E402
+from cgsim.targets.vllm.engine import launch_for  # noqa: E402
+from cgsim.targets.vllm.runner_serve import (  # noqa: E402
+    ServedRun,
+    default_requests,
+    eager_twin,
+    graphs_equal_eager,
+    serve_runner,
+)
+
+pytestmark = pytest.mark.vllm
+LAUNCH = launch_for(ManagerConfig(mode=CUDAGraphMode.FULL_DECODE_ONLY, capture_sizes=(1, 2, 4), max_num_reqs=4))
+
+
+def _run(tokens: dict, logprobs: dict) -> ServedRun:
+    return ServedRun("0.32.0", "vllm serve x", tokens, logprobs, 5, 3)
+
+
+def test_the_eager_twin_turns_graphs_off_and_keeps_the_rest() -> None:
+    twin = eager_twin(LAUNCH)
+    assert twin.kwargs()["compilation_config"] == {"cudagraph_mode": "NONE"}
+    assert {k: v for k, v in twin.args if k != "compilation_config"} == \
+        {k: v for k, v in LAUNCH.args if k != "compilation_config"}
+    assert (twin.env, twin.attention) == (LAUNCH.env, LAUNCH.attention)
+
+
+def test_graphs_equal_eager_names_other_tokens_and_log_probabilities_beyond_noise() -> None:
+    eager = _run({"r0": [5, 6]}, {"r0": [-1.0, -2.0]})
+    assert graphs_equal_eager(_run({"r0": [5, 6]}, {"r0": [-1.0, -2.01]}), eager) == []
+    assert graphs_equal_eager(_run({"r0": [5, 7]}, {"r0": [-1.0, -2.0]}), eager) == \
+        ["request r0: tokens [5, 7] with CUDA graphs, [5, 6] eager"]
+    assert "differ by 0.500" in graphs_equal_eager(_run({"r0": [5, 6]}, {"r0": [-1.0, -2.5]}), eager)[0]
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="graph replays of vLLM's model disagree with eager on the mock, cause not "
+                                       "settled (docs/vllm.md, Served through the runner)")
+def test_one_request_served_with_decode_graphs_equals_eager() -> None:
+    requests = default_requests(1)
+    graphs = serve_runner(LAUNCH, requests)
+    eager = serve_runner(eager_twin(LAUNCH), requests)
+    assert graphs.raised is None and eager.raised is None, (graphs.raised, eager.raised)
+    assert graphs.replays == 3 and eager.replays == 0  # the three decode steps replayed a FULL graph
+    assert len(graphs.tokens["r0"]) == 4 and len(set(graphs.logprobs["r0"])) > 1  # the toy's output moves
+    assert graphs_equal_eager(graphs, eager) == []
