@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A nightly-sized vLLM campaign on the lent GPU machine's CPU cores (the mock
 # backend, many workers), and what each finding it reports is: its documented
-# defect, and whether vLLM's own config path builds the finding's recorded
-# launch into the manager config the finding judges (engine.check_launch).
+# defect, whether vLLM's own config path builds the finding's recorded launch
+# into the manager config the finding judges (engine.check_launch), and what
+# vLLM's own model runner, built from that launch at the campaign's end, said.
 # Run from the repository root there, carrying .gpu and .whl/vllm as
 # benchmarks/gpu_vllm.sh does; a second tree, optional, is laid over the first
 # with --vllm-source (.gpu/vllm-<version>-src.tar.xz: an unpacked `vllm` wheel's
@@ -54,5 +55,8 @@ for f in d["findings"]:
         built = "launch builds it"
     except (TargetUnsupported, KeyError) as exc:
         built = f"LAUNCH DOES NOT BUILD IT: {str(exc)[:160]}"
-    print(f"  {f['property']}: {f.get('known_defect') or 'NOT DOCUMENTED'}; {built}; {f['message'][:110]}")
+    said = f.get("runner_confirmation") or {}
+    runner = f"vLLM's runner: {said.get('verdict', 'not asked')}" + (f" ({said['detail'][:100]})" if said.get("detail") else "")
+    print(f"  {f['property']}: {f.get('known_defect') or 'NOT DOCUMENTED'}; {built}; {runner}; {f['message'][:110]}")
+print(f"manager-level only (the runner never builds what they name): {len(d.get('manager_level', []))}")
 PY
