@@ -4,6 +4,7 @@ CAPTURE-USEFUL (a graph no batch is dispatched to is dead)."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from itertools import compress
 from operator import attrgetter
 from typing import Iterable
@@ -216,7 +217,14 @@ def useless_descriptors(cfg: ManagerConfig, captured: Iterable[BatchDescriptor],
     batches go instead, by mode and then ``desc_sort_key`` (the same order in
     every process: ``captured`` is often a set).  ``useful``: descriptors
     already known to be some batch's unique choice (from a dispatch sweep)."""
-    captured = sorted(set(captured), key=lambda d: (d.cg_mode.value, desc_sort_key(d)))
+    return dict(_useless(cfg, frozenset(captured), frozenset(useful)))
+
+
+# A shrinking campaign judges one config's captures over and over: the verdict is a function of these values.
+@lru_cache(maxsize=256)
+def _useless(cfg: ManagerConfig, captured: frozenset[BatchDescriptor],
+             useful: frozenset[BatchDescriptor]) -> tuple[tuple[BatchDescriptor, str], ...]:
+    captured = sorted(captured, key=lambda d: (d.cg_mode.value, desc_sort_key(d)))
     cases = cfg.lora_cases
     buckets: dict[tuple[int, int], list[BatchDescriptor]] = {}
     for d in captured:
@@ -245,7 +253,7 @@ def useless_descriptors(cfg: ManagerConfig, captured: Iterable[BatchDescriptor],
                         break
                 if d not in example and choices and compatible(d, b, cases):
                     example[d] = f"e.g. {b.short()} goes to {shorts(choices, 3)}"
-    return {d: example.get(d, "no producible batch fits it") for d in captured if d not in useful}
+    return tuple((d, example.get(d, "no producible batch fits it")) for d in captured if d not in useful)
 
 
 def _has_finished_capture(run: RunView) -> bool:
