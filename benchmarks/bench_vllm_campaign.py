@@ -4,7 +4,8 @@
         [--max-examples 300] [--seeds 1,2,3] [--vllm-source TREE]
 
 For each seed, each cgsim checkout runs ``python -m fuzz run --target vllm
---workers 1 --max-examples N --seed S`` in the given interpreter (the
+--workers 1 --max-examples N --seed S`` (and ``--no-runner-confirm`` where
+its fuzz/cli.py knows the flag) in the given interpreter (the
 checkout first on PYTHONPATH, so its cgsim is the one imported), one after
 the other, and the campaign's own ``scenarios_per_s`` (scenarios over the
 campaign's wall time, start-up and the self-check included) is read from its
@@ -22,6 +23,15 @@ import subprocess
 import tempfile
 
 
+def knows_runner_confirm(tree: str) -> bool:
+    """Whether the checkout's CLI has --no-runner-confirm (older ones end without the runner's phase)."""
+    try:
+        with open(os.path.join(tree, "fuzz", "cli.py"), encoding="utf-8") as fh:
+            return "--no-runner-confirm" in fh.read()
+    except OSError:
+        return False
+
+
 def campaign(python: str, tree: str, seed: int, max_examples: int, source: str | None) -> dict:
     with tempfile.TemporaryDirectory() as out:
         # The checkout first; what the caller's PYTHONPATH holds (an unpacked vLLM, say) after it.
@@ -31,6 +41,8 @@ def campaign(python: str, tree: str, seed: int, max_examples: int, source: str |
             env["CGSIM_VLLM_SOURCE"] = os.path.abspath(source)
         cmd = [python, "-m", "fuzz", "run", "--target", "vllm", "--workers", "1", "--max-examples", str(max_examples),
                "--seed", str(seed), "--report-dir", out, "--quiet", "--budget", "30m"]
+        if knows_runner_confirm(tree):
+            cmd.append("--no-runner-confirm")  # the rate is the search tier's: no end-of-campaign runner builds
         run = subprocess.run(cmd, cwd=os.path.abspath(tree), env=env, capture_output=True, text=True)
         if run.returncode not in (0, 1):
             raise SystemExit(f"{tree} seed {seed}: exit {run.returncode}: {run.stderr.strip().splitlines()[-1:]}")

@@ -4,6 +4,7 @@ CAPTURE-USEFUL (a graph no batch is dispatched to is dead)."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from itertools import compress
 from operator import attrgetter
 from typing import Iterable
@@ -13,9 +14,9 @@ from cgsim.descriptors import BatchDescriptor, lora_case
 from cgsim.modes import RUNTIME_RANK, CUDAGraphMode
 from cgsim.properties.registry import Violation, declare
 from cgsim.properties.view import RunView, candidates_hold, group, incompat_reason, shorts, sweep_violations
-from cgsim.spec import desc_sort_key, dispatch_choices, padding_key
+from cgsim.spec import desc_sort_key, padding_key
 from cgsim.spec import scheduler
-from cgsim.spec.fit import compatible, fits_in_case
+from cgsim.spec.fit import best_fits, compatible, fits_in_case
 from cgsim.trace import CaptureDone
 
 __all__ = ["useless_descriptors", "roundtrip_ok"]
@@ -216,7 +217,14 @@ def useless_descriptors(cfg: ManagerConfig, captured: Iterable[BatchDescriptor],
     batches go instead, by mode and then ``desc_sort_key`` (the same order in
     every process: ``captured`` is often a set).  ``useful``: descriptors
     already known to be some batch's unique choice (from a dispatch sweep)."""
-    captured = sorted(set(captured), key=lambda d: (d.cg_mode.value, desc_sort_key(d)))
+    return dict(_useless(cfg, frozenset(captured), frozenset(useful)))
+
+
+# A shrinking campaign judges one config's captures over and over: the verdict is a function of these values.
+@lru_cache(maxsize=256)
+def _useless(cfg: ManagerConfig, captured: frozenset[BatchDescriptor],
+             useful: frozenset[BatchDescriptor]) -> tuple[tuple[BatchDescriptor, str], ...]:
+    captured = sorted(captured, key=lambda d: (d.cg_mode.value, desc_sort_key(d)))
     cases = cfg.lora_cases
     buckets: dict[tuple[int, int], list[BatchDescriptor]] = {}
     for d in captured:
@@ -230,21 +238,22 @@ def useless_descriptors(cfg: ManagerConfig, captured: Iterable[BatchDescriptor],
         pending = set(bucket) - useful
         if not pending:
             continue
-        for b in scheduler.producible_batches(cfg, decode, lora, ub):
-            choices = dispatch_choices(b, bucket, cases)
-            if len(choices) == 1:
-                useful |= choices
+        # best_fits gives each batch's dispatch_choices at once (brute force per batch was most of a big config's check).
+        for fit in best_fits(scheduler.producible_batches(cfg, decode, lora, ub), bucket, cases):
+            if len(fit.choices) == 1:
+                useful.update(fit.choices)
         pending -= useful
         for d in sorted(pending, key=lambda x: repr(x)):
-            for b in scheduler.producible_batches(cfg, scheduler.probe_shapes(cfg, d), lora, ub):
-                choices = dispatch_choices(b, bucket, cases)
+            batches = scheduler.producible_batches(cfg, scheduler.probe_shapes(cfg, d), lora, ub)
+            for b, fit in zip(batches, best_fits(batches, bucket, cases)):
+                choices = fit.choices
                 if len(choices) == 1:
-                    useful |= choices
-                if choices == {d}:
-                    break
-                if d not in example and compatible(d, b, cases) and choices:
+                    useful.update(choices)
+                    if choices[0] == d:
+                        break
+                if d not in example and choices and compatible(d, b, cases):
                     example[d] = f"e.g. {b.short()} goes to {shorts(choices, 3)}"
-    return {d: example.get(d, "no producible batch fits it") for d in captured if d not in useful}
+    return tuple((d, example.get(d, "no producible batch fits it")) for d in captured if d not in useful)
 
 
 def _has_finished_capture(run: RunView) -> bool:

@@ -164,13 +164,12 @@ def producible_batches(config: ManagerConfig, shapes: Iterable[tuple[int, ...]],
         for prefill in (False, True):
             if not prefill and not is_decode_batch(config, lens):
                 continue
-            b = make_batch(config, lens, lora, has_prefill=prefill)
             if ubatches == 1:
                 # A batch the runner may also run whole (DBO is the runner's
                 # choice per step, e.g. when another DP rank cannot split).
                 out.append(Batch(lens, lora, 1, has_prefill=prefill))
-            elif b.num_ubatches == ubatches:
-                out.append(b)
+            elif ubatches_for(config, lens) == ubatches:
+                out.append(make_batch(config, lens, lora, has_prefill=prefill))
     return out
 
 
