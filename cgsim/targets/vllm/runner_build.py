@@ -337,6 +337,9 @@ def _vllm_frames(step: str) -> Iterator[None]:
             # torch.cuda beyond the graph API the mock presents (a CPU build of torch): the device's gap.
             raise VllmEnvironmentError(f"the CPU device lacks a torch.cuda call {step} makes "
                                        f"({text}{_last_vllm_frame(exc)})") from exc
+        if isinstance(exc, ImportError):
+            # A package vLLM imports on this path is not installed here (the draft's quantization configs ...).
+            raise VllmEnvironmentError(f"a package {step} imports is not installed here ({text})") from exc
         if any(_innermost_in_dir(exc, part) for part in _TORCH_COMPILER):
             # torch.compile failing on the CPU device (tracing, codegen): what a GPU build would compile.
             raise VllmEnvironmentError(f"torch.compile cannot compile what {step} runs on the CPU device "

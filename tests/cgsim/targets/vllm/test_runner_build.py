@@ -228,3 +228,10 @@ def test_confirm_a_finding_of_a_compiled_launch() -> None:
     # attention's opaque op, as on CUDA, and the decode graph the finding names is the runner's.
     got = confirm(_finding("capture-useful-a02a072c44"))
     assert got.verdict == "confirmed", got
+
+
+def test_a_package_missing_here_is_the_environment_not_a_runner_failure() -> None:
+    # The lent GPU machine lacked compressed_tensors, which the EAGLE draft's load imports.
+    with pytest.raises(VllmEnvironmentError, match="not installed here"):
+        with runner_build._vllm_frames("GPUModelRunner.load_model"):
+            raise ModuleNotFoundError("No module named 'compressed_tensors'")
