@@ -280,7 +280,7 @@ TARGET_HOOKS = Hooks("target", (
          "(recorded as scheduler_evidence); None where it rests on neither", ("finding",)),
     Hook("confirm_findings", "each finding's launch built by the engine's own model runner, at a campaign's end: "
          "a plain verdict per finding id (runner_confirmation; 'absent' or 'refused' make it manager-level only)",
-         ("findings", "jobs", "stopped")),
+         ("findings", "jobs", "stopped", "budget_s")),
     Hook("classify", "which documented defect of the code under test a finding is (a dict for its extra; "
          "known_defect names it)", ("finding",)),
     Hook("self_check", "a fixed set of scenarios with known outcomes, run before a campaign: raises "

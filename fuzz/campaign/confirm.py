@@ -17,15 +17,25 @@ from typing import Any, Callable, TextIO
 
 from cgsim.text import first_line
 
-__all__ = ["confirm_phase", "CONFIRMATION"]
+__all__ = ["confirm_phase", "phase_budget", "CONFIRMATION"]
 
 CONFIRMATION = "runner_confirmation"
 
 
+# The phase takes as long as the search did, within these bounds: a build of
+# a launch with many graph sizes takes minutes, and the report waits for it.
+MIN_BUDGET_S, MAX_BUDGET_S = 60.0, 600.0
+
+
+def phase_budget(search_budget_s: float) -> float:
+    return min(MAX_BUDGET_S, max(MIN_BUDGET_S, search_budget_s))
+
+
 def confirm_phase(target_name: str, findings_dir: str, jobs: int, stopped: Callable[[], bool],
-                  err: TextIO, quiet: bool) -> list[str]:
+                  err: TextIO, quiet: bool, budget_s: float = MIN_BUDGET_S) -> list[str]:
     """Confirm every finding in ``findings_dir`` through the target's hook,
-    ``jobs`` runner builds at a time; the notes it leaves for the report."""
+    ``jobs`` runner builds at a time, within ``budget_s``; the notes it
+    leaves for the report."""
     from cgsim.report.findings import FindingStore, scan_findings
     from cgsim.targets import get_target, optional_hook
 
@@ -35,10 +45,10 @@ def confirm_phase(target_name: str, findings_dir: str, jobs: int, stopped: Calla
         return []
     if not quiet:
         err.write(f"confirming {len(findings)} finding(s) through the engine's own model runner "
-                  f"({jobs} build(s) at a time)...\n")
+                  f"({jobs} build(s) at a time, at most {budget_s:.0f} s)...\n")
         err.flush()
     try:
-        verdicts: dict[str, Any] = hook(findings, jobs, stopped)
+        verdicts: dict[str, Any] = hook(findings, jobs, stopped, budget_s)
     except Exception as exc:  # noqa: BLE001 - the findings stay, unconfirmed, and the note says why
         return [f"runner confirmation failed ({type(exc).__name__}: {first_line(exc, 200)}); "
                 "the findings are reported unconfirmed"]

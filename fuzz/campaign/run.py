@@ -36,7 +36,7 @@ from cgsim.report.findings import FindingStore, scan_findings
 from cgsim.report.repro import write_repro
 from cgsim.report.summary import build_summary, update_latest, write_report
 from cgsim.text import first_line
-from fuzz.campaign.confirm import confirm_phase
+from fuzz.campaign.confirm import confirm_phase, phase_budget
 from fuzz.campaign.console import Progress, print_summary
 from fuzz.campaign.executor import STOP_GRACE_S, Executor, stop_signals_raise
 from fuzz.campaign.options import CampaignOptions, UsageError, validate
@@ -272,7 +272,8 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
         sup.unwritten = [f for f in sup.unwritten if not _try(FindingStore(findings_dir, repro=write_repro).put, f)]
         if o.runner_confirm and not sup.stopped and not report_errors:
             # Before the final report: its defect count is of what the engine's runner builds.
-            sup.notes.extend(confirm_phase(o.target, findings_dir, o.workers, lambda: sup.stopped, err, o.quiet))
+            sup.notes.extend(confirm_phase(o.target, findings_dir, o.workers, lambda: sup.stopped, err, o.quiet,
+                                           phase_budget(o.budget_s)))
         complete = not sup.stopped and not sup.cut_short and not report_errors
         summary = report(complete=complete, final=True)
         _try(update_latest, o.report_dir, run_id)

@@ -170,7 +170,7 @@ def build_runner(launch: EngineLaunch, timeout_s: float = CHILD_TIMEOUT_S) -> Ru
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         try:
             proc = subprocess.run([sys.executable, "-m", "cgsim.targets.vllm.runner_build", src, out], env=env,
-                                  capture_output=True, text=True, timeout=timeout_s)
+                                  capture_output=True, text=True, timeout=timeout_s, preexec_fn=dies_with_parent)
         except subprocess.TimeoutExpired:
             raise VllmEnvironmentError(f"building vLLM's model runner took over {timeout_s:.0f} s") from None
         if not os.path.exists(out):
@@ -184,6 +184,16 @@ def build_runner(launch: EngineLaunch, timeout_s: float = CHILD_TIMEOUT_S) -> Ru
     if kind == "refused":
         raise EngineRefused(result["message"])
     raise VllmEnvironmentError(result.get("message", "the runner-build child reported nothing"))
+
+
+def dies_with_parent() -> None:
+    """In a child before it runs: the kernel kills it when its parent dies (a
+    campaign killed mid-confirmation must not leave a build running)."""
+    import ctypes  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _child_main(src: str, out: str) -> int:
@@ -865,10 +875,13 @@ def confirm(finding: dict, build: Any = None) -> Confirmation:
     return Confirmation(fid, prop, manager, named, "confirmed", (), "", built)
 
 
-def confirm_findings(findings: list[dict], jobs: int, stopped: Any = lambda: False) -> dict[str, Confirmation]:
+def confirm_findings(findings: list[dict], jobs: int, stopped: Any = lambda: False,
+                     budget_s: float = CHILD_TIMEOUT_S) -> dict[str, Confirmation]:
     """``confirm`` for each of ``findings``, each launch's runner built once
     (at most ``jobs`` builds at a time, each a child process); no build
-    starts once ``stopped()``.  Keyed by finding id."""
+    starts once ``stopped()`` or ``budget_s`` is spent, and none runs past
+    it (a launch with many graph sizes takes minutes under Triton's
+    interpreter).  Keyed by finding id."""
     from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
     wanted: dict[str, EngineLaunch] = {}
@@ -878,11 +891,16 @@ def confirm_findings(findings: list[dict], jobs: int, stopped: Any = lambda: Fal
                 launch = finding_launch(f)
                 wanted.setdefault(json.dumps(_launch_to_json(launch), sort_keys=True), launch)
 
+    deadline = time.monotonic() + budget_s
+
     def build_once(launch: EngineLaunch) -> Any:
+        left = deadline - time.monotonic()
         if stopped():
             return VllmEnvironmentError("not asked: the campaign was stopped")
+        if left < 1:
+            return VllmEnvironmentError(f"not asked: the confirmation budget ({budget_s:.0f} s) was spent")
         try:
-            return build_runner(launch)
+            return build_runner(launch, timeout_s=left)
         except (EngineRefused, VllmEnvironmentError) as exc:
             return exc
 

@@ -115,7 +115,7 @@ def graphs_equal_eager(graphs: ServedRun, eager: ServedRun) -> list[str]:
 def serve_runner(launch: EngineLaunch, requests: tuple[ServedRequest, ...], timeout_s: float = 900) -> ServedRun:
     """``requests`` served by vLLM's runner built for ``launch``, in a fresh
     child process.  EngineRefused / VllmEnvironmentError as ``build_runner``."""
-    from cgsim.targets.vllm.runner_build import TRITON_INTERPRET, _launch_to_json  # noqa: PLC0415
+    from cgsim.targets.vllm.runner_build import TRITON_INTERPRET, _launch_to_json, dies_with_parent  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory(prefix="cgsim-serve-") as tmp:
         src, out = os.path.join(tmp, "serve.json"), os.path.join(tmp, "result.json")
@@ -126,7 +126,7 @@ def serve_runner(launch: EngineLaunch, requests: tuple[ServedRequest, ...], time
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         try:
             proc = subprocess.run([sys.executable, "-m", "cgsim.targets.vllm.runner_serve", src, out], env=env,
-                                  capture_output=True, text=True, timeout=timeout_s)
+                                  capture_output=True, text=True, timeout=timeout_s, preexec_fn=dies_with_parent)
         except subprocess.TimeoutExpired:
             raise VllmEnvironmentError(f"serving through vLLM's model runner took over {timeout_s:.0f} s") from None
         if not os.path.exists(out):

@@ -100,12 +100,13 @@ class VllmTarget:
         except VllmEnvironmentError:
             return {}
 
-    def confirm_findings(self, findings: list[dict], jobs: int, stopped: Callable[[], bool]) -> dict[str, dict]:
+    def confirm_findings(self, findings: list[dict], jobs: int, stopped: Callable[[], bool],
+                         budget_s: float) -> dict[str, dict]:
         """Each finding's graphs asked of vLLM's own model runner built from its
         launch (cgsim.targets.vllm.runner_build): a plain verdict per finding id."""
         from cgsim.targets.vllm.runner_build import confirm_findings  # noqa: PLC0415
 
-        return {fid: c.to_json() for fid, c in confirm_findings(findings, jobs, stopped).items()}
+        return {fid: c.to_json() for fid, c in confirm_findings(findings, jobs, stopped, budget_s).items()}
 
     def doctor(self, findings_dir: str | None = None, progress: Callable | None = None,
                announce: Callable[[str], None] | None = None) -> tuple[str, list, str | None]:

@@ -11,7 +11,7 @@ import pytest
 import cgsim.targets
 from cgsim.finding import Finding
 from cgsim.report.findings import scan_findings, write_finding
-from fuzz.campaign.confirm import CONFIRMATION, confirm_phase
+from fuzz.campaign.confirm import CONFIRMATION, confirm_phase, phase_budget
 
 
 def _finding(prop: str) -> Finding:
@@ -25,8 +25,8 @@ def findings_dir(tmp_path, monkeypatch):
         write_finding(str(tmp_path), _finding(prop))
     asked = []
 
-    def hook(findings, jobs, stopped):
-        asked.append((sorted(f["property"] for f in findings), jobs))
+    def hook(findings, jobs, stopped, budget_s):
+        asked.append((sorted(f["property"] for f in findings), jobs, budget_s))
         return {f["id"]: {"verdict": "absent" if f["property"] == "INIT-TOTAL" else "confirmed"} for f in findings}
 
     monkeypatch.setattr(cgsim.targets, "get_target", lambda name: object())
@@ -36,8 +36,8 @@ def findings_dir(tmp_path, monkeypatch):
 
 def test_each_finding_carries_the_runners_verdict(findings_dir):
     path, asked = findings_dir
-    notes = confirm_phase("vllm", path, 3, lambda: False, io.StringIO(), quiet=True)
-    assert asked == [(["CAPTURE-USEFUL", "INIT-TOTAL"], 3)]
+    notes = confirm_phase("vllm", path, 3, lambda: False, io.StringIO(), quiet=True, budget_s=phase_budget(5))
+    assert asked == [(["CAPTURE-USEFUL", "INIT-TOTAL"], 3, 60.0)]
     verdicts = {f.property: f.extra[CONFIRMATION]["verdict"] for f in scan_findings(path)}
     assert verdicts == {"CAPTURE-USEFUL": "confirmed", "INIT-TOTAL": "absent"}
     assert notes == ["runner confirmation: 1 absent, 1 confirmed (of 2 finding(s))"]

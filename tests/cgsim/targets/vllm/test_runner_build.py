@@ -133,7 +133,7 @@ def _fake_runner(*graphs: GraphEntry, raised: str | None = None, ubatch: bool = 
                          ubatch, "TRITON_ATTN", raised)
     seen = []
 
-    def build(launch):
+    def build(launch, timeout_s=None):
         seen.append(launch)
         return built
 
@@ -235,3 +235,11 @@ def test_a_package_missing_here_is_the_environment_not_a_runner_failure() -> Non
     with pytest.raises(VllmEnvironmentError, match="not installed here"):
         with runner_build._vllm_frames("GPUModelRunner.load_model"):
             raise ModuleNotFoundError("No module named 'compressed_tensors'")
+
+
+def test_no_build_starts_once_the_confirmation_budget_is_spent(monkeypatch: pytest.MonkeyPatch) -> None:
+    build, seen = _fake_runner(GraphEntry("PIECEWISE", 1, None, None))
+    monkeypatch.setattr(runner_build, "build_runner", build)
+    got = confirm_findings([_finding("skip-attn-9656d102f2")], jobs=1, budget_s=0)
+    assert seen == [] and got["skip-attn-9656d102f2"].verdict == "environment"
+    assert "budget" in got["skip-attn-9656d102f2"].detail
