@@ -160,30 +160,59 @@ def build_runner(launch: EngineLaunch, timeout_s: float = CHILD_TIMEOUT_S) -> Ru
     """The graphs vLLM's GPUModelRunner captures for ``launch``, built in a
     fresh child process.  EngineRefused: vLLM refuses the launch;
     VllmEnvironmentError: cgsim's setup failed (one line)."""
+    result = in_child("cgsim.targets.vllm.runner_build", _launch_to_json(launch), timeout_s, "building vLLM's model runner")
+    return RunnerGraphs.from_json(result)
+
+
+def in_child(module: str, payload: dict, timeout_s: float, what: str) -> dict:
+    """``python -m MODULE SRC OUT`` in a fresh child (Triton's interpreter
+    chosen, this checkout first on the path): ``payload`` as SRC, the
+    child's answer from OUT (``child_main``).  EngineRefused where vLLM
+    refused; VllmEnvironmentError (one line) for anything of cgsim's or the
+    environment's."""
     with tempfile.TemporaryDirectory(prefix="cgsim-runner-") as tmp:
-        src, out = os.path.join(tmp, "launch.json"), os.path.join(tmp, "result.json")
+        src, out = os.path.join(tmp, "payload.json"), os.path.join(tmp, "result.json")
         with open(src, "w") as f:
-            json.dump(_launch_to_json(launch), f)
+            json.dump(payload, f)
         env = dict(os.environ)
         env[TRITON_INTERPRET] = "1"
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         try:
-            proc = subprocess.run([sys.executable, "-m", "cgsim.targets.vllm.runner_build", src, out], env=env,
-                                  capture_output=True, text=True, timeout=timeout_s, preexec_fn=dies_with_parent)
+            proc = subprocess.run([sys.executable, "-m", module, src, out], env=env, capture_output=True, text=True,
+                                  timeout=timeout_s, preexec_fn=dies_with_parent)
         except subprocess.TimeoutExpired:
-            raise VllmEnvironmentError(f"building vLLM's model runner took over {timeout_s:.0f} s") from None
+            raise VllmEnvironmentError(f"{what} took over {timeout_s:.0f} s") from None
         if not os.path.exists(out):
             tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
-            raise VllmEnvironmentError(f"the runner-build child died (exit {proc.returncode}): {tail[0][:300]}")
+            raise VllmEnvironmentError(f"the child {what} died (exit {proc.returncode}): {tail[0][:300]}")
         with open(out) as f:
             result = json.load(f)
-    kind = result.get("kind")
-    if kind == "graphs":
-        return RunnerGraphs.from_json(result["graphs"])
-    if kind == "refused":
+    if result.get("kind") == "done":
+        return result["value"]
+    if result.get("kind") == "refused":
         raise EngineRefused(result["message"])
-    raise VllmEnvironmentError(result.get("message", "the runner-build child reported nothing"))
+    raise VllmEnvironmentError(result.get("message", f"the child {what} reported nothing"))
+
+
+def child_main(src: str, out: str, work: Any, what: str) -> int:
+    """The child's side of ``in_child``: ``work(payload)``'s plain value, or
+    why there is none, written to ``out``."""
+    with open(src) as f:
+        payload = json.load(f)
+    try:
+        result: dict = {"kind": "done", "value": work(payload)}
+    except EngineRefused as exc:
+        result = {"kind": "refused", "message": str(exc)}
+    except VllmEnvironmentError as exc:
+        result = {"kind": "environment", "message": first_line(exc, 400)}
+    except BaseException as exc:  # noqa: BLE001 - cgsim's own frames: the environment, never a finding
+        traceback.print_exc()
+        result = {"kind": "environment",
+                  "message": f"cgsim's {what} failed ({type(exc).__name__}: {first_line(exc, 300)}{_where(exc)})"}
+    with open(out, "w") as f:
+        json.dump(result, f)
+    return 0
 
 
 def dies_with_parent() -> None:
@@ -194,24 +223,6 @@ def dies_with_parent() -> None:
 
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _child_main(src: str, out: str) -> int:
-    with open(src) as f:
-        launch = _launch_from_json(json.load(f))
-    try:
-        result: dict = {"kind": "graphs", "graphs": build_here(launch).to_json()}
-    except EngineRefused as exc:
-        result = {"kind": "refused", "message": str(exc)}
-    except VllmEnvironmentError as exc:
-        result = {"kind": "environment", "message": first_line(exc, 400)}
-    except BaseException as exc:  # noqa: BLE001 - cgsim's own frames: the environment, never a finding
-        traceback.print_exc()
-        result = {"kind": "environment",
-                  "message": f"cgsim's runner build failed ({type(exc).__name__}: {first_line(exc, 300)}{_where(exc)})"}
-    with open(out, "w") as f:
-        json.dump(result, f)
-    return 0
 
 
 # --------------------------------------------------------------------------
@@ -967,4 +978,5 @@ def _confirm_main(paths: list[str]) -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["confirm"]:
         sys.exit(_confirm_main(sys.argv[2:]))
-    sys.exit(_child_main(sys.argv[1], sys.argv[2]))
+    sys.exit(child_main(sys.argv[1], sys.argv[2], lambda d: build_here(_launch_from_json(d)).to_json(),
+                        "runner build"))

@@ -23,17 +23,12 @@ import contextlib
 import dataclasses
 import importlib
 import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from cgsim.targets.vllm.compat import VllmEnvironmentError
-from cgsim.targets.vllm.engine import EngineLaunch, EngineRefused
-from cgsim.text import first_line
+from cgsim.targets.vllm.engine import EngineLaunch
 
 __all__ = ["ServedRequest", "ServedRun", "serve_runner", "serve_here", "eager_twin", "graphs_equal_eager",
            "default_requests"]
@@ -115,55 +110,19 @@ def graphs_equal_eager(graphs: ServedRun, eager: ServedRun) -> list[str]:
 def serve_runner(launch: EngineLaunch, requests: tuple[ServedRequest, ...], timeout_s: float = 900) -> ServedRun:
     """``requests`` served by vLLM's runner built for ``launch``, in a fresh
     child process.  EngineRefused / VllmEnvironmentError as ``build_runner``."""
-    from cgsim.targets.vllm.runner_build import TRITON_INTERPRET, _launch_to_json, dies_with_parent  # noqa: PLC0415
+    from cgsim.targets.vllm.runner_build import _launch_to_json, in_child  # noqa: PLC0415
 
-    with tempfile.TemporaryDirectory(prefix="cgsim-serve-") as tmp:
-        src, out = os.path.join(tmp, "serve.json"), os.path.join(tmp, "result.json")
-        with open(src, "w") as f:
-            json.dump({"launch": _launch_to_json(launch), "requests": [dataclasses.asdict(r) for r in requests]}, f)
-        env = {**os.environ, TRITON_INTERPRET: "1"}
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        try:
-            proc = subprocess.run([sys.executable, "-m", "cgsim.targets.vllm.runner_serve", src, out], env=env,
-                                  capture_output=True, text=True, timeout=timeout_s, preexec_fn=dies_with_parent)
-        except subprocess.TimeoutExpired:
-            raise VllmEnvironmentError(f"serving through vLLM's model runner took over {timeout_s:.0f} s") from None
-        if not os.path.exists(out):
-            tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
-            raise VllmEnvironmentError(f"the runner-serve child died (exit {proc.returncode}): {tail[0][:300]}")
-        with open(out) as f:
-            result = json.load(f)
-    if result.get("kind") == "served":
-        return ServedRun.from_json(result["run"])
-    if result.get("kind") == "refused":
-        raise EngineRefused(result["message"])
-    raise VllmEnvironmentError(result.get("message", "the runner-serve child reported nothing"))
+    payload = {"launch": _launch_to_json(launch), "requests": [dataclasses.asdict(r) for r in requests]}
+    return ServedRun.from_json(in_child("cgsim.targets.vllm.runner_serve", payload, timeout_s,
+                                        "serving through vLLM's model runner"))
 
 
-def _child_main(src: str, out: str) -> int:
-    from cgsim.targets.vllm.runner_build import _launch_from_json, _where  # noqa: PLC0415
+def _serve_payload(data: dict) -> dict:
+    from cgsim.targets.vllm.runner_build import _launch_from_json  # noqa: PLC0415
 
-    with open(src) as f:
-        data = json.load(f)
-    try:
-        run = serve_here(_launch_from_json(data["launch"]), tuple(ServedRequest(tuple(r["prompt"]), r["max_tokens"],
-                                                                               r.get("arrival_step", 0))
-                                                                 for r in data["requests"]))
-        result: dict = {"kind": "served", "run": run.to_json()}
-    except EngineRefused as exc:
-        result = {"kind": "refused", "message": str(exc)}
-    except VllmEnvironmentError as exc:
-        result = {"kind": "environment", "message": first_line(exc, 400)}
-    except BaseException as exc:  # noqa: BLE001 - cgsim's own frames: the environment, never a finding
-        import traceback  # noqa: PLC0415
-
-        traceback.print_exc()
-        result = {"kind": "environment",
-                  "message": f"cgsim's runner serve failed ({type(exc).__name__}: {first_line(exc, 300)}{_where(exc)})"}
-    with open(out, "w") as f:
-        json.dump(result, f)
-    return 0
+    requests = tuple(ServedRequest(tuple(r["prompt"]), r["max_tokens"], r.get("arrival_step", 0))
+                     for r in data["requests"])
+    return serve_here(_launch_from_json(data["launch"]), requests).to_json()
 
 
 # --------------------------------------------------------------------------
@@ -309,4 +268,6 @@ def _collect(output: Any, tokens: dict, logprobs: dict) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(_child_main(sys.argv[1], sys.argv[2]))
+    from cgsim.targets.vllm.runner_build import child_main
+
+    sys.exit(child_main(sys.argv[1], sys.argv[2], _serve_payload, "runner serve"))

@@ -49,13 +49,17 @@ def test_graphs_equal_eager_names_other_tokens_and_log_probabilities_beyond_nois
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="graph replays of vLLM's model disagree with eager on the mock, cause not "
-                                       "settled (docs/vllm.md, Served through the runner)")
-def test_one_request_served_with_decode_graphs_equals_eager() -> None:
+def test_one_request_served_with_decode_graphs_runs_vllms_own_steps_and_still_disagrees_with_eager() -> None:
+    """vLLM's scheduler, execute_model and sample_tokens run every step and the
+    decode steps replay FULL graphs; what they give still differs from eager
+    on the mock (docs/vllm.md, "Served through the runner": the cause is not
+    settled).  When it is fixed, the last assertion fails and the doc and
+    this test change with it."""
     requests = default_requests(1)
     graphs = serve_runner(LAUNCH, requests)
     eager = serve_runner(eager_twin(LAUNCH), requests)
     assert graphs.raised is None and eager.raised is None, (graphs.raised, eager.raised)
     assert graphs.replays == 3 and eager.replays == 0  # the three decode steps replayed a FULL graph
-    assert len(graphs.tokens["r0"]) == 4 and len(set(graphs.logprobs["r0"])) > 1  # the toy's output moves
-    assert graphs_equal_eager(graphs, eager) == []
+    assert len(graphs.tokens["r0"]) == len(eager.tokens["r0"]) == 4
+    assert len(set(eager.logprobs["r0"])) > 1  # the toy's output moves with its context
+    assert graphs_equal_eager(graphs, eager) != []
