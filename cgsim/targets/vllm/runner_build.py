@@ -52,7 +52,8 @@ from cgsim.targets.vllm.engine import EngineLaunch, EngineRefused
 from cgsim.text import first_line
 
 __all__ = ["GraphEntry", "ManagerGraphs", "RunnerGraphs", "build_runner", "build_here", "manager_graphs",
-           "stand_in_graphs", "Confirmation", "confirm", "confirm_findings", "finding_launch"]
+           "Confirmation", "confirm", "confirm_findings", "finding_launch", "runner_world", "build_model_runner",
+           "vllm_frames", "VllmRaised", "in_child", "child_main", "launch_to_json", "launch_from_json"]
 
 TRITON_INTERPRET = "TRITON_INTERPRET"
 COMPILE_BACKEND = "eager"
@@ -141,12 +142,12 @@ class RunnerGraphs:
                    d["attention_backend"], d.get("raised"), tuple(d.get("seconds", (0.0, 0.0))))
 
 
-def _launch_to_json(launch: EngineLaunch) -> dict:
+def launch_to_json(launch: EngineLaunch) -> dict:
     return {"model": launch.model, "args": [list(a) for a in launch.args], "env": [list(e) for e in launch.env],
             "attention": list(launch.attention) if launch.attention else None}
 
 
-def _launch_from_json(d: dict) -> EngineLaunch:
+def launch_from_json(d: dict) -> EngineLaunch:
     return EngineLaunch(d["model"], tuple(tuple(a) for a in d["args"]), tuple(tuple(e) for e in d["env"]),
                         tuple(d["attention"]) if d.get("attention") else None)
 
@@ -160,7 +161,7 @@ def build_runner(launch: EngineLaunch, timeout_s: float = CHILD_TIMEOUT_S) -> Ru
     """The graphs vLLM's GPUModelRunner captures for ``launch``, built in a
     fresh child process.  EngineRefused: vLLM refuses the launch;
     VllmEnvironmentError: cgsim's setup failed (one line)."""
-    result = in_child("cgsim.targets.vllm.runner_build", _launch_to_json(launch), timeout_s, "building vLLM's model runner")
+    result = in_child("cgsim.targets.vllm.runner_build", launch_to_json(launch), timeout_s, "building vLLM's model runner")
     return RunnerGraphs.from_json(result)
 
 
@@ -230,10 +231,15 @@ def dies_with_parent() -> None:
 # --------------------------------------------------------------------------
 
 
-def build_here(launch: EngineLaunch) -> RunnerGraphs:
-    """Build and capture in this process (which must not have imported vLLM
-    without Triton's interpreter: ``build_runner`` runs this in a child)."""
+@contextlib.contextmanager
+def runner_world(launch: EngineLaunch) -> Iterator[tuple[Any, Any, Any]]:
+    """This process set up as a single-GPU worker of ``launch``: Triton's
+    interpreter, the platform's attention at the launch's support level,
+    the toy registered, the mock device active, vLLM's patches and a
+    one-rank world; yields (capabilities, the VllmConfig, the backend).
+    The process must not have imported vLLM yet (``in_child``)."""
     _triton_interpreter()
+    from cgsim.backends import get_backend  # noqa: PLC0415
     from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
     from cgsim.targets.vllm.engine import engine_config  # noqa: PLC0415
 
@@ -252,19 +258,24 @@ def build_here(launch: EngineLaunch) -> RunnerGraphs:
     # record them; vLLM's eager compiler keeps its splitting and piecewise wrappers, each piece's ops as they are.
     vc.compilation_config.backend = COMPILE_BACKEND
     _register_toy_model(launch.model)
-    from cgsim.backends import get_backend  # noqa: PLC0415
-
     backend = get_backend("mock")
+    with _launch_env(launch), backend.activate(), _runner_patches(backend, launch), _one_rank_world(vc):
+        yield caps, vc, backend
+
+
+def build_here(launch: EngineLaunch) -> RunnerGraphs:
+    """Build and capture in this process (which must not have imported vLLM
+    without Triton's interpreter: ``build_runner`` runs this in a child)."""
     state: dict[str, Any] = {}
     t0 = time.perf_counter()
     raised = None
-    with _launch_env(launch), backend.activate(), _runner_patches(backend, launch), _one_rank_world(vc):
+    with runner_world(launch) as (caps, vc, backend):
         try:
-            runner = _build_runner(vc, backend, state)
+            runner = build_model_runner(vc, backend, state)
             t1 = time.perf_counter()
-            with _vllm_frames("capture_model"):
+            with vllm_frames("capture_model"):
                 runner.capture_model()
-        except _VllmRaised as exc:
+        except VllmRaised as exc:
             raised = exc.text
             t1 = state.get("t_built", time.perf_counter())
         t2 = time.perf_counter()
@@ -276,7 +287,7 @@ def build_here(launch: EngineLaunch) -> RunnerGraphs:
                         (round(t1 - t0, 2), round(t2 - t1, 2)))
 
 
-class _VllmRaised(Exception):
+class VllmRaised(Exception):
     def __init__(self, text: str):
         super().__init__(text)
         self.text = text
@@ -337,7 +348,7 @@ def _last_vllm_frame(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def _vllm_frames(step: str) -> Iterator[None]:
+def vllm_frames(step: str) -> Iterator[None]:
     """A failure raised in vLLM's frames is the runner's (reported); one raised
     in cgsim's is the environment's."""
     try:
@@ -367,10 +378,10 @@ def _vllm_frames(step: str) -> Iterator[None]:
                                        f"({text}{_last_vllm_frame(exc)})") from exc
         if _innermost_is_cgsim(exc):
             raise VllmEnvironmentError(f"cgsim's stand-in failed in {step} ({text}{_where(exc)})") from exc
-        raise _VllmRaised(f"{step}: {text}{_where(exc)}") from exc
+        raise VllmRaised(f"{step}: {text}{_where(exc)}") from exc
 
 
-def _build_runner(vc: Any, backend: Any, state: dict) -> Any:
+def build_model_runner(vc: Any, backend: Any, state: dict) -> Any:
     """What a single-GPU worker does up to its warmup: the workspace and the
     model runner (gpu_worker.Worker._init_workspace_and_model_runner, bound to
     a view of the worker), the model (GPUModelRunner.load_model), the KV cache
@@ -382,7 +393,7 @@ def _build_runner(vc: Any, backend: Any, state: dict) -> Any:
     from cgsim.targets.vllm.platform import device_type  # noqa: PLC0415
 
     worker = _WorkerView(vc, torch.device(device_type()))
-    with _vllm_frames("Worker._init_workspace_and_model_runner"):
+    with vllm_frames("Worker._init_workspace_and_model_runner"):
         worker.init_workspace_and_model_runner()
     runner = worker.model_runner
     state["runner"] = runner
@@ -390,11 +401,11 @@ def _build_runner(vc: Any, backend: Any, state: dict) -> Any:
     if not isinstance(runner, mr.GPUModelRunner):
         raise EngineRefused(f"vLLM runs this launch on {type(runner).__module__}.{type(runner).__name__}, "
                             "not the V2 GPUModelRunner")
-    with _vllm_frames("GPUModelRunner.load_model"):
+    with vllm_frames("GPUModelRunner.load_model"):
         runner.load_model()
     core = importlib.import_module("vllm.v1.engine.core")
     engine = _EngineCoreView(_ExecutorView(worker))
-    with _vllm_frames("EngineCore._initialize_kv_caches"):
+    with vllm_frames("EngineCore._initialize_kv_caches"):
         state["kv_cache_config"] = core.EngineCore._initialize_kv_caches(engine, vc)
     state["t_built"] = time.perf_counter()
     return runner
@@ -770,7 +781,7 @@ def _one_rank_world(vc: Any) -> Iterator[None]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with config_mod.set_current_vllm_config(vc):
-        with _vllm_frames("init_worker_distributed_environment"):
+        with vllm_frames("init_worker_distributed_environment"):
             gw.init_worker_distributed_environment(vc, 0, f"tcp://127.0.0.1:{port}", 0, current_platform.dist_backend)
         try:
             yield
@@ -900,7 +911,7 @@ def confirm_findings(findings: list[dict], jobs: int, stopped: Any = lambda: Fal
         if _named(f)[1]:
             with contextlib.suppress(VllmEnvironmentError):
                 launch = finding_launch(f)
-                wanted.setdefault(json.dumps(_launch_to_json(launch), sort_keys=True), launch)
+                wanted.setdefault(json.dumps(launch_to_json(launch), sort_keys=True), launch)
 
     deadline = time.monotonic() + budget_s
 
@@ -919,43 +930,12 @@ def confirm_findings(findings: list[dict], jobs: int, stopped: Any = lambda: Fal
         built = dict(zip(wanted, pool.map(build_once, wanted.values())))
 
     def cached(launch: EngineLaunch) -> RunnerGraphs:
-        got = built[json.dumps(_launch_to_json(launch), sort_keys=True)]
+        got = built[json.dumps(launch_to_json(launch), sort_keys=True)]
         if isinstance(got, Exception):
             raise got
         return got
 
     return {str(f.get("id")): confirm(f, build=cached) for f in findings}
-
-
-# --------------------------------------------------------------------------
-# The stand-in's side: what cgsim's handle captures for the same config
-# --------------------------------------------------------------------------
-
-
-def stand_in_graphs(config: Any) -> tuple[ManagerGraphs, ...]:
-    """The graphs cgsim's handle (``handle.VllmManagerHandle``: vLLM's
-    manager built by cgsim's stand-in of the runner) captures for ``config``
-    (a ManagerConfig), listed as ``RunnerGraphs.managers`` lists the runner's:
-    the differential check of the stand-in against the runner."""
-    from cgsim.backends import get_backend  # noqa: PLC0415
-    from cgsim.spec.rulesets import get_ruleset  # noqa: PLC0415
-    from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
-    from cgsim.targets.vllm.target import VllmTarget  # noqa: PLC0415
-    from cgsim.trace import Trace  # noqa: PLC0415
-    from cgsim.workload import Workload  # noqa: PLC0415
-
-    ruleset = get_ruleset(require_vllm().ruleset)
-    backend = get_backend("mock")
-    trace = Trace("vllm", backend.name)
-    with backend.activate():
-        workload = Workload(config, backend, trace, max_batch_tokens=max(config.capture_sizes) * 2,
-                            max_batch_reqs=config.max_num_reqs)
-        handle = VllmTarget(warm=False).build(config, ruleset, backend, workload)
-        workload.at(workload.step, "capture")
-        handle.capture()
-    out = [manager_graphs("main", handle.manager)]
-    out += [manager_graphs(f"draft-{role}", m) for role, m in sorted(handle.draft_managers.items())]
-    return tuple(out)
 
 
 def _confirm_main(paths: list[str]) -> int:
@@ -978,5 +958,5 @@ def _confirm_main(paths: list[str]) -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["confirm"]:
         sys.exit(_confirm_main(sys.argv[2:]))
-    sys.exit(child_main(sys.argv[1], sys.argv[2], lambda d: build_here(_launch_from_json(d)).to_json(),
+    sys.exit(child_main(sys.argv[1], sys.argv[2], lambda d: build_here(launch_from_json(d)).to_json(),
                         "runner build"))

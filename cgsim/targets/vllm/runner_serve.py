@@ -110,19 +110,19 @@ def graphs_equal_eager(graphs: ServedRun, eager: ServedRun) -> list[str]:
 def serve_runner(launch: EngineLaunch, requests: tuple[ServedRequest, ...], timeout_s: float = 900) -> ServedRun:
     """``requests`` served by vLLM's runner built for ``launch``, in a fresh
     child process.  EngineRefused / VllmEnvironmentError as ``build_runner``."""
-    from cgsim.targets.vllm.runner_build import _launch_to_json, in_child  # noqa: PLC0415
+    from cgsim.targets.vllm.runner_build import launch_to_json, in_child  # noqa: PLC0415
 
-    payload = {"launch": _launch_to_json(launch), "requests": [dataclasses.asdict(r) for r in requests]}
+    payload = {"launch": launch_to_json(launch), "requests": [dataclasses.asdict(r) for r in requests]}
     return ServedRun.from_json(in_child("cgsim.targets.vllm.runner_serve", payload, timeout_s,
                                         "serving through vLLM's model runner"))
 
 
 def _serve_payload(data: dict) -> dict:
-    from cgsim.targets.vllm.runner_build import _launch_from_json  # noqa: PLC0415
+    from cgsim.targets.vllm.runner_build import launch_from_json  # noqa: PLC0415
 
     requests = tuple(ServedRequest(tuple(r["prompt"]), r["max_tokens"], r.get("arrival_step", 0))
                      for r in data["requests"])
-    return serve_here(_launch_from_json(data["launch"]), requests).to_json()
+    return serve_here(launch_from_json(data["launch"]), requests).to_json()
 
 
 # --------------------------------------------------------------------------
@@ -132,22 +132,9 @@ def _serve_payload(data: dict) -> dict:
 
 def serve_here(launch: EngineLaunch, requests: tuple[ServedRequest, ...], max_steps: int = 64) -> ServedRun:
     """Build, capture and serve in this process (a fresh one: ``serve_runner``)."""
-    import copy  # noqa: PLC0415
-
-    from cgsim.backends import get_backend  # noqa: PLC0415
     from cgsim.targets.vllm import runner_build as rb  # noqa: PLC0415
-    from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
-    from cgsim.targets.vllm.engine import engine_config  # noqa: PLC0415
-    from cgsim.targets.vllm.scheduling.driver import _block_hasher  # noqa: PLC0415
+    from cgsim.targets.vllm.scheduling.driver import block_hasher  # noqa: PLC0415
 
-    rb._triton_interpreter()
-    caps = require_vllm()
-    rb._check_triton()
-    rb._placeholder_missing_ops()
-    vc = copy.deepcopy(engine_config(launch))
-    vc.compilation_config.backend = rb.COMPILE_BACKEND  # as runner_build: the mock records every piece's ops
-    rb._register_toy_model(launch.model)
-    backend = get_backend("mock")
     state: dict[str, Any] = {}
     replays = [0]
     t0 = time.perf_counter()
@@ -155,14 +142,13 @@ def serve_here(launch: EngineLaunch, requests: tuple[ServedRequest, ...], max_st
     tokens: dict[str, list[int]] = {}
     logprobs: dict[str, list[float]] = {}
     steps = 0
-    with rb._launch_env(launch), backend.activate(), rb._runner_patches(backend, launch), rb._one_rank_world(vc), \
-            _counting_replays(replays), _toy_weights_that_tell():
+    with rb.runner_world(launch) as (caps, vc, backend), _counting_replays(replays), _toy_weights_that_tell():
         try:
-            runner = rb._build_runner(vc, backend, state)
-            with rb._vllm_frames("capture_model"):
+            runner = rb.build_model_runner(vc, backend, state)
+            with rb.vllm_frames("capture_model"):
                 runner.capture_model()
             scheduler = _scheduler(vc, state["kv_cache_config"], launch)
-            hasher = _block_hasher(vc, vc.cache_config.block_size)
+            hasher = block_hasher(vc, vc.cache_config.block_size)
             pending = sorted(enumerate(requests), key=lambda x: (x[1].arrival_step, x[0]))
             while (pending or scheduler.has_requests()) and steps < max_steps:
                 while pending and pending[0][1].arrival_step <= steps:
@@ -172,7 +158,7 @@ def serve_here(launch: EngineLaunch, requests: tuple[ServedRequest, ...], max_st
                 if not scheduler.has_requests():
                     continue
                 so = scheduler.schedule()
-                with rb._vllm_frames("execute_model"):
+                with rb.vllm_frames("execute_model"):
                     output = runner.execute_model(so)
                     if output is None:
                         output = runner.sample_tokens(None)
@@ -180,7 +166,7 @@ def serve_here(launch: EngineLaunch, requests: tuple[ServedRequest, ...], max_st
                         output = output.get_output()
                 _collect(output, tokens, logprobs)
                 scheduler.update_from_output(so, output)
-        except rb._VllmRaised as exc:
+        except rb.VllmRaised as exc:
             raised = exc.text
     return ServedRun(caps.version, launch.line(), tokens, logprobs, steps, replays[0], raised,
                      round(time.perf_counter() - t0, 2))
@@ -193,9 +179,9 @@ class _counting_replays:  # noqa: N801 - a context manager, named for what it do
         self.count = count
 
     def __enter__(self) -> None:
-        from cgsim.cuda_mock import _capture  # noqa: PLC0415
+        from cgsim.cuda_mock import CUDAGraph  # noqa: PLC0415
 
-        self.cls, self.orig = _capture.CUDAGraph, _capture.CUDAGraph.replay
+        self.cls, self.orig = CUDAGraph, CUDAGraph.replay
         count, orig = self.count, self.orig
 
         def replay(graph: Any) -> None:

@@ -196,7 +196,8 @@ SCHEDULER_ALTERATIONS = [
      "return longest_decode_len(config, 1) if num_reqs > 1", "return longest_decode_len(config, num_reqs) if True"),
     ("any shape can be prompt chunks", "if not prefill and not is_decode_batch(config, lens):",
      "if not is_decode_batch(config, lens):"),
-    ("an eligible batch may run whole", "out.append(Batch(lens, lora, 1, has_prefill=prefill))", "out.append(b)"),
+    ("an eligible batch may run whole", "out.append(Batch(lens, lora, 1, has_prefill=prefill))",
+     "out.append(make_batch(config, lens, lora, has_prefill=prefill))"),
     ("the DBO floor", "max(config.ubatch_threshold, config.num_ubatches)", "config.num_ubatches"),
     ("every micro-batch count", "sorted({1, NUM_UBATCHES})", "[1]"),
 ]

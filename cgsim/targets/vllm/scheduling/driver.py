@@ -93,7 +93,7 @@ def _kv_cache_config(vc: Any, num_blocks: int) -> Any:
     return kvi.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[group])
 
 
-def _block_hasher(vc: Any, hash_block_size: int) -> Any:
+def block_hasher(vc: Any, hash_block_size: int) -> Any:
     """EngineCore's request block hasher (None without prefix caching)."""
     if not vc.cache_config.enable_prefix_caching:
         return None
@@ -126,7 +126,7 @@ def _build(launch: EngineLaunch) -> tuple[Any, Any, int]:
                         block_size=block_size, hash_block_size=block_size, log_stats=False)
         # EngineCore's batch queue: as many steps in flight as the config runs concurrently.
         in_flight = int(getattr(vc, "max_concurrent_batches", 1)) if vc.scheduler_config.async_scheduling else 1
-    return scheduler, _block_hasher(vc, block_size), in_flight
+    return scheduler, block_hasher(vc, block_size), in_flight
 
 
 def _prompt(spec: RequestSpec, index: int, seed: int) -> list[int]:

@@ -31,8 +31,8 @@ from cgsim.targets.vllm.runner_build import (  # noqa: E402
     build_runner,
     confirm,
     confirm_findings,
-    stand_in_graphs,
 )
+from cgsim.targets.vllm.stand_in import stand_in_graphs  # noqa: E402
 from cgsim.targets.vllm import runner_build  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -233,7 +233,7 @@ def test_confirm_a_finding_of_a_compiled_launch() -> None:
 def test_a_package_missing_here_is_the_environment_not_a_runner_failure() -> None:
     # The lent GPU machine lacked compressed_tensors, which the EAGLE draft's load imports.
     with pytest.raises(VllmEnvironmentError, match="not installed here"):
-        with runner_build._vllm_frames("GPUModelRunner.load_model"):
+        with runner_build.vllm_frames("GPUModelRunner.load_model"):
             raise ModuleNotFoundError("No module named 'compressed_tensors'")
 
 
