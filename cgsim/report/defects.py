@@ -17,7 +17,10 @@ from __future__ import annotations
 import json
 from typing import Iterable
 
-__all__ = ["group_defects", "STATUS_RANK", "reached", "MANAGER_LEVEL", "runner_said"]
+__all__ = ["group_defects", "STATUS_RANK", "reached", "MANAGER_LEVEL", "runner_said", "CONFIRMATION"]
+
+# The key of a finding's verdict from the engine's own runner (fuzz.campaign.confirm).
+CONFIRMATION = "runner_confirmation"
 
 # Verdicts of the engine's own runner (fuzz.campaign.confirm) that make a
 # finding "manager-level only": the runner never builds the graphs it names,
@@ -28,13 +31,13 @@ MANAGER_LEVEL = ("absent", "refused")
 def reached(entry: dict) -> bool:
     """Whether a finding counts as a defect of the engine: not one the
     engine's runner was asked about and does not build."""
-    said = entry.get("runner_confirmation")
+    said = entry.get(CONFIRMATION)
     return not (isinstance(said, dict) and said.get("verdict") in MANAGER_LEVEL)
 
 
 def runner_said(entry: dict) -> str | None:
     """The engine runner's verdict on a finding in a phrase (None: not asked)."""
-    said = entry.get("runner_confirmation")
+    said = entry.get(CONFIRMATION)
     if not isinstance(said, dict):
         return None
     verdict = said.get("verdict")

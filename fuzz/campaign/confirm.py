@@ -15,12 +15,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, TextIO
 
+from cgsim.report.defects import CONFIRMATION
 from cgsim.text import first_line
 
 __all__ = ["confirm_phase", "phase_budget", "CONFIRMATION"]
-
-CONFIRMATION = "runner_confirmation"
-
 
 # The phase takes as long as the search did, within these bounds: a build of
 # a launch with many graph sizes takes minutes, and the report waits for it.
@@ -53,8 +51,11 @@ def confirm_phase(target_name: str, findings_dir: str, jobs: int, stopped: Calla
         return [f"runner confirmation failed ({type(exc).__name__}: {first_line(exc, 200)}); "
                 "the findings are reported unconfirmed"]
     store = FindingStore(findings_dir)
-    for fid, verdict in verdicts.items():
-        store.annotate(fid, {CONFIRMATION: verdict})
+    try:
+        for fid, verdict in verdicts.items():
+            store.annotate(fid, {CONFIRMATION: verdict})
+    except OSError as exc:  # a full disk: the findings on disk stay as they were, unconfirmed
+        return [f"runner confirmation could not be written ({exc}); the findings are reported unconfirmed"]
     counts: dict[str, int] = {}
     for verdict in verdicts.values():
         counts[verdict["verdict"]] = counts.get(verdict["verdict"], 0) + 1

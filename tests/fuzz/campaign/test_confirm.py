@@ -48,3 +48,15 @@ def test_a_stopped_campaign_asks_nothing_and_keeps_its_findings(findings_dir):
     assert confirm_phase("vllm", path, 1, lambda: True, io.StringIO(), quiet=True) == []
     assert asked == [] and len(scan_findings(path)) == 2
     assert all(CONFIRMATION not in f.extra for f in scan_findings(path))
+
+
+def test_a_verdict_that_cannot_be_written_leaves_the_findings_as_they_were(findings_dir, monkeypatch):
+    path, _ = findings_dir
+
+    def full_disk(self, fid, extra):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("cgsim.report.findings.FindingStore.annotate", full_disk)
+    notes = confirm_phase("vllm", path, 1, lambda: False, io.StringIO(), quiet=True)
+    assert len(notes) == 1 and "could not be written" in notes[0] and "No space left" in notes[0]
+    assert len(scan_findings(path)) == 2
