@@ -540,8 +540,8 @@ def host_ops() -> Iterator[None]:
 # run: vLLM's attention ops read their forward context for the metadata and
 # KV cache.  A real graph keeps what its kernels were given at capture, so a
 # replay re-runs such ops under the state they were captured with.  Each
-# provider, called at capture_begin, returns a factory of that state's
-# context manager (None: nothing to keep), asked as each such op is recorded.
+# provider, asked as such an op is recorded, returns a factory of that
+# state's context manager (None: nothing to keep).
 _REPLAY_STATE: list[Callable[[], Callable[[], ContextManager] | None]] = []
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from cgsim.targets.vllm.engine import EngineLaunch
+from cgsim.targets.vllm.scheduling.driver import FIRST_TOKEN, VOCAB
 
 __all__ = ["ServedRequest", "ServedRun", "serve_runner", "serve_here", "eager_twin", "graphs_equal_eager",
            "default_requests"]
@@ -36,7 +37,6 @@ __all__ = ["ServedRequest", "ServedRun", "serve_runner", "serve_here", "eager_tw
 # Log-probabilities of a graph replay and an eager forward differ by bf16
 # rounding where padding changes a matmul's shape; tokens must not differ.
 LOGPROB_TOLERANCE = 0.05
-FIRST_TOKEN, VOCAB = 3, 256
 
 
 @dataclass(frozen=True)
