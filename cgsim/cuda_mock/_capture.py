@@ -362,14 +362,11 @@ def _handle(mode: "_CaptureMode", func: torch._ops.OpOverload, args: tuple, kwar
 
     if kind is _MUTATE:
         ret_alias = info.ret_alias
-        if any(i is None for i in ret_alias):
+        fresh = any(i is None for i in ret_alias)
+        if fresh:
             layout = _infer(func, info, args, kwargs)
         a_args = rec.alias_all(args)
         a_kwargs = {k: rec.alias_all(v) for k, v in kwargs.items()}
-        rec.ops.append(_kept_state(func, (func._op, a_args, a_kwargs)))
-        rec.funcs.append(func)
-        if not ret_alias:
-            return None
         names = info.schema_args
         outs = []
         for n, idx in enumerate(ret_alias):
@@ -379,6 +376,19 @@ def _handle(mode: "_CaptureMode", func: torch._ops.OpOverload, args: tuple, kwar
                 outs.append(args[idx])
             else:
                 outs.append(kwargs[names[idx]])
+        if fresh:
+            # A mutating op whose schema does not say what it returns (vLLM IR's
+            # maybe_inplace overloads return their inputs or new tensors): on a GPU
+            # later kernels read whatever memory it returned at capture, so the
+            # replayed results must land in the outputs handed out now.
+            a_outs = [rec.alias(o) if idx is None else None for o, idx in zip(outs, ret_alias)]
+            entry = (_copy_back, (func._op, a_args, a_kwargs, a_outs, len(ret_alias) > 1), {})
+        else:
+            entry = (func._op, a_args, a_kwargs)
+        rec.ops.append(_kept_state(func, entry))
+        rec.funcs.append(func)
+        if not ret_alias:
+            return None
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     layout = _infer(func, info, args, kwargs)

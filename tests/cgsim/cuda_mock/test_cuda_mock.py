@@ -142,6 +142,27 @@ def test_outputs_land_in_the_same_tensor_every_replay(graph_backend):
         assert vals(y) == [v * 2 + 1] * 4
 
 
+# A mutating op whose schema does not say what it returns, as vLLM IR's
+# maybe_inplace overloads (vllm/ir/op.py: infer_schema(mutates_args=...)):
+# one returns its input, the other a new tensor.
+_MAYBE_INPLACE = torch.library.Library("cgsim_mock_test", "FRAGMENT")
+_MAYBE_INPLACE.define("double_returns_input(Tensor(a!) x) -> Tensor")
+_MAYBE_INPLACE.define("double_returns_new(Tensor(a!) x) -> Tensor")
+_MAYBE_INPLACE.impl("double_returns_input", lambda x: x.mul_(2), "CompositeExplicitAutograd")
+_MAYBE_INPLACE.impl("double_returns_new", lambda x: x.mul_(2) + 1, "CompositeExplicitAutograd")
+
+
+@pytest.mark.parametrize("op, expect", [("double_returns_input", [12.0, 14.0]), ("double_returns_new", [13.0, 15.0])])
+def test_a_mutating_op_returning_an_unannotated_tensor_hands_its_replayed_result_on(graph_backend, op, expect):
+    b = graph_backend
+    x = torch.ones(2, device=b.device)
+    g, y = capture(b, lambda: getattr(torch.ops.cgsim_mock_test, op)(x) + 2)
+    x.copy_(torch.tensor([5.0, 6.0]))
+    replay(b, g)
+    assert vals(x) == [10.0, 12.0]
+    assert vals(y) == expect
+
+
 def test_views_alias_as_in_eager(graph_backend):
     b = graph_backend
     x = torch.arange(4, dtype=torch.float32, device=b.device)
