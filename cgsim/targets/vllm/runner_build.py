@@ -243,13 +243,11 @@ def runner_world(launch: EngineLaunch) -> Iterator[tuple[Any, Any, Any]]:
     from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
     from cgsim.targets.vllm.engine import engine_config  # noqa: PLC0415
 
-    support = attention_support_of(launch)
-    if support != "ALWAYS":
-        # Triton attention whose metadata builder declares the launch's support level.
-        from cgsim.targets.vllm.platform import ATTENTION_BACKEND_ENV  # noqa: PLC0415
+    # cgsim's attention (runner_attention): vLLM's Triton metadata declaring the launch's support level.
+    from cgsim.targets.vllm.platform import ATTENTION_BACKEND_ENV  # noqa: PLC0415
 
-        os.environ[ATTENTION_SUPPORT_ENV] = support
-        os.environ[ATTENTION_BACKEND_ENV] = f"{__spec__.name if __spec__ else __name__}.CgsimTritonAttentionBackend"
+    os.environ[ATTENTION_SUPPORT_ENV] = attention_support_of(launch)
+    os.environ[ATTENTION_BACKEND_ENV] = f"{__spec__.name if __spec__ else __name__}.CgsimAttentionBackend"
     caps = require_vllm()
     _check_triton()
     _placeholder_missing_ops()
@@ -624,29 +622,11 @@ def attention_support_of(launch: EngineLaunch) -> str:
 
 def __getattr__(name: str) -> Any:
     # vLLM resolves the platform's attention backend by qualified name.
-    if name == "CgsimTritonAttentionBackend":
-        return _triton_backend_with_support(os.environ.get(ATTENTION_SUPPORT_ENV, "ALWAYS"))
+    if name == "CgsimAttentionBackend":
+        from cgsim.targets.vllm.runner_attention import backend_with_support  # noqa: PLC0415
+
+        return backend_with_support(os.environ.get(ATTENTION_SUPPORT_ENV, "ALWAYS"))
     raise AttributeError(name)
-
-
-_BACKENDS: dict[str, type] = {}
-
-
-def _triton_backend_with_support(support: str) -> type:
-    """vLLM's Triton attention with a metadata builder declaring ``support``
-    (the attention backend cgsim supplies for a launch naming FA2 or
-    FlashInfer, whose kernels do not run here)."""
-    if support in _BACKENDS:
-        return _BACKENDS[support]
-    triton_attn = importlib.import_module("vllm.v1.attention.backends.triton_attn")
-    level = importlib.import_module("vllm.v1.attention.backend").AttentionCGSupport[support]
-    builder = type("CgsimTritonAttentionMetadataBuilder", (triton_attn.TritonAttentionMetadataBuilder,),
-                   {"_cudagraph_support": level})
-    backend = type("CgsimTritonAttentionBackend", (triton_attn.TritonAttentionBackend,),
-                   {"get_builder_cls": staticmethod(lambda: builder)})
-    backend.__module__ = builder.__module__ = "cgsim.targets.vllm.runner_build"
-    _BACKENDS[support] = backend
-    return backend
 
 
 # The op name that vLLM's placeholder ops raise with: a launch reaching one is the environment's.
