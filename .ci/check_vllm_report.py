@@ -36,7 +36,10 @@ def main(argv):
     unreached = [f for f in findings if not _starts(f.get("launch"), f.get("scenario"))]
     for f in findings:
         said = f.get("runner_confirmation") or {}
-        runner = f"; vLLM's runner: {said['verdict']}" if said else ""
+        served = said.get("served") or {}
+        shown = ("wrong output" if served.get("differences") else "raised" if served.get("raised")
+                 else "not served" if served.get("error") else "eager's tokens") if served else ""
+        runner = (f"; vLLM's runner: {said['verdict']}" + (f", served: {shown}" if shown else "")) if said else ""
         print(f"{f['property']}: {f.get('known_defect') or 'NOT A DOCUMENTED DEFECT'}  ({f['id']}{runner})")
     for f in unreached:
         print(f"{f['property']}: its launch is not one vLLM starts on its V2 runner ({f['id']})")

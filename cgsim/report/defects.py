@@ -15,7 +15,7 @@ the summary's ``findings``.
 from __future__ import annotations
 
 import json
-from typing import Iterable
+from typing import Any, Iterable
 
 __all__ = ["group_defects", "STATUS_RANK", "reached", "MANAGER_LEVEL", "runner_said", "CONFIRMATION"]
 
@@ -43,7 +43,7 @@ def runner_said(entry: dict) -> str | None:
     verdict = said.get("verdict")
     where = f"{', '.join(said.get('named') or ())} in its {said.get('manager')} manager"
     if verdict == "confirmed":
-        return f"confirmed: the runner built from the launch captures {where}"
+        return f"confirmed: the runner built from the launch captures {where}" + _served(said.get("served"))
     if verdict == "no-graph":
         return "not asked: the finding names no graph"
     if verdict == "absent":
@@ -51,6 +51,19 @@ def runner_said(entry: dict) -> str | None:
     if verdict == "refused":
         return f"manager-level only: the engine refuses the launch ({said.get('detail')})"
     return f"could not be asked ({verdict}: {said.get('detail')})"
+
+def _served(served: Any) -> str:
+    """What serving the launch showed, as the tail of the runner's phrase."""
+    if not isinstance(served, dict):
+        return ""
+    if served.get("error"):
+        return f"; not served here ({served['error']})"
+    if served.get("raised"):
+        return f"; serving with graphs, vLLM raised: {served['raised']}"
+    if served.get("differences"):
+        return f"; served with graphs, WRONG OUTPUT against eager: {'; '.join(served['differences'])}"
+    return f"; served {served.get('requests')} requests with graphs ({served.get('replays')} replays): eager's tokens"
+
 
 # Which finding stands first for a card: shrunk ones, then the less finished.
 STATUS_RANK = {"shrunk": 0, "shrink-interrupted": 1, "shrinking": 2, "pending": 3, "unshrunk": 4, "new": 5}

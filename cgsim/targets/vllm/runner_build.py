@@ -795,6 +795,7 @@ class Confirmation:
     missing: tuple[GraphEntry, ...] = ()
     detail: str = ""
     runner: RunnerGraphs | None = None
+    served: dict | None = None  # runner_serve.served_consequence of the launch, where it was served
 
 
     def to_json(self) -> dict:
@@ -803,6 +804,8 @@ class Confirmation:
                "missing": [g.short() for g in self.missing], "detail": self.detail}
         if self.runner is not None:
             out.update(vllm_version=self.runner.vllm_version, seconds=list(self.runner.seconds))
+        if self.served is not None:
+            out["served"] = self.served
         return out
 
 
@@ -877,13 +880,22 @@ def confirm(finding: dict, build: Any = None) -> Confirmation:
     return Confirmation(fid, prop, manager, named, "confirmed", (), "", built)
 
 
+# A served pair (graphs and eager) of a small launch takes about 40 s here: one
+# is not started with less time left in the phase.
+MIN_SERVE_S = 30.0
+
+
+def _launch_key(launch: EngineLaunch) -> str:
+    return json.dumps(launch_to_json(launch), sort_keys=True)
+
+
 def confirm_findings(findings: list[dict], jobs: int, stopped: Any = lambda: False,
-                     budget_s: float = CHILD_TIMEOUT_S) -> dict[str, Confirmation]:
+                     budget_s: float = CHILD_TIMEOUT_S, serve: bool = True) -> dict[str, Confirmation]:
     """``confirm`` for each of ``findings``, each launch's runner built once
-    (at most ``jobs`` builds at a time, each a child process); no build
-    starts once ``stopped()`` or ``budget_s`` is spent, and none runs past
-    it (a launch with many graph sizes takes minutes under Triton's
-    interpreter).  Keyed by finding id."""
+    (at most ``jobs`` builds at a time, each a child process); then, with
+    ``serve``, each confirmed finding's launch served with graphs and eager
+    (``served``: what its user sees).  Nothing starts once ``stopped()`` or
+    ``budget_s`` is spent, and nothing runs past it.  Keyed by finding id."""
     from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
     wanted: dict[str, EngineLaunch] = {}
@@ -891,7 +903,7 @@ def confirm_findings(findings: list[dict], jobs: int, stopped: Any = lambda: Fal
         if _named(f)[1]:
             with contextlib.suppress(VllmEnvironmentError):
                 launch = finding_launch(f)
-                wanted.setdefault(json.dumps(launch_to_json(launch), sort_keys=True), launch)
+                wanted.setdefault(_launch_key(launch), launch)
 
     deadline = time.monotonic() + budget_s
 
@@ -910,12 +922,35 @@ def confirm_findings(findings: list[dict], jobs: int, stopped: Any = lambda: Fal
         built = dict(zip(wanted, pool.map(build_once, wanted.values())))
 
     def cached(launch: EngineLaunch) -> RunnerGraphs:
-        got = built[json.dumps(launch_to_json(launch), sort_keys=True)]
+        got = built[_launch_key(launch)]
         if isinstance(got, Exception):
             raise got
         return got
 
-    return {str(f.get("id")): confirm(f, build=cached) for f in findings}
+    verdicts = {str(f.get("id")): confirm(f, build=cached) for f in findings}
+    if not serve:
+        return verdicts
+    # What a user of each confirmed finding's launch sees, while the budget lasts.
+    confirmed = {_launch_key(finding_launch(f)): finding_launch(f)
+                 for f in findings if verdicts[str(f.get("id"))].verdict == "confirmed"}
+
+    def serve_once(launch: EngineLaunch) -> dict | None:
+        left = deadline - time.monotonic()
+        if stopped() or left < MIN_SERVE_S:
+            return None
+        from cgsim.targets.vllm.runner_serve import served_consequence  # noqa: PLC0415
+
+        return served_consequence(launch, left)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(confirmed) or 1))) as pool:
+        served = dict(zip(confirmed, pool.map(serve_once, confirmed.values())))
+    for f in findings:
+        fid = str(f.get("id"))
+        if verdicts[fid].verdict == "confirmed":
+            got = served.get(_launch_key(finding_launch(f)))
+            if got is not None:
+                verdicts[fid] = dataclasses.replace(verdicts[fid], served=got)
+    return verdicts
 
 
 def _confirm_main(paths: list[str]) -> int:

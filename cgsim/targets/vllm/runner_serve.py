@@ -32,7 +32,7 @@ from cgsim.targets.vllm.engine import EngineLaunch
 from cgsim.targets.vllm.scheduling.driver import FIRST_TOKEN, VOCAB
 
 __all__ = ["ServedRequest", "ServedRun", "serve_runner", "serve_here", "eager_twin", "graphs_equal_eager",
-           "default_requests"]
+           "default_requests", "served_consequence"]
 
 # Log-probabilities of a graph replay and an eager forward differ by bf16
 # rounding where padding changes a matmul's shape; tokens must not differ.
@@ -99,6 +99,28 @@ def graphs_equal_eager(graphs: ServedRun, eager: ServedRun) -> list[str]:
         worst = max((abs(a - b) for a, b in zip(gl, el)), default=0.0)
         if worst > LOGPROB_TOLERANCE:
             out.append(f"request {rid}: log-probabilities differ by {worst:.3f} (over {LOGPROB_TOLERANCE})")
+    return out
+
+
+def served_consequence(launch: EngineLaunch, timeout_s: float) -> dict:
+    """What a user of ``launch`` sees when serving: ``default_requests`` with
+    its graphs and eager, within ``timeout_s``.  ``differences``: where they
+    differ ([]: the same tokens); ``raised``: what vLLM raised serving with
+    graphs (eager's: ``eager_raised``); ``error``: why it could not be served
+    here (the environment's, or vLLM refused; nothing else is set then)."""
+    from cgsim.targets.vllm.compat import VllmEnvironmentError  # noqa: PLC0415
+    from cgsim.targets.vllm.engine import EngineRefused  # noqa: PLC0415
+
+    requests = default_requests()
+    deadline = time.monotonic() + timeout_s
+    try:
+        graphs = serve_runner(launch, requests, timeout_s)
+        eager = serve_runner(eager_twin(launch), requests, max(1.0, deadline - time.monotonic()))
+    except (EngineRefused, VllmEnvironmentError) as exc:
+        return {"error": str(exc).splitlines()[0][:300]}
+    out: dict = {"requests": len(requests), "replays": graphs.replays, "raised": graphs.raised,
+                 "eager_raised": eager.raised}
+    out["differences"] = graphs_equal_eager(graphs, eager) if graphs.raised is None and eager.raised is None else []
     return out
 
 

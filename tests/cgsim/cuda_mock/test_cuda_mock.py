@@ -7,6 +7,7 @@ against real torch.cuda graphs, which is the agreement suite for the mock.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import re
@@ -161,6 +162,47 @@ def test_a_mutating_op_returning_an_unannotated_tensor_hands_its_replayed_result
     replay(b, g)
     assert vals(x) == [10.0, 12.0]
     assert vals(y) == expect
+
+
+# An engine op that reads its arguments from a context set around the call,
+# as vLLM's attention reads its forward context.
+_CONTEXT: list[float] = [0.0]
+_MAYBE_INPLACE.define("add_context(Tensor(a!) x) -> ()")
+
+
+def _add_context(x: torch.Tensor) -> None:
+    x.add_(_CONTEXT[0])
+
+
+_MAYBE_INPLACE.impl("add_context", _add_context, "CompositeExplicitAutograd")
+
+
+@contextlib.contextmanager
+def _context(value: float):
+    before, _CONTEXT[0] = _CONTEXT[0], value
+    try:
+        yield
+    finally:
+        _CONTEXT[0] = before
+
+
+def test_an_op_recorded_whole_replays_under_the_state_it_was_captured_in() -> None:
+    """cuda_mock.replay_state: a real graph's kernel keeps the arguments it was
+    launched with; the mock re-runs an engine's op at replay, so it re-enters
+    the state the provider gave at capture (the context set then, not now)."""
+    b = get_backend("mock")
+    with b.activate():
+        x = torch.zeros(2, device=b.device)
+        with cuda_mock.replay_state(lambda: (lambda v=_CONTEXT[0]: _context(v))), _context(3.0):
+            g, _ = capture(b, lambda: torch.ops.cgsim_mock_test.add_context(x))
+        with _context(100.0):
+            replay(b, g)
+        assert vals(x) == [3.0, 3.0]
+        with _context(3.0):
+            g2, _ = capture(b, lambda: torch.ops.cgsim_mock_test.add_context(x))  # no provider: now's state
+        with _context(100.0):
+            replay(b, g2)
+        assert vals(x) == [103.0, 103.0]
 
 
 def test_views_alias_as_in_eager(graph_backend):

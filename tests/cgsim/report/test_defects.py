@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from cgsim.finding import Finding
-from cgsim.report.defects import group_defects
+from cgsim.report.defects import group_defects, runner_said
 from cgsim.report.markdown import render_markdown
 from cgsim.report.summary import build_summary
 from fuzz.campaign.run import EXIT_CLEAN, EXIT_FINDINGS, exit_code
@@ -119,3 +119,24 @@ def test_a_finding_the_engines_runner_never_builds_is_manager_level_only_not_a_d
     assert exit_code(both, None, False) == EXIT_FINDINGS
     text = render_markdown(absent)
     assert "## Manager-level only" in text and "never captures F:t16:r1:u16:ub2" in text
+
+
+@pytest.mark.parametrize("served, said", [
+    ({"requests": 3, "replays": 9, "raised": None, "eager_raised": None, "differences": []},
+     "served 3 requests with graphs (9 replays): eager's tokens"),
+    ({"requests": 3, "replays": 9, "raised": None, "eager_raised": None,
+      "differences": ["request r0: tokens [5, 7] with CUDA graphs, [5, 6] eager"]},
+     "WRONG OUTPUT against eager: request r0: tokens [5, 7] with CUDA graphs, [5, 6] eager"),
+    ({"requests": 3, "replays": 0, "raised": "RuntimeError: boom", "eager_raised": None, "differences": []},
+     "serving with graphs, vLLM raised: RuntimeError: boom"),
+    ({"error": "serving took over 60 s"}, "not served here (serving took over 60 s)"),
+])
+def test_a_confirmed_finding_says_what_serving_its_launch_showed(served, said):
+    """runner_build.confirm_findings serves each confirmed launch with graphs
+    and eager; the runner's phrase ends with what that showed."""
+    entry = {"runner_confirmation": {"verdict": "confirmed", "manager": "main", "named": ["F:t4:r4:u1"],
+                                     "served": served}}
+    assert runner_said(entry).startswith("confirmed: the runner built from the launch captures F:t4:r4:u1")
+    assert runner_said(entry).endswith(said)
+    del entry["runner_confirmation"]["served"]
+    assert runner_said(entry).endswith("in its main manager")

@@ -33,7 +33,7 @@ from cgsim.targets.vllm.runner_build import (  # noqa: E402
     confirm_findings,
 )
 from cgsim.targets.vllm.stand_in import stand_in_graphs  # noqa: E402
-from cgsim.targets.vllm import runner_build  # noqa: E402
+from cgsim.targets.vllm import runner_build, runner_serve  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -178,14 +178,25 @@ def test_a_dispatch_finding_needs_one_of_the_graphs_that_fit_its_batch() -> None
     assert got.verdict == "absent" and [g.short() for g in got.missing] == ["F:t15:r3:u5", "P:t16"]
 
 
-def test_confirm_findings_builds_each_launch_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_confirm_findings_builds_and_serves_each_launch_once(monkeypatch: pytest.MonkeyPatch) -> None:
     build, seen = _fake_runner(GraphEntry("PIECEWISE", 1, None, None))
     findings = [dict(_finding("skip-attn-9656d102f2"), id=f"f{i}") for i in range(3)]
+    findings.append(dict(_finding("init-total-e28a0e026e"), id="absent"))  # its graph is not built: not served
     monkeypatch.setattr(runner_build, "build_runner", build)
+    served = []
+
+    def serve(launch, timeout_s):
+        served.append(launch)
+        return {"requests": 3, "replays": 6, "raised": None, "eager_raised": None, "differences": []}
+
+    monkeypatch.setattr(runner_serve, "served_consequence", serve)
     got = confirm_findings(findings, jobs=2)
-    assert len(seen) == 1 and sorted(got) == ["f0", "f1", "f2"]
-    assert {c.verdict for c in got.values()} == {"confirmed"}
+    assert len(seen) == 2 and sorted(got) == ["absent", "f0", "f1", "f2"]
+    assert [c.verdict for fid, c in sorted(got.items())] == ["absent", "confirmed", "confirmed", "confirmed"]
     assert got["f0"].to_json()["named"] == ["P:t1"]
+    assert [launch.line() for launch in served] == [findings[0]["launch"]["line"]]
+    assert got["f2"].to_json()["served"]["differences"] == [] and "served" not in got["absent"].to_json()
+    assert "served" not in confirm_findings(findings[:1], jobs=1, serve=False)["f0"].to_json()
 
 
 def test_confirm_of_a_finding_naming_no_graph_builds_nothing() -> None:
@@ -223,11 +234,14 @@ def test_confirm_a_dbo_finding_without_data_parallelism_is_absent_from_the_runne
 
 
 @pytest.mark.slow
-def test_confirm_a_finding_of_a_compiled_launch() -> None:
+def test_confirm_a_finding_of_a_compiled_launch_and_serve_it() -> None:
     # The launch leaves torch.compile on (vLLM's default): the model is compiled through dynamo around
-    # attention's opaque op, as on CUDA, and the decode graph the finding names is the runner's.
-    got = confirm(_finding("capture-useful-a02a072c44"))
+    # attention's opaque op, as on CUDA, and the decode graph the finding names is the runner's.  Served,
+    # its graphs give eager's tokens: the finding wastes graph memory, it does not change outputs.
+    got = confirm_findings([_finding("capture-useful-a02a072c44")], jobs=1)["capture-useful-a02a072c44"]
     assert got.verdict == "confirmed", got
+    assert got.served is not None and got.served.get("replays", 0) > 0, got.served
+    assert got.served["differences"] == [] and got.served["raised"] is None, got.served
 
 
 def test_a_package_missing_here_is_the_environment_not_a_runner_failure() -> None:
