@@ -227,8 +227,9 @@ def _toy_weights_that_tell() -> Iterator[None]:
     loader = importlib.import_module("vllm.model_executor.model_loader.dummy_loader")
     orig = loader.initialize_single_dummy_weight
 
-    def wider(param: Any, low: float = -TOY_WEIGHT_RANGE, high: float = TOY_WEIGHT_RANGE, seed: int = 1234) -> None:
-        orig(param, -TOY_WEIGHT_RANGE, TOY_WEIGHT_RANGE, seed)
+    def wider(param: Any, low: Any = None, high: Any = None, seed: int = 1234, **rest: Any) -> None:
+        # Only the range is cgsim's; what else a release passes (0.34: the tensor's name) goes on.
+        orig(param, -TOY_WEIGHT_RANGE, TOY_WEIGHT_RANGE, seed, **rest)
 
     loader.initialize_single_dummy_weight = wider
     try:

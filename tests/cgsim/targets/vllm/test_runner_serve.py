@@ -2,7 +2,7 @@
 vLLM's scheduler, execute_model and sample_tokens on the runner built for a
 launch, graph replays on the mock, compared with the same launch eager.
 
-Each serve runs in a child process (~1-2 min on a 2-core host): slow.
+Each serve runs in a child process (about 15-20 s on a 2-core host): slow.
 """
 
 from __future__ import annotations
