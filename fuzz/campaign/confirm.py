@@ -43,7 +43,7 @@ def confirm_phase(target_name: str, findings_dir: str, jobs: int, stopped: Calla
         return []
     if not quiet:
         err.write(f"confirming {len(findings)} finding(s) through the engine's own model runner "
-                  f"({jobs} build(s) at a time, at most {budget_s:.0f} s)...\n")
+                  f"({jobs} build(s) at a time, {budget_s:.0f} s for the builds)...\n")
         err.flush()
     try:
         verdicts: dict[str, Any] = hook(findings, jobs, stopped, budget_s)

@@ -892,10 +892,11 @@ def _launch_key(launch: EngineLaunch) -> str:
 def confirm_findings(findings: list[dict], jobs: int, stopped: Any = lambda: False,
                      budget_s: float = CHILD_TIMEOUT_S, serve: bool = True) -> dict[str, Confirmation]:
     """``confirm`` for each of ``findings``, each launch's runner built once
-    (at most ``jobs`` builds at a time, each a child process); then, with
-    ``serve``, each confirmed finding's launch served with graphs and eager
-    (``served``: what its user sees).  Nothing starts once ``stopped()`` or
-    ``budget_s`` is spent, and nothing runs past it.  Keyed by finding id."""
+    (at most ``jobs`` builds at a time, each a child process) within
+    ``budget_s``; then, with ``serve``, each confirmed finding's launch served
+    with graphs and eager (``served``: what its user sees) within as much
+    again.  Nothing starts once ``stopped()`` or its budget is spent, and
+    nothing runs past it.  Keyed by finding id."""
     from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
     wanted: dict[str, EngineLaunch] = {}
@@ -933,9 +934,10 @@ def confirm_findings(findings: list[dict], jobs: int, stopped: Any = lambda: Fal
     # What a user of each confirmed finding's launch sees, while the budget lasts.
     confirmed = {_launch_key(finding_launch(f)): finding_launch(f)
                  for f in findings if verdicts[str(f.get("id"))].verdict == "confirmed"}
+    serve_deadline = time.monotonic() + budget_s
 
     def serve_once(launch: EngineLaunch) -> dict | None:
-        left = deadline - time.monotonic()
+        left = serve_deadline - time.monotonic()
         if stopped() or left < MIN_SERVE_S:
             return None
         from cgsim.targets.vllm.runner_serve import served_consequence  # noqa: PLC0415
