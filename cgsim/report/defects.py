@@ -58,6 +58,8 @@ def _served(served: Any) -> str:
         return ""
     if served.get("error"):
         return f"; not served here ({served['error']})"
+    if served.get("raised") and served.get("eager_raised"):
+        return f"; serving raised with graphs and eager alike: {served['raised']}"
     if served.get("raised"):
         return f"; serving with graphs, vLLM raised: {served['raised']}"
     if served.get("differences"):

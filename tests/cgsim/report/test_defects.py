@@ -129,6 +129,8 @@ def test_a_finding_the_engines_runner_never_builds_is_manager_level_only_not_a_d
      "WRONG OUTPUT against eager: request r0: tokens [5, 7] with CUDA graphs, [5, 6] eager"),
     ({"requests": 3, "replays": 0, "raised": "RuntimeError: boom", "eager_raised": None, "differences": []},
      "serving with graphs, vLLM raised: RuntimeError: boom"),
+    ({"requests": 3, "replays": 0, "raised": "KeyError: x", "eager_raised": "KeyError: x", "differences": []},
+     "serving raised with graphs and eager alike: KeyError: x"),
     ({"error": "serving took over 60 s"}, "not served here (serving took over 60 s)"),
 ])
 def test_a_confirmed_finding_says_what_serving_its_launch_showed(served, said):
