@@ -880,23 +880,17 @@ def confirm(finding: dict, build: Any = None) -> Confirmation:
     return Confirmation(fid, prop, manager, named, "confirmed", (), "", built)
 
 
-# A served pair (graphs and eager) of a small launch takes about 40 s here: one
-# is not started with less time left in the phase.
-MIN_SERVE_S = 30.0
-
-
-def _launch_key(launch: EngineLaunch) -> str:
+def launch_key(launch: EngineLaunch) -> str:
+    """One string per distinct launch (what a build or a serve is shared by)."""
     return json.dumps(launch_to_json(launch), sort_keys=True)
 
 
 def confirm_findings(findings: list[dict], jobs: int, stopped: Any = lambda: False,
-                     budget_s: float = CHILD_TIMEOUT_S, serve: bool = True) -> dict[str, Confirmation]:
+                     budget_s: float = CHILD_TIMEOUT_S) -> dict[str, Confirmation]:
     """``confirm`` for each of ``findings``, each launch's runner built once
-    (at most ``jobs`` builds at a time, each a child process) within
-    ``budget_s``; then, with ``serve``, each confirmed finding's launch served
-    with graphs and eager (``served``: what its user sees) within as much
-    again.  Nothing starts once ``stopped()`` or its budget is spent, and
-    nothing runs past it.  Keyed by finding id."""
+    (at most ``jobs`` builds at a time, each a child process); no build
+    starts once ``stopped()`` or ``budget_s`` is spent, and none runs past
+    it.  Keyed by finding id (``runner_serve.serve_confirmed`` goes on)."""
     from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
     wanted: dict[str, EngineLaunch] = {}
@@ -904,7 +898,7 @@ def confirm_findings(findings: list[dict], jobs: int, stopped: Any = lambda: Fal
         if _named(f)[1]:
             with contextlib.suppress(VllmEnvironmentError):
                 launch = finding_launch(f)
-                wanted.setdefault(_launch_key(launch), launch)
+                wanted.setdefault(launch_key(launch), launch)
 
     deadline = time.monotonic() + budget_s
 
@@ -923,36 +917,12 @@ def confirm_findings(findings: list[dict], jobs: int, stopped: Any = lambda: Fal
         built = dict(zip(wanted, pool.map(build_once, wanted.values())))
 
     def cached(launch: EngineLaunch) -> RunnerGraphs:
-        got = built[_launch_key(launch)]
+        got = built[launch_key(launch)]
         if isinstance(got, Exception):
             raise got
         return got
 
-    verdicts = {str(f.get("id")): confirm(f, build=cached) for f in findings}
-    if not serve:
-        return verdicts
-    # What a user of each confirmed finding's launch sees, while the budget lasts.
-    confirmed = {_launch_key(finding_launch(f)): finding_launch(f)
-                 for f in findings if verdicts[str(f.get("id"))].verdict == "confirmed"}
-    serve_deadline = time.monotonic() + budget_s
-
-    def serve_once(launch: EngineLaunch) -> dict | None:
-        left = serve_deadline - time.monotonic()
-        if stopped() or left < MIN_SERVE_S:
-            return None
-        from cgsim.targets.vllm.runner_serve import served_consequence  # noqa: PLC0415
-
-        return served_consequence(launch, left)
-
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(confirmed) or 1))) as pool:
-        served = dict(zip(confirmed, pool.map(serve_once, confirmed.values())))
-    for f in findings:
-        fid = str(f.get("id"))
-        if verdicts[fid].verdict == "confirmed":
-            got = served.get(_launch_key(finding_launch(f)))
-            if got is not None:
-                verdicts[fid] = dataclasses.replace(verdicts[fid], served=got)
-    return verdicts
+    return {str(f.get("id")): confirm(f, build=cached) for f in findings}
 
 
 def _confirm_main(paths: list[str]) -> int:

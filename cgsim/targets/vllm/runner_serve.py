@@ -32,7 +32,7 @@ from cgsim.targets.vllm.engine import EngineLaunch
 from cgsim.targets.vllm.scheduling.driver import FIRST_TOKEN, VOCAB
 
 __all__ = ["ServedRequest", "ServedRun", "serve_runner", "serve_here", "eager_twin", "graphs_equal_eager",
-           "default_requests", "served_consequence"]
+           "default_requests", "served_consequence", "serve_confirmed"]
 
 # Log-probabilities of a graph replay and an eager forward differ by bf16
 # rounding where padding changes a matmul's shape; tokens must not differ.
@@ -121,6 +121,44 @@ def served_consequence(launch: EngineLaunch, timeout_s: float) -> dict:
     out: dict = {"requests": len(requests), "replays": graphs.replays, "raised": graphs.raised,
                  "eager_raised": eager.raised}
     out["differences"] = graphs_equal_eager(graphs, eager) if graphs.raised is None and eager.raised is None else []
+    return out
+
+
+# A served pair (graphs and eager) of a small launch takes about 40 s on a
+# 2-core host: one is not started with less time left.
+MIN_SERVE_S = 30.0
+
+
+def serve_confirmed(findings: list[dict], verdicts: dict, jobs: int, stopped: Any = lambda: False,
+                    budget_s: float = 900) -> dict:
+    """``verdicts`` (``runner_build.confirm_findings``'s) with each confirmed
+    finding's launch served (``served_consequence``, once per launch, ``jobs``
+    at a time) as its ``served``: what a user of that launch sees.  Nothing
+    starts once ``stopped()`` or ``budget_s`` is spent."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    from cgsim.targets.vllm.runner_build import finding_launch, launch_key  # noqa: PLC0415
+
+    def confirmed(f: dict) -> bool:
+        v = verdicts.get(str(f.get("id")))
+        return v is not None and v.verdict == "confirmed"
+
+    launches = {launch_key(finding_launch(f)): finding_launch(f) for f in findings if confirmed(f)}
+    deadline = time.monotonic() + budget_s
+
+    def serve_once(launch: EngineLaunch) -> dict | None:
+        left = deadline - time.monotonic()
+        if stopped() or left < MIN_SERVE_S:
+            return None
+        return served_consequence(launch, left)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(launches) or 1))) as pool:
+        served = dict(zip(launches, pool.map(serve_once, launches.values())))
+    out = dict(verdicts)
+    for f in findings:
+        if confirmed(f) and served.get(launch_key(finding_launch(f))) is not None:
+            fid = str(f.get("id"))
+            out[fid] = dataclasses.replace(verdicts[fid], served=served[launch_key(finding_launch(f))])
     return out
 
 

@@ -103,10 +103,15 @@ class VllmTarget:
     def confirm_findings(self, findings: list[dict], jobs: int, stopped: Callable[[], bool],
                          budget_s: float) -> dict[str, dict]:
         """Each finding's graphs asked of vLLM's own model runner built from its
-        launch (cgsim.targets.vllm.runner_build): a plain verdict per finding id."""
+        launch (cgsim.targets.vllm.runner_build), and each confirmed one's
+        launch served (runner_serve): a plain verdict per finding id."""
         from cgsim.targets.vllm.runner_build import confirm_findings  # noqa: PLC0415
+        from cgsim.targets.vllm.runner_serve import serve_confirmed  # noqa: PLC0415
 
-        return {fid: c.to_json() for fid, c in confirm_findings(findings, jobs, stopped, budget_s).items()}
+        verdicts = confirm_findings(findings, jobs, stopped, budget_s)
+        # Then what a user of each confirmed launch sees, within as much time again.
+        verdicts = serve_confirmed(findings, verdicts, jobs, stopped, budget_s)
+        return {fid: c.to_json() for fid, c in verdicts.items()}
 
     def doctor(self, findings_dir: str | None = None, progress: Callable | None = None,
                announce: Callable[[str], None] | None = None) -> tuple[str, list, str | None]:

@@ -190,13 +190,14 @@ def test_confirm_findings_builds_and_serves_each_launch_once(monkeypatch: pytest
         return {"requests": 3, "replays": 6, "raised": None, "eager_raised": None, "differences": []}
 
     monkeypatch.setattr(runner_serve, "served_consequence", serve)
-    got = confirm_findings(findings, jobs=2)
-    assert len(seen) == 2 and sorted(got) == ["absent", "f0", "f1", "f2"]
-    assert [c.verdict for fid, c in sorted(got.items())] == ["absent", "confirmed", "confirmed", "confirmed"]
-    assert got["f0"].to_json()["named"] == ["P:t1"]
+    built = confirm_findings(findings, jobs=2)
+    assert len(seen) == 2 and sorted(built) == ["absent", "f0", "f1", "f2"]
+    assert [c.verdict for fid, c in sorted(built.items())] == ["absent", "confirmed", "confirmed", "confirmed"]
+    assert built["f0"].to_json()["named"] == ["P:t1"] and "served" not in built["f0"].to_json()
+    got = runner_serve.serve_confirmed(findings, built, jobs=2)
     assert [launch.line() for launch in served] == [findings[0]["launch"]["line"]]
     assert got["f2"].to_json()["served"]["differences"] == [] and "served" not in got["absent"].to_json()
-    assert "served" not in confirm_findings(findings[:1], jobs=1, serve=False)["f0"].to_json()
+    assert runner_serve.serve_confirmed(findings, built, jobs=1, budget_s=0) == built  # no time: nothing served
 
 
 def test_confirm_of_a_finding_naming_no_graph_builds_nothing() -> None:
@@ -238,7 +239,8 @@ def test_confirm_a_finding_of_a_compiled_launch_and_serve_it() -> None:
     # The launch leaves torch.compile on (vLLM's default): the model is compiled through dynamo around
     # attention's opaque op, as on CUDA, and the decode graph the finding names is the runner's.  Served,
     # its graphs give eager's tokens: the finding wastes graph memory, it does not change outputs.
-    got = confirm_findings([_finding("capture-useful-a02a072c44")], jobs=1)["capture-useful-a02a072c44"]
+    findings = [_finding("capture-useful-a02a072c44")]
+    got = runner_serve.serve_confirmed(findings, confirm_findings(findings, jobs=1), jobs=1)["capture-useful-a02a072c44"]
     assert got.verdict == "confirmed", got
     assert got.served is not None and got.served.get("replays", 0) > 0, got.served
     assert got.served["differences"] == [] and got.served["raised"] is None, got.served
