@@ -34,12 +34,11 @@ def main(argv):
     findings = summary.get("findings", [])
     unknown = [f for f in findings if not f.get("known_defect")]
     unreached = [f for f in findings if not _starts(f.get("launch"), f.get("scenario"))]
+    from cgsim.report.defects import runner_said
+
     for f in findings:
-        said = f.get("runner_confirmation") or {}
-        served = said.get("served") or {}
-        shown = ("wrong output" if served.get("differences") else "raised" if served.get("raised")
-                 else "not served" if served.get("error") else "eager's tokens") if served else ""
-        runner = (f"; vLLM's runner: {said['verdict']}" + (f", served: {shown}" if shown else "")) if said else ""
+        said = runner_said(f)
+        runner = f"; vLLM's runner: {said}" if said else ""
         print(f"{f['property']}: {f.get('known_defect') or 'NOT A DOCUMENTED DEFECT'}  ({f['id']}{runner})")
     for f in unreached:
         print(f"{f['property']}: its launch is not one vLLM starts on its V2 runner ({f['id']})")

@@ -139,11 +139,14 @@ def serve_confirmed(findings: list[dict], verdicts: dict, jobs: int, stopped: An
 
     from cgsim.targets.vllm.runner_build import finding_launch, launch_key  # noqa: PLC0415
 
-    def confirmed(f: dict) -> bool:
-        v = verdicts.get(str(f.get("id")))
-        return v is not None and v.verdict == "confirmed"
-
-    launches = {launch_key(finding_launch(f)): finding_launch(f) for f in findings if confirmed(f)}
+    keyed: dict[str, str] = {}  # confirmed finding id -> its launch's key
+    launches: dict[str, EngineLaunch] = {}
+    for f in findings:
+        fid = str(f.get("id"))
+        if fid in verdicts and verdicts[fid].verdict == "confirmed":
+            launch = finding_launch(f)
+            keyed[fid] = launch_key(launch)
+            launches.setdefault(keyed[fid], launch)
     deadline = time.monotonic() + budget_s
 
     def serve_once(launch: EngineLaunch) -> dict | None:
@@ -155,10 +158,9 @@ def serve_confirmed(findings: list[dict], verdicts: dict, jobs: int, stopped: An
     with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(launches) or 1))) as pool:
         served = dict(zip(launches, pool.map(serve_once, launches.values())))
     out = dict(verdicts)
-    for f in findings:
-        if confirmed(f) and served.get(launch_key(finding_launch(f))) is not None:
-            fid = str(f.get("id"))
-            out[fid] = dataclasses.replace(verdicts[fid], served=served[launch_key(finding_launch(f))])
+    for fid, key in keyed.items():
+        if served[key] is not None:
+            out[fid] = dataclasses.replace(verdicts[fid], served=served[key])
     return out
 
 
