@@ -15,6 +15,7 @@ from cgsim.finding import Finding, FindingError
 from cgsim.observe import RUNNER, Outcome, Pipeline, observe
 from cgsim.properties.harness import NO_CRASH, NO_HANG
 from cgsim.scenario import Scenario
+from cgsim.served import ServedReplayResult, describe_served, is_served_finding, reproduce_served
 from cgsim.targets import get_target
 from cgsim.targets.base import ScenarioNotRunnable
 
@@ -49,7 +50,7 @@ class ReplayResult:
 
 
 def reproduce(finding: Finding, backend: str | None = None, timeout: float | None = None,
-              pipeline: Pipeline = RUNNER) -> ReplayResult | EncoderReplayResult:
+              pipeline: Pipeline = RUNNER) -> ReplayResult | EncoderReplayResult | ServedReplayResult:
     """Run the finding's scenario on its target.  ``reproduced`` is True while
     the finding's property is still violated.
 
@@ -59,11 +60,14 @@ def reproduce(finding: Finding, backend: str | None = None, timeout: float | Non
 
     An encoder finding (its scenario of kind "encoder") is replayed by
     ``cgsim.encoder.replay``: its result has the same ``property``,
-    ``reproduced`` and ``lines()``."""
+    ``reproduced`` and ``lines()``; so has a finding served through the
+    engine's runner, served again by ``cgsim.served``."""
     if is_encoder_finding(finding):
         return reproduce_encoder(finding, backend=backend, timeout=timeout)
     if timeout is not None and timeout <= 0:
         raise ValueError(f"--timeout {timeout:g}: give a positive number of seconds")
+    if is_served_finding(finding):
+        return reproduce_served(finding, timeout)
     scenario = Scenario.from_json(finding.scenario)
     backend = backend or finding.backend or "mock"
     get_backend(backend)  # BackendUnavailable (e.g. cuda without a GPU)
@@ -151,6 +155,8 @@ def script_verdict(finding: Finding, code: int | None, limit: float, path: str =
 def describe(finding: Finding) -> list[str]:
     if is_encoder_finding(finding):
         return describe_encoder(finding)
+    if is_served_finding(finding):
+        return describe_served(finding)
     lines = [f"finding {finding.id}: {finding.property} on target {finding.target}"]
     if finding.statement:
         lines.append(f"  property: {finding.statement}")

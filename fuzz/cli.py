@@ -133,9 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a database of the failures campaigns found (a directory, or Redis with pip install redis): "
                           "saved failures are replayed first, new ones saved; without it a run depends on its seed alone")
     run.add_argument("--quiet", action="store_true", help="no progress line and no summary")
-    run.add_argument("--no-runner-confirm", action="store_true",
-                     help="skip the last phase, where each finding's launch is built by the engine's own model "
-                          "runner (vLLM: ~30 s a launch) to tell defects of the engine from manager-level findings")
+    run.add_argument("--no-runner", "--no-runner-confirm", dest="no_runner_confirm", action="store_true",
+                     help="skip the engine's own model runner after the search: serving drawn launches end to end "
+                          "with graphs and eager (a quarter of --budget, at least 60 s), and building each "
+                          "finding's launch (vLLM: ~30 s a launch) to tell defects of the engine from "
+                          "manager-level findings")
     _source_flag(run)
     run.add_argument("--diff-base", default=None,
                      help="with --vllm-source on a git checkout: report the changed lines against this ref that the "

@@ -1,6 +1,12 @@
-"""Properties of replay and release: REPLAY-EQUALS-EAGER, RELEASE-RECAPTURE."""
+"""Properties of replay and release: REPLAY-EQUALS-EAGER, RELEASE-RECAPTURE;
+and SERVED-EQUALS-EAGER, the same promise kept end to end: requests served
+through the engine's own model runner (``cgsim.served``) get the tokens with
+CUDA graphs that they get eager.  Its rule is ``served_violations``, a pure
+function of the two served runs as plain values."""
 
 from __future__ import annotations
+
+from typing import Any, Mapping
 
 from cgsim.properties.registry import Violation, declare
 from cgsim.properties.view import RunView, group
@@ -60,3 +66,41 @@ def release_recapture(run: RunView) -> list[Violation]:
                 f"{head} used a stale graph from capture step {r.graph_from_step}; the latest capture was at step "
                 f"{recaptured[-1]}", r.step))
     return group(out)
+
+
+SERVED_EQUALS_EAGER = "SERVED-EQUALS-EAGER"
+# Log-probabilities of a graph replay and an eager forward differ by bf16
+# rounding where padding changes a matmul's shape; tokens must not differ.
+LOGPROB_TOLERANCE = 0.05
+
+# Judged by the runner tier on served runs, not on a trace; not shrunk (every attempt serves a launch twice).
+declare(SERVED_EQUALS_EAGER, "requests served through the engine's own model runner get the same tokens with CUDA "
+        "graphs as eager (log-probabilities within bf16 noise), and graphs make nothing raise that eager does not",
+        family="lifecycle", kind="violation", shrink=False, harness_only=True)
+
+
+def served_violations(graphs: Mapping[str, Any], eager: Mapping[str, Any]) -> list[Violation]:
+    """Where a served run with CUDA graphs differs from the same requests served
+    eager ([]: nowhere).  Each run: ``tokens`` and ``logprobs`` per request id,
+    ``raised`` (what the engine raised, None: nothing).  A launch that raises
+    eager as well says nothing about its graphs."""
+    if eager.get("raised"):
+        return []
+    if graphs.get("raised"):
+        return [Violation(SERVED_EQUALS_EAGER, f"raised with CUDA graphs, not eager: {graphs['raised']}",
+                          facts=(("raised", graphs["raised"]),))]
+    out = []
+    g_tokens, e_tokens = graphs.get("tokens") or {}, eager.get("tokens") or {}
+    for rid in sorted(set(g_tokens) | set(e_tokens)):
+        g, e = list(g_tokens.get(rid, [])), list(e_tokens.get(rid, []))
+        if g != e:
+            out.append(Violation(SERVED_EQUALS_EAGER, f"request {rid}: tokens {g} with CUDA graphs, {e} eager",
+                                 facts=(("request", rid), ("tokens", g), ("eager_tokens", e))))
+            continue
+        gl, el = (graphs.get("logprobs") or {}).get(rid, []), (eager.get("logprobs") or {}).get(rid, [])
+        worst = max((abs(a - b) for a, b in zip(gl, el)), default=0.0)
+        if worst > LOGPROB_TOLERANCE:
+            out.append(Violation(SERVED_EQUALS_EAGER,
+                                 f"request {rid}: log-probabilities differ by {worst:.3f} (over {LOGPROB_TOLERANCE})",
+                                 facts=(("request", rid), ("logprob_difference", round(worst, 4)))))
+    return out

@@ -46,6 +46,8 @@ def runner_said(entry: dict) -> str | None:
         return f"confirmed: the runner built from the launch captures {where}" + _served(said.get("served"))
     if verdict == "no-graph":
         return "not asked: the finding names no graph"
+    if verdict == "served":  # cgsim.served: found by serving the launch through the runner
+        return "found by serving the launch through the engine's own model runner" + _served(said.get("served"))
     if verdict == "absent":
         return f"manager-level only: the runner never captures {', '.join(said.get('missing') or ())} ({said.get('detail')})"
     if verdict == "refused":
@@ -61,7 +63,7 @@ def _served(served: Any) -> str:
     if served.get("raised") and served.get("eager_raised"):
         return f"; serving raised with graphs and eager alike: {served['raised']}"
     if served.get("raised"):
-        return f"; serving with graphs, vLLM raised: {served['raised']}"
+        return f"; serving with graphs, the engine raised: {served['raised']}"
     if served.get("differences"):
         return f"; served with graphs, WRONG OUTPUT against eager: {'; '.join(served['differences'])}"
     return f"; served {served.get('requests')} requests with graphs ({served.get('replays')} replays): eager's tokens"

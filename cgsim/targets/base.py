@@ -281,6 +281,10 @@ TARGET_HOOKS = Hooks("target", (
     Hook("confirm_findings", "each finding's launch built by the engine's own model runner, at a campaign's end: "
          "a plain verdict per finding id (runner_confirmation; 'absent' or 'refused' make it manager-level only)",
          ("findings", "jobs", "stopped", "budget_s")),
+    Hook("serve_scenarios", "each scenario's launch served end to end through the engine's own model runner, "
+         "with CUDA graphs and eager, the same requests (cgsim.served): per scenario {graphs, eager} as plain runs "
+         "(tokens, logprobs, raised), {error} where it cannot be served here, None where the budget or a stop "
+         "left it unserved", ("scenarios", "jobs", "stopped", "budget_s"), needs=("launch",)),
     Hook("classify", "which documented defect of the code under test a finding is (a dict for its extra; "
          "known_defect names it)", ("finding",)),
     Hook("self_check", "a fixed set of scenarios with known outcomes, run before a campaign: raises "

@@ -38,7 +38,8 @@ def confirm_phase(target_name: str, findings_dir: str, jobs: int, stopped: Calla
     from cgsim.targets import get_target, optional_hook
 
     hook = optional_hook(get_target(target_name), "confirm_findings")
-    findings = [f.to_json() for f in scan_findings(findings_dir)]
+    # A finding the runner itself found (served: cgsim.served) carries its verdict already.
+    findings = [f.to_json() for f in scan_findings(findings_dir) if CONFIRMATION not in f.extra]
     if hook is None or not findings or stopped():
         return []
     if not quiet:

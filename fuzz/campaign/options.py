@@ -69,7 +69,7 @@ class CampaignOptions:
     ray: str | None = None  # None: worker processes here; else a Ray address, "auto" or "local" (ray_executor)
     workers_from_cluster: bool = False  # with ray: one worker per GPU (cuda) or CPU of the cluster (--ray without --workers)
     example_db: str | None = None  # a directory or redis:// URL of saved failures (example_db); None: no database
-    runner_confirm: bool = True  # ask the engine's own runner about each finding at the end (fuzz.campaign.confirm)
+    runner_confirm: bool = True  # the engine's own runner after the search: served launches, each finding confirmed (fuzz.campaign.served, .confirm)
     # Filled in by validate():
     gpu_list: tuple[str, ...] | None = None
     environment: tuple[tuple[str, Any], ...] = ()  # what the target reports about the code under test

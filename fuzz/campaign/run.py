@@ -40,6 +40,7 @@ from fuzz.campaign.confirm import confirm_phase, phase_budget
 from fuzz.campaign.console import Progress, print_summary
 from fuzz.campaign.executor import STOP_GRACE_S, Executor, stop_signals_raise
 from fuzz.campaign.options import CampaignOptions, UsageError, validate
+from fuzz.campaign.served import served_budget, served_phase
 from fuzz.campaign.supervisor import Supervisor
 from fuzz.campaign.worker import default_strategy
 
@@ -270,6 +271,10 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
             sup.shutdown(STOP_GRACE_S if sup.stop_reason else SHUTDOWN_GRACE_S)
         # Space may have come back since a write failed: one more try.
         sup.unwritten = [f for f in sup.unwritten if not _try(FindingStore(findings_dir, repro=write_repro).put, f)]
+        if o.runner_confirm and not sup.stopped and not report_errors:
+            # The runner's share: launches served end to end, differences written as findings.
+            sup.notes.extend(served_phase(o.target, o.backend, o.ruleset, o.seed or 0, findings_dir, o.workers,
+                                          lambda: sup.stopped, err, o.quiet, served_budget(o.budget_s)))
         if o.runner_confirm and not sup.stopped and not report_errors:
             # Before the final report: its defect count is of what the engine's runner builds.
             sup.notes.extend(confirm_phase(o.target, findings_dir, o.workers, lambda: sup.stopped, err, o.quiet,

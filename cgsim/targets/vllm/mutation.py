@@ -20,11 +20,12 @@ from typing import Sequence
 from cgsim.targets import engine_mutation as _shared
 from cgsim.targets.engine_mutation import Mutation
 
-__all__ = ["MUTATIONS_ENV", "Mutation", "MUTATIONS", "MutationError", "install_from_environment", "environment_for"]
+__all__ = ["MUTATIONS_ENV", "Mutation", "MUTATIONS", "SERVED_MUTATIONS", "MutationError", "install_from_environment", "environment_for"]
 
 MUTATIONS_ENV = "CGSIM_VLLM_MUTATIONS"
 CU = "vllm.v1.worker.gpu.cudagraph_utils"
 ELASTIC = "vllm.distributed.elastic_ep.elastic_execute"
+BLOCK_TABLE = "vllm.v1.worker.gpu.block_table"
 
 # Bugs in the code every release 0.32-0.34 shares, the manager's and the paths
 # around it the engine runs (the tests put each into the installed tree and
@@ -46,6 +47,17 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(ELASTIC, "manager.release_graphs()", "manager.release_graphs",
              "scale-event-keeps-graphs", area="elastic EP scale event",
              bug="a scale event releases none of the model's graphs before capturing again"),
+)
+
+
+# Bugs in paths only the engine's own runner takes (found by the runner share's
+# served scenarios, never by the manager-level search).
+SERVED_MUTATIONS: tuple[Mutation, ...] = (
+    # The pad program of the slot-mapping kernel gets an empty range, so a graph's padded tokens write the KV cache at
+    # slots an earlier step left there (the kernel's own comment names the chunked-prefill case).
+    Mutation(BLOCK_TABLE, "            slot_mappings.shape[1],", "            0,",
+             "padded-slots-stale", area="input preparation",
+             bug="padded tokens keep an earlier step's slot mappings and write the KV cache there"),
 )
 
 

@@ -10,9 +10,10 @@ forward are vLLM's), and the scheduler takes the output
 sees: each request's tokens and their log-probabilities, and how many graph
 replays ran.
 
-``graphs_equal_eager`` is the property: the same requests on the same launch
-with CUDA graphs off (``cudagraph_mode`` NONE, vLLM's eager path) give the
-same tokens, and log-probabilities within bf16 noise.  A replay that reads
+``graphs_equal_eager`` is the property (SERVED-EQUALS-EAGER, its rule in
+``cgsim.properties.lifecycle``): the same requests on the same launch with
+CUDA graphs off (``cudagraph_mode`` NONE, vLLM's eager path) give the same
+tokens, and log-probabilities within bf16 noise.  A replay that reads
 a stale buffer, a padded row's wrong value or metadata the graph did not
 keep shows here as other tokens.
 """
@@ -32,12 +33,7 @@ from cgsim.targets.vllm.engine import EngineLaunch
 from cgsim.targets.vllm.scheduling.driver import FIRST_TOKEN, VOCAB
 
 __all__ = ["ServedRequest", "ServedRun", "serve_runner", "serve_here", "eager_twin", "graphs_equal_eager",
-           "default_requests", "served_consequence", "serve_confirmed"]
-
-# Log-probabilities of a graph replay and an eager forward differ by bf16
-# rounding where padding changes a matmul's shape; tokens must not differ.
-LOGPROB_TOLERANCE = 0.05
-
+           "default_requests", "serve_pair", "served_consequence", "serve_confirmed", "serve_scenarios"]
 
 @dataclass(frozen=True)
 class ServedRequest:
@@ -88,26 +84,18 @@ def eager_twin(launch: EngineLaunch) -> EngineLaunch:
 
 
 def graphs_equal_eager(graphs: ServedRun, eager: ServedRun) -> list[str]:
-    """Where the graph run differs from the eager one ([]: nowhere)."""
-    out = []
-    for rid in sorted(set(graphs.tokens) | set(eager.tokens)):
-        g, e = graphs.tokens.get(rid, []), eager.tokens.get(rid, [])
-        if g != e:
-            out.append(f"request {rid}: tokens {g} with CUDA graphs, {e} eager")
-            continue
-        gl, el = graphs.logprobs.get(rid, []), eager.logprobs.get(rid, [])
-        worst = max((abs(a - b) for a, b in zip(gl, el)), default=0.0)
-        if worst > LOGPROB_TOLERANCE:
-            out.append(f"request {rid}: log-probabilities differ by {worst:.3f} (over {LOGPROB_TOLERANCE})")
-    return out
+    """Where the graph run differs from the eager one ([]: nowhere), by
+    SERVED-EQUALS-EAGER's rule (``cgsim.properties.lifecycle``)."""
+    from cgsim.properties.lifecycle import served_violations  # noqa: PLC0415
+
+    return [v.message for v in served_violations(graphs.to_json(), eager.to_json())]
 
 
-def served_consequence(launch: EngineLaunch, timeout_s: float) -> dict:
-    """What a user of ``launch`` sees when serving: ``default_requests`` with
-    its graphs and eager, within ``timeout_s``.  ``differences``: where they
-    differ ([]: the same tokens); ``raised``: what vLLM raised serving with
-    graphs (eager's: ``eager_raised``); ``error``: why it could not be served
-    here (the environment's, or vLLM refused; nothing else is set then)."""
+def serve_pair(launch: EngineLaunch, timeout_s: float) -> dict:
+    """``default_requests`` served on ``launch`` with its graphs and eager,
+    within ``timeout_s``: ``graphs`` and ``eager`` (``ServedRun.to_json``),
+    or ``error``: why it could not be served here (the environment's, or
+    vLLM refused)."""
     from cgsim.targets.vllm.compat import VllmEnvironmentError  # noqa: PLC0415
     from cgsim.targets.vllm.engine import EngineRefused  # noqa: PLC0415
 
@@ -118,7 +106,21 @@ def served_consequence(launch: EngineLaunch, timeout_s: float) -> dict:
         eager = serve_runner(eager_twin(launch), requests, max(1.0, deadline - time.monotonic()))
     except (EngineRefused, VllmEnvironmentError) as exc:
         return {"error": str(exc).splitlines()[0][:300]}
-    out: dict = {"requests": len(requests), "replays": graphs.replays, "raised": graphs.raised,
+    return {"launch_line": launch.line(), "requests": len(requests), "graphs": graphs.to_json(),
+            "eager": eager.to_json()}
+
+
+def served_consequence(launch: EngineLaunch, timeout_s: float) -> dict:
+    """What a user of ``launch`` sees when serving (``serve_pair``):
+    ``differences``: where graphs and eager differ ([]: the same tokens);
+    ``raised``: what vLLM raised serving with graphs (eager's:
+    ``eager_raised``); ``error``: why it could not be served here (nothing
+    else is set then)."""
+    pair = serve_pair(launch, timeout_s)
+    if "error" in pair:
+        return {"error": pair["error"]}
+    graphs, eager = ServedRun.from_json(pair["graphs"]), ServedRun.from_json(pair["eager"])
+    out: dict = {"requests": pair["requests"], "replays": graphs.replays, "raised": graphs.raised,
                  "eager_raised": eager.raised}
     out["differences"] = graphs_equal_eager(graphs, eager) if graphs.raised is None and eager.raised is None else []
     return out
@@ -129,14 +131,27 @@ def served_consequence(launch: EngineLaunch, timeout_s: float) -> dict:
 MIN_SERVE_S = 30.0
 
 
+def serve_scenarios(launches: list[EngineLaunch], jobs: int, stopped: Any = lambda: False,
+                    budget_s: float = 900) -> list[dict | None]:
+    """Each of ``launches`` served (``serve_pair``), ``jobs`` at a time, in
+    order; None for one that ``stopped()`` or the end of ``budget_s`` left
+    unserved (none starts with less than ``MIN_SERVE_S`` left)."""
+    from cgsim.targets.vllm.engine import DENSE  # noqa: PLC0415
+
+    def serve_loadable(launch: EngineLaunch, left: float) -> dict:
+        if launch.model != DENSE:  # known without starting a child (runner_build._register_toy_model)
+            return {"error": f"the runner build has no loadable toy for the {launch.model!r} model yet"}
+        return serve_pair(launch, left)
+
+    return _within(launches, jobs, stopped, budget_s, serve_loadable)
+
+
 def serve_confirmed(findings: list[dict], verdicts: dict, jobs: int, stopped: Any = lambda: False,
                     budget_s: float = 900) -> dict:
     """``verdicts`` (``runner_build.confirm_findings``'s) with each confirmed
     finding's launch served (``served_consequence``, once per launch, ``jobs``
     at a time) as its ``served``: what a user of that launch sees.  Nothing
     starts once ``stopped()`` or ``budget_s`` is spent."""
-    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
-
     from cgsim.targets.vllm.runner_build import finding_launch, launch_key  # noqa: PLC0415
 
     keyed: dict[str, str] = {}  # confirmed finding id -> its launch's key
@@ -147,21 +162,29 @@ def serve_confirmed(findings: list[dict], verdicts: dict, jobs: int, stopped: An
             launch = finding_launch(f)
             keyed[fid] = launch_key(launch)
             launches.setdefault(keyed[fid], launch)
+    served = dict(zip(launches, _within(list(launches.values()), jobs, stopped, budget_s, served_consequence)))
+    out = dict(verdicts)
+    for fid, key in keyed.items():
+        if served[key] is not None:
+            out[fid] = dataclasses.replace(verdicts[fid], served=served[key])
+    return out
+
+
+def _within(launches: list[EngineLaunch], jobs: int, stopped: Any, budget_s: float, serve: Any) -> list[dict | None]:
+    """``serve(launch, seconds left)`` for each launch, ``jobs`` at a time,
+    None where ``stopped()`` or too little of ``budget_s`` was left to start."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
     deadline = time.monotonic() + budget_s
 
     def serve_once(launch: EngineLaunch) -> dict | None:
         left = deadline - time.monotonic()
         if stopped() or left < MIN_SERVE_S:
             return None
-        return served_consequence(launch, left)
+        return serve(launch, left)
 
     with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(launches) or 1))) as pool:
-        served = dict(zip(launches, pool.map(serve_once, launches.values())))
-    out = dict(verdicts)
-    for fid, key in keyed.items():
-        if served[key] is not None:
-            out[fid] = dataclasses.replace(verdicts[fid], served=served[key])
-    return out
+        return list(pool.map(serve_once, launches))
 
 
 # --------------------------------------------------------------------------
@@ -268,6 +291,11 @@ def _toy_weights_that_tell() -> Iterator[None]:
     orig = loader.initialize_single_dummy_weight
 
     def wider(param: Any, low: Any = None, high: Any = None, seed: int = 1234, **rest: Any) -> None:
+        if param.dim() == 1 and param.is_floating_point():
+            # The toy's only 1-D weights are its RMS norms': at 1, as trained norms are about, a
+            # norm passes its input on at full scale instead of shrinking it to noise.
+            param.data.fill_(1.0)
+            return
         # Only the range is cgsim's; what else a release passes (0.34: the tensor's name) goes on.
         orig(param, -TOY_WEIGHT_RANGE, TOY_WEIGHT_RANGE, seed, **rest)
 

@@ -113,6 +113,16 @@ class VllmTarget:
         verdicts = serve_confirmed(findings, verdicts, jobs, stopped, budget_s)
         return {fid: c.to_json() for fid, c in verdicts.items()}
 
+    def serve_scenarios(self, scenarios: list, jobs: int, stopped: Callable[[], bool],
+                        budget_s: float) -> list[dict | None]:
+        """Each scenario's launch served through vLLM's own model runner with
+        its graphs and eager (runner_serve.serve_scenarios)."""
+        from cgsim.targets.vllm.runner_build import finding_launch  # noqa: PLC0415
+        from cgsim.targets.vllm.runner_serve import serve_scenarios  # noqa: PLC0415
+
+        launches = [finding_launch({"launch": self.launch(s), "scenario": s.to_json()}) for s in scenarios]
+        return serve_scenarios(launches, jobs, stopped, budget_s)
+
     def doctor(self, findings_dir: str | None = None, progress: Callable | None = None,
                announce: Callable[[str], None] | None = None) -> tuple[str, list, str | None]:
         """``python -m fuzz doctor``: (what was checked, every check, the one

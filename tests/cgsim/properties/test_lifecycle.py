@@ -62,3 +62,22 @@ def test_stale_graph_after_recapture_without_release():
     t = good_trace(sc)
     t = mutate(t, is_(Replay), lambda r: replace(r, graph_from_step=0))
     assert_violates("RELEASE-RECAPTURE", sc, t, "stale graph from capture step 0", "latest capture was at step 1")
+
+
+def _served(tokens: list[int], logprobs: list[float], raised: str | None = None) -> dict:
+    return {"tokens": {"r0": tokens}, "logprobs": {"r0": logprobs}, "raised": raised}
+
+
+def test_served_equals_eager_names_other_tokens_wider_log_probabilities_and_what_graphs_alone_raise():
+    from cgsim.properties.lifecycle import LOGPROB_TOLERANCE, served_violations
+
+    eager = _served([5, 6], [-1.0, -2.0])
+    assert served_violations(_served([5, 6], [-1.0, -2.0 - LOGPROB_TOLERANCE / 2]), eager) == []
+    [v] = served_violations(_served([5, 7], [-1.0, -2.0]), eager)
+    assert dict(v.facts) == {"request": "r0", "tokens": [5, 7], "eager_tokens": [5, 6]}
+    [v] = served_violations(_served([5, 6], [-1.0, -2.5]), eager)
+    assert dict(v.facts)["logprob_difference"] == 0.5
+    [v] = served_violations(_served([], [], raised="RuntimeError: boom"), eager)
+    assert dict(v.facts) == {"raised": "RuntimeError: boom"}
+    # Raising eager too says nothing about the graphs.
+    assert served_violations(_served([], [], raised="E"), _served([], [], raised="E")) == []

@@ -128,7 +128,7 @@ def test_a_finding_the_engines_runner_never_builds_is_manager_level_only_not_a_d
       "differences": ["request r0: tokens [5, 7] with CUDA graphs, [5, 6] eager"]},
      "WRONG OUTPUT against eager: request r0: tokens [5, 7] with CUDA graphs, [5, 6] eager"),
     ({"requests": 3, "replays": 0, "raised": "RuntimeError: boom", "eager_raised": None, "differences": []},
-     "serving with graphs, vLLM raised: RuntimeError: boom"),
+     "serving with graphs, the engine raised: RuntimeError: boom"),
     ({"requests": 3, "replays": 0, "raised": "KeyError: x", "eager_raised": "KeyError: x", "differences": []},
      "serving raised with graphs and eager alike: KeyError: x"),
     ({"error": "serving took over 60 s"}, "not served here (serving took over 60 s)"),

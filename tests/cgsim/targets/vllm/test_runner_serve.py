@@ -16,12 +16,14 @@ skip_unless_vllm()
 from cgsim.config import ManagerConfig  # noqa: E402
 from cgsim.modes import CUDAGraphMode  # noqa: E402
 from cgsim.targets.vllm.engine import launch_for  # noqa: E402
+from cgsim.targets.vllm.mutation import MUTATIONS_ENV, SERVED_MUTATIONS, environment_for  # noqa: E402
 from cgsim.targets.vllm.runner_serve import (  # noqa: E402
     ServedRun,
     default_requests,
     eager_twin,
     graphs_equal_eager,
     serve_runner,
+    served_consequence,
 )
 
 pytestmark = pytest.mark.vllm
@@ -63,3 +65,15 @@ def test_requests_served_with_graphs_give_what_vllm_gives_eager(mode: CUDAGraphM
     assert all(len(graphs.tokens[r]) == 4 for r in ("r0", "r1", "r2"))
     assert len({lp for lps in eager.logprobs.values() for lp in lps}) > 3  # the toy's output moves with its context
     assert graphs_equal_eager(graphs, eager) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutation", SERVED_MUTATIONS, ids=[m.name for m in SERVED_MUTATIONS])
+def test_a_bug_in_the_runners_own_paths_shows_as_other_tokens_served(mutation, monkeypatch) -> None:
+    """A one-line bug in a path only vLLM's runner takes (put into the tree as
+    it is imported, in the serving child): the same launch that serves
+    eager's tokens above serves other tokens with its graphs."""
+    monkeypatch.setenv(MUTATIONS_ENV, environment_for([mutation])[MUTATIONS_ENV])
+    said = served_consequence(LAUNCH, 600)
+    assert said.get("error") is None and said["raised"] is None, said
+    assert said["differences"], said

@@ -1,0 +1,121 @@
+"""The campaign's runner share: scenarios served end to end through the
+engine's own model runner.
+
+The search judges the manager on a target's fast tier; paths only the
+engine's runner takes (its input preparation and padding, the attention
+metadata it builds, its draft managers) run here.  After the search, a
+target that can serve (the optional hook ``serve_scenarios``) is given
+scenarios drawn from the campaign's own strategy and seed, one per distinct
+launch, those the engine can be started with; each launch's requests are
+served with CUDA graphs and eager, and a difference is a SERVED-EQUALS-EAGER
+finding (``cgsim.served``), written to disk the moment it is judged.  A
+stopped campaign skips the phase; a stop during it ends it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, TextIO
+
+from cgsim.text import first_line
+
+__all__ = ["served_phase", "served_budget", "draw_served", "DRAWN"]
+
+# The phase takes a quarter of the search's budget, within these bounds: a
+# served pair (graphs and eager) of a small launch takes ~40 s on 2 cores.
+SHARE, MIN_BUDGET_S, MAX_BUDGET_S = 0.25, 60.0, 600.0
+DRAWN = 40  # scenarios drawn to find distinct launches among
+
+
+def served_budget(search_budget_s: float) -> float:
+    return min(MAX_BUDGET_S, max(MIN_BUDGET_S, SHARE * search_budget_s))
+
+
+def draw_served(target_name: str, ruleset: str | None, seed: int, limit: int) -> list[Any]:
+    """Up to ``limit`` scenarios of the campaign's strategy (its target and
+    ruleset, drawn from ``seed``), one per distinct launch, each one the
+    engine is started with and whose lifecycle a user reaches."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as with_seed
+
+    from cgsim.modes import CUDAGraphMode
+    from cgsim.targets import get_target, optional_hook
+    from cgsim.targets.base import TargetUnsupported
+    from fuzz.campaign.worker import default_strategy
+
+    target = get_target(target_name)
+    launch, unreachable = optional_hook(target, "launch"), optional_hook(target, "unreachable")
+    drawn: list[Any] = []
+
+    @with_seed(seed)
+    @settings(max_examples=DRAWN, database=None, phases=[Phase.generate], deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(default_strategy(ruleset, target_name))
+    def collect(scenario: Any) -> None:
+        drawn.append(scenario)
+
+    collect()
+    chosen: dict[str, Any] = {}
+    for scenario in drawn:
+        if len(chosen) >= limit:
+            break
+        if unreachable is not None and unreachable(scenario) is not None:
+            continue
+        if scenario.config.mode == CUDAGraphMode.NONE:  # no graphs: it would be served eager twice
+            continue
+        try:
+            key = json.dumps(launch(scenario), sort_keys=True)
+        except TargetUnsupported:
+            continue
+        chosen.setdefault(key, scenario)
+    return list(chosen.values())
+
+
+def served_phase(target_name: str, backend: str, ruleset: str | None, seed: int, findings_dir: str, jobs: int,
+                 stopped: Callable[[], bool], err: TextIO, quiet: bool, budget_s: float = MIN_BUDGET_S) -> list[str]:
+    """Serve scenarios of the campaign's strategy through the target's hook,
+    ``jobs`` at a time within ``budget_s``; write each difference found as a
+    finding into ``findings_dir``; the notes it leaves for the report."""
+    from cgsim.report.findings import FindingStore
+    from cgsim.report.repro import write_repro
+    from cgsim.served import served_finding
+    from cgsim.targets import get_target, optional_hook
+
+    target = get_target(target_name)
+    serve, launch = optional_hook(target, "serve_scenarios"), optional_hook(target, "launch")
+    if serve is None or stopped():
+        return []
+    scenarios = draw_served(target_name, ruleset, seed, limit=4 * max(1, jobs))
+    if not scenarios:
+        return ["runner share: no drawn scenario has a launch the engine starts with"]
+    if not quiet:
+        err.write(f"serving up to {len(scenarios)} launch(es) through the engine's own model runner "
+                  f"({jobs} at a time, {budget_s:.0f} s)...\n")
+        err.flush()
+    try:
+        results = serve(scenarios, jobs, stopped, budget_s)
+    except Exception as exc:  # noqa: BLE001 - the search's findings stand; the note says why this share has none
+        return [f"runner share failed ({type(exc).__name__}: {first_line(exc, 200)}); nothing was served"]
+    store = FindingStore(findings_dir, repro=write_repro)
+    served = differ = 0
+    errors: dict[str, int] = {}
+    for scenario, result in zip(scenarios, results):
+        if result is None:
+            continue
+        if "error" in result:
+            errors[result["error"]] = errors.get(result["error"], 0) + 1
+            continue
+        served += 1
+        finding = served_finding(target_name, backend, scenario, result, launch(scenario))
+        if finding is None:
+            continue
+        differ += 1
+        try:
+            store.put(finding)
+        except OSError as exc:  # a full disk: what was written stays
+            return [f"runner share: finding {finding.id} could not be written ({exc})"]
+    notes = [f"runner share: {served} launch(es) served with graphs and eager, {differ} differ"
+             + (f", {len(scenarios) - served - sum(errors.values())} left unserved by the budget"
+                if len(scenarios) > served + sum(errors.values()) else "")]
+    notes += [f"runner share: {n} launch(es) not served here: {why}" for why, n in sorted(errors.items())]
+    return notes

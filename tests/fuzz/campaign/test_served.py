@@ -1,0 +1,123 @@
+"""The campaign's runner share (fuzz.campaign.served): drawn scenarios served
+through the target's hook, each difference between graphs and eager written
+at once as a SERVED-EQUALS-EAGER finding that carries its runner verdict,
+never asked of the runner again; replayed by serving again (cgsim.served)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+import cgsim.served
+import cgsim.targets
+from cgsim.config import ManagerConfig
+from cgsim.finding import Finding
+from cgsim.modes import CUDAGraphMode
+from cgsim.replay import describe, reproduce
+from cgsim.report.defects import reached, runner_said
+from cgsim.report.findings import scan_findings, write_finding
+from cgsim.scenario import Scenario, Step
+from fuzz.campaign import served as phase
+from fuzz.campaign.confirm import CONFIRMATION, confirm_phase
+
+
+def _scenario(reqs: int) -> Scenario:
+    return Scenario(ManagerConfig(mode=CUDAGraphMode.FULL_DECODE_ONLY, capture_sizes=(1, 2, 4), max_num_reqs=reqs),
+                    (Step.capture(),))
+
+
+def _run(tokens: list[int], raised: str | None = None) -> dict:
+    return {"tokens": {"r0": tokens}, "logprobs": {"r0": [-1.0] * len(tokens)}, "raised": raised, "replays": 3}
+
+
+class _Target:
+    """A target whose runner serves scenario ``max_num_reqs == 4`` wrong."""
+
+    def __init__(self) -> None:
+        self.asked: list = []
+
+    def prepare_environment(self) -> None:
+        pass
+
+    def launch(self, scenario: Scenario) -> dict:
+        return {"line": f"serve --max-num-seqs {scenario.config.max_num_reqs}"}
+
+    def serve_scenarios(self, scenarios, jobs, stopped, budget_s):
+        self.asked.append(([s.config.max_num_reqs for s in scenarios], jobs, budget_s))
+        out = []
+        for s in scenarios:
+            n = s.config.max_num_reqs
+            if n == 3:
+                out.append({"error": "the toy has no such model here"})
+            elif n == 5:
+                out.append(None)
+            else:
+                graphs = _run([5, 7] if n == 4 else [5, 6])
+                out.append({"launch_line": self.launch(s)["line"], "requests": 1, "graphs": graphs,
+                            "eager": _run([5, 6])})
+        return out
+
+
+@pytest.fixture
+def target(monkeypatch):
+    t = _Target()
+    for module in (cgsim.targets, cgsim.served):
+        monkeypatch.setattr(module, "get_target", lambda name: t)
+    monkeypatch.setattr(cgsim.targets, "optional_hook", lambda target, name: getattr(target, name, None))
+    monkeypatch.setattr(cgsim.served, "optional_hook", lambda target, name: getattr(target, name, None))
+    monkeypatch.setattr(phase, "draw_served", lambda name, ruleset, seed, limit: [_scenario(n) for n in (2, 3, 4, 5)])
+    return t
+
+
+def test_a_served_difference_is_a_finding_on_disk_with_the_runners_verdict(target, tmp_path):
+    notes = phase.served_phase("vllm", "mock", None, 0, str(tmp_path), 2, lambda: False, io.StringIO(), True, 60.0)
+    assert target.asked == [([2, 3, 4, 5], 2, 60.0)]
+    [f] = scan_findings(str(tmp_path))
+    assert f.property == "SERVED-EQUALS-EAGER" and f.fact("tokens") == [5, 7] and f.fact("eager_tokens") == [5, 6]
+    assert f.scenario == _scenario(4).to_json() and f.extra["launch"] == {"line": "serve --max-num-seqs 4"}
+    assert (tmp_path / f.repro).exists()
+    entry = f.to_json()
+    assert reached(entry) and "WRONG OUTPUT against eager: request r0: tokens [5, 7]" in runner_said(entry)
+    assert notes == ["runner share: 2 launch(es) served with graphs and eager, 1 differ, 1 left unserved by the budget",
+                     "runner share: 1 launch(es) not served here: the toy has no such model here"]
+
+
+def test_the_confirmation_phase_leaves_a_served_finding_alone(target, tmp_path, monkeypatch):
+    phase.served_phase("vllm", "mock", None, 0, str(tmp_path), 1, lambda: False, io.StringIO(), True)
+    write_finding(str(tmp_path), Finding(property="INIT-TOTAL", message="m", target="vllm", backend="mock",
+                                         scenario=_scenario(2).to_json(), status="shrunk"))
+    asked = []
+    monkeypatch.setattr(cgsim.targets, "optional_hook",
+                        lambda t, name: (lambda fs, j, s, b: asked.extend(f["property"] for f in fs) or {}))
+    confirm_phase("vllm", str(tmp_path), 1, lambda: False, io.StringIO(), quiet=True)
+    assert asked == ["INIT-TOTAL"]
+    served = [f for f in scan_findings(str(tmp_path)) if f.property == "SERVED-EQUALS-EAGER"]
+    assert served[0].extra[CONFIRMATION]["verdict"] == "served"
+
+
+def test_a_stopped_campaign_serves_nothing(target, tmp_path):
+    assert phase.served_phase("vllm", "mock", None, 0, str(tmp_path), 1, lambda: True, io.StringIO(), True) == []
+    assert target.asked == [] and scan_findings(str(tmp_path)) == []
+
+
+def test_a_served_finding_replays_by_serving_its_scenario_again(target, tmp_path):
+    phase.served_phase("vllm", "mock", None, 0, str(tmp_path), 1, lambda: False, io.StringIO(), True)
+    [f] = scan_findings(str(tmp_path))
+    result = reproduce(f)
+    assert result.reproduced and result.lines()[0].startswith("REPRODUCED SERVED-EQUALS-EAGER: request r0")
+    assert target.asked[-1][0] == [4]
+    assert any("launch: serve --max-num-seqs 4" in line for line in describe(f))
+    fixed = f.with_(scenario=_scenario(2).to_json())  # the same claim on a launch served right
+    assert not reproduce(fixed).reproduced
+
+
+def test_a_served_finding_that_cannot_be_served_here_is_neither_reproduced_nor_fixed(target, tmp_path):
+    phase.served_phase("vllm", "mock", None, 0, str(tmp_path), 1, lambda: False, io.StringIO(), True)
+    [f] = scan_findings(str(tmp_path))
+    with pytest.raises(cgsim.served.ScenarioNotRunnable, match="no such model"):
+        reproduce(f.with_(scenario=_scenario(3).to_json()))
+
+
+def test_the_share_is_a_quarter_of_the_search_within_bounds():
+    assert [phase.served_budget(b) for b in (10, 400, 4000)] == [60.0, 100.0, 600.0]
