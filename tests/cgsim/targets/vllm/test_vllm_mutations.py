@@ -2,7 +2,9 @@
 
 Each mutation (``cgsim.targets.vllm.mutation.MUTATIONS``) is a one-line bug
 in the installed tree's own ``cudagraph_utils.py``, or in the elastic-EP
-scale event that releases its graphs, put in as the module is imported.  A short campaign (counted in scenarios, not seconds) on the
+scale event that releases its graphs, put in as the module is imported; each
+of ``SERVED_MUTATIONS`` one in a path only the runner takes, found by the
+campaign's runner share.  A short campaign (counted in scenarios, not seconds) on the
 mutated tree must exit 1 with the bug as a finding that no documented defect
 claims, and ``fuzz doctor`` must not call the adapter broken.
 
@@ -23,7 +25,7 @@ from tests.vllm_required import skip_unless_vllm
 
 skip_unless_vllm()
 
-from cgsim.targets.vllm.mutation import MUTATIONS, Mutation, environment_for  # noqa: E402
+from cgsim.targets.vllm.mutation import MUTATIONS, SERVED_MUTATIONS, Mutation, environment_for  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
@@ -61,6 +63,20 @@ def test_a_campaign_on_a_mutated_tree_reports_the_bug(mutation, tmp_path):
         if f.get("known_defect") == "dynsd-nearest-group":
             assert f["facts"]["fit_in_candidates"] is False, f["facts"]
     assert all(f["launch"]["line"].startswith(("vllm serve", "VLLM_")) for f in new)
+
+
+@pytest.mark.parametrize("mutation", SERVED_MUTATIONS, ids=[m.name for m in SERVED_MUTATIONS])
+def test_a_campaigns_runner_share_reports_a_bug_only_the_runner_runs(mutation, tmp_path):
+    """A bug in a path only vLLM's runner takes: the search cannot see it, the
+    launches the campaign serves end to end with graphs and eager do."""
+    reports = tmp_path / "reports"
+    run = _fuzz(["run", "--target", "vllm", "--max-examples", "5", "--workers", "1", "--seed", "1",
+                 "--report-dir", str(reports), "--quiet"], [mutation], tmp_path)
+    assert run.returncode == 1, (run.returncode, run.stderr[-2000:])
+    summary = json.loads((reports / "latest" / "summary.json").read_text())
+    served = [f for f in summary["findings"] if f["property"] == "SERVED-EQUALS-EAGER"]
+    assert served and served[0]["runner_confirmation"]["verdict"] == "served", summary["notes"]
+    assert served[0]["launch"]["line"].startswith(("vllm serve", "VLLM_"))
 
 
 def test_the_doctor_of_a_mutated_tree_reports_findings_not_a_broken_adapter(tmp_path):
