@@ -12,6 +12,8 @@ Adding a property touches one family module (and its tests): the registry,
 ``check_scenario``, reports and ``fuzz list`` pick it up from there.
 A ruleset may replace or waive a universal property (``Ruleset.replaces`` /
 ``waives``): ``check_scenario`` then does not judge it under that ruleset.
+A property of one engine's design (``declare(..., engine=...)``) is judged
+only under that engine's rulesets (``Property.judged_under``).
 """
 
 from __future__ import annotations
@@ -83,9 +85,10 @@ def check_scenario(scenario: Scenario, trace: Trace, only: Iterable[str] | None 
     for name, view in managers:
         for prop in chosen:
             # A ruleset may replace a universal property by its design's own
-            # rule for it, or waive one its design has no rule for (SPEC §3);
-            # a sub-manager's ruleset replaces and waives as the main one's does.
-            if not view.ruleset.judges(prop.id) or not prop.applies(view):
+            # rule for it, or waive one its design has no rule for (SPEC §3),
+            # and judges no other engine's design properties; a sub-manager's
+            # ruleset replaces and waives as the main one's does.
+            if not prop.judged_under(view.ruleset) or not prop.applies(view):
                 continue
             checked.append(prop.id)
             found = prop.check(view)
