@@ -8,6 +8,7 @@ from cgsim.properties import (
     ALL_PROPERTIES,
     PROPERTIES,
     check_scenario,
+    judged_by,
     property_ids,
     resolve_alias,
 )
@@ -71,3 +72,14 @@ def test_an_engines_own_property_is_judged_only_under_its_rulesets():
     assert check_scenario(sc, good_trace(sc), only=["SGL-CAPTURE-USEFUL", "CAPTURE-USEFUL"]).checked == (
         "CAPTURE-USEFUL",)
 
+
+def test_judged_by_lists_the_properties_the_named_rulesets_judge():
+    universal = [pid for pid, p in ALL_PROPERTIES.items() if p.engine is None]
+    vllm = judged_by(["vllm-0.32", "pr48822", "any"])  # an unknown name is skipped
+    assert list(vllm) == universal and not any(pid.startswith("SGL-") for pid in vllm)
+    sglang = judged_by(["sglang-0.5.22"])
+    assert "SGL-CAPTURE-USEFUL" in sglang and "DISPATCH-STABLE" in sglang and "NO-CRASH" in sglang
+    # What the design replaces or waives is never judged under it.
+    assert "CAPTURE-USEFUL" not in sglang and "FRESH-METADATA" not in sglang
+    assert set(judged_by(["sglang", "vllm-0.32"])) == set(vllm) | set(sglang)
+    assert list(judged_by([])) == universal
