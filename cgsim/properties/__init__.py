@@ -12,12 +12,18 @@ Adding a property touches one family module (and its tests): the registry,
 ``check_scenario``, reports and ``fuzz list`` pick it up from there.
 A ruleset may replace or waive a universal property (``Ruleset.replaces`` /
 ``waives``): ``check_scenario`` then does not judge it under that ruleset.
+A property of one engine's design (``declare(..., engine=...)``) is judged
+only under that engine's rulesets (``Property.judged_under``), and a
+campaign lists only the properties the rulesets it ran judge
+(``judged_by``).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Iterable
+
+from cgsim.spec.rulesets import RULESETS
 
 # Family modules register their properties on import, in report order; an
 # engine's own design properties (judged only under its rulesets) come last.
@@ -37,6 +43,7 @@ __all__ = [
     "PROPERTIES",
     "ALL_PROPERTIES",
     "check_scenario",
+    "judged_by",
     "property_ids",
     "statement",
     "resolve_alias",
@@ -57,6 +64,16 @@ def property_ids() -> tuple[str, ...]:
 def statement(pid: str) -> str:
     prop = ALL_PROPERTIES.get(resolve_alias(pid))
     return prop.statement if prop is not None else ""
+
+
+def judged_by(rulesets: Iterable[str]) -> dict[str, Property]:
+    """The properties of ALL_PROPERTIES (in its order) that some of
+    ``rulesets`` (names; unknown ones skipped) judges.  With no ruleset
+    known (none ran, none was named), those no engine's design owns."""
+    known = [RULESETS[name] for name in dict.fromkeys(rulesets) if name in RULESETS]
+    if not known:
+        return {pid: p for pid, p in ALL_PROPERTIES.items() if p.engine is None}
+    return {pid: p for pid, p in ALL_PROPERTIES.items() if any(p.judged_under(r) for r in known)}
 
 
 def check_scenario(scenario: Scenario, trace: Trace, only: Iterable[str] | None = None) -> Verdict:
@@ -83,9 +100,10 @@ def check_scenario(scenario: Scenario, trace: Trace, only: Iterable[str] | None 
     for name, view in managers:
         for prop in chosen:
             # A ruleset may replace a universal property by its design's own
-            # rule for it, or waive one its design has no rule for (SPEC §3);
-            # a sub-manager's ruleset replaces and waives as the main one's does.
-            if not view.ruleset.judges(prop.id) or not prop.applies(view):
+            # rule for it, or waive one its design has no rule for (SPEC §3),
+            # and judges no other engine's design properties; a sub-manager's
+            # ruleset replaces and waives as the main one's does.
+            if not prop.judged_under(view.ruleset) or not prop.applies(view):
                 continue
             checked.append(prop.id)
             found = prop.check(view)

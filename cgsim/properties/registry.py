@@ -1,5 +1,6 @@
 """The property registry: every property is declared once, with its id, its
-one-line statement, its family and when it applies, and is validated when
+one-line statement, its family, the engine whose design it states (where it
+is one engine's own) and when it applies, and is validated when
 its module is imported (as Hypothesis's ``stateful`` validates rules at
 definition time), so a malformed property fails at import, never mid-campaign.
 
@@ -18,6 +19,8 @@ import inspect
 import re
 from dataclasses import dataclass
 from typing import Any, TYPE_CHECKING, Callable, Iterable
+
+from cgsim.spec.rulesets import RULESETS, Ruleset
 
 if TYPE_CHECKING:  # pragma: no cover
     from cgsim.properties.view import RunView
@@ -103,10 +106,17 @@ class Property:
     aliases: tuple[str, ...] = ()
     # What a failure is: "violation" of a rule, or the target "crash"ed or "hang"s.
     kind: str = "violation"
+    # The engine whose design it states (judged only under that engine's rulesets); None: every engine's.
+    engine: str | None = None
 
     @property
     def harness_only(self) -> bool:
         return self.check is None
+
+    def judged_under(self, ruleset: Ruleset) -> bool:
+        """Whether ``ruleset`` judges this property: a ruleset of its engine
+        (where it has one) that neither replaces nor waives it."""
+        return self.engine in (None, ruleset.engine) and ruleset.judges(self.id)
 
 
 @dataclass(frozen=True)
@@ -158,6 +168,7 @@ def declare(
     aliases: tuple[str, ...] = (),
     kind: str = "violation",
     harness_only: bool = False,
+    engine: str | None = None,
 ) -> Callable:
     """Declare a property.  As a decorator over its check::
 
@@ -166,7 +177,9 @@ def declare(
         def capture_order(run: RunView) -> list[Violation]: ...
 
     A harness outcome has no check: ``declare(ID, statement, family="harness",
-    harness_only=True)`` registers it and returns the Property.
+    harness_only=True)`` registers it and returns the Property.  ``engine``:
+    a property of one engine's design (a ruleset's ``engine``), judged only
+    under that engine's rulesets.
     """
     if not isinstance(pid, str) or not _ID.match(pid):
         raise InvalidProperty(
@@ -185,6 +198,10 @@ def declare(
         raise InvalidProperty(f"property {pid}: family {family!r} is unknown; use one of {', '.join(FAMILIES)}")
     if kind not in KINDS:
         raise InvalidProperty(f"property {pid}: kind {kind!r} is unknown; use one of {', '.join(KINDS)}")
+    engines = sorted({r.engine for r in RULESETS.values()})
+    if engine is not None and engine not in engines:
+        raise InvalidProperty(f"property {pid}: engine {engine!r} has no ruleset; use one of {', '.join(engines)} "
+                              "or None (every engine's)")
     if applies is not None:
         _one_parameter(applies, "applies", pid)
     for alias in aliases:
@@ -194,7 +211,8 @@ def declare(
     def register(check: "Callable[[RunView], Iterable[Violation]] | None") -> Property:
         if check is not None:
             _one_parameter(check, "check", pid)
-        prop = Property(pid, statement.strip(), family, check, applies or _always, shrink, tuple(aliases), kind)
+        prop = Property(pid, statement.strip(), family, check, applies or _always, shrink, tuple(aliases), kind,
+                        engine)
         _REGISTRY[pid] = prop
         for alias in aliases:
             _ALIASES[alias] = pid

@@ -24,15 +24,15 @@ from cgsim.spec import sglang as rules
 from cgsim.spec.scheduler import sweep_token_limit
 from cgsim.trace import Candidates, CreateForwardFn, Dispatch, GraphOutput, RankDispatch
 
-__all__ = ["HIDDEN_MODES"]
+__all__ = ["ENGINE", "HIDDEN_MODES"]
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 # sglang's CaptureHiddenMode order: what a graph returns covers what a batch needs.
 HIDDEN_MODES = ("NULL", "LAST", "FULL")
 
 
-def _sglang(run: RunView) -> bool:
-    return run.ruleset.engine == "sglang"
+# The engine whose rulesets judge every property here (SGLang's design).
+ENGINE = "sglang"
 
 
 def _design(run: RunView) -> rules.SglangDesign:
@@ -52,7 +52,7 @@ def _initial(run: RunView) -> list[Candidates]:
 
 
 def _has_initial(run: RunView) -> bool:
-    return _sglang(run) and bool(_initial(run))
+    return bool(_initial(run))
 
 
 def _runner(d: BatchDescriptor) -> str:
@@ -81,7 +81,7 @@ def _captured_dispatches(run: RunView) -> Iterator[tuple[int, Batch, BatchDescri
 
 
 def _has_captured_dispatch(run: RunView) -> bool:
-    return _sglang(run) and (bool(run.captured_dispatches) or bool(run.captured_sweeps))
+    return bool(run.captured_dispatches) or bool(run.captured_sweeps)
 
 
 def _judge_dispatch(run: RunView, prop: str, judge) -> list[Violation]:
@@ -131,7 +131,8 @@ def _diff(got: Iterable[BatchDescriptor], want: Iterable[BatchDescriptor]) -> li
 
 
 @declare("SGL-CAND-ORDER", "the runners capture the graphs sglang's sizing rules give for the config, and sizing "
-         "again on the finished runners gives the same", family="init", applies=_has_initial)
+         "again on the finished runners gives the same", family="init", engine=ENGINE,
+         applies=_has_initial)
 def sgl_cand_order(run: RunView) -> list[Violation]:
     out: list[Violation] = []
     want = rules.expected_capture_descs(run.config, _design(run))
@@ -151,7 +152,7 @@ def sgl_cand_order(run: RunView) -> list[Violation]:
 
 @declare("SGL-CAND-BOUNDS", "decode graphs hold 1 to the request pool rounded up to the alignment requests of the "
          "decode width, the largest that fits is captured; prefill buckets are 1 to the largest size; no key twice",
-         family="init", applies=_has_initial)
+         family="init", engine=ENGINE, applies=_has_initial)
 def sgl_cand_bounds(run: RunView) -> list[Violation]:
     cfg = run.config
     base, w = rules.alignment(cfg), cfg.decode_query_len
@@ -198,7 +199,7 @@ def sgl_cand_bounds(run: RunView) -> list[Violation]:
 @declare("SGL-CAPTURE-ALIGNED", "every decode graph's bs times its alignment width (1 under two-batch overlap, else "
          "the decode width) and, where the design aligns them, every prefill bucket is a multiple of sglang's "
          "batch-size alignment",
-         family="init", applies=_has_initial)
+         family="init", engine=ENGINE, applies=_has_initial)
 def sgl_capture_aligned(run: RunView) -> list[Violation]:
     cfg = run.config
     base = rules.alignment(cfg)
@@ -221,11 +222,12 @@ def sgl_capture_aligned(run: RunView) -> list[Violation]:
 
 
 def _has_creates(run: RunView) -> bool:
-    return _sglang(run) and any(isinstance(e, CreateForwardFn) for s in run.sessions for e in s.events)
+    return any(isinstance(e, CreateForwardFn) for s in run.sessions for e in s.events)
 
 
 @declare("SGL-CAPTURE-ORDER", "the prefill runner captures before the decode runner, each largest first, and per "
-         "decode bs the LoRA graph before the base-only one", family="capture", applies=_has_creates)
+         "decode bs the LoRA graph before the base-only one", family="capture", engine=ENGINE,
+         applies=_has_creates)
 def sgl_capture_order(run: RunView) -> list[Violation]:
     out: list[Violation] = []
     for s in run.sessions:
@@ -266,7 +268,7 @@ def _holds(run: RunView, d: BatchDescriptor, b, dp_size: int) -> str | None:
 
 
 @declare("SGL-DISPATCH-SOUND", "a batch replays a graph only where sglang's rules replay one: the runner of its "
-         "forward mode, a captured graph that holds it, every gate passed", family="dispatch",
+         "forward mode, a captured graph that holds it, every gate passed", family="dispatch", engine=ENGINE,
          applies=_has_captured_dispatch)
 def sgl_dispatch_sound(run: RunView) -> list[Violation]:
     dp = rules.options(run.config).dp_size
@@ -288,7 +290,7 @@ def sgl_dispatch_sound(run: RunView) -> list[Violation]:
 
 
 @declare("SGL-DISPATCH-COMPLETE", "if sglang's rules replay a captured graph for a batch, it does not run eagerly",
-         family="dispatch", applies=_has_captured_dispatch)
+         family="dispatch", engine=ENGINE, applies=_has_captured_dispatch)
 def sgl_dispatch_complete(run: RunView) -> list[Violation]:
     def judge(b, d, expected, g):
         if d.cg_mode == N and expected is not None:
@@ -299,7 +301,7 @@ def sgl_dispatch_complete(run: RunView) -> list[Violation]:
 
 
 @declare("SGL-DISPATCH-MINIMAL", "a replayed batch pads to the smallest captured bucket that holds it (bisect; the "
-         "max over DP ranks), in the LoRA variant its adapters need", family="dispatch",
+         "max over DP ranks), in the LoRA variant its adapters need", family="dispatch", engine=ENGINE,
          applies=_has_captured_dispatch)
 def sgl_dispatch_minimal(run: RunView) -> list[Violation]:
     def judge(b, d, expected, g):
@@ -324,7 +326,7 @@ def _applies_roundtrip(run: RunView) -> bool:
 
 
 @declare("SGL-DISPATCH-ROUNDTRIP", "a batch of exactly a captured graph's size (requests, or prefill tokens) replays "
-         "that graph", family="dispatch", applies=_applies_roundtrip)
+         "that graph", family="dispatch", engine=ENGINE, applies=_applies_roundtrip)
 def sgl_dispatch_roundtrip(run: RunView) -> list[Violation]:
     def judge(b, d, expected, g):
         if _exact(run, b, expected) and d != expected:
@@ -350,7 +352,8 @@ def _schedulable(run: RunView) -> Iterator[Batch]:
 
 
 @declare("SGL-CAPTURE-USEFUL", "every captured graph is the one sglang replays for some batch its scheduler can "
-         "produce", family="dispatch", applies=lambda run: _sglang(run) and any(c.descs for c in run.finished_captures))
+         "produce", family="dispatch", engine=ENGINE,
+         applies=lambda run: any(c.descs for c in run.finished_captures))
 def sgl_capture_useful(run: RunView) -> list[Violation]:
     cfg, design = run.config, _design(run)
     out: list[Violation] = []
@@ -375,11 +378,11 @@ def sgl_capture_useful(run: RunView) -> list[Violation]:
 
 
 def _has_rank_dispatch(run: RunView) -> bool:
-    return _sglang(run) and bool(run.of(RankDispatch))
+    return bool(run.of(RankDispatch))
 
 
 @declare("SGL-DP-AGREE", "under DP attention every rank makes the same graph-or-eager choice and replays the same "
-         "graph", family="dispatch", applies=_has_rank_dispatch)
+         "graph", family="dispatch", engine=ENGINE, applies=_has_rank_dispatch)
 def sgl_dp_agree(run: RunView) -> list[Violation]:
     failures = []
     for e in run.of(RankDispatch):
@@ -397,11 +400,11 @@ def sgl_dp_agree(run: RunView) -> list[Violation]:
 
 
 def _has_graph_output(run: RunView) -> bool:
-    return _sglang(run) and bool(run.of(GraphOutput))
+    return bool(run.of(GraphOutput))
 
 
 @declare("SGL-REPLAY-KEY", "the graph a batch replays is the one dispatch chose for it", family="lifecycle",
-         applies=_has_graph_output)
+         engine=ENGINE, applies=_has_graph_output)
 def sgl_replay_key(run: RunView) -> list[Violation]:
     chosen = {d.step: d for d in run.of(Dispatch)}
     out = []
@@ -414,7 +417,8 @@ def sgl_replay_key(run: RunView) -> list[Violation]:
 
 
 @declare("SGL-OUTPUT-ROWS", "a replay hands back exactly the batch's real rows (the graph's padded rows only for "
-         "tensors sent on to a next pipeline stage)", family="lifecycle", applies=_has_graph_output)
+         "tensors sent on to a next pipeline stage)", family="lifecycle", engine=ENGINE,
+         applies=_has_graph_output)
 def sgl_output_rows(run: RunView) -> list[Violation]:
     out = []
     for e in run.of(GraphOutput):
@@ -427,7 +431,8 @@ def sgl_output_rows(run: RunView) -> list[Violation]:
 
 
 @declare("SGL-HIDDEN-MODE", "a batch replays a graph only if the graph was captured with a hidden-state mode covering "
-         "the batch's (NULL < LAST < FULL)", family="lifecycle", applies=_has_graph_output)
+         "the batch's (NULL < LAST < FULL)", family="lifecycle", engine=ENGINE,
+         applies=_has_graph_output)
 def sgl_hidden_mode(run: RunView) -> list[Violation]:
     out = []
     rank = {m: i for i, m in enumerate(HIDDEN_MODES)}

@@ -19,7 +19,7 @@ from collections import Counter
 from typing import Iterable
 
 from cgsim.finding import Finding
-from cgsim.properties import ALL_PROPERTIES, resolve_alias
+from cgsim.properties import judged_by, resolve_alias, statement
 from cgsim.report.atomic import atomic_symlink, atomic_write_bytes, atomic_write_json, atomic_write_text
 from cgsim.report.defects import group_defects, reached
 from cgsim.report.html import render_html
@@ -114,15 +114,18 @@ def build_summary(*, run_id: str, settings: dict, findings: Iterable[Finding], s
     findings = list(findings)
     workers = list(workers)
     scenarios, checks, failures, coverage = totals(stats)
+    # Only what a ruleset the campaign ran (or was pinned to) judges: the rest could judge nothing here.
+    rulesets = [*coverage.get("rulesets", {}), settings.get("ruleset"), *(f.scenario.get("ruleset") for f in findings)]
     props: dict[str, dict] = {}
-    for pid, prop in ALL_PROPERTIES.items():
+    for pid, prop in judged_by(r for r in rulesets if isinstance(r, str)).items():
         props[pid] = {"statement": prop.statement, "checks": checks.get(pid, 0), "failures": failures.get(pid, 0)}
     for pid in sorted(set(checks) | set(failures)):
-        if resolve_alias(pid) not in props:
-            props[pid] = {"statement": "", "checks": checks.get(pid, 0), "failures": failures.get(pid, 0)}
+        if resolve_alias(pid) not in props and (checks.get(pid) or failures.get(pid)):
+            props[pid] = {"statement": statement(pid), "checks": checks.get(pid, 0), "failures": failures.get(pid, 0)}
     # Every scenario was watched for a crash and a hang, whatever applied.
     for pid in ("NO-CRASH", "NO-HANG"):
-        props[pid]["checks"] = max(props[pid]["checks"], scenarios)
+        if pid in props:
+            props[pid]["checks"] = max(props[pid]["checks"], scenarios)
     for f in findings:  # a death found by the parent has no worker counter
         entry = props.setdefault(f.property, {"statement": f.statement, "checks": 0, "failures": 0})
         entry["failures"] = max(entry["failures"], 1)

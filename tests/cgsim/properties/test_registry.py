@@ -8,10 +8,12 @@ from cgsim.properties import (
     ALL_PROPERTIES,
     PROPERTIES,
     check_scenario,
+    judged_by,
     property_ids,
     resolve_alias,
 )
 from cgsim.properties.registry import FAMILIES, InvalidProperty, declare
+from cgsim.properties.view import RunView
 from tests.cgsim.properties.hand_traces import BASE, cap, disp, good_trace, scenario
 
 
@@ -41,6 +43,7 @@ def test_property_table_covers_spec_and_has_one_line_statements():
     ("NEW-ONE", "x", {"family": "nope"}, "family 'nope' is unknown"),
     ("NEW-ONE", "x", {"family": "capture", "applies": lambda a, b: True}, "exactly one"),
     ("NEW-ONE", "x", {"family": "capture", "kind": "boom"}, "kind 'boom'"),
+    ("NEW-ONE", "x", {"family": "capture", "engine": "nope"}, "engine 'nope' has no ruleset"),
 ])
 def test_malformed_property_declarations_fail_at_definition(pid, statement, kw, match):
     with pytest.raises(InvalidProperty, match=match):
@@ -59,3 +62,24 @@ def test_only_restricts_and_unknown_ids_are_refused():
     assert verdict.checked == ("CAND-ORDER", "DISPATCH-SOUND")
     with pytest.raises(ValueError, match="NOPE"):
         check_scenario(sc, good_trace(sc), only=["NOPE"])
+
+
+def test_an_engines_own_property_is_judged_only_under_its_rulesets():
+    """SGL-CAPTURE-USEFUL's ``applies`` holds on any trace with graphs; its
+    declaration (``engine``) keeps it off a vLLM ruleset."""
+    sc = scenario(BASE, cap(), disp(1))
+    assert ALL_PROPERTIES["SGL-CAPTURE-USEFUL"].applies(RunView(sc, good_trace(sc)))
+    assert check_scenario(sc, good_trace(sc), only=["SGL-CAPTURE-USEFUL", "CAPTURE-USEFUL"]).checked == (
+        "CAPTURE-USEFUL",)
+
+
+def test_judged_by_lists_the_properties_the_named_rulesets_judge():
+    universal = [pid for pid, p in ALL_PROPERTIES.items() if p.engine is None]
+    vllm = judged_by(["vllm-0.32", "pr48822", "any"])  # an unknown name is skipped
+    assert list(vllm) == universal and not any(pid.startswith("SGL-") for pid in vllm)
+    sglang = judged_by(["sglang-0.5.22"])
+    assert "SGL-CAPTURE-USEFUL" in sglang and "DISPATCH-STABLE" in sglang and "NO-CRASH" in sglang
+    # What the design replaces or waives is never judged under it.
+    assert "CAPTURE-USEFUL" not in sglang and "FRESH-METADATA" not in sglang
+    assert set(judged_by(["sglang", "vllm-0.32"])) == set(vllm) | set(sglang)
+    assert list(judged_by([])) == universal

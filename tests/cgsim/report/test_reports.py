@@ -262,6 +262,29 @@ def test_index_md_shows_settings_coverage_and_replay():
     assert "| `mutant:x` |" in md
 
 
+def test_a_summary_lists_the_properties_of_the_rulesets_the_campaign_ran():
+    """The rulesets a campaign ran (its workers' coverage) or was pinned to
+    decide its property rows; a row of another design goes even from a
+    summary an older cgsim wrote with every row (``fuzz report`` rebuilds
+    from its counts), and a property with a finding always has its row."""
+    from cgsim.properties import ALL_PROPERTIES
+    from cgsim.report.summary import build_summary
+
+    def rows(settings, stats=(), findings=()):
+        return build_summary(run_id="r", settings=settings, findings=list(findings), stats=stats)["properties"]
+
+    ran = {"scenarios": 2, "coverage": {"rulesets": {"sglang-0.5.22": 2}}}
+    assert "SGL-DISPATCH-SOUND" in rows({"ruleset": "sglang"}) and "SGL-DISPATCH-SOUND" in rows({}, [ran])
+    assert "DISPATCH-PRIORITY" not in rows({}, [ran])  # waived by SGLang's designs
+    old = {"scenarios": 3, "checks": {**{pid: 0 for pid in ALL_PROPERTIES}, "CAPTURE-ORDER": 3},
+           "coverage": {"rulesets": {"vllm-0.32": 3}}}
+    for vllm in (rows({"ruleset": "any"}), rows({"ruleset": "any"}, [old])):
+        assert "DISPATCH-PRIORITY" in vllm and not any(pid.startswith("SGL-") for pid in vllm)
+    assert rows({"ruleset": "any"}, [old])["CAPTURE-ORDER"]["checks"] == 3
+    sgl = finding(prop="SGL-OUTPUT-ROWS", message="padded rows handed back")
+    assert rows({"ruleset": "vllm-0.32"}, findings=[sgl])["SGL-OUTPUT-ROWS"]["failures"] == 1
+
+
 def test_index_md_for_a_clean_partial_run():
     s = summary_with([])
     s.update(complete=False, interrupted="SIGINT")

@@ -276,11 +276,9 @@ class Allowed:
     why: str
 
 
-ALLOWED = (
-    Allowed("cgsim/properties/sglang.py", "sglang",
-            "the SGL-* family states SGLang's design: it applies under rulesets whose engine is sglang, as each "
-            "universal property applies under every ruleset (the judge reads the ruleset, never the target)"),
-)
+# None: an engine's own properties say so in their declaration (``declare(..., engine=...)``), read
+# by the judge and the reports against the ruleset's engine, never by comparing a name.
+ALLOWED: tuple[Allowed, ...] = ()
 
 
 def engine_comparisons(root: str) -> list[tuple[str, int, str]]:

@@ -382,6 +382,35 @@ def test_no_findings_exits_zero(tmp_path):
     assert result.summary["scenarios"] == 40
 
 
+def _sglang_strategy(ruleset, target=None):
+    """fake_strategy's scenarios, under the sglang ruleset whatever the campaign was given."""
+    return fake_strategy("sglang", target)
+
+
+@pytest.mark.parametrize("strategy, listed, absent", [
+    (fake_strategy, "DISPATCH-PRIORITY", ("SGL-",)),  # pr48822: no SGLang design property can judge
+    (_sglang_strategy, "SGL-DISPATCH-SOUND", ("FRESH-METADATA", "DISPATCH-PRIORITY")),  # waived by the design
+])
+def test_a_campaign_lists_only_the_properties_the_rulesets_it_ran_judge(tmp_path, strategy, listed, absent):
+    """Idle properties are listed where a ruleset the workers ran judges
+    them; the others are nowhere: console, summary.json, index.md,
+    index.html, junit.xml."""
+    import io
+
+    from fuzz.campaign import run_campaign
+
+    out = io.StringIO()
+    result = run_campaign(options(tmp_path, max_examples=10, quiet=False), pipeline=FakePipeline("none"),
+                          strategy=strategy, out=out, err=io.StringIO())
+    assert result.exit_code == 0 and result.summary["scenarios"] == 10
+    (idle,) = [line for line in out.getvalue().splitlines() if line.startswith("  judged nothing here")]
+    assert listed in idle.split(": ", 1)[1].split(", ")
+    texts = [out.getvalue()] + [open(at(result, name)).read()
+                                for name in ("summary.json", "index.md", "index.html", "junit.xml")]
+    for text in texts:
+        assert listed in text and not any(word in text for word in absent)
+
+
 def test_a_campaign_that_ran_no_scenario_is_not_a_clean_pass(tmp_path, capsys):
     result = run(tmp_path, bug="big", budget_s=0.01)  # over before the worker's first scenario
     assert result.summary["scenarios"] == 0
