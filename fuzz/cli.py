@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress line and no summary")
     run.add_argument("--no-runner", "--no-runner-confirm", dest="no_runner_confirm", action="store_true",
                      help="skip the engine's own model runner after the search: serving drawn launches end to end "
-                          "with graphs and eager (a quarter of --budget, at least 60 s), and building each "
+                          "with graphs and eager (a quarter of --budget, at least 120 s), and building each "
                           "finding's launch (vLLM: ~30 s a launch) to tell defects of the engine from "
                           "manager-level findings")
     _source_flag(run)

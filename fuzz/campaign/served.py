@@ -15,6 +15,7 @@ stopped campaign skips the phase; a stop during it ends it.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Callable, TextIO
 
 from cgsim.text import first_line
@@ -23,7 +24,7 @@ __all__ = ["served_phase", "served_budget", "draw_served", "DRAWN"]
 
 # The phase takes a quarter of the search's budget, within these bounds: a
 # served pair (graphs and eager) of a small launch takes ~40 s on 2 cores.
-SHARE, MIN_BUDGET_S, MAX_BUDGET_S = 0.25, 60.0, 600.0
+SHARE, MIN_BUDGET_S, MAX_BUDGET_S = 0.25, 120.0, 600.0
 DRAWN = 40  # scenarios drawn to find distinct launches among
 
 
@@ -85,7 +86,9 @@ def served_phase(target_name: str, backend: str, ruleset: str | None, seed: int,
     serve, launch = optional_hook(target, "serve_scenarios"), optional_hook(target, "launch")
     if serve is None or stopped():
         return []
-    scenarios = draw_served(target_name, ruleset, seed, limit=4 * max(1, jobs))
+    # A serving child's torch keeps two cores busy: more at once only slows each past its budget.
+    jobs = max(1, min(jobs, (os.cpu_count() or 2) // 2))
+    scenarios = draw_served(target_name, ruleset, seed, limit=4 * jobs)
     if not scenarios:
         return ["runner share: no drawn scenario has a launch the engine starts with"]
     if not quiet:

@@ -70,9 +70,10 @@ def target(monkeypatch):
     return t
 
 
-def test_a_served_difference_is_a_finding_on_disk_with_the_runners_verdict(target, tmp_path):
-    notes = phase.served_phase("vllm", "mock", None, 0, str(tmp_path), 2, lambda: False, io.StringIO(), True, 60.0)
-    assert target.asked == [([2, 3, 4, 5], 2, 60.0)]
+def test_a_served_difference_is_a_finding_on_disk_with_the_runners_verdict(target, tmp_path, monkeypatch):
+    monkeypatch.setattr(phase.os, "cpu_count", lambda: 4)
+    notes = phase.served_phase("vllm", "mock", None, 0, str(tmp_path), 3, lambda: False, io.StringIO(), True, 60.0)
+    assert target.asked == [([2, 3, 4, 5], 2, 60.0)]  # two at a time on 4 cores
     [f] = scan_findings(str(tmp_path))
     assert f.property == "SERVED-EQUALS-EAGER" and f.fact("tokens") == [5, 7] and f.fact("eager_tokens") == [5, 6]
     assert f.scenario == _scenario(4).to_json() and f.extra["launch"] == {"line": "serve --max-num-seqs 4"}
@@ -120,4 +121,4 @@ def test_a_served_finding_that_cannot_be_served_here_is_neither_reproduced_nor_f
 
 
 def test_the_share_is_a_quarter_of_the_search_within_bounds():
-    assert [phase.served_budget(b) for b in (10, 400, 4000)] == [60.0, 100.0, 600.0]
+    assert [phase.served_budget(b) for b in (10, 800, 4000)] == [120.0, 200.0, 600.0]

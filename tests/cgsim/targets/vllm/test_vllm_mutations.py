@@ -72,8 +72,8 @@ def test_a_campaigns_runner_share_reports_a_bug_only_the_runner_runs(mutation, t
     reports = tmp_path / "reports"
     run = _fuzz(["run", "--target", "vllm", "--max-examples", "5", "--workers", "1", "--seed", "1",
                  "--report-dir", str(reports), "--quiet"], [mutation], tmp_path)
-    assert run.returncode == 1, (run.returncode, run.stderr[-2000:])
     summary = json.loads((reports / "latest" / "summary.json").read_text())
+    assert run.returncode == 1, (run.returncode, run.stderr[-2000:], summary["notes"])
     served = [f for f in summary["findings"] if f["property"] == "SERVED-EQUALS-EAGER"]
     assert served and served[0]["runner_confirmation"]["verdict"] == "served", summary["notes"]
     assert served[0]["launch"]["line"].startswith(("vllm serve", "VLLM_"))
