@@ -47,6 +47,9 @@ caps = require_vllm()
 d = json.load(open("/tmp/scale-reports/latest/summary.json"))
 refused = sum((d.get("coverage", {}).get("not_reachable") or {}).values())
 print(f"vLLM {caps.version}: scenarios={d['scenarios']} findings={len(d['findings'])} refused={refused}")
+for note in d.get("notes", []):
+    if note.startswith(("runner share", "runner confirmation")):
+        print(f"  note: {note}")
 for f in d["findings"]:
     launch = f.get("launch") or {}
     try:
