@@ -61,6 +61,7 @@ __all__ = [
     "SessionPatch",
     "SESSION_PATCHES",
     "vllm_process_patches",
+    "forget_failed_breakable_capture",
     "worker_config",
     "one_rank_view",
     "builds_ubatch_runner",
@@ -69,6 +70,8 @@ __all__ = [
 BREAKABLE_ENV = "VLLM_USE_BREAKABLE_CUDAGRAPH"
 CU = "vllm.v1.worker.gpu.cudagraph_utils"
 INPUT_BATCH = "vllm.v1.worker.gpu.input_batch"
+LORA_UTILS = "vllm.v1.worker.gpu.lora_utils"
+ELASTIC = "vllm.distributed.elastic_ep.elastic_execute"
 
 
 class VllmEnvironmentError(TargetEnvironmentError):
@@ -184,7 +187,11 @@ class Capabilities:
     adaptive_resolution: bool
     draft_module: str | None
     draft_classes: tuple[str, str] | None  # (prefill manager, decode manager)
-    draft_capture_params: tuple[str, ...]
+    # Each draft class's capture keywords: 0.21-0.25's prefill manager takes the
+    # target's attention states (full_cg_attn_states / attn_states), its decode
+    # manager the model state and buffers; 0.33+ add specialize_spec_tokens.
+    draft_prefill_capture_params: tuple[str, ...]
+    draft_decode_capture_params: tuple[str, ...]
     # How capture routes the graph pool (report only).
     pool_api: str
     # How the V2 runner orders a step's requests before it builds the batch
@@ -201,6 +208,18 @@ class Capabilities:
     output_req_index: bool = False
     # kv_cache_utils.get_request_block_hasher takes the hash lookahead (a third argument).
     hasher_lookahead: bool = False
+    # forward_context.BatchDescriptor fields (0.34 drops has_lora).
+    bd_fields: tuple[str, ...] = ("num_tokens", "num_reqs", "uniform", "has_lora", "num_active_loras")
+    # The runner's InputBatch carries max_query_len (0.28+).
+    input_batch_max_query_len: bool = True
+    # elastic_execute.ElasticEPScalingExecutor._release_cuda_graphs, the only
+    # caller of a release (every release 0.20-0.34 has it); its
+    # _switch_to_fresh_graph_pool (0.34+) gives the next capture a new pool.
+    elastic_release: bool = True
+    elastic_fresh_pool: bool = False
+    # v1/worker/gpu/lora_utils.py get_num_active_loras_for_dispatch (0.24+;
+    # before, dispatch counts the batch's adapters).
+    runner_lora_count: bool = True
 
     @property
     def ruleset(self) -> str:
@@ -219,6 +238,10 @@ class Capabilities:
             raise VllmEnvironmentError(f"vLLM {self.version}: the model runner's request order is "
                                        f"{self.request_order}; served scenarios cannot order a step's batch")
         return order(tokens, drafts, decode_query_len)
+
+    @property
+    def bd_has_lora(self) -> bool:
+        return "has_lora" in self.bd_fields
 
     @property
     def lora(self) -> bool:
@@ -360,6 +383,7 @@ def probe() -> Capabilities:
         av = importlib.import_module("vllm.v1.worker.gpu.spec_decode.adaptive_verification")
         adaptive_resolution = hasattr(av, "resolve_adaptive_cudagraph_mode")
     draft_module, draft_classes, draft_capture = _draft_managers()
+    elastic = _optional_attr(ELASTIC, "ElasticEPScalingExecutor")
     pool_api = ("capture_pool" if hasattr(cu, "capture_pool") else
                 "set_graph_pool_id" if "set_graph_pool_id" in _source(cu.CudaGraphManager.capture) else
                 "torch.cuda.graph(pool)")
@@ -376,13 +400,34 @@ def probe() -> Capabilities:
         uniform_prefill_dispatch=hasattr(cu, "get_uniform_token_count"),
         adaptive_verification=av_spec is not None and "varlen_decode" in ctor,
         adaptive_resolution=adaptive_resolution,
-        draft_module=draft_module, draft_classes=draft_classes, draft_capture_params=draft_capture,
+        draft_module=draft_module, draft_classes=draft_classes,
+        draft_prefill_capture_params=draft_capture[0], draft_decode_capture_params=draft_capture[1],
         pool_api=pool_api,
         request_order=_request_order(),
         uniform_decode_flag=_uniform_decode_flag(),
         output_req_index="req_id_to_index" in _params(importlib.import_module("vllm.v1.outputs").ModelRunnerOutput),
         hasher_lookahead=len(_params(importlib.import_module("vllm.v1.core.kv_cache_utils").get_request_block_hasher)) > 2,
+        bd_fields=_fields(importlib.import_module("vllm.forward_context").BatchDescriptor),
+        input_batch_max_query_len="max_query_len" in _fields(importlib.import_module(INPUT_BATCH).InputBatch),
+        elastic_release=hasattr(elastic, "_release_cuda_graphs"),
+        elastic_fresh_pool=hasattr(elastic, "_switch_to_fresh_graph_pool"),
+        runner_lora_count=_optional_attr(LORA_UTILS, "get_num_active_loras_for_dispatch") is not None,
     )
+
+
+def _fields(cls: type) -> tuple[str, ...]:
+    """A config or value class's fields (a dataclass's, else its constructor's parameters)."""
+    if dataclasses.is_dataclass(cls):
+        return tuple(f.name for f in dataclasses.fields(cls))
+    return _params(cls)
+
+
+def _optional_attr(module: str, name: str) -> Any:
+    """``module.name``, or None where the module does not import or lacks it."""
+    try:
+        return getattr(importlib.import_module(module), name, None)
+    except Exception:  # noqa: BLE001 - an optional module: the capability is absent
+        return None
 
 
 def _source(fn: Any) -> str:
@@ -392,9 +437,9 @@ def _source(fn: Any) -> str:
         return ""
 
 
-def _draft_managers() -> tuple[str | None, tuple[str, str] | None, tuple[str, ...]]:
+def _draft_managers() -> tuple[str | None, tuple[str, str] | None, tuple[tuple[str, ...], tuple[str, ...]]]:
     """The draft model's manager classes: the first draft module that imports
-    and has one of the known class pairs."""
+    and has one of the known class pairs, with each class's capture keywords."""
     for name in _DRAFT_MODULES:
         if importlib.util.find_spec(name.rsplit(".", 1)[0]) is None:
             continue
@@ -404,8 +449,8 @@ def _draft_managers() -> tuple[str | None, tuple[str, str] | None, tuple[str, ..
             continue
         for pre, dec in _DRAFT_CLASSES:
             if hasattr(mod, pre) and hasattr(mod, dec):
-                return name, (pre, dec), _params(getattr(mod, pre).capture)
-    return None, None, ()
+                return name, (pre, dec), (_params(getattr(mod, pre).capture), _params(getattr(mod, dec).capture))
+    return None, None, ((), ())
 
 
 def installed_version() -> str | None:
@@ -890,6 +935,20 @@ def vllm_process_patches(backend: Any, breakable: bool = False, world: bool = Fa
                 _set_attr(stack, bcg, "weak_ref_tensors", _identity)
                 _set_attr(stack, bcg, "_weak_ref_capture_arg", _identity)
         yield
+
+
+def forget_failed_breakable_capture() -> None:
+    """vLLM's BreakableCUDAGraphCapture (0.22+) marks itself active (thread-local)
+    before it begins its first segment and never unmarks if that raises; in
+    an engine the failure ends the process, here the next scenario in it would
+    fail with "Nested BreakableCUDAGraphCapture is not supported" for no fault
+    of its own.  Only after a failure: a capture vLLM left marked after
+    succeeding would be vLLM's bug, and must show."""
+    mod = sys.modules.get("vllm.compilation.breakable_cudagraph")  # not imported: nothing was captured
+    capture_cls = getattr(mod, "BreakableCUDAGraphCapture", None)
+    tls = getattr(capture_cls, "_tls", None)
+    if tls is not None and getattr(tls, "active", None) is not None:
+        tls.active = None
 
 
 # Unique within the process, in random_uuid's form (16 hex digits).
