@@ -217,9 +217,24 @@ class Capabilities:
     # _switch_to_fresh_graph_pool (0.34+) gives the next capture a new pool.
     elastic_release: bool = True
     elastic_fresh_pool: bool = False
-    # v1/worker/gpu/lora_utils.py get_num_active_loras_for_dispatch (0.24+;
-    # before, dispatch counts the batch's adapters).
+    # v1/worker/gpu/lora_utils.py get_lora_capture_cases and
+    # get_num_active_loras_for_dispatch (0.24+; before, the runner's cases
+    # are the launch's and dispatch counts the batch's adapters).
+    runner_lora_cases: bool = True
     runner_lora_count: bool = True
+    # CompilationConfig.prefill_cudagraph_capture_token_sizes and
+    # decode_cudagraph_capture_request_sizes (0.34+: split capture sizes).
+    split_capture_sizes: bool = False
+    # SpeculativeConfig.num_speculative_tokens_per_batch_size (0.24+) and
+    # enable_adaptive_verification (0.28+).
+    spec_schedule_config: bool = True
+    spec_adaptive_config: bool = True
+    # VllmConfig.use_v2_model_runner: a config picks the V1 or the V2 runner (0.22-0.33).
+    v2_runner_route: bool = True
+    # v1/worker/gpu_model_runner.py, the V1 runner (0.20-0.33; 0.34 removed it).
+    v1_runner: bool = True
+    # config/vllm.py imports HAS_TRITON for its runner routing (0.22-0.33).
+    config_has_triton: bool = True
 
     @property
     def ruleset(self) -> str:
@@ -384,6 +399,9 @@ def probe() -> Capabilities:
         adaptive_resolution = hasattr(av, "resolve_adaptive_cudagraph_mode")
     draft_module, draft_classes, draft_capture = _draft_managers()
     elastic = _optional_attr(ELASTIC, "ElasticEPScalingExecutor")
+    cc_fields = _fields(CompilationConfig)
+    spec_fields = _fields(importlib.import_module("vllm.config.speculative").SpeculativeConfig)
+    vllm_config_cls = importlib.import_module("vllm.config.vllm").VllmConfig
     pool_api = ("capture_pool" if hasattr(cu, "capture_pool") else
                 "set_graph_pool_id" if "set_graph_pool_id" in _source(cu.CudaGraphManager.capture) else
                 "torch.cuda.graph(pool)")
@@ -411,7 +429,15 @@ def probe() -> Capabilities:
         input_batch_max_query_len="max_query_len" in _fields(importlib.import_module(INPUT_BATCH).InputBatch),
         elastic_release=hasattr(elastic, "_release_cuda_graphs"),
         elastic_fresh_pool=hasattr(elastic, "_switch_to_fresh_graph_pool"),
+        runner_lora_cases=_optional_attr(LORA_UTILS, "get_lora_capture_cases") is not None,
         runner_lora_count=_optional_attr(LORA_UTILS, "get_num_active_loras_for_dispatch") is not None,
+        split_capture_sizes=all(f in cc_fields for f in ("prefill_cudagraph_capture_token_sizes",
+                                                          "decode_cudagraph_capture_request_sizes")),
+        spec_schedule_config="num_speculative_tokens_per_batch_size" in spec_fields,
+        spec_adaptive_config="enable_adaptive_verification" in spec_fields,
+        v2_runner_route=hasattr(vllm_config_cls, "use_v2_model_runner"),
+        v1_runner=importlib.util.find_spec("vllm.v1.worker.gpu_model_runner") is not None,
+        config_has_triton=hasattr(importlib.import_module("vllm.config.vllm"), "HAS_TRITON"),
     )
 
 
@@ -696,7 +722,7 @@ PATCHES: tuple[Patch, ...] = (
     ),
     Patch(
         "device-has-triton",
-        "vLLM 0.24-0.33 route a config to the V1 model runner where HAS_TRITON is False "
+        "vLLM 0.22-0.33 route a config to the V1 model runner where HAS_TRITON is False "
         "(config/vllm.py use_v2_model_runner); the GPU cgsim's platform presents has Triton, a CPU "
         "host without triton-cpu does not. True while vLLM builds a config (engine.engine_config); "
         "no Triton kernel runs on the capture path.",
