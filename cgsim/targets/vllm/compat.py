@@ -229,6 +229,10 @@ class Capabilities:
     # enable_adaptive_verification (0.28+).
     spec_schedule_config: bool = True
     spec_adaptive_config: bool = True
+    # SchedulerOutput.num_spec_tokens_to_schedule (0.24+: dynamic speculative decoding).
+    spec_tokens_to_schedule: bool = True
+    # VllmConfig.max_concurrent_batches (0.23+).
+    concurrent_batches: bool = True
     # VllmConfig.use_v2_model_runner: a config picks the V1 or the V2 runner (0.22-0.33).
     v2_runner_route: bool = True
     # v1/worker/gpu_model_runner.py, the V1 runner (0.20-0.33; 0.34 removed it).
@@ -435,6 +439,9 @@ def probe() -> Capabilities:
                                                           "decode_cudagraph_capture_request_sizes")),
         spec_schedule_config="num_speculative_tokens_per_batch_size" in spec_fields,
         spec_adaptive_config="enable_adaptive_verification" in spec_fields,
+        spec_tokens_to_schedule="num_spec_tokens_to_schedule" in _fields(
+            importlib.import_module("vllm.v1.core.sched.output").SchedulerOutput),
+        concurrent_batches=hasattr(vllm_config_cls, "max_concurrent_batches"),
         v2_runner_route=hasattr(vllm_config_cls, "use_v2_model_runner"),
         v1_runner=importlib.util.find_spec("vllm.v1.worker.gpu_model_runner") is not None,
         config_has_triton=hasattr(importlib.import_module("vllm.config.vllm"), "HAS_TRITON"),
