@@ -2,12 +2,15 @@
 and what one CPU process must patch to build their CUDA-graph managers.
 
 Capabilities are read off the imported modules (``probe``): constructor,
-capture and dispatch signatures, the descriptor's fields, release_graphs,
+capture and dispatch signatures, the descriptors' fields, release_graphs,
 the breakable runner, the create_forward_fn protocol, the draft managers'
-module and classes, adaptive verification.  A tree no table knows runs as
-long as those are there; one that lacks what the adapter needs is refused
-with one line naming the missing capability (``VllmEnvironmentError``,
-exit 2).
+module, classes and capture signatures, adaptive verification, elastic EP's
+release, and the config, scheduler and runner fields the front door reads.
+They are the only place the tree's shape is probed: the handle, the front
+door and the scheduling code read Capabilities.  A tree no table knows runs
+as long as those are there; one that lacks what the adapter needs is
+refused with one line naming the missing capability
+(``VllmEnvironmentError``, exit 2).
 
 ``DESIGNS`` keeps only what introspection cannot see: which design (cgsim
 ruleset, SPEC §3) a release follows, each row naming the release and the
