@@ -2,12 +2,15 @@
 and what one CPU process must patch to build their CUDA-graph managers.
 
 Capabilities are read off the imported modules (``probe``): constructor,
-capture and dispatch signatures, the descriptor's fields, release_graphs,
+capture and dispatch signatures, the descriptors' fields, release_graphs,
 the breakable runner, the create_forward_fn protocol, the draft managers'
-module and classes, adaptive verification.  A tree no table knows runs as
-long as those are there; one that lacks what the adapter needs is refused
-with one line naming the missing capability (``VllmEnvironmentError``,
-exit 2).
+module, classes and capture signatures, adaptive verification, elastic EP's
+release, and the config, scheduler and runner fields the front door reads.
+They are the only place the tree's shape is probed: the handle, the front
+door and the scheduling code read Capabilities.  A tree no table knows runs
+as long as those are there; one that lacks what the adapter needs is
+refused with one line naming the missing capability
+(``VllmEnvironmentError``, exit 2).
 
 ``DESIGNS`` keeps only what introspection cannot see: which design (cgsim
 ruleset, SPEC §3) a release follows, each row naming the release and the
@@ -61,6 +64,7 @@ __all__ = [
     "SessionPatch",
     "SESSION_PATCHES",
     "vllm_process_patches",
+    "forget_failed_breakable_capture",
     "worker_config",
     "one_rank_view",
     "builds_ubatch_runner",
@@ -69,6 +73,8 @@ __all__ = [
 BREAKABLE_ENV = "VLLM_USE_BREAKABLE_CUDAGRAPH"
 CU = "vllm.v1.worker.gpu.cudagraph_utils"
 INPUT_BATCH = "vllm.v1.worker.gpu.input_batch"
+LORA_UTILS = "vllm.v1.worker.gpu.lora_utils"
+ELASTIC = "vllm.distributed.elastic_ep.elastic_execute"
 
 
 class VllmEnvironmentError(TargetEnvironmentError):
@@ -184,7 +190,11 @@ class Capabilities:
     adaptive_resolution: bool
     draft_module: str | None
     draft_classes: tuple[str, str] | None  # (prefill manager, decode manager)
-    draft_capture_params: tuple[str, ...]
+    # Each draft class's capture keywords: 0.21-0.25's prefill manager takes the
+    # target's attention states (full_cg_attn_states / attn_states), its decode
+    # manager the model state and buffers; 0.33+ add specialize_spec_tokens.
+    draft_prefill_capture_params: tuple[str, ...]
+    draft_decode_capture_params: tuple[str, ...]
     # How capture routes the graph pool (report only).
     pool_api: str
     # How the V2 runner orders a step's requests before it builds the batch
@@ -201,6 +211,37 @@ class Capabilities:
     output_req_index: bool = False
     # kv_cache_utils.get_request_block_hasher takes the hash lookahead (a third argument).
     hasher_lookahead: bool = False
+    # forward_context.BatchDescriptor fields (0.34 drops has_lora).
+    bd_fields: tuple[str, ...] = ("num_tokens", "num_reqs", "uniform", "has_lora", "num_active_loras")
+    # The runner's InputBatch carries max_query_len (0.28+).
+    input_batch_max_query_len: bool = True
+    # elastic_execute.ElasticEPScalingExecutor._release_cuda_graphs, the only
+    # caller of a release (every release 0.20-0.34 has it); its
+    # _switch_to_fresh_graph_pool (0.34+) gives the next capture a new pool.
+    elastic_release: bool = True
+    elastic_fresh_pool: bool = False
+    # v1/worker/gpu/lora_utils.py get_lora_capture_cases and
+    # get_num_active_loras_for_dispatch (0.24+; before, the runner's cases
+    # are the launch's and dispatch counts the batch's adapters).
+    runner_lora_cases: bool = True
+    runner_lora_count: bool = True
+    # CompilationConfig.prefill_cudagraph_capture_token_sizes and
+    # decode_cudagraph_capture_request_sizes (0.34+: split capture sizes).
+    split_capture_sizes: bool = False
+    # SpeculativeConfig.num_speculative_tokens_per_batch_size (0.24+) and
+    # enable_adaptive_verification (0.28+).
+    spec_schedule_config: bool = True
+    spec_adaptive_config: bool = True
+    # SchedulerOutput.num_spec_tokens_to_schedule (0.24+: dynamic speculative decoding).
+    spec_tokens_to_schedule: bool = True
+    # VllmConfig.max_concurrent_batches (0.23+).
+    concurrent_batches: bool = True
+    # VllmConfig.use_v2_model_runner: a config picks the V1 or the V2 runner (0.22-0.33).
+    v2_runner_route: bool = True
+    # v1/worker/gpu_model_runner.py, the V1 runner (0.20-0.33; 0.34 removed it).
+    v1_runner: bool = True
+    # config/vllm.py imports HAS_TRITON for its runner routing (0.22-0.33).
+    config_has_triton: bool = True
 
     @property
     def ruleset(self) -> str:
@@ -219,6 +260,10 @@ class Capabilities:
             raise VllmEnvironmentError(f"vLLM {self.version}: the model runner's request order is "
                                        f"{self.request_order}; served scenarios cannot order a step's batch")
         return order(tokens, drafts, decode_query_len)
+
+    @property
+    def bd_has_lora(self) -> bool:
+        return "has_lora" in self.bd_fields
 
     @property
     def lora(self) -> bool:
@@ -360,6 +405,10 @@ def probe() -> Capabilities:
         av = importlib.import_module("vllm.v1.worker.gpu.spec_decode.adaptive_verification")
         adaptive_resolution = hasattr(av, "resolve_adaptive_cudagraph_mode")
     draft_module, draft_classes, draft_capture = _draft_managers()
+    elastic = _optional_attr(ELASTIC, "ElasticEPScalingExecutor")
+    cc_fields = _fields(CompilationConfig)
+    spec_fields = _fields(importlib.import_module("vllm.config.speculative").SpeculativeConfig)
+    vllm_config_cls = importlib.import_module("vllm.config.vllm").VllmConfig
     pool_api = ("capture_pool" if hasattr(cu, "capture_pool") else
                 "set_graph_pool_id" if "set_graph_pool_id" in _source(cu.CudaGraphManager.capture) else
                 "torch.cuda.graph(pool)")
@@ -376,13 +425,45 @@ def probe() -> Capabilities:
         uniform_prefill_dispatch=hasattr(cu, "get_uniform_token_count"),
         adaptive_verification=av_spec is not None and "varlen_decode" in ctor,
         adaptive_resolution=adaptive_resolution,
-        draft_module=draft_module, draft_classes=draft_classes, draft_capture_params=draft_capture,
+        draft_module=draft_module, draft_classes=draft_classes,
+        draft_prefill_capture_params=draft_capture[0], draft_decode_capture_params=draft_capture[1],
         pool_api=pool_api,
         request_order=_request_order(),
         uniform_decode_flag=_uniform_decode_flag(),
         output_req_index="req_id_to_index" in _params(importlib.import_module("vllm.v1.outputs").ModelRunnerOutput),
         hasher_lookahead=len(_params(importlib.import_module("vllm.v1.core.kv_cache_utils").get_request_block_hasher)) > 2,
+        bd_fields=_fields(importlib.import_module("vllm.forward_context").BatchDescriptor),
+        input_batch_max_query_len="max_query_len" in _fields(importlib.import_module(INPUT_BATCH).InputBatch),
+        elastic_release=hasattr(elastic, "_release_cuda_graphs"),
+        elastic_fresh_pool=hasattr(elastic, "_switch_to_fresh_graph_pool"),
+        runner_lora_cases=_optional_attr(LORA_UTILS, "get_lora_capture_cases") is not None,
+        runner_lora_count=_optional_attr(LORA_UTILS, "get_num_active_loras_for_dispatch") is not None,
+        split_capture_sizes=all(f in cc_fields for f in ("prefill_cudagraph_capture_token_sizes",
+                                                          "decode_cudagraph_capture_request_sizes")),
+        spec_schedule_config="num_speculative_tokens_per_batch_size" in spec_fields,
+        spec_adaptive_config="enable_adaptive_verification" in spec_fields,
+        spec_tokens_to_schedule="num_spec_tokens_to_schedule" in _fields(
+            importlib.import_module("vllm.v1.core.sched.output").SchedulerOutput),
+        concurrent_batches=hasattr(vllm_config_cls, "max_concurrent_batches"),
+        v2_runner_route=hasattr(vllm_config_cls, "use_v2_model_runner"),
+        v1_runner=importlib.util.find_spec("vllm.v1.worker.gpu_model_runner") is not None,
+        config_has_triton=hasattr(importlib.import_module("vllm.config.vllm"), "HAS_TRITON"),
     )
+
+
+def _fields(cls: type) -> tuple[str, ...]:
+    """A config or value class's fields (a dataclass's, else its constructor's parameters)."""
+    if dataclasses.is_dataclass(cls):
+        return tuple(f.name for f in dataclasses.fields(cls))
+    return _params(cls)
+
+
+def _optional_attr(module: str, name: str) -> Any:
+    """``module.name``, or None where the module does not import or lacks it."""
+    try:
+        return getattr(importlib.import_module(module), name, None)
+    except Exception:  # noqa: BLE001 - an optional module: the capability is absent
+        return None
 
 
 def _source(fn: Any) -> str:
@@ -392,9 +473,9 @@ def _source(fn: Any) -> str:
         return ""
 
 
-def _draft_managers() -> tuple[str | None, tuple[str, str] | None, tuple[str, ...]]:
+def _draft_managers() -> tuple[str | None, tuple[str, str] | None, tuple[tuple[str, ...], tuple[str, ...]]]:
     """The draft model's manager classes: the first draft module that imports
-    and has one of the known class pairs."""
+    and has one of the known class pairs, with each class's capture keywords."""
     for name in _DRAFT_MODULES:
         if importlib.util.find_spec(name.rsplit(".", 1)[0]) is None:
             continue
@@ -404,8 +485,8 @@ def _draft_managers() -> tuple[str | None, tuple[str, str] | None, tuple[str, ..
             continue
         for pre, dec in _DRAFT_CLASSES:
             if hasattr(mod, pre) and hasattr(mod, dec):
-                return name, (pre, dec), _params(getattr(mod, pre).capture)
-    return None, None, ()
+                return name, (pre, dec), (_params(getattr(mod, pre).capture), _params(getattr(mod, dec).capture))
+    return None, None, ((), ())
 
 
 def installed_version() -> str | None:
@@ -651,7 +732,7 @@ PATCHES: tuple[Patch, ...] = (
     ),
     Patch(
         "device-has-triton",
-        "vLLM 0.24-0.33 route a config to the V1 model runner where HAS_TRITON is False "
+        "vLLM 0.22-0.33 route a config to the V1 model runner where HAS_TRITON is False "
         "(config/vllm.py use_v2_model_runner); the GPU cgsim's platform presents has Triton, a CPU "
         "host without triton-cpu does not. True while vLLM builds a config (engine.engine_config); "
         "no Triton kernel runs on the capture path.",
@@ -890,6 +971,20 @@ def vllm_process_patches(backend: Any, breakable: bool = False, world: bool = Fa
                 _set_attr(stack, bcg, "weak_ref_tensors", _identity)
                 _set_attr(stack, bcg, "_weak_ref_capture_arg", _identity)
         yield
+
+
+def forget_failed_breakable_capture() -> None:
+    """vLLM's BreakableCUDAGraphCapture (0.22+) marks itself active (thread-local)
+    before it begins its first segment and never unmarks if that raises; in
+    an engine the failure ends the process, here the next scenario in it would
+    fail with "Nested BreakableCUDAGraphCapture is not supported" for no fault
+    of its own.  Only after a failure: a capture vLLM left marked after
+    succeeding would be vLLM's bug, and must show."""
+    mod = sys.modules.get("vllm.compilation.breakable_cudagraph")  # not imported: nothing was captured
+    capture_cls = getattr(mod, "BreakableCUDAGraphCapture", None)
+    tls = getattr(capture_cls, "_tls", None)
+    if tls is not None and getattr(tls, "active", None) is not None:
+        tls.active = None
 
 
 # Unique within the process, in random_uuid's form (16 hex digits).

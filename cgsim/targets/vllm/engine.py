@@ -29,7 +29,7 @@ from typing import Any, Iterator
 from cgsim.config import ManagerConfig
 from cgsim.modes import AttentionSupport, CUDAGraphMode
 from cgsim.targets.base import TargetUnsupported
-from cgsim.targets.vllm.compat import builds_ubatch_runner, worker_config
+from cgsim.targets.vllm.compat import LORA_UTILS, builds_ubatch_runner, require_vllm, worker_config
 from cgsim.text import first_line
 
 __all__ = ["EngineLaunch", "EngineRefused", "launch_for", "engine_config", "manager_config", "reach", "check_reached",
@@ -198,21 +198,11 @@ def launch_for(config: ManagerConfig, release: bool = False) -> EngineLaunch:
 
 def v2_runner_env() -> dict[str, str]:
     """The environment a launch sets for the V2 model runner (whose managers
-    cgsim drives): nothing where the tree has no other runner."""
-    return {V2_RUNNER_ENV: "1"} if _has_v1_runner() else {}
-
-
-@functools.lru_cache(maxsize=1)
-def _has_v1_runner() -> bool:
-    """Trees with the V1 GPU model runner pick a runner per config; the V2
-    one (whose manager cgsim drives) is asked for with VLLM_USE_V2_MODEL_RUNNER=1.
-    0.34 removed V1 (and warns that the variable is redundant)."""
-    import importlib.util  # noqa: PLC0415
-
-    try:
-        return importlib.util.find_spec("vllm.v1.worker.gpu_model_runner") is not None
-    except (ImportError, ValueError):
-        return True
+    cgsim drives): nothing where the tree has no other runner.  Trees with
+    the V1 GPU model runner pick a runner per config, and the V2 one is asked
+    for with VLLM_USE_V2_MODEL_RUNNER=1; 0.34 removed V1 (and warns that the
+    variable is redundant)."""
+    return {V2_RUNNER_ENV: "1"} if require_vllm().v1_runner else {}
 
 
 # --------------------------------------------------------------------------
@@ -228,9 +218,7 @@ def register_toy_models() -> None:
 
     registry = importlib.import_module("vllm.model_executor.models.registry").ModelRegistry
     interfaces = importlib.import_module("vllm.model_executor.models.interfaces")
-    bases: tuple[type, ...] = (torch.nn.Module,)
-    if hasattr(interfaces, "SupportsLoRA"):
-        bases += (interfaces.SupportsLoRA,)
+    bases = (torch.nn.Module, interfaces.SupportsLoRA)
 
     def refuse(*_args: Any, **_kwargs: Any) -> Any:
         raise RuntimeError("cgsim's toy architectures are never loaded: the target runs its own toy model")
@@ -278,10 +266,10 @@ def _launch_environment(launch: EngineLaunch) -> Iterator[None]:
 @contextlib.contextmanager
 def _device_has_triton() -> Iterator[None]:
     """The device cgsim presents has Triton (every CUDA GPU vLLM supports
-    does): vLLM's V2-runner routing reads HAS_TRITON (config/vllm.py 0.24-0.33),
+    does): vLLM's V2-runner routing reads HAS_TRITON (config/vllm.py 0.22-0.33),
     which on a CPU host without triton-cpu is False."""
     mod = importlib.import_module("vllm.config.vllm")
-    if getattr(mod, "HAS_TRITON", True):
+    if not require_vllm().config_has_triton or mod.HAS_TRITON:
         yield
         return
     mod.HAS_TRITON = True
@@ -297,8 +285,6 @@ _REFUSALS = (ValueError, AssertionError, NotImplementedError, TypeError)
 @functools.lru_cache(maxsize=512)
 def engine_config(launch: EngineLaunch) -> Any:
     """The VllmConfig vLLM builds from ``launch`` (EngineRefused: refused)."""
-    from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
-
     require_vllm()
     register_toy_models()
     arg_utils = importlib.import_module("vllm.engine.arg_utils")
@@ -339,25 +325,25 @@ def manager_config(vc: Any, requested: ManagerConfig) -> ManagerConfig:
     how piecewise graphs are made, read off vLLM's config.  What the config
     path does not decide (the attention backend's support level) is
     ``requested``'s."""
+    caps = require_vllm()
     cc, pc, sc = vc.compilation_config, vc.parallel_config, vc.speculative_config
     mode = CUDAGraphMode.parse(cc.cudagraph_mode.name)
     changes: dict[str, Any] = {"mode": mode, "max_num_reqs": int(vc.scheduler_config.max_num_seqs)}
-    if mode != CUDAGraphMode.NONE and (cc.cudagraph_capture_sizes or getattr(cc, "prefill_cudagraph_capture_token_sizes",
-                                                                                None)):
+    if mode != CUDAGraphMode.NONE and (cc.cudagraph_capture_sizes or _prefill_token_sizes(cc) is not None):
         changes["capture_sizes"], changes["max_capture_size"] = token_sizes(cc, requested.capture_sizes)
-        if hasattr(cc, "decode_cudagraph_capture_request_sizes"):  # 0.34+: decode graphs by request count
+        if caps.split_capture_sizes:  # 0.34+: decode graphs by request count
             changes["decode_sizes"] = tuple(sorted(cc.decode_cudagraph_capture_request_sizes or ()))
     k = int(sc.num_speculative_tokens) if sc is not None else 0
     changes["decode_query_len"] = 1 + k
-    schedule = getattr(sc, "num_speculative_tokens_per_batch_size", None) if sc is not None else None
+    schedule = sc.num_speculative_tokens_per_batch_size if sc is not None and caps.spec_schedule_config else None
     changes["spec_schedule"] = tuple(tuple(int(x) for x in e) for e in schedule) if schedule else None
-    changes["varlen_decode"] = bool(sc is not None and getattr(sc, "enable_adaptive_verification", False))
+    changes["varlen_decode"] = bool(sc is not None and caps.spec_adaptive_config and sc.enable_adaptive_verification)
     changes["lora_cases"] = _lora_cases(vc, requested)
-    use_ubatching = bool(getattr(pc, "use_ubatching", False) or getattr(pc, "enable_dbo", False))
+    use_ubatching = bool(pc.use_ubatching or pc.enable_dbo)
     runner_builds = builds_ubatch_runner(worker_config(vc))
     if runner_builds is not None:  # the runner's own decision, on the config its engine core hands it
         use_ubatching = runner_builds
-    changes["num_ubatches"] = int(getattr(pc, "num_ubatches", 2)) if use_ubatching else 1
+    changes["num_ubatches"] = int(pc.num_ubatches) if use_ubatching else 1
     if use_ubatching:
         changes["ubatch_threshold"] = int(pc.dbo_decode_token_threshold)
     changes["attention_split"] = bool(cc.splitting_ops_contain_attention())
@@ -372,7 +358,7 @@ def token_sizes(cc: Any, fallback: tuple[int, ...]) -> tuple[tuple[int, ...], in
     prefill_cudagraph_capture_token_sizes and records the largest of every
     graph's tokens, which for FULL_DECODE_ONLY (no prefill graphs) may lie
     below the prefill sizes: those are then cut to it (they size nothing)."""
-    split = getattr(cc, "prefill_cudagraph_capture_token_sizes", None)
+    split = _prefill_token_sizes(cc)
     sizes = tuple(sorted((split if split is not None else cc.cudagraph_capture_sizes) or fallback))
     top = int(cc.max_cudagraph_capture_size or max(sizes))
     if max(sizes) > top:
@@ -380,14 +366,18 @@ def token_sizes(cc: Any, fallback: tuple[int, ...]) -> tuple[tuple[int, ...], in
     return sizes, top
 
 
+def _prefill_token_sizes(cc: Any) -> Any:
+    """The token sizes of 0.34+'s prefill graphs (None: not split, or not set)."""
+    return cc.prefill_cudagraph_capture_token_sizes if require_vllm().split_capture_sizes else None
+
+
 def _lora_cases(vc: Any, requested: ManagerConfig) -> tuple[int, ...]:
     if vc.lora_config is None:
         return (0,)
-    try:
-        fn = importlib.import_module("vllm.v1.worker.gpu.lora_utils").get_lora_capture_cases
-    except (ImportError, AttributeError):
+    if not require_vllm().runner_lora_cases:
         # Trees before get_lora_capture_cases: the runner's list as the launch asked for it.
         return requested.lora_cases
+    fn = importlib.import_module(LORA_UTILS).get_lora_capture_cases
     return tuple(sorted(set(fn(vc.lora_config, vc.compilation_config))))
 
 
@@ -440,7 +430,6 @@ def check_launch(launch: EngineLaunch, config: ManagerConfig) -> Any:
 
 def _built_as_asked(vc: Any, reached: ManagerConfig, config: ManagerConfig) -> Any:
     from cgsim.spec.rulesets import RulesetRejects, get_ruleset  # noqa: PLC0415
-    from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
 
     design = get_ruleset(require_vllm().ruleset)
     try:
@@ -457,7 +446,7 @@ def _built_as_asked(vc: Any, reached: ManagerConfig, config: ManagerConfig) -> A
 
 def _why_no_ubatches(vc: Any, expected: ManagerConfig, built: ManagerConfig) -> str:
     """vLLM's reason where the launch asks for micro-batching its runner does not build."""
-    if expected.num_ubatches == 1 or built.num_ubatches != 1 or not getattr(vc.parallel_config, "use_ubatching", False):
+    if expected.num_ubatches == 1 or built.num_ubatches != 1 or not vc.parallel_config.use_ubatching:
         return ""
     return ("; the model runner builds no micro-batch runner for it (v1/worker/gpu/ubatch_utils.py "
             "maybe_build_ubatch_runner: micro-batching needs the data-parallel handshake, so more than one "
@@ -483,7 +472,7 @@ def default_capture_sizes(max_num_seqs: int, decode_query_len: int, spec_schedul
     args["max_num_batched_tokens"] = 8192
     vc = engine_config(EngineLaunch.of(launch.model, args, dict(launch.env)))
     cc = vc.compilation_config
-    split = getattr(cc, "prefill_cudagraph_capture_token_sizes", None)
+    split = _prefill_token_sizes(cc)
     return tuple(sorted(split if split is not None else cc.cudagraph_capture_sizes))
 
 
@@ -504,14 +493,13 @@ def runs_v2_runner(launch: EngineLaunch) -> bool:
     """Whether vLLM runs ``launch`` on the V2 model runner (whose manager
     cgsim drives): its own routing (VllmConfig.use_v2_model_runner) under the
     launch's environment; trees without the V1 runner have no other, and
-    trees without the routing (before 0.23) run V2 only when the variable says so."""
+    trees without the routing (before 0.22) run V2 only when the variable says so."""
     vc = engine_config(launch)
-    route = getattr(type(vc), "use_v2_model_runner", None)
-    if route is None:
-        return not _has_v1_runner() or dict(launch.env).get(V2_RUNNER_ENV) == "1"
+    caps = require_vllm()
+    if not caps.v2_runner_route:
+        return not caps.v1_runner or dict(launch.env).get(V2_RUNNER_ENV) == "1"
     with _launch_environment(launch), _device_has_triton():
-        value = vc.use_v2_model_runner
-        return bool(value() if callable(value) else value)
+        return bool(vc.use_v2_model_runner)
 
 
 @contextlib.contextmanager

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import importlib
-import importlib.util
-import inspect
+import operator
 import os
-import sys
 import types
 from typing import Any, Callable, Iterator, Sequence
 
@@ -47,9 +46,13 @@ from cgsim.targets.base import CandidateSnapshot, Execution, TargetUnsupported
 from cgsim.targets.vllm.coverage import measuring
 from cgsim.targets.vllm.engine import check_reached, token_sizes
 from cgsim.targets.vllm.compat import (
+    ELASTIC,
+    INPUT_BATCH,
+    LORA_UTILS,
     Capabilities,
     VllmEnvironmentError,
     VllmUnsupportedConfig,
+    forget_failed_breakable_capture,
     one_rank_view,
     unsupported_reason,
     vllm_process_patches,
@@ -97,9 +100,8 @@ _DESCS: dict[tuple, BatchDescriptor] = {}
 _DESCS_BOUND = 200_000
 
 
-def from_vllm_desc(d: Any) -> BatchDescriptor:
-    key = (from_vllm_mode(d.cg_mode), d.num_tokens, d.num_reqs, d.uniform_token_count,
-           getattr(d, "max_query_len", None), getattr(d, "num_active_loras", 0), getattr(d, "num_ubatches", 1))
+def from_vllm_desc(d: Any, caps: Capabilities) -> BatchDescriptor:
+    key = (from_vllm_mode(d.cg_mode), *_desc_values(caps.desc_fields)(d))
     ours = _DESCS.get(key)
     if ours is None:
         if len(_DESCS) > _DESCS_BOUND:
@@ -108,10 +110,28 @@ def from_vllm_desc(d: Any) -> BatchDescriptor:
     return ours
 
 
+# Our descriptor's fields after cg_mode, in order, with their defaults.
+_OUR_FIELDS = tuple(f for f in dataclasses.fields(BatchDescriptor) if f.name != "cg_mode")
+
+
+@functools.lru_cache(maxsize=8)
+def _desc_values(desc_fields: tuple[str, ...]) -> Callable[[Any], tuple]:
+    """Our descriptor's fields after cg_mode read off one of vLLM's, for a
+    tree whose descriptor has ``desc_fields``: one it lacks is our default."""
+    if all(f.name in desc_fields for f in _OUR_FIELDS):
+        return operator.attrgetter(*(f.name for f in _OUR_FIELDS))
+    getters = [operator.attrgetter(f.name) if f.name in desc_fields else (lambda _d, v=f.default: v)
+               for f in _OUR_FIELDS]
+    return lambda d: tuple([get(d) for get in getters])
+
+
 def to_vllm_desc(d: BatchDescriptor, caps: Capabilities) -> Any:
     cu = importlib.import_module("vllm.v1.worker.gpu.cudagraph_utils")
-    kw = {f: getattr(d, f) for f in caps.desc_fields if f != "cg_mode" and hasattr(d, f)}
+    kw = {f: getattr(d, f) for f in caps.desc_fields if f in _OUR_NAMES}  # a field we lack keeps vLLM's default
     return cu.BatchExecutionDescriptor(cg_mode=to_vllm_mode(d.cg_mode), **kw)
+
+
+_OUR_NAMES = frozenset(f.name for f in _OUR_FIELDS)
 
 
 ROUNDING_REJECTED = "No valid cudagraph sizes after rounding"
@@ -206,27 +226,13 @@ class _ModelState:
                      **_later_releases: Any) -> dict[str, Any]:
         h = self.h
         layout = h.capture_layout
-        num_reqs = int(getattr(input_batch, "num_reqs_after_padding", input_batch.num_reqs))
-        num_tokens = int(getattr(input_batch, "num_tokens_after_padding", input_batch.num_tokens))
+        num_reqs = int(input_batch.num_reqs_after_padding)
+        num_tokens = int(input_batch.num_tokens_after_padding)
         if layout is None or layout.batch.num_tokens != num_tokens:
             layout = h.workload.prepare_dummy_inputs(num_reqs, num_tokens, h.capture_lora_case)
-        mql = getattr(input_batch, "max_query_len", None)
+        mql = input_batch.max_query_len if h.caps.input_batch_max_query_len else None
         md = h.workload.prepare_attn(layout, num_reqs, num_tokens, mql, for_capture=bool(for_capture))
         return {ATTN_LAYER: md}
-
-
-def _forget_failed_breakable_capture() -> None:
-    """vLLM's BreakableCUDAGraphCapture marks itself active (thread-local)
-    before it begins its first segment and never unmarks if that raises; in
-    an engine the failure ends the process, here the next scenario in it would
-    fail with "Nested BreakableCUDAGraphCapture is not supported" for no fault
-    of its own.  Only after a failure: a capture vLLM left marked after
-    succeeding would be vLLM's bug, and must show."""
-    mod = sys.modules.get("vllm.compilation.breakable_cudagraph")  # not imported: nothing was captured
-    capture_cls = getattr(mod, "BreakableCUDAGraphCapture", None)
-    tls = getattr(capture_cls, "_tls", None)
-    if tls is not None and getattr(tls, "active", None) is not None:
-        tls.active = None
 
 
 class _UBatchRunner:
@@ -253,8 +259,8 @@ class _UBatchRunner:
         h = self.h
         num_reqs, num_tokens = int(state.num_reqs), int(state.num_tokens)
         layout = h.workload.prepare_dummy_inputs(num_reqs, num_tokens, h.capture_lora_case)
-        md = h.workload.prepare_attn(layout, num_reqs, num_tokens, getattr(state, "max_query_len", None),
-                                     for_capture=True)
+        mql = state.max_query_len if h.caps.input_batch_max_query_len else None  # state: the InputBatch prepare() got
+        md = h.workload.prepare_attn(layout, num_reqs, num_tokens, mql, for_capture=True)
         fc = importlib.import_module("vllm.forward_context")
         if for_capture:
             # As vLLM's run_ubatch does before a capture: the stream's cuBLAS
@@ -406,7 +412,7 @@ class VllmManagerHandle:
             try:
                 yield
             except BaseException:
-                _forget_failed_breakable_capture()
+                forget_failed_breakable_capture()
                 raise
 
     # -- building ----------------------------------------------------------------
@@ -434,7 +440,7 @@ class VllmManagerHandle:
             if ROUNDING_REJECTED in str(exc):  # 0.21-0.24 round the sizes in the constructor
                 raise VllmUnsupportedConfig(f"vLLM rejects this config: {first_line(exc)}") from None
             raise
-        self.uses_breakable = bool(getattr(self.manager, "use_breakable_cg", False))
+        self.uses_breakable = caps.has_breakable and bool(self.manager.use_breakable_cg)
         self.has_piecewise_runner = self.resolved_mode.has_piecewise() and (self.uses_breakable or cfg.compiled_piecewise)
         self.model = _ToyModule(self)
         self.workload.graph_pool = self.manager.pool
@@ -520,7 +526,7 @@ class VllmManagerHandle:
         bd = ctx.batch_descriptor
         key = None
         if bd is not None and mode != N:
-            key = (bd.num_tokens, bool(getattr(bd, "has_lora", False)), int(getattr(bd, "num_active_loras", 0)))
+            key = _piecewise_key(bd, self.caps)
         num_tokens = bd.num_tokens if bd is not None else (md.num_tokens if md is not None else 0)
         # The LoRA case the kernels run with.  While capturing, the one the
         # capture hook selected (0.33's set_forward_context puts a
@@ -530,7 +536,7 @@ class VllmManagerHandle:
         if self.workload.phase == "capture" or bd is None:
             lora = self.capture_lora_case
         else:
-            lora = int(getattr(bd, "num_active_loras", 0))
+            lora = int(bd.num_active_loras)
         return ForwardContext(md, num_tokens, mode, key, lora)
 
     def model_forward(self) -> torch.Tensor:
@@ -566,7 +572,7 @@ class VllmManagerHandle:
     # -- ManagerUnderTest ----------------------------------------------------------
     @_guarded
     def capture(self) -> None:
-        input_buffers = importlib.import_module("vllm.v1.worker.gpu.input_batch").InputBuffers(
+        input_buffers = importlib.import_module(INPUT_BATCH).InputBuffers(
             self.config.max_num_reqs, self.workload.max_tokens, self.device)
         self._input_buffers = input_buffers
         block_tables = _BlockTables(self.config.max_num_reqs, self.workload.max_tokens, self.device)
@@ -612,7 +618,8 @@ class VllmManagerHandle:
         offered = {"num_reqs": batch.num_reqs, "num_tokens": batch.num_tokens, "uniform_token_count": uniform,
                    "num_active_loras": self._lora_count(batch.num_active_loras), "max_query_len": max_q,
                    "num_ubatches": batch.num_ubatches}
-        d = from_vllm_desc(self.manager.dispatch(**{k: offered[k] for k in self.caps.dispatch_params if k in offered}))
+        d = from_vllm_desc(self.manager.dispatch(**{k: offered[k] for k in self.caps.dispatch_params if k in offered}),
+                           self.caps)
         if empty_second_ubatch(d.num_tokens, batch.num_tokens, batch.num_ubatches):
             # The runner's own rule after the manager's choice (dp_utils,
             # 0.30+): a graph that leaves the second micro-batch empty runs
@@ -644,13 +651,9 @@ class VllmManagerHandle:
     def _lora_count(self) -> Callable[[int], int]:
         """The runner's LoRA count for dispatch: lora_utils.get_num_active_loras_for_dispatch
         (0.24+) over a LoRA state holding the batch's active adapters."""
-        try:
-            lu = importlib.import_module("vllm.v1.worker.gpu.lora_utils")
-            fn = lu.get_num_active_loras_for_dispatch
-        except (ImportError, AttributeError):
+        if not self.caps.runner_lora_count or not self.has_lora:
             return lambda n: n
-        if not self.has_lora:
-            return lambda n: n
+        fn = importlib.import_module(LORA_UTILS).get_num_active_loras_for_dispatch
         lora_config = self.vllm_config.lora_config
         counts: dict[int, int] = {}  # per active count: a sweep asks for every batch
 
@@ -679,10 +682,9 @@ class VllmManagerHandle:
                 out = self._full_output(desc)
                 return Execution(out[: batch.num_tokens].clone(), "full", md.id, desc)
             bd_fields = {"num_tokens": num_tokens, "has_lora": self.has_lora, "num_active_loras": desc.num_active_loras}
-            vbd = fc.BatchDescriptor(**{k: v for k, v in bd_fields.items() if k in _bd_fields(fc.BatchDescriptor)})
-            # Keyed as the capture's forward context keys it (cgsim_context): by
-            # what this tree's BatchDescriptor carries (0.34 has no has_lora).
-            key = (vbd.num_tokens, bool(getattr(vbd, "has_lora", False)), int(getattr(vbd, "num_active_loras", 0)))
+            vbd = fc.BatchDescriptor(**{k: v for k, v in bd_fields.items() if k in self.caps.bd_fields})
+            # Keyed as the capture's forward context keys it (cgsim_context).
+            key = _piecewise_key(vbd, self.caps)
             if desc.cg_mode == P and self.uses_breakable:
                 runner = self.manager.breakable_cg_runner
                 hit = runner is not None and vbd in runner.entries and runner.entries[vbd].capture is not None
@@ -724,7 +726,7 @@ class VllmManagerHandle:
         and their _release_cuda_graphs only knows model-wrapping runners
         (CUDAGraphWrapper / UBatchWrapper), so the MRV2 manager keeps its graphs
         and its breakable runner; only the compiled wrappers are reset."""
-        elastic = _elastic_executor()  # imported before the patches: they reach into its module
+        elastic = _elastic_executor(self.caps)  # imported before the patches: they reach into its module
         with self._patched():
             if elastic is None:
                 if self.caps.has_release_graphs:
@@ -736,7 +738,8 @@ class VllmManagerHandle:
             # reads: the manager, the speculator's managers, the models
             # (0.34: and a fresh graph pool for the next capture).
             speculator = _SpeculatorView(self.draft_managers, self.drafts.get("prefill"))
-            executor = _ElasticExecutorView(elastic, _RunnerView(self.manager, speculator, self.model, self.vllm_config))
+            executor = _ElasticExecutorView(elastic, _RunnerView(self.manager, speculator, self.model, self.vllm_config),
+                                            self.caps)
             elastic._release_cuda_graphs(executor)
         # reset_compile_wrapper drops the compiled piecewise graphs: the runner
         # makes the workload forget every graph after a release.
@@ -745,15 +748,14 @@ class VllmManagerHandle:
         return bool(self.manager._graphs_captured)
 
     def stored_graphs(self) -> tuple[BatchDescriptor, ...]:
-        return tuple(from_vllm_desc(d) for d in self.manager.graphs)
+        return tuple(from_vllm_desc(d, self.caps) for d in self.manager.graphs)
 
-    @staticmethod
-    def _snapshot(capture_descs: dict, candidates: Any) -> CandidateSnapshot:
+    def _snapshot(self, capture_descs: dict, candidates: Any) -> CandidateSnapshot:
         if isinstance(candidates, list):  # 0.20-0.23: indexed by token count, no LoRA cases
             candidates = {(n, 0): v for n, v in enumerate(candidates) if v}
-        by_mode = {from_vllm_mode(m): [from_vllm_desc(d) for d in ds] for m, ds in capture_descs.items()}
+        by_mode = {from_vllm_mode(m): [from_vllm_desc(d, self.caps) for d in ds] for m, ds in capture_descs.items()}
         descs = tuple(d for mode in (P, F) for d in by_mode.get(mode, []))
-        cands = tuple(sorted((k, tuple(from_vllm_desc(d) for d in v)) for k, v in candidates.items()))
+        cands = tuple(sorted((k, tuple(from_vllm_desc(d, self.caps) for d in v)) for k, v in candidates.items()))
         return CandidateSnapshot(descs, cands)
 
     def candidates(self) -> CandidateSnapshot:
@@ -774,14 +776,9 @@ class VllmManagerHandle:
             m._capture_descs, m._candidates = saved
 
 
-def _elastic_executor() -> Any:
-    """The class whose _release_cuda_graphs elastic EP runs (0.28+), or None."""
-    try:
-        mod = importlib.import_module("vllm.distributed.elastic_ep.elastic_execute")
-    except ImportError:
-        return None
-    cls = getattr(mod, "ElasticEPScalingExecutor", None)
-    return cls if cls is not None and hasattr(cls, "_release_cuda_graphs") else None
+def _elastic_executor(caps: Capabilities) -> Any:
+    """The class whose _release_cuda_graphs elastic EP runs, or None."""
+    return importlib.import_module(ELASTIC).ElasticEPScalingExecutor if caps.elastic_release else None
 
 
 class _RunnerView:
@@ -803,11 +800,10 @@ class _ElasticExecutorView:
     """ElasticEPScalingExecutor as its release reads itself: its worker, and
     (0.34) its own switch to a fresh graph pool, bound to this view."""
 
-    def __init__(self, executor_cls: type, worker: _RunnerView):
+    def __init__(self, executor_cls: type, worker: _RunnerView, caps: Capabilities):
         self.worker = worker
-        switch = getattr(executor_cls, "_switch_to_fresh_graph_pool", None)
-        if switch is not None:
-            self._switch_to_fresh_graph_pool = types.MethodType(switch, self)
+        if caps.elastic_fresh_pool:
+            self._switch_to_fresh_graph_pool = types.MethodType(executor_cls._switch_to_fresh_graph_pool, self)
 
 
 class _SpeculatorView:
@@ -855,7 +851,7 @@ class _DraftHandle(VllmManagerHandle):
     def attach(self, manager: Any) -> None:
         self.manager = manager
         self.resolved_mode = from_vllm_mode(manager.cudagraph_mode)
-        self.uses_breakable = bool(getattr(manager, "use_breakable_cg", False))
+        self.uses_breakable = self.caps.has_breakable and bool(manager.use_breakable_cg)
         self.has_piecewise_runner = self.resolved_mode.has_piecewise() and (
             self.uses_breakable or self.config.compiled_piecewise)
         self.workload.graph_pool = manager.pool
@@ -894,12 +890,13 @@ class _DraftHandle(VllmManagerHandle):
     def _capture_draft(self, target_states: Any) -> None:
         if self.uses_breakable:
             self.manager.init_breakable_cg_runner(self.model)
-        params = inspect.signature(type(self.manager).capture).parameters
+        caps = self.caps
+        params = caps.draft_prefill_capture_params if self.role == "prefill" else caps.draft_decode_capture_params
         progress = {"progress_bar_desc": f"Capturing {self.role} CUDA graphs"}
         if "attn_states" in params or "full_cg_attn_states" in params:
             self.manager.capture(self._forward_fn, target_states or {}, **progress)
             return
-        input_buffers = importlib.import_module("vllm.v1.worker.gpu.input_batch").InputBuffers(
+        input_buffers = importlib.import_module(INPUT_BATCH).InputBuffers(
             self.config.max_num_reqs, self.workload.max_tokens, self.device)
         block_tables = _BlockTables(self.config.max_num_reqs, self.workload.max_tokens, self.device)
         if "specialize_spec_tokens" in params:
@@ -914,8 +911,7 @@ class _DraftHandle(VllmManagerHandle):
         BatchDescriptor of the token count, as _run_model sets it), PIECEWISE
         through the manager's run_pw_graph, outputs into a persistent buffer."""
         fc = importlib.import_module("vllm.forward_context")
-        bd = fc.BatchDescriptor(**{k: v for k, v in {"num_tokens": num_tokens}.items()
-                                   if k in _bd_fields(fc.BatchDescriptor)})
+        bd = fc.BatchDescriptor(num_tokens=num_tokens)
         inputs = {"input_ids": None, "positions": None, "intermediate_tensors": None}
         mode = from_vllm_mode(cg_mode)
         with fc.set_forward_context(attn_metadata, self.vllm_config, num_tokens=num_tokens,
@@ -941,14 +937,10 @@ class _DraftHandle(VllmManagerHandle):
         return self._out[: desc.num_tokens]
 
 
-@functools.lru_cache(maxsize=4)
-def _bd_fields(cls: type) -> frozenset[str]:
-    import dataclasses  # noqa: PLC0415
-
-    try:
-        return frozenset(f.name for f in dataclasses.fields(cls))
-    except TypeError:
-        return frozenset(inspect.signature(cls).parameters)
+def _piecewise_key(bd: Any, caps: Capabilities) -> tuple[int, bool, int]:
+    """The piecewise graph's key of vLLM's forward-context BatchDescriptor, by
+    what this tree's carries (0.34 has no has_lora)."""
+    return bd.num_tokens, caps.bd_has_lora and bool(bd.has_lora), int(bd.num_active_loras)
 
 
 @contextlib.contextmanager
@@ -977,17 +969,18 @@ def _tapped_class(model_manager_cls: type, handle: VllmManagerHandle) -> type:
     reaches _Tap.capture, which records every create_forward_fn call and
     passes it on unchanged.  No vLLM method is replaced."""
     base = model_manager_cls.__mro__[1]
+    to_desc = functools.partial(from_vllm_desc, caps=handle.caps)
 
     class _Tap(base):  # type: ignore[misc, valid-type]
         def capture(self, create_forward_fn: Callable, *args: Any, **kwargs: Any) -> Any:
             if handle.caps.create_takes_warmup:
-                tapped = handle.workload.tap_create_forward_fn(create_forward_fn, to_desc=from_vllm_desc)
+                tapped = handle.workload.tap_create_forward_fn(create_forward_fn, to_desc=to_desc)
                 return base.capture(self, tapped, *args, **kwargs)
             # 0.20-0.22 call create_forward_fn(desc): the first call for a
             # descriptor prepares its warmup; 0.22 calls it again for the FULL
             # capture pass (fresh attention state), 0.20-0.21 do not.
             recorded = handle.workload.tap_create_forward_fn(lambda d, warmup: create_forward_fn(d),
-                                                             to_desc=from_vllm_desc)
+                                                             to_desc=to_desc)
             seen: set = set()
 
             def tapped(desc: Any) -> Any:

@@ -47,7 +47,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from cgsim.targets.vllm.compat import VllmEnvironmentError
+from cgsim.targets.vllm.compat import VllmEnvironmentError, require_vllm
 from cgsim.targets.vllm.engine import EngineLaunch, EngineRefused
 from cgsim.text import first_line
 
@@ -240,7 +240,6 @@ def runner_world(launch: EngineLaunch) -> Iterator[tuple[Any, Any, Any]]:
     The process must not have imported vLLM yet (``in_child``)."""
     _triton_interpreter()
     from cgsim.backends import get_backend  # noqa: PLC0415
-    from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
     from cgsim.targets.vllm.engine import engine_config  # noqa: PLC0415
 
     # cgsim's attention (runner_attention): vLLM's Triton metadata declaring the launch's support level.
@@ -423,8 +422,8 @@ class _WorkerView:
         self.rank = 0
         self.local_rank = 0
         self.model_runner: Any = None
-        route = getattr(vc, "use_v2_model_runner", True)
-        self.use_v2_model_runner = bool(route() if callable(route) else route)
+        # A tree without the routing (Capabilities.v2_runner_route) is told the V2 runner.
+        self.use_v2_model_runner = bool(vc.use_v2_model_runner) if require_vllm().v2_runner_route else True
         cls = importlib.import_module("vllm.v1.worker.gpu_worker").Worker
         for name in ("_init_workspace_and_model_runner", "_make_model_runner", "_maybe_get_memory_pool_context"):
             fn = getattr(cls, name, None)

@@ -78,6 +78,7 @@ class RunnerView:
         self.prefill_len: dict[str, int] = {}
         self.lora: dict[str, int] = {}
         self._order = caps.order_requests  # the tree's runner's request order
+        self.spec_tokens_to_schedule = caps.spec_tokens_to_schedule
 
     def receive(self, step: int, so: Any) -> ScheduledBatch | None:
         """What ``execute_model`` gathers for ``so`` (None: nothing scheduled)."""
@@ -86,7 +87,7 @@ class RunnerView:
             self.lora.pop(rid, None)
         computed: dict[str, int] = {}
         for new in so.scheduled_new_reqs:
-            tokens = new.prefill_token_ids if getattr(new, "prefill_token_ids", None) is not None else new.prompt_token_ids
+            tokens = new.prefill_token_ids if new.prefill_token_ids is not None else new.prompt_token_ids
             self.prefill_len[new.req_id] = len(tokens)
             self.lora[new.req_id] = new.lora_request.lora_int_id if new.lora_request is not None else 0
             computed[new.req_id] = new.num_computed_tokens
@@ -106,5 +107,5 @@ class RunnerView:
         eligible = all(not p or (self.one_token_prefill_as_decode and q - d == 1 and computed[r] > 0)
                        for r, q, d, p in zip(order, query, draft, prefilling))
         loras = tuple(sorted({self.lora[r] for r in order} - {0}))
-        next_drafts = int(getattr(so, "num_spec_tokens_to_schedule", self.decode_query_len - 1))
+        next_drafts = int(so.num_spec_tokens_to_schedule if self.spec_tokens_to_schedule else self.decode_query_len - 1)
         return ScheduledBatch(step, tuple(order), query, draft, prefilling, eligible, loras, next_drafts)

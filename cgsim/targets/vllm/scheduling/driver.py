@@ -28,7 +28,7 @@ from typing import Any
 
 from cgsim.config import ManagerConfig
 from cgsim.targets.base import TargetUnsupported
-from cgsim.targets.vllm.compat import require_vllm
+from cgsim.targets.vllm.compat import Capabilities, require_vllm
 from cgsim.targets.vllm.engine import EngineLaunch, engine_config, launch_for, launched
 from cgsim.targets.vllm.scheduling.batches import RunnerView, ScheduledBatch
 from cgsim.targets.vllm.scheduling.workload import RequestSpec, Workload
@@ -101,7 +101,7 @@ def block_hasher(vc: Any, hash_block_size: int) -> Any:
     hash_fn = importlib.import_module("vllm.utils.hashing").get_hash_fn_by_name(
         vc.cache_config.prefix_caching_hash_algo)
     kvu.init_none_hash(hash_fn)
-    extra = (getattr(vc, "num_hash_lookahead_tokens", 0),) if require_vllm().hasher_lookahead else ()
+    extra = (vc.num_hash_lookahead_tokens,) if require_vllm().hasher_lookahead else ()
     return kvu.get_request_block_hasher(hash_block_size, hash_fn, *extra)
 
 
@@ -125,7 +125,8 @@ def _build(launch: EngineLaunch) -> tuple[Any, Any, int]:
                         structured_output_manager=som.StructuredOutputManager(vc),
                         block_size=block_size, hash_block_size=block_size, log_stats=False)
         # EngineCore's batch queue: as many steps in flight as the config runs concurrently.
-        in_flight = int(getattr(vc, "max_concurrent_batches", 1)) if vc.scheduler_config.async_scheduling else 1
+        concurrent = vc.scheduler_config.async_scheduling and require_vllm().concurrent_batches
+        in_flight = int(vc.max_concurrent_batches) if concurrent else 1
     return scheduler, block_hasher(vc, block_size), in_flight
 
 
@@ -157,10 +158,11 @@ class _FakeRunner:
     """The model runner's outputs for a scheduled step, decided when the
     step is scheduled (an async engine schedules the next step first)."""
 
-    def __init__(self, acceptance: float, seed: int, output_req_index: bool):
+    def __init__(self, acceptance: float, seed: int, caps: Capabilities):
         self.acceptance = acceptance
         self.rng = random.Random(seed)
-        self.output_req_index = output_req_index  # ModelRunnerOutput takes req_id_to_index (Capabilities)
+        self.output_req_index = caps.output_req_index  # ModelRunnerOutput takes req_id_to_index
+        self.spec_tokens_to_schedule = caps.spec_tokens_to_schedule
 
     def outputs(self, so: Any, requests: dict[str, Any]) -> Any:
         outputs = importlib.import_module("vllm.v1.outputs")
@@ -182,11 +184,10 @@ class _FakeRunner:
             extra["req_id_to_index"] = {r: i for i, r in enumerate(ids)}
         return outputs.ModelRunnerOutput(req_ids=ids, sampled_token_ids=sampled, **extra)
 
-    @staticmethod
-    def drafts(so: Any, num_spec_tokens: int) -> Any:
+    def drafts(self, so: Any, num_spec_tokens: int) -> Any:
         """Sync scheduling: the drafts the runner proposes for every request of the step."""
         outputs = importlib.import_module("vllm.v1.outputs")
-        k = int(getattr(so, "num_spec_tokens_to_schedule", num_spec_tokens))
+        k = int(so.num_spec_tokens_to_schedule if self.spec_tokens_to_schedule else num_spec_tokens)
         ids = list(so.num_scheduled_tokens)
         return outputs.DraftTokenIds(ids, [[-1] * k for _ in ids])
 
@@ -198,7 +199,7 @@ def run_scheduler(config: ManagerConfig, workload: Workload) -> ScheduleRun:
     launch = scheduler_launch(config, workload)
     scheduler, hasher, queue_size = _build(launch)
     view = RunnerView(config.decode_query_len, caps)
-    runner = _FakeRunner(workload.acceptance, workload.seed, caps.output_req_index)
+    runner = _FakeRunner(workload.acceptance, workload.seed, caps)
     async_mode = queue_size > 1
     spec_decoding = config.decode_query_len > 1
     arrivals = sorted(enumerate(workload.requests), key=lambda x: (x[1].arrival_step, x[0]))
