@@ -222,11 +222,11 @@ def test_a_repro_script_puts_a_given_source_tree_into_the_environment(tmp_path, 
     spec.loader.exec_module(module)
     monkeypatch.chdir(tmp_path)
     for option in source_options():
-        monkeypatch.delenv(option.env, raising=False)
-        monkeypatch.setattr(os, "environ", os.environ)  # restored by monkeypatch.delenv's record
-        module.main([option.flag, "some-tree"])  # the target does not exist: exit 2 after the option is applied
-        assert os.environ[option.env] == str(tmp_path / "some-tree")
+        # setenv records what was there (delenv of an absent variable records nothing), so teardown restores it.
+        monkeypatch.setenv(option.env, "recorded")
         monkeypatch.delenv(option.env)
+        module.main([option.flag, "some-tree"])  # the target does not exist: exit 2 after the option is applied
+        assert os.environ.pop(option.env) == str(tmp_path / "some-tree")
 
 
 def test_the_mock_engine_adapters_come_from_the_families_and_restate_the_targets_patch_rows():
@@ -341,3 +341,8 @@ def test_the_scan_finds_the_comparisons_generic_code_used_to_make(tmp_path, code
     (tmp_path / "cgsim").mkdir()
     (tmp_path / "cgsim" / "generic.py").write_text(code)
     assert [(p, lit) for p, _, lit in engine_comparisons(str(tmp_path))][0][0] == "cgsim/generic.py"
+
+
+def test_the_repro_script_test_leaves_no_source_tree_behind():
+    """Runs after the test above in one process (file order): the tree it set is gone."""
+    assert not any(o.env in os.environ and os.environ[o.env].endswith("some-tree") for o in source_options())
