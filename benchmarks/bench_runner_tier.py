@@ -47,7 +47,7 @@ def one(name: str, serve: bool) -> dict:
     if serve:
         from cgsim.targets.vllm.runner_serve import default_requests, eager_twin, graphs_equal_eager, serve_runner
 
-        requests = default_requests(3)
+        requests = default_requests()
         t0 = time.perf_counter()
         graphs = serve_runner(launch, requests, timeout_s=3600)
         eager = serve_runner(eager_twin(launch), requests, timeout_s=3600)

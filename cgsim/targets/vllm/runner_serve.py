@@ -42,10 +42,14 @@ class ServedRequest:
     arrival_step: int = 0
 
 
-def default_requests(n: int = 3, seed: int = 0) -> tuple[ServedRequest, ...]:
-    """``n`` requests of different prompt lengths, all arriving at once."""
+def default_requests(n: int = 4, seed: int = 0) -> tuple[ServedRequest, ...]:
+    """``n`` requests of different prompt lengths and output lengths, the
+    second half arriving two steps after the first: the decode batch grows
+    with a prefill beside it, then shrinks one request at a time, so a
+    launch's graphs are replayed for several batch sizes, padded and not."""
     return tuple(ServedRequest(tuple(FIRST_TOKEN + (seed * 31 + 7 * i + 3 * j) % (VOCAB - FIRST_TOKEN)
-                                     for j in range(4 + 3 * i)), 4) for i in range(n))
+                                     for j in range(4 + 3 * i)), 3 + 2 * i, 0 if 2 * i < n else 2)
+                 for i in range(n))
 
 
 @dataclass(frozen=True)
