@@ -108,6 +108,11 @@ def served_phase(target_name: str, backend: str, ruleset: str | None, seed: int,
         if "error" in result:
             errors[result["error"]] = errors.get(result["error"], 0) + 1
             continue
+        if result["graphs"].get("raised") and result["eager"].get("raised"):
+            # Nothing about graphs: vLLM raised eager too (a launch, or a tree, the toy cannot serve).
+            why = f"vLLM raised with graphs and eager alike: {first_line(result['eager']['raised'], 200)}"
+            errors[why] = errors.get(why, 0) + 1
+            continue
         served += 1
         finding = served_finding(target_name, backend, scenario, result, launch(scenario))
         if finding is None:

@@ -425,15 +425,37 @@ class _WorkerView:
         # A tree without the routing (Capabilities.v2_runner_route) is told the V2 runner.
         self.use_v2_model_runner = bool(vc.use_v2_model_runner) if require_vllm().v2_runner_route else True
         cls = importlib.import_module("vllm.v1.worker.gpu_worker").Worker
-        for name in ("_init_workspace_and_model_runner", "_make_model_runner", "_maybe_get_memory_pool_context"):
+        # Before 0.32 the worker builds both inline at the end of init_device (_as_init_device_builds_them).
+        wanted = ("_init_workspace_and_model_runner", "_make_model_runner") if hasattr(
+            cls, "_init_workspace_and_model_runner") else ()
+        for name in (*wanted, "_maybe_get_memory_pool_context"):
             fn = getattr(cls, name, None)
             if fn is None:
                 raise VllmEnvironmentError(f"vLLM's GPU worker has no {name}: the runner build does not know "
                                            "how this tree's worker sets up its model runner")
             setattr(self, name, types.MethodType(fn, self))
+        self._builds_inline = not wanted
 
     def init_workspace_and_model_runner(self) -> None:
-        self._init_workspace_and_model_runner()
+        if self._builds_inline:
+            self._as_init_device_builds_them()
+        else:
+            self._init_workspace_and_model_runner()
+
+    def _as_init_device_builds_them(self) -> None:
+        """Stand-in for 0.2x's ``Worker.init_device`` tail (the device, memory
+        and distributed setup before it are the platform's and the one-rank
+        world's): ``init_workspace_manager(device, num_ubatches,
+        _num_workspace_lanes(...))`` then ``GPUModelRunner(vllm_config, device)``,
+        as those lines read in 0.28-0.31 (a tree whose calls differ fails here:
+        the environment's, never a finding)."""
+        gw = importlib.import_module("vllm.v1.worker.gpu_worker")
+        num_ubatches = 2 if self.vllm_config.parallel_config.enable_dbo else 1
+        lanes = getattr(gw, "_num_workspace_lanes", None)
+        gw.init_workspace_manager(self.device, num_ubatches,
+                                  *(() if lanes is None else (lanes(self.vllm_config, self.use_v2_model_runner),)))
+        runner_cls = importlib.import_module("vllm.v1.worker.gpu.model_runner").GPUModelRunner
+        self.model_runner = runner_cls(self.vllm_config, self.device)
 
     def disable_extensible_kv_cache(self) -> None:
         # 0.34+: the GPU worker also re-resolves the memory it requested from its

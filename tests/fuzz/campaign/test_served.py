@@ -52,6 +52,9 @@ class _Target:
                 out.append({"error": "the toy has no such model here"})
             elif n == 5:
                 out.append(None)
+            elif n == 6:
+                out.append({"launch_line": "x", "requests": 1, "graphs": _run([], "RuntimeError: UVA"),
+                            "eager": _run([], "RuntimeError: UVA")})
             else:
                 graphs = _run([5, 7] if n == 4 else [5, 6])
                 out.append({"launch_line": self.launch(s)["line"], "requests": 1, "graphs": graphs,
@@ -66,14 +69,15 @@ def target(monkeypatch):
         monkeypatch.setattr(module, "get_target", lambda name: t)
     monkeypatch.setattr(cgsim.targets, "optional_hook", lambda target, name: getattr(target, name, None))
     monkeypatch.setattr(cgsim.served, "optional_hook", lambda target, name: getattr(target, name, None))
-    monkeypatch.setattr(phase, "draw_served", lambda name, ruleset, seed, limit: [_scenario(n) for n in (2, 3, 4, 5)])
+    monkeypatch.setattr(phase, "draw_served",
+                        lambda name, ruleset, seed, limit: [_scenario(n) for n in (2, 3, 4, 5, 6)])
     return t
 
 
 def test_a_served_difference_is_a_finding_on_disk_with_the_runners_verdict(target, tmp_path, monkeypatch):
     monkeypatch.setattr(phase.os, "cpu_count", lambda: 4)
     notes = phase.served_phase("vllm", "mock", None, 0, str(tmp_path), 3, lambda: False, io.StringIO(), True, 60.0)
-    assert target.asked == [([2, 3, 4, 5], 2, 60.0)]  # two at a time on 4 cores
+    assert target.asked == [([2, 3, 4, 5, 6], 2, 60.0)]  # two at a time on 4 cores
     [f] = scan_findings(str(tmp_path))
     assert f.property == "SERVED-EQUALS-EAGER" and f.fact("tokens") == [5, 7] and f.fact("eager_tokens") == [5, 6]
     assert f.scenario == _scenario(4).to_json() and f.extra["launch"] == {"line": "serve --max-num-seqs 4"}
@@ -81,7 +85,9 @@ def test_a_served_difference_is_a_finding_on_disk_with_the_runners_verdict(targe
     entry = f.to_json()
     assert reached(entry) and "WRONG OUTPUT against eager: request r0: tokens [5, 7]" in runner_said(entry)
     assert notes == ["runner share: 2 launch(es) served with graphs and eager, 1 differ, 1 left unserved by the budget",
-                     "runner share: 1 launch(es) not served here: the toy has no such model here"]
+                     "runner share: 1 launch(es) not served here: the toy has no such model here",
+                     "runner share: 1 launch(es) not served here: vLLM raised with graphs and eager alike: "
+                     "RuntimeError: UVA"]
 
 
 def test_the_confirmation_phase_leaves_a_served_finding_alone(target, tmp_path, monkeypatch):
