@@ -707,17 +707,25 @@ def _check_triton() -> None:
                                    "(vllm/triton_utils/importing.py HAS_TRITON is False)")
 
 
+def unloadable(model: str) -> str | None:
+    """Why the runner build cannot load the toy ``model`` (None: it can)."""
+    from cgsim.targets.vllm.engine import DENSE  # noqa: PLC0415
+
+    return None if model == DENSE else f"the runner build has no loadable toy for the {model!r} model yet"
+
+
 def _register_toy_model(model: str) -> None:
     """The toy architecture as a loadable model: vLLM's Llama on the toy's
     small config (registered as a class: vLLM's on-disk model-info cache of a
     lazy ``module:Class`` does not survive a change of tree)."""
-    from cgsim.targets.vllm.engine import DENSE, TOY_ARCHITECTURES  # noqa: PLC0415
+    from cgsim.targets.vllm.engine import TOY_ARCHITECTURES  # noqa: PLC0415
 
-    if model != DENSE:
-        raise VllmEnvironmentError(f"the runner build has no loadable toy for the {model!r} model yet")
+    why = unloadable(model)
+    if why is not None:
+        raise VllmEnvironmentError(why)
     llama = importlib.import_module("vllm.model_executor.models.llama").LlamaForCausalLM
     registry = importlib.import_module("vllm.model_executor.models.registry").ModelRegistry
-    arch = TOY_ARCHITECTURES[DENSE]
+    arch = TOY_ARCHITECTURES[model]
     registry.register_model(arch, type(arch, (llama,), {}))
     # The EAGLE draft on the same config (vLLM's EAGLE config names the draft architecture "Eagle" + arch).
     eagle = importlib.import_module("vllm.model_executor.models.llama_eagle").EagleLlamaForCausalLM

@@ -35,6 +35,7 @@ from cgsim.targets.vllm.scheduling.driver import FIRST_TOKEN, VOCAB
 __all__ = ["ServedRequest", "ServedRun", "serve_runner", "serve_here", "eager_twin", "graphs_equal_eager",
            "default_requests", "serve_pair", "served_consequence", "serve_confirmed", "serve_scenarios"]
 
+
 @dataclass(frozen=True)
 class ServedRequest:
     prompt: tuple[int, ...]
@@ -140,12 +141,11 @@ def serve_scenarios(launches: list[EngineLaunch], jobs: int, stopped: Any = lamb
     """Each of ``launches`` served (``serve_pair``), ``jobs`` at a time, in
     order; None for one that ``stopped()`` or the end of ``budget_s`` left
     unserved (none starts with less than ``MIN_SERVE_S`` left)."""
-    from cgsim.targets.vllm.engine import DENSE  # noqa: PLC0415
+    from cgsim.targets.vllm.runner_build import unloadable  # noqa: PLC0415
 
     def serve_loadable(launch: EngineLaunch, left: float) -> dict:
-        if launch.model != DENSE:  # known without starting a child (runner_build._register_toy_model)
-            return {"error": f"the runner build has no loadable toy for the {launch.model!r} model yet"}
-        return serve_pair(launch, left)
+        why = unloadable(launch.model)  # known without starting a child
+        return {"error": why} if why is not None else serve_pair(launch, left)
 
     return _within(launches, jobs, stopped, budget_s, serve_loadable)
 
