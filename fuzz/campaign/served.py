@@ -88,14 +88,14 @@ def served_phase(target_name: str, backend: str, ruleset: str | None, seed: int,
         return []
     # A serving child's torch keeps two cores busy: more at once only slows each past its budget.
     jobs = max(1, min(jobs, (os.cpu_count() or 2) // 2))
-    scenarios = draw_served(target_name, ruleset, seed, limit=4 * jobs)
-    if not scenarios:
-        return ["runner share: no drawn scenario has a launch the engine starts with"]
-    if not quiet:
-        err.write(f"serving up to {len(scenarios)} launch(es) through the engine's own model runner "
-                  f"({jobs} at a time, {budget_s:.0f} s)...\n")
-        err.flush()
     try:
+        scenarios = draw_served(target_name, ruleset, seed, limit=4 * jobs)
+        if not scenarios:
+            return ["runner share: no drawn scenario has a launch the engine starts with"]
+        if not quiet:
+            err.write(f"serving up to {len(scenarios)} launch(es) through the engine's own model runner "
+                      f"({jobs} at a time, {budget_s:.0f} s)...\n")
+            err.flush()
         results = serve(scenarios, jobs, stopped, budget_s)
     except Exception as exc:  # noqa: BLE001 - the search's findings stand; the note says why this share has none
         return [f"runner share failed ({type(exc).__name__}: {first_line(exc, 200)}); nothing was served"]

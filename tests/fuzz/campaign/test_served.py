@@ -103,6 +103,16 @@ def test_the_confirmation_phase_leaves_a_served_finding_alone(target, tmp_path, 
     assert served[0].extra[CONFIRMATION]["verdict"] == "served"
 
 
+def test_a_launch_that_cannot_be_derived_is_a_note_and_the_campaign_goes_on(target, tmp_path, monkeypatch):
+    def broken(name, ruleset, seed, limit):
+        raise KeyError("toy_model")
+
+    monkeypatch.setattr(phase, "draw_served", broken)
+    notes = phase.served_phase("vllm", "mock", None, 0, str(tmp_path), 1, lambda: False, io.StringIO(), True)
+    assert notes == ["runner share failed (KeyError: 'toy_model'); nothing was served"]
+    assert scan_findings(str(tmp_path)) == []
+
+
 def test_a_stopped_campaign_serves_nothing(target, tmp_path):
     assert phase.served_phase("vllm", "mock", None, 0, str(tmp_path), 1, lambda: True, io.StringIO(), True) == []
     assert target.asked == [] and scan_findings(str(tmp_path)) == []
