@@ -25,8 +25,8 @@ from cgsim.scenario import Scenario
 from cgsim.targets import get_target, optional_hook
 from cgsim.targets.base import ScenarioNotRunnable
 
-__all__ = ["TIER", "SERVED_VERDICT", "SERVE_TIMEOUT_S", "ServedReplayResult", "is_served_finding", "served_finding", "reproduce_served",
-           "describe_served"]
+__all__ = ["TIER", "SERVED_VERDICT", "SERVE_TIMEOUT_S", "ServedReplayResult", "is_served_finding", "served_finding",
+           "consequence", "reproduce_served", "describe_served"]
 
 TIER = "runner"  # facts["tier"] of a finding served through the engine's runner
 SERVED_VERDICT = "served"  # its runner_confirmation verdict: found by the runner itself
@@ -51,7 +51,7 @@ def served_finding(target: str, backend: str, scenario: Scenario, served: Mappin
              "differences": [v.message for v in violations], "replays": served["graphs"].get("replays")}
     from cgsim.report.defects import CONFIRMATION  # noqa: PLC0415 - the report owns the key it reads
 
-    verdict = {"verdict": SERVED_VERDICT, "served": _consequence(served, violations)}
+    verdict = {"verdict": SERVED_VERDICT, "served": consequence(served)}
     finding = Finding(property=SERVED_EQUALS_EAGER, message=first.message, target=target, backend=backend,
                       scenario=scenario.to_json(), status="unshrunk", scenario_short=scenario.short(),
                       facts=facts, extra={"launch": dict(launch or {}), CONFIRMATION: verdict,
@@ -65,12 +65,13 @@ def _statement() -> str:
     return registered()[SERVED_EQUALS_EAGER].statement
 
 
-def _consequence(served: Mapping[str, Any], violations: list[Violation]) -> dict:
-    """The served pair in the words the report's runner phrase reads."""
+def consequence(served: Mapping[str, Any]) -> dict:
+    """A served pair in the words the report's runner phrase reads: requests,
+    replays, what graphs and eager raised, and where graphs differ."""
     graphs, eager = served["graphs"], served["eager"]
+    differs = [] if graphs.get("raised") else [v.message for v in served_violations(graphs, eager)]
     return {"requests": served.get("requests"), "replays": graphs.get("replays"), "raised": graphs.get("raised"),
-            "eager_raised": eager.get("raised"),
-            "differences": [] if graphs.get("raised") else [v.message for v in violations]}
+            "eager_raised": eager.get("raised"), "differences": differs}
 
 
 @dataclass(frozen=True)

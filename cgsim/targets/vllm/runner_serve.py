@@ -116,19 +116,14 @@ def serve_pair(launch: EngineLaunch, timeout_s: float) -> dict:
 
 
 def served_consequence(launch: EngineLaunch, timeout_s: float) -> dict:
-    """What a user of ``launch`` sees when serving (``serve_pair``):
-    ``differences``: where graphs and eager differ ([]: the same tokens);
-    ``raised``: what vLLM raised serving with graphs (eager's:
-    ``eager_raised``); ``error``: why it could not be served here (nothing
-    else is set then)."""
+    """What a user of ``launch`` sees when serving (``serve_pair``, in
+    ``cgsim.served.consequence``'s words): ``differences`` ([]: the same
+    tokens), what vLLM raised with graphs (``raised``) and eager
+    (``eager_raised``); or ``error``: why it could not be served here."""
+    from cgsim.served import consequence  # noqa: PLC0415
+
     pair = serve_pair(launch, timeout_s)
-    if "error" in pair:
-        return {"error": pair["error"]}
-    graphs, eager = ServedRun.from_json(pair["graphs"]), ServedRun.from_json(pair["eager"])
-    out: dict = {"requests": pair["requests"], "replays": graphs.replays, "raised": graphs.raised,
-                 "eager_raised": eager.raised}
-    out["differences"] = graphs_equal_eager(graphs, eager) if graphs.raised is None and eager.raised is None else []
-    return out
+    return {"error": pair["error"]} if "error" in pair else consequence(pair)
 
 
 # A served pair (graphs and eager) of a small launch takes about 40 s on a
