@@ -35,6 +35,7 @@ import itertools
 import os
 import re
 import sys
+import types
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -718,6 +719,15 @@ PATCHES: tuple[Patch, ...] = (
         "backend's empty_cache while no accelerator is present.",
     ),
     Patch(
+        "eager-breaks-called",
+        "A breakable capture ends its graph segment where an op decorated @eager_break_during_capture runs "
+        "(attention, Mamba/GDN mixers), which it learns by running the op's Python function at capture, as "
+        "the dispatcher does on a GPU. The mock records an engine's custom op whole below the dispatcher, so "
+        "the function never ran there: the op stayed inside the graph and replayed with the capture's "
+        "metadata, every breakable PIECEWISE batch attending as the dummy batch did. While a breakable "
+        "descriptor is captured, torch.ops.vllm.<op> of each such function is that function.",
+    ),
+    Patch(
         "breakable-gc-collect",
         "The same pre-capture cleanup runs gc.collect() per descriptor (0.28-0.29 always), and elastic "
         "EP's release once: ~0.5 s each in a process holding vLLM. Replaced by a no-op inside "
@@ -954,6 +964,14 @@ def vllm_process_patches(backend: Any, breakable: bool = False, world: bool = Fa
             if mod is not None and hasattr(mod, "gc"):
                 _set_attr(stack, mod, "gc", shim)
 
+        # eager-breaks-called
+        if breakable:
+            bcg = sys.modules.get("vllm.compilation.breakable_cudagraph") or _import_or_none(
+                "vllm.compilation.breakable_cudagraph")
+            wrapper_cls = getattr(bcg, "BreakableCUDAGraphWrapper", None)
+            if wrapper_cls is not None and hasattr(bcg, "eager_break_during_capture"):
+                _set_attr(stack, wrapper_cls, "_capture", _capturing_with_eager_breaks(wrapper_cls._capture, bcg))
+
         # dummy-request-ids
         try:
             _set_attr(stack, importlib.import_module(INPUT_BATCH), "random_uuid", _dummy_request_id)
@@ -971,6 +989,60 @@ def vllm_process_patches(backend: Any, breakable: bool = False, world: bool = Fa
                 _set_attr(stack, bcg, "weak_ref_tensors", _identity)
                 _set_attr(stack, bcg, "_weak_ref_capture_arg", _identity)
         yield
+
+
+def _import_or_none(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def _capturing_with_eager_breaks(capture: Any, bcg: Any) -> Any:
+    """PATCHES "eager-breaks-called": BreakableCUDAGraphWrapper._capture with
+    each eager-break op of torch.ops.vllm called as its Python function."""
+    import torch  # noqa: PLC0415
+
+    def capture_calling_breaks(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with contextlib.ExitStack() as stack:
+            for name, fn in _eager_break_ops(bcg).items():
+                _set_attr(stack, torch.ops.vllm, name, fn)
+            return capture(self, *args, **kwargs)
+
+    return capture_calling_breaks
+
+
+_EAGER_BREAKS: dict[int, dict[str, Any]] = {}
+
+
+def _eager_break_ops(bcg: Any) -> dict[str, Any]:
+    """Each vLLM function decorated @eager_break_during_capture that is a
+    custom op of torch.ops.vllm, by op name (its name: direct_register_custom_op
+    registers the function under it); cached by how many modules are loaded."""
+    import torch  # noqa: PLC0415
+
+    key = len(sys.modules)
+    if key not in _EAGER_BREAKS:
+        code = bcg.eager_break_during_capture(lambda: None).__code__  # every decorated function shares it
+        found: dict[str, Any] = {}
+        for mod_name, mod in list(sys.modules.items()):
+            if not mod_name.startswith("vllm.") or mod is None:
+                continue
+            for value in list(vars(mod).values()):
+                # type() first: vLLM's placeholders for missing packages raise on any attribute
+                if type(value) is types.FunctionType and value.__code__ is code and value.__module__ == mod_name:
+                    if _is_vllm_op(torch, value.__name__):
+                        found[value.__name__] = value
+        _EAGER_BREAKS.clear()
+        _EAGER_BREAKS[key] = found
+    return _EAGER_BREAKS[key]
+
+
+def _is_vllm_op(torch: Any, name: str) -> bool:
+    try:
+        return hasattr(torch.ops.vllm, name)
+    except Exception:  # noqa: BLE001 - an unregistered name raises from the op lookup
+        return False
 
 
 def forget_failed_breakable_capture() -> None:

@@ -51,12 +51,15 @@ def test_graphs_equal_eager_names_other_tokens_and_log_probabilities_beyond_nois
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", [CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.PIECEWISE])
-def test_requests_served_with_graphs_give_what_vllm_gives_eager(mode: CUDAGraphMode) -> None:
+@pytest.mark.parametrize("mode,breakable", [(CUDAGraphMode.FULL_DECODE_ONLY, False), (CUDAGraphMode.PIECEWISE, False),
+                                            (CUDAGraphMode.PIECEWISE, True)],
+                         ids=["FULL_DECODE_ONLY", "PIECEWISE", "PIECEWISE-breakable"])
+def test_requests_served_with_graphs_give_what_vllm_gives_eager(mode: CUDAGraphMode, breakable: bool) -> None:
     """vLLM's scheduler, execute_model and sample_tokens run every step; the
     decode steps replay graphs on the mock (FULL: one a step; PIECEWISE: one
-    a piece), and the tokens and log-probabilities are eager's."""
-    launch = launch_for(ManagerConfig(mode=mode, capture_sizes=(1, 2, 4), max_num_reqs=4))
+    a piece; breakable: graph segments around attention run eagerly with the
+    live batch's metadata), and the tokens and log-probabilities are eager's."""
+    launch = launch_for(ManagerConfig(mode=mode, capture_sizes=(1, 2, 4), max_num_reqs=4, breakable=breakable))
     requests = default_requests()
     graphs = serve_runner(launch, requests)
     eager = serve_runner(eager_twin(launch), requests)
