@@ -206,6 +206,7 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
     progress = Progress(err, o.quiet)
     findings_dir = os.path.join(run_dir, "findings")
     report_errors: list[str] = []  # every failed report write, in order (never cleared)
+    phase_stats: list[dict] = []  # what the phases after the search judged (the runner share's served launches)
 
     def report(complete: bool, final: bool = False) -> dict:
         findings = scan_findings(findings_dir)
@@ -229,7 +230,7 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
                          f"defect explains, in {self_checked} scenario(s); they were replayed first")
         summary = build_summary(
             run_id=run_id, settings=settings_of(o, [s.gpu for s in sup.slots] if o.gpu_list else None),
-            findings=findings, stats=sup.stats(), workers=sup.workers(), complete=complete,
+            findings=findings, stats=[*sup.stats(), *phase_stats], workers=sup.workers(), complete=complete,
             interrupted=sup.stop_reason or (UNWRITABLE if sup.store_errors or report_errors else None)
             or (WORKER_FAILED if sup.harness_errors else None),
             started_at=started_at, started_unix=sup.started,
@@ -273,8 +274,10 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
         sup.unwritten = [f for f in sup.unwritten if not _try(FindingStore(findings_dir, repro=write_repro).put, f)]
         if o.runner_confirm and not sup.stopped and not report_errors:
             # The runner's share: launches served end to end, differences written as findings.
-            sup.notes.extend(served_phase(o.target, o.backend, o.ruleset, o.seed or 0, findings_dir, o.workers,
-                                          lambda: sup.stopped, err, o.quiet, served_budget(o.budget_s)))
+            share = served_phase(o.target, o.backend, o.ruleset, o.seed or 0, findings_dir, o.workers,
+                                 lambda: sup.stopped, err, o.quiet, served_budget(o.budget_s))
+            sup.notes.extend(share.notes)
+            phase_stats.append(share.stats())
         if o.runner_confirm and not sup.stopped and not report_errors:
             # Before the final report: its defect count is of what the engine's runner builds.
             sup.notes.extend(confirm_phase(o.target, findings_dir, o.workers, lambda: sup.stopped, err, o.quiet,

@@ -16,16 +16,35 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from typing import Any, Callable, TextIO
 
 from cgsim.text import first_line
 
-__all__ = ["served_phase", "served_budget", "draw_served", "DRAWN"]
+__all__ = ["served_phase", "served_budget", "draw_served", "DRAWN", "ServedShare"]
 
 # The phase takes a quarter of the search's budget, within these bounds: a
 # served pair (graphs and eager) of a small launch takes ~40 s on 2 cores.
 SHARE, MIN_BUDGET_S, MAX_BUDGET_S = 0.25, 120.0, 600.0
 DRAWN = 40  # scenarios drawn to find distinct launches among
+
+
+@dataclass(frozen=True)
+class ServedShare:
+    """What the runner share did: the report's notes, and how many launches
+    SERVED-EQUALS-EAGER judged (served with graphs and eager) and found
+    differing, counted into the summary as the search's workers' checks are."""
+
+    notes: tuple[str, ...] = ()
+    served: int = 0
+    differ: int = 0
+
+    def stats(self) -> dict:
+        """A worker-snapshot-shaped count (cgsim.report.summary.totals)."""
+        from cgsim.properties.lifecycle import SERVED_EQUALS_EAGER  # noqa: PLC0415
+
+        return {"checks": {SERVED_EQUALS_EAGER: self.served} if self.served else {},
+                "failures": {SERVED_EQUALS_EAGER: self.differ} if self.differ else {}}
 
 
 def served_budget(search_budget_s: float) -> float:
@@ -73,10 +92,10 @@ def draw_served(target_name: str, ruleset: str | None, seed: int, limit: int) ->
 
 
 def served_phase(target_name: str, backend: str, ruleset: str | None, seed: int, findings_dir: str, jobs: int,
-                 stopped: Callable[[], bool], err: TextIO, quiet: bool, budget_s: float = MIN_BUDGET_S) -> list[str]:
+                 stopped: Callable[[], bool], err: TextIO, quiet: bool, budget_s: float = MIN_BUDGET_S) -> ServedShare:
     """Serve scenarios of the campaign's strategy through the target's hook,
     ``jobs`` at a time within ``budget_s``; write each difference found as a
-    finding into ``findings_dir``; the notes it leaves for the report."""
+    finding into ``findings_dir``; what was judged, and the report's notes."""
     from cgsim.report.findings import FindingStore
     from cgsim.report.repro import write_repro
     from cgsim.served import served_finding
@@ -85,20 +104,20 @@ def served_phase(target_name: str, backend: str, ruleset: str | None, seed: int,
     target = get_target(target_name)
     serve, launch = optional_hook(target, "serve_scenarios"), optional_hook(target, "launch")
     if serve is None or stopped():
-        return []
+        return ServedShare()
     # A serving child's torch keeps two cores busy: more at once only slows each past its budget.
     jobs = max(1, min(jobs, (os.cpu_count() or 2) // 2))
     try:
         scenarios = draw_served(target_name, ruleset, seed, limit=4 * jobs)
         if not scenarios:
-            return ["runner share: no drawn scenario has a launch the engine starts with"]
+            return ServedShare(("runner share: no drawn scenario has a launch the engine starts with",))
         if not quiet:
             err.write(f"serving up to {len(scenarios)} launch(es) through the engine's own model runner "
                       f"({jobs} at a time, {budget_s:.0f} s)...\n")
             err.flush()
         results = serve(scenarios, jobs, stopped, budget_s)
     except Exception as exc:  # noqa: BLE001 - the search's findings stand; the note says why this share has none
-        return [f"runner share failed ({type(exc).__name__}: {first_line(exc, 200)}); nothing was served"]
+        return ServedShare((f"runner share failed ({type(exc).__name__}: {first_line(exc, 200)}); nothing was served",))
     store = FindingStore(findings_dir, repro=write_repro)
     served = differ = 0
     errors: dict[str, int] = {}
@@ -121,9 +140,9 @@ def served_phase(target_name: str, backend: str, ruleset: str | None, seed: int,
         try:
             store.put(finding)
         except OSError as exc:  # a full disk: what was written stays
-            return [f"runner share: finding {finding.id} could not be written ({exc})"]
+            return ServedShare((f"runner share: finding {finding.id} could not be written ({exc})",), served, differ)
     notes = [f"runner share: {served} launch(es) served with graphs and eager, {differ} differ"
              + (f", {len(scenarios) - served - sum(errors.values())} left unserved by the budget"
                 if len(scenarios) > served + sum(errors.values()) else "")]
     notes += [f"runner share: {n} launch(es) not served here: {why}" for why, n in sorted(errors.items())]
-    return notes
+    return ServedShare(tuple(notes), served, differ)

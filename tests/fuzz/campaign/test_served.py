@@ -76,7 +76,7 @@ def target(monkeypatch):
 
 def test_a_served_difference_is_a_finding_on_disk_with_the_runners_verdict(target, tmp_path, monkeypatch):
     monkeypatch.setattr(phase.os, "cpu_count", lambda: 4)
-    notes = phase.served_phase("vllm", "mock", None, 0, str(tmp_path), 3, lambda: False, io.StringIO(), True, 60.0)
+    share = phase.served_phase("vllm", "mock", None, 0, str(tmp_path), 3, lambda: False, io.StringIO(), True, 60.0)
     assert target.asked == [([2, 3, 4, 5, 6], 2, 60.0)]  # two at a time on 4 cores
     [f] = scan_findings(str(tmp_path))
     assert f.property == "SERVED-EQUALS-EAGER" and f.fact("tokens") == [5, 7] and f.fact("eager_tokens") == [5, 6]
@@ -84,10 +84,13 @@ def test_a_served_difference_is_a_finding_on_disk_with_the_runners_verdict(targe
     assert (tmp_path / f.repro).exists()
     entry = f.to_json()
     assert reached(entry) and "WRONG OUTPUT against eager: request r0: tokens [5, 7]" in runner_said(entry)
-    assert notes == ["runner share: 2 launch(es) served with graphs and eager, 1 differ, 1 left unserved by the budget",
-                     "runner share: 1 launch(es) not served here: the toy has no such model here",
-                     "runner share: 1 launch(es) not served here: vLLM raised with graphs and eager alike: "
-                     "RuntimeError: UVA"]
+    assert share.notes == ("runner share: 2 launch(es) served with graphs and eager, 1 differ, 1 left unserved by "
+                           "the budget",
+                           "runner share: 1 launch(es) not served here: the toy has no such model here",
+                           "runner share: 1 launch(es) not served here: vLLM raised with graphs and eager alike: "
+                           "RuntimeError: UVA")
+    # Counted as the search's checks are: the property judged two launches, one failed.
+    assert share.stats() == {"checks": {"SERVED-EQUALS-EAGER": 2}, "failures": {"SERVED-EQUALS-EAGER": 1}}
 
 
 def test_the_confirmation_phase_leaves_a_served_finding_alone(target, tmp_path, monkeypatch):
@@ -108,13 +111,14 @@ def test_a_launch_that_cannot_be_derived_is_a_note_and_the_campaign_goes_on(targ
         raise KeyError("toy_model")
 
     monkeypatch.setattr(phase, "draw_served", broken)
-    notes = phase.served_phase("vllm", "mock", None, 0, str(tmp_path), 1, lambda: False, io.StringIO(), True)
-    assert notes == ["runner share failed (KeyError: 'toy_model'); nothing was served"]
+    share = phase.served_phase("vllm", "mock", None, 0, str(tmp_path), 1, lambda: False, io.StringIO(), True)
+    assert share == phase.ServedShare(("runner share failed (KeyError: 'toy_model'); nothing was served",))
     assert scan_findings(str(tmp_path)) == []
 
 
 def test_a_stopped_campaign_serves_nothing(target, tmp_path):
-    assert phase.served_phase("vllm", "mock", None, 0, str(tmp_path), 1, lambda: True, io.StringIO(), True) == []
+    share = phase.served_phase("vllm", "mock", None, 0, str(tmp_path), 1, lambda: True, io.StringIO(), True)
+    assert share == phase.ServedShare() and share.stats() == {"checks": {}, "failures": {}}
     assert target.asked == [] and scan_findings(str(tmp_path)) == []
 
 
@@ -138,3 +142,11 @@ def test_a_served_finding_that_cannot_be_served_here_is_neither_reproduced_nor_f
 
 def test_the_share_is_a_quarter_of_the_search_within_bounds():
     assert [phase.served_budget(b) for b in (10, 800, 4000)] == [120.0, 200.0, 600.0]
+
+
+def test_served_launches_count_as_the_propertys_checks_in_the_summary():
+    from cgsim.report.summary import build_summary  # noqa: PLC0415
+
+    summary = build_summary(run_id="r", settings={"ruleset": "vllm-0.32", "backend": "mock"}, findings=[],
+                            stats=[{"scenarios": 3, "checks": {"NO-CRASH": 3}}, phase.ServedShare((), 2, 0).stats()])
+    assert summary["properties"]["SERVED-EQUALS-EAGER"]["checks"] == 2  # held, not "judged nothing here"
