@@ -41,11 +41,12 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import types
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from cgsim.targets.vllm.compat import VllmEnvironmentError, require_vllm
 from cgsim.targets.vllm.engine import EngineLaunch, EngineRefused
@@ -53,7 +54,7 @@ from cgsim.text import first_line
 
 __all__ = ["GraphEntry", "ManagerGraphs", "RunnerGraphs", "build_runner", "build_here", "manager_graphs",
            "Confirmation", "confirm", "confirm_findings", "finding_launch", "runner_world", "build_model_runner",
-           "vllm_frames", "VllmRaised", "in_child", "child_main", "launch_to_json", "launch_from_json"]
+           "vllm_frames", "VllmRaised", "in_child", "child_main", "stop_children", "each_until_stopped", "launch_to_json", "launch_from_json"]
 
 TRITON_INTERPRET = "TRITON_INTERPRET"
 COMPILE_BACKEND = "eager"
@@ -179,13 +180,24 @@ def in_child(module: str, payload: dict, timeout_s: float, what: str) -> dict:
         env[TRITON_INTERPRET] = "1"
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        proc = subprocess.Popen([sys.executable, "-m", module, src, out], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, preexec_fn=dies_with_parent)
+        with _RUNNING_LOCK:
+            _RUNNING.add(proc)
         try:
-            proc = subprocess.run([sys.executable, "-m", module, src, out], env=env, capture_output=True, text=True,
-                                  timeout=timeout_s, preexec_fn=dies_with_parent)
+            stdout, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
             raise VllmEnvironmentError(f"{what} took over {timeout_s:.0f} s") from None
+        except BaseException:
+            proc.kill()  # Ctrl-C in this thread: the child goes with it
+            raise
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.discard(proc)
         if not os.path.exists(out):
-            tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
+            tail = (stderr or stdout or "").strip().splitlines()[-1:] or ["no output"]
             raise VllmEnvironmentError(f"the child {what} died (exit {proc.returncode}): {tail[0][:300]}")
         with open(out) as f:
             result = json.load(f)
@@ -194,6 +206,43 @@ def in_child(module: str, payload: dict, timeout_s: float, what: str) -> dict:
     if result.get("kind") == "refused":
         raise EngineRefused(result["message"])
     raise VllmEnvironmentError(result.get("message", f"the child {what} reported nothing"))
+
+
+# The children in_child is waiting on, from any thread: a stopped campaign kills them (stop_children).
+_RUNNING: set[subprocess.Popen] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def stop_children() -> None:
+    """Kill every child ``in_child`` is waiting on (each of those calls then
+    raises VllmEnvironmentError): a stopped campaign does not wait for a
+    build or a served launch to finish."""
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    for proc in running:
+        with contextlib.suppress(OSError):
+            proc.kill()
+
+
+def each_until_stopped(fn: Callable[[Any], Any], items: list, jobs: int, stopped: Callable[[], bool]) -> list:
+    """``fn(item)`` for each of ``items``, ``jobs`` at a time in threads, in
+    order; once ``stopped()`` the children they wait on are killed
+    (``stop_children``), as they are when a stop signal interrupts the
+    wait, so a stop ends the phase within a second."""
+    from concurrent.futures import ThreadPoolExecutor, wait  # noqa: PLC0415
+
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(items) or 1))) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        try:
+            while wait(futures, timeout=0.5).not_done:
+                if stopped():
+                    stop_children()
+        except BaseException:  # a stop signal raised here: the pool's threads must not wait on their children
+            for f in futures:
+                f.cancel()
+            stop_children()
+            raise
+        return [f.result() for f in futures]
 
 
 def child_main(src: str, out: str, work: Any, what: str) -> int:
@@ -922,8 +971,7 @@ def confirm_findings(findings: list[dict], jobs: int, stopped: Any = lambda: Fal
     """``confirm`` for each of ``findings``, each launch's runner built once
     (at most ``jobs`` builds at a time, each a child process); no build
     starts once ``stopped()`` or ``budget_s`` is spent, and none runs past
-    it.  Keyed by finding id (``runner_serve.serve_confirmed`` goes on)."""
-    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+    either.  Keyed by finding id (``runner_serve.serve_confirmed`` goes on)."""
 
     wanted: dict[str, EngineLaunch] = {}
     for f in findings:
@@ -943,10 +991,9 @@ def confirm_findings(findings: list[dict], jobs: int, stopped: Any = lambda: Fal
         try:
             return build_runner(launch, timeout_s=left)
         except (EngineRefused, VllmEnvironmentError) as exc:
-            return exc
+            return VllmEnvironmentError("not asked: the campaign was stopped") if stopped() else exc
 
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(wanted) or 1))) as pool:
-        built = dict(zip(wanted, pool.map(build_once, wanted.values())))
+    built = dict(zip(wanted, each_until_stopped(build_once, list(wanted.values()), jobs, stopped)))
 
     def cached(launch: EngineLaunch) -> RunnerGraphs:
         got = built[launch_key(launch)]

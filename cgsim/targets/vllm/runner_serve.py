@@ -171,8 +171,9 @@ def serve_confirmed(findings: list[dict], verdicts: dict, jobs: int, stopped: An
 
 def _within(launches: list[EngineLaunch], jobs: int, stopped: Any, budget_s: float, serve: Any) -> list[dict | None]:
     """``serve(launch, seconds left)`` for each launch, ``jobs`` at a time,
-    None where ``stopped()`` or too little of ``budget_s`` was left to start."""
-    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+    None where ``stopped()`` or too little of ``budget_s`` was left to start,
+    or a stop ended it (its children are killed: ``each_until_stopped``)."""
+    from cgsim.targets.vllm.runner_build import each_until_stopped  # noqa: PLC0415
 
     deadline = time.monotonic() + budget_s
 
@@ -180,10 +181,10 @@ def _within(launches: list[EngineLaunch], jobs: int, stopped: Any, budget_s: flo
         left = deadline - time.monotonic()
         if stopped() or left < MIN_SERVE_S:
             return None
-        return serve(launch, left)
+        result = serve(launch, left)
+        return None if stopped() else result
 
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(launches) or 1))) as pool:
-        return list(pool.map(serve_once, launches))
+    return each_until_stopped(serve_once, launches, jobs, stopped)
 
 
 # --------------------------------------------------------------------------

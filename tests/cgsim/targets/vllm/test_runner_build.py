@@ -259,3 +259,52 @@ def test_no_build_starts_once_the_confirmation_budget_is_spent(monkeypatch: pyte
     got = confirm_findings([_finding("skip-attn-9656d102f2")], jobs=1, budget_s=0)
     assert seen == [] and got["skip-attn-9656d102f2"].verdict == "environment"
     assert "budget" in got["skip-attn-9656d102f2"].detail
+
+
+def test_a_stop_kills_the_children_a_runner_phase_waits_on(tmp_path, monkeypatch) -> None:
+    """Ctrl-C during the runner's phases: the builds and served launches
+    running in children are killed, not waited for to their timeout."""
+    (tmp_path / "cgsim_sleeper.py").write_text("import time\ntime.sleep(120)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    stop_at = [None]
+
+    def child(_: int) -> str:
+        try:
+            runner_build.in_child("cgsim_sleeper", {}, 120, "sleeping")
+        except VllmEnvironmentError as exc:
+            return str(exc)
+        return "finished"
+
+    def stopped() -> bool:  # asked every half second: the second asking stops
+        stop_at[0] = 0 if stop_at[0] is None else stop_at[0] + 1
+        return stop_at[0] >= 1
+
+    said = runner_build.each_until_stopped(child, [1, 2], 2, stopped)
+    assert all("died (exit -9)" in s for s in said), said  # SIGKILL: the sleeper would have exited 0
+    assert not runner_build._RUNNING
+
+
+def test_a_stop_signal_during_a_runner_phase_kills_its_children(tmp_path, monkeypatch) -> None:
+    """SIGTERM (raised as an exception in the campaign's main thread) while a
+    phase waits: the children go too, and the exception goes on."""
+    (tmp_path / "cgsim_sleeper.py").write_text("import time\ntime.sleep(120)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    said: list[str] = []
+
+    def child(_: int) -> None:
+        try:
+            runner_build.in_child("cgsim_sleeper", {}, 120, "sleeping")
+        except VllmEnvironmentError as exc:
+            said.append(str(exc))
+
+    asked = [0]
+
+    def stopped() -> bool:
+        asked[0] += 1
+        if asked[0] == 2:
+            raise KeyboardInterrupt
+        return False
+
+    with pytest.raises(KeyboardInterrupt):
+        runner_build.each_until_stopped(child, [1], 1, stopped)
+    assert said and "died (exit -9)" in said[0] and not runner_build._RUNNING
