@@ -20,6 +20,9 @@ without capture errors; is_current_stream_capturing.  A custom operator
 (``torch.library``) is recorded whole, as one kernel: replay runs it again
 on the captured memory, as a GPU relaunches a custom kernel (cgsim's toy
 model is built from such operators, so a capture of it is a handful of ops).
+A Triton kernel launched under Triton's interpreter (``TRITON_INTERPRET=1``,
+which runs kernels on CPU tensors behind the dispatcher) is recorded too: not
+run at capture, run at each replay on the tensors it was given.
 
 Where it is deliberately stricter than a GPU: memory a capture produced holds
 poison until the first replay (NaN for floating types, True for bool, bytes
@@ -42,7 +45,8 @@ What a CPU mock cannot show, and this one does not pretend to:
   workspaces (32 MiB + 1 MiB on an H200) into the graph pool, where they keep
   the pool alive for good;
 * kernels that bypass PyTorch's dispatcher (custom CUDA extensions called
-  directly, Triton kernels, DLPack): the mock sees and records only aten ops;
+  directly, compiled Triton kernels, DLPack): the mock sees and records only
+  aten ops, custom operators and interpreted Triton launches;
 * the caching allocator's exact choices: block sizes are rounded to 512 bytes
   and reused best-fit within a pool, without splitting, so *whether* a later
   capture takes a particular freed block can differ from a GPU (the hazard itself

@@ -35,7 +35,7 @@ from typing import Any, Callable, ContextManager, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _errors, _memory, _runtime
+from . import _errors, _memory, _runtime, _triton
 from ._runtime import G
 
 __all__ = [
@@ -627,6 +627,7 @@ class CUDAGraph:
         self._pool = _memory.get_pool_for_capture(self._pool_id)
         self._capture_stream = s
         self._recorder = _Recorder(self._pool)
+        _triton.record_interpreted_launches()
         G.capture = _runtime.CaptureRecord(self, s)
         self._mode = _CaptureMode()
         self._mode.__enter__()

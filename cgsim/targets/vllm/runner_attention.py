@@ -7,9 +7,8 @@ vLLM's Triton attention backend with two things of cgsim's:
   UNIFORM_SINGLE_TOKEN_DECODE: engine.ATTENTION_BACKENDS), whose kernels do
   not run here; the metadata it builds is vLLM's own;
 * its arithmetic is torch ops (``paged_attention``, ``write_kv_cache``) in
-  place of the Triton kernels.  Under Triton's interpreter a kernel writes
-  memory behind the dispatcher, where the mock's graphs cannot record it,
-  and it costs seconds a call.
+  place of the Triton kernels, which under Triton's interpreter cost seconds
+  a call.
 
 The torch ops read what the kernels read (``query_start_loc``, ``seq_lens``,
 ``block_table``, ``slot_mapping``, the paged cache) with shapes fixed by the

@@ -21,9 +21,10 @@ which mode, with which micro-batch twins, is the runner's own decision.
 Each build runs in a fresh child process (``build_runner``): Triton's
 interpreter has to be chosen before vLLM is imported, vLLM's distributed world
 is per process, and the toy's registration replaces the placeholder
-``engine.register_toy_models`` puts there.  Known limit: Triton kernels under
-the interpreter write memory behind the mock's back, so a replay reads stale
-values; this tier only captures and lists graphs.
+``engine.register_toy_models`` puts there.  Triton kernels run through the
+interpreter; one launched inside a capture is recorded by the mock and run at
+each replay (``cgsim.cuda_mock``), so graphs around vLLM's own Triton kernels
+(input preparation, the speculator's) replay as on a GPU.
 
 What the runner raises from vLLM's frames is reported (``RunnerGraphs.raised``);
 cgsim's own setup failing is a ``VllmEnvironmentError`` (one line), never a
