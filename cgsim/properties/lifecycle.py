@@ -75,7 +75,8 @@ LOGPROB_TOLERANCE = 0.05
 
 # Judged by the runner tier on served runs, not on a trace; not shrunk (every attempt serves a launch twice).
 declare(SERVED_EQUALS_EAGER, "requests served through the engine's own model runner get the same tokens with CUDA "
-        "graphs as eager (log-probabilities within bf16 noise), and graphs make nothing raise that eager does not",
+        "graphs as eager, from the same drafts, log-probabilities within bf16 noise, and graphs make nothing raise "
+        "that eager does not",
         family="lifecycle", kind="violation", shrink=False, harness_only=True)
 
 
@@ -103,4 +104,22 @@ def served_violations(graphs: Mapping[str, Any], eager: Mapping[str, Any]) -> li
             out.append(Violation(SERVED_EQUALS_EAGER,
                                  f"request {rid}: log-probabilities differ by {worst:.3f} (over {LOGPROB_TOLERANCE})",
                                  facts=(("request", rid), ("logprob_difference", round(worst, 4)))))
+            continue
+        # The same tokens, other drafts: the draft model's graphs did not draft as eager did.
+        gd, ed = (graphs.get("drafts") or {}).get(rid), (eager.get("drafts") or {}).get(rid)
+        if gd is not None and ed is not None and list(gd) != list(ed):
+            step = next((i for i, (a, b) in enumerate(zip(gd, ed)) if list(a) != list(b)), min(len(gd), len(ed)))
+            g_at, e_at = (list(gd[step]) if step < len(gd) else None), (list(ed[step]) if step < len(ed) else None)
+            out.append(Violation(SERVED_EQUALS_EAGER,
+                                 f"request {rid}: drafted {g_at} with CUDA graphs, {e_at} eager (its step {step + 1})",
+                                 facts=(("request", rid), ("drafts", g_at), ("eager_drafts", e_at),
+                                        ("draft_step", step + 1))))
+            continue
+        # The same tokens in other steps: other drafts accepted.
+        gs, es = (graphs.get("per_step") or {}).get(rid), (eager.get("per_step") or {}).get(rid)
+        if gs is not None and es is not None and list(gs) != list(es):
+            out.append(Violation(SERVED_EQUALS_EAGER,
+                                 f"request {rid}: tokens per step {list(gs)} with CUDA graphs, {list(es)} eager "
+                                 "(other drafts accepted)",
+                                 facts=(("request", rid), ("per_step", list(gs)), ("eager_per_step", list(es)))))
     return out

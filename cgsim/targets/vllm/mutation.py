@@ -20,7 +20,8 @@ from typing import Sequence
 from cgsim.targets import engine_mutation as _shared
 from cgsim.targets.engine_mutation import Mutation
 
-__all__ = ["MUTATIONS_ENV", "Mutation", "MUTATIONS", "SERVED_MUTATIONS", "MutationError", "install_from_environment", "environment_for"]
+__all__ = ["MUTATIONS_ENV", "Mutation", "MUTATIONS", "SERVED_MUTATIONS", "MutationError", "install_from_environment",
+           "environment_for", "in_tree"]
 
 MUTATIONS_ENV = "CGSIM_VLLM_MUTATIONS"
 CU = "vllm.v1.worker.gpu.cudagraph_utils"
@@ -58,7 +59,24 @@ SERVED_MUTATIONS: tuple[Mutation, ...] = (
     Mutation(BLOCK_TABLE, "            slot_mappings.shape[1],", "            0,",
              "padded-slots-stale", area="input preparation",
              bug="padded tokens keep an earlier step's slot mappings and write the KV cache there"),
+    # The draft model's decode graphs (the speculator's own manager) captured one draft step short: replayed, they
+    # leave each request's last draft undrafted; greedy verification keeps the tokens, the drafts show it.
+    *(Mutation(module, "                    else self.vllm_config.num_speculative_tokens\n",
+               "                    else self.vllm_config.num_speculative_tokens - 1\n",
+               "draft-decode-short", area="draft manager",
+               bug="the draft model's decode graphs run one draft step short, so the last draft is never drafted")
+      for module in ("vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils",  # 0.32-0.33
+                     "vllm.v1.worker.gpu.spec_decode.autoregressive.cudagraph_utils")),  # 0.34
 )
+
+
+def in_tree(mutations: Sequence[Mutation], vllm_location: str) -> tuple[Mutation, ...]:
+    """Those of ``mutations`` whose module is a file of the vLLM package at
+    ``vllm_location`` (a row per layout where releases moved the module)."""
+    def file_of(module: str) -> str:
+        return os.path.join(vllm_location, *module.split(".")[1:]) + ".py"
+
+    return tuple(m for m in mutations if os.path.exists(file_of(m.module)))
 
 
 class MutationError(RuntimeError):

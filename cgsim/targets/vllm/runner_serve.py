@@ -56,8 +56,10 @@ def default_requests(n: int = 4, seed: int = 0) -> tuple[ServedRequest, ...]:
 @dataclass(frozen=True)
 class ServedRun:
     """What the user of one served launch sees: per request, its tokens and
-    their log-probabilities; the steps, the graph replays, and what vLLM
-    raised (None: nothing)."""
+    their log-probabilities, how many tokens each step gave it (more than
+    one: drafts accepted) and, with speculative decoding, the drafts the
+    runner proposed for it each step; the steps, the graph replays, and what
+    vLLM raised (None: nothing)."""
 
     vllm_version: str
     launch_line: str
@@ -67,6 +69,8 @@ class ServedRun:
     replays: int
     raised: str | None = None
     seconds: float = 0.0
+    per_step: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    drafts: dict[str, list[list[int]]] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -226,12 +230,16 @@ def serve_here(launch: EngineLaunch, requests: tuple[ServedRequest, ...], max_st
     raised = None
     tokens: dict[str, list[int]] = {}
     logprobs: dict[str, list[float]] = {}
+    per_step: dict[str, list[int]] = {}
+    drafts: dict[str, list[list[int]]] = {}
     steps = 0
     with rb.runner_world(launch) as (caps, vc, backend), _counting_replays(replays), _toy_weights_that_tell():
         try:
             runner = rb.build_model_runner(vc, backend, state)
+            proposed = _recording_drafts(runner)
             with rb.vllm_frames("capture_model"):
                 runner.capture_model()
+            proposed.clear()  # the capture's dummy runs drafted too
             scheduler = _scheduler(vc, state["kv_cache_config"], launch)
             hasher = block_hasher(vc, vc.cache_config.block_size)
             pending = sorted(enumerate(requests), key=lambda x: (x[1].arrival_step, x[0]))
@@ -249,12 +257,34 @@ def serve_here(launch: EngineLaunch, requests: tuple[ServedRequest, ...], max_st
                         output = runner.sample_tokens(None)
                     if hasattr(output, "get_output"):
                         output = output.get_output()
-                _collect(output, tokens, logprobs)
+                _collect(output, tokens, logprobs, per_step)
+                for rid in output.req_ids:
+                    if rid in proposed and per_step.get(rid):
+                        drafts.setdefault(rid, []).append(proposed[rid])
+                proposed.clear()
                 scheduler.update_from_output(so, output)
         except rb.VllmRaised as exc:
             raised = exc.text
     return ServedRun(caps.version, launch.line(), tokens, logprobs, steps, replays[0], raised,
-                     round(time.perf_counter() - t0, 2))
+                     round(time.perf_counter() - t0, 2), per_step, drafts)
+
+
+def _recording_drafts(runner: Any) -> dict[str, list[int]]:
+    """The drafts the runner hands its draft-token handler each step, by
+    request id (vLLM 0.30+: ``DraftTokensHandler.set_draft_tokens``, given the
+    batch and its drafts); filled as it runs, cleared by the caller."""
+    proposed: dict[str, list[int]] = {}
+    handler = getattr(runner, "draft_tokens_handler", None)
+    hand = getattr(handler, "set_draft_tokens", None)
+    if hand is None:
+        return proposed
+
+    def set_draft_tokens(input_batch: Any, draft_tokens: Any) -> None:
+        proposed.update(zip(input_batch.req_ids, draft_tokens.tolist()))
+        hand(input_batch, draft_tokens)
+
+    handler.set_draft_tokens = set_draft_tokens
+    return proposed
 
 
 class _counting_replays:  # noqa: N801 - a context manager, named for what it does
@@ -331,13 +361,15 @@ def _request(rid: str, r: ServedRequest, hasher: Any) -> Any:
                        arrival_time=float(r.arrival_step), block_hasher=hasher)
 
 
-def _collect(output: Any, tokens: dict, logprobs: dict) -> None:
+def _collect(output: Any, tokens: dict, logprobs: dict, per_step: dict) -> None:
     lp = getattr(output, "logprobs", None)
     rows = lp.logprobs if lp is not None else None
     row = 0
     for rid, sampled in zip(output.req_ids, output.sampled_token_ids):
         sampled = [int(t) for t in sampled]
         tokens.setdefault(rid, []).extend(sampled)
+        if sampled:
+            per_step.setdefault(rid, []).append(len(sampled))
         if rows is not None and sampled:
             for _ in sampled:
                 logprobs.setdefault(rid, []).append(float(rows[row][0]) if row < len(rows) else float("nan"))

@@ -81,3 +81,29 @@ def test_served_equals_eager_names_other_tokens_wider_log_probabilities_and_what
     assert dict(v.facts) == {"raised": "RuntimeError: boom"}
     # Raising eager too says nothing about the graphs.
     assert served_violations(_served([], [], raised="E"), _served([], [], raised="E")) == []
+
+
+def test_served_equals_eager_names_the_same_tokens_given_in_other_steps():
+    """Speculative decoding: the same tokens, but other drafts accepted (the
+    draft model's graphs did not draft as eager did)."""
+    from cgsim.properties.lifecycle import served_violations
+
+    eager = {**_served([5, 6, 7], [-1.0] * 3), "per_step": {"r0": [1, 2]}}
+    assert served_violations({**_served([5, 6, 7], [-1.0] * 3), "per_step": {"r0": [1, 2]}}, eager) == []
+    [v] = served_violations({**_served([5, 6, 7], [-1.0] * 3), "per_step": {"r0": [1, 1, 1]}}, eager)
+    assert dict(v.facts) == {"request": "r0", "per_step": [1, 1, 1], "eager_per_step": [1, 2]}
+    assert "other drafts accepted" in v.message
+    # A run recorded without steps (an older finding) is judged on its tokens alone.
+    assert served_violations(_served([5, 6, 7], [-1.0] * 3), eager) == []
+
+
+def test_served_equals_eager_names_the_first_step_drafted_otherwise():
+    """Speculative decoding: the same tokens, but the draft model's graphs
+    drafted other tokens than eager (greedy verification hides it in the
+    output; the user pays in acceptance)."""
+    from cgsim.properties.lifecycle import served_violations
+
+    eager = {**_served([5, 6], [-1.0] * 2), "drafts": {"r0": [[9, 9], [3, 4]]}}
+    assert served_violations({**_served([5, 6], [-1.0] * 2), "drafts": {"r0": [[9, 9], [3, 4]]}}, eager) == []
+    [v] = served_violations({**_served([5, 6], [-1.0] * 2), "drafts": {"r0": [[9, 9], [3, 0]]}}, eager)
+    assert dict(v.facts) == {"request": "r0", "drafts": [3, 0], "eager_drafts": [3, 4], "draft_step": 2}

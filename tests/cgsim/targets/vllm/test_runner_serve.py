@@ -16,7 +16,8 @@ skip_unless_vllm()
 from cgsim.config import ManagerConfig  # noqa: E402
 from cgsim.modes import CUDAGraphMode  # noqa: E402
 from cgsim.targets.vllm.engine import launch_for  # noqa: E402
-from cgsim.targets.vllm.mutation import MUTATIONS_ENV, SERVED_MUTATIONS, environment_for  # noqa: E402
+from cgsim.targets.vllm.compat import require_vllm  # noqa: E402
+from cgsim.targets.vllm.mutation import MUTATIONS_ENV, SERVED_MUTATIONS, environment_for, in_tree  # noqa: E402
 from cgsim.targets.vllm.runner_serve import (  # noqa: E402
     ServedRun,
     default_requests,
@@ -70,13 +71,30 @@ def test_requests_served_with_graphs_give_what_vllm_gives_eager(mode: CUDAGraphM
     assert graphs_equal_eager(graphs, eager) == []
 
 
+# An EAGLE launch (three drafts a step) whose draft model has FULL decode graphs of its own.
+EAGLE = launch_for(ManagerConfig(mode=CUDAGraphMode.FULL_DECODE_ONLY, capture_sizes=(1, 2, 4, 8, 16), max_num_reqs=4,
+                                 decode_query_len=4))
+IN_TREE = in_tree(SERVED_MUTATIONS, require_vllm().location)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("mutation", SERVED_MUTATIONS, ids=[m.name for m in SERVED_MUTATIONS])
+def test_an_eagle_launch_drafts_with_graphs_what_it_drafts_eager() -> None:
+    """The draft model's own graphs (Triton kernels in them replayed too):
+    every step's drafts, not only the verified tokens, are eager's."""
+    graphs = serve_runner(EAGLE, default_requests())
+    eager = serve_runner(eager_twin(EAGLE), default_requests())
+    assert graphs.raised is None and eager.raised is None, (graphs.raised, eager.raised)
+    assert graphs.replays > 0 and all(len(d) > 1 for d in graphs.drafts.values()), graphs.drafts
+    assert graphs_equal_eager(graphs, eager) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutation", IN_TREE, ids=[m.name for m in IN_TREE])
 def test_a_bug_in_the_runners_own_paths_shows_as_other_tokens_served(mutation, monkeypatch) -> None:
     """A one-line bug in a path only vLLM's runner takes (put into the tree as
     it is imported, in the serving child): the same launch that serves
-    eager's tokens above serves other tokens with its graphs."""
+    eager's tokens (and drafts) above serves other ones with its graphs."""
     monkeypatch.setenv(MUTATIONS_ENV, environment_for([mutation])[MUTATIONS_ENV])
-    said = served_consequence(LAUNCH, 600)
+    said = served_consequence(EAGLE if mutation.area == "draft manager" else LAUNCH, 600)
     assert said.get("error") is None and said["raised"] is None, said
     assert said["differences"], said

@@ -65,7 +65,9 @@ def test_a_campaign_on_a_mutated_tree_reports_the_bug(mutation, tmp_path):
     assert all(f["launch"]["line"].startswith(("vllm serve", "VLLM_")) for f in new)
 
 
-@pytest.mark.parametrize("mutation", SERVED_MUTATIONS, ids=[m.name for m in SERVED_MUTATIONS])
+# One campaign (minutes): the input-preparation bug; the draft manager's is served directly (test_runner_serve.py).
+@pytest.mark.parametrize("mutation", [m for m in SERVED_MUTATIONS if m.area == "input preparation"],
+                         ids=lambda m: m.name)
 def test_a_campaigns_runner_share_reports_a_bug_only_the_runner_runs(mutation, tmp_path):
     """A bug in a path only vLLM's runner takes: the search cannot see it, the
     launches the campaign serves end to end with graphs and eager do."""
