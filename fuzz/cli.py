@@ -138,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "with graphs and eager (a quarter of --budget, at least 120 s), and building each "
                           "finding's launch (vLLM: ~30 s a launch) to tell defects of the engine from "
                           "manager-level findings")
+    run.add_argument("--runner-share", default=None, metavar="DURATION",
+                     help="time for serving drawn launches through the engine's own runner after the search "
+                          "(default: a quarter of --budget, 120 s to 600 s; 0: none, findings are still confirmed)")
     _source_flag(run)
     run.add_argument("--diff-base", default=None,
                      help="with --vllm-source on a git checkout: report the changed lines against this ref that the "
@@ -362,6 +365,7 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         workers_from_cluster=args.ray is not None and args.workers is None,
         example_db=args.example_db,
         runner_confirm=not args.no_runner_confirm,
+        runner_share_s=_duration(args.runner_share, "--runner-share", zero=True),
         quiet=args.quiet,
         sources=_sources_given(),
         diff_base=args.diff_base,

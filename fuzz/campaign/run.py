@@ -272,10 +272,11 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
             sup.shutdown(STOP_GRACE_S if sup.stop_reason else SHUTDOWN_GRACE_S)
         # Space may have come back since a write failed: one more try.
         sup.unwritten = [f for f in sup.unwritten if not _try(FindingStore(findings_dir, repro=write_repro).put, f)]
-        if o.runner_confirm and not sup.stopped and not report_errors:
+        share_s = served_budget(o.budget_s) if o.runner_share_s is None else o.runner_share_s
+        if o.runner_confirm and share_s > 0 and not sup.stopped and not report_errors:
             # The runner's share: launches served end to end, differences written as findings.
             share = served_phase(o.target, o.backend, o.ruleset, o.seed or 0, findings_dir, o.workers,
-                                 lambda: sup.stopped, err, o.quiet, served_budget(o.budget_s))
+                                 lambda: sup.stopped, err, o.quiet, share_s)
             sup.notes.extend(share.notes)
             phase_stats.append(share.stats())
         if o.runner_confirm and not sup.stopped and not report_errors:

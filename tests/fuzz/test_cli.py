@@ -371,9 +371,11 @@ def test_every_duration_flag_reads_the_same_durations(tmp_path, monkeypatch):
 
     monkeypatch.setattr(campaign, "run_campaign", fake_run)
     assert main(["run", "--timeout", "10s", "--budget", "2m", "--shrink-grace", "1m30s", "--shrink-limit", "0",
-                 "--report-dir", str(tmp_path)]) == 0
+                 "--runner-share", "0", "--report-dir", str(tmp_path)]) == 0
     o = seen["options"]
-    assert (o.timeout_s, o.budget_s, o.shrink_grace_s, o.shrink_limit_s) == (10.0, 120.0, 90.0, 0.0)
+    assert (o.timeout_s, o.budget_s, o.shrink_grace_s, o.shrink_limit_s, o.runner_share_s) == (10.0, 120.0, 90.0, 0.0, 0.0)
+    assert main(["run", "--runner-share", "3m", "--report-dir", str(tmp_path)]) == 0
+    assert seen["options"].runner_share_s == 180.0
     assert main(["run", "--timeout", "2.5", "--report-dir", str(tmp_path)]) == 0 and seen["options"].timeout_s == 2.5
 
 

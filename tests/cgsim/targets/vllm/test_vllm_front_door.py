@@ -155,8 +155,10 @@ def test_every_finding_launch_is_one_vllm_starts_with_on_the_v2_runner(tmp_path)
     runner, and the runner's verdict on it.  (On 0.32 this campaign finds
     #1 and #15; on 0.34 it may find nothing in its budget.)"""
     reports = tmp_path / "reports"
+    # The runner's confirmation is what this checks; its served share is test_vllm_mutations.py's.
     run = subprocess.run([sys.executable, "-m", "fuzz", "run", "--target", "vllm", "--max-examples", "60",
-                          "--workers", "1", "--seed", "2", "--report-dir", str(reports), "--quiet"],
+                          "--workers", "1", "--seed", "2", "--report-dir", str(reports), "--quiet",
+                          "--runner-share", "0"],
                          cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True,
                          timeout=900)
     assert run.returncode in (0, 1), run.stderr[-2000:]
@@ -172,6 +174,7 @@ def test_every_finding_launch_is_one_vllm_starts_with_on_the_v2_runner(tmp_path)
         if said["verdict"] == "confirmed":
             assert said["named"] and not said["missing"], said
         assert (said["verdict"] == "absent") == (f["id"] in summary["manager_level"]), said
+    assert not any(n.startswith("runner share") for n in summary["notes"]), summary["notes"]
 
 
 # -- replay outcomes: reproduced 1, holds 0, could not run 2 ---------------------------------------------
