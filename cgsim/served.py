@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from cgsim.finding import Finding
-from cgsim.properties.lifecycle import SERVED_EQUALS_EAGER, served_violations
+from cgsim.properties.lifecycle import SERVED_EQUALS_EAGER, changes_output, served_violations
 from cgsim.properties.registry import Violation
 from cgsim.scenario import Scenario
 from cgsim.targets import get_target, optional_hook
@@ -67,11 +67,13 @@ def _statement() -> str:
 
 def consequence(served: Mapping[str, Any]) -> dict:
     """A served pair in the words the report's runner phrase reads: requests,
-    replays, what graphs and eager raised, and where graphs differ."""
+    replays, what graphs and eager raised, where graphs differ, and whether
+    that is in the output (not only in the drafts)."""
     graphs, eager = served["graphs"], served["eager"]
-    differs = [] if graphs.get("raised") else [v.message for v in served_violations(graphs, eager)]
+    violations = [] if graphs.get("raised") else served_violations(graphs, eager)
     return {"requests": served.get("requests"), "replays": graphs.get("replays"), "raised": graphs.get("raised"),
-            "eager_raised": eager.get("raised"), "differences": differs}
+            "eager_raised": eager.get("raised"), "differences": [v.message for v in violations],
+            "wrong_output": any(changes_output(v) for v in violations)}
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,16 @@ declare(SERVED_EQUALS_EAGER, "requests served through the engine's own model run
         family="lifecycle", kind="violation", shrink=False, harness_only=True)
 
 
+# Facts of a violation whose output is eager's: only the drafts differ (greedy verification keeps the tokens).
+_DRAFT_FACTS = ("drafts", "per_step")
+
+
+def changes_output(violation: Violation) -> bool:
+    """Whether a SERVED-EQUALS-EAGER violation is in what the user receives
+    (tokens, log-probabilities, an exception), not only in the drafts."""
+    return not any(key in _DRAFT_FACTS for key, _ in violation.facts)
+
+
 def served_violations(graphs: Mapping[str, Any], eager: Mapping[str, Any]) -> list[Violation]:
     """Where a served run with CUDA graphs differs from the same requests served
     eager ([]: nowhere).  Each run: ``tokens`` and ``logprobs`` per request id,

@@ -64,8 +64,12 @@ def _served(served: Any) -> str:
         return f"; serving raised with graphs and eager alike: {served['raised']}"
     if served.get("raised"):
         return f"; serving with graphs, the engine raised: {served['raised']}"
-    if served.get("differences"):
+    if served.get("differences") and served.get("wrong_output", True):
         return f"; served with graphs, WRONG OUTPUT against eager: {'; '.join(served['differences'])}"
+    if served.get("differences"):
+        # Greedy verification keeps the tokens: the user pays in accepted drafts (slower decoding).
+        return (f"; served with graphs, eager's output but OTHER DRAFTS (fewer accepted, slower): "
+                f"{'; '.join(served['differences'])}")
     return f"; served {served.get('requests')} requests with graphs ({served.get('replays')} replays): eager's tokens"
 
 

@@ -55,7 +55,8 @@ from cgsim.text import first_line
 
 __all__ = ["GraphEntry", "ManagerGraphs", "RunnerGraphs", "build_runner", "build_here", "manager_graphs",
            "Confirmation", "confirm", "confirm_findings", "finding_launch", "runner_world", "build_model_runner",
-           "vllm_frames", "VllmRaised", "in_child", "child_main", "stop_children", "each_until_stopped", "launch_to_json", "launch_from_json"]
+           "vllm_frames", "VllmRaised", "in_child", "child_main", "stop_children", "each_until_stopped",
+           "launch_to_json", "launch_from_json"]
 
 TRITON_INTERPRET = "TRITON_INTERPRET"
 COMPILE_BACKEND = "eager"

@@ -101,9 +101,12 @@ def test_served_equals_eager_names_the_first_step_drafted_otherwise():
     """Speculative decoding: the same tokens, but the draft model's graphs
     drafted other tokens than eager (greedy verification hides it in the
     output; the user pays in acceptance)."""
-    from cgsim.properties.lifecycle import served_violations
+    from cgsim.properties.lifecycle import changes_output, served_violations
 
     eager = {**_served([5, 6], [-1.0] * 2), "drafts": {"r0": [[9, 9], [3, 4]]}}
     assert served_violations({**_served([5, 6], [-1.0] * 2), "drafts": {"r0": [[9, 9], [3, 4]]}}, eager) == []
     [v] = served_violations({**_served([5, 6], [-1.0] * 2), "drafts": {"r0": [[9, 9], [3, 0]]}}, eager)
     assert dict(v.facts) == {"request": "r0", "drafts": [3, 0], "eager_drafts": [3, 4], "draft_step": 2}
+    assert not changes_output(v)  # the user gets eager's tokens; only the acceptance suffers
+    [v] = served_violations({**_served([5, 7], [-1.0] * 2), "drafts": {"r0": [[9, 9], [3, 0]]}}, eager)
+    assert changes_output(v)

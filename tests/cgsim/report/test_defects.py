@@ -129,6 +129,10 @@ def test_a_finding_the_engines_runner_never_builds_is_manager_level_only_not_a_d
     ({"requests": 3, "replays": 9, "raised": None, "eager_raised": None,
       "differences": ["request r0: tokens [5, 7] with CUDA graphs, [5, 6] eager"]},
      "WRONG OUTPUT against eager: request r0: tokens [5, 7] with CUDA graphs, [5, 6] eager"),
+    ({"requests": 3, "replays": 9, "raised": None, "eager_raised": None, "wrong_output": False,
+      "differences": ["request r0: drafted [3, 0] with CUDA graphs, [3, 4] eager (its step 2)"]},
+     "eager's output but OTHER DRAFTS (fewer accepted, slower): request r0: drafted [3, 0] with CUDA graphs, "
+     "[3, 4] eager (its step 2)"),
     ({"requests": 3, "replays": 0, "raised": "RuntimeError: boom", "eager_raised": None, "differences": []},
      "serving with graphs, the engine raised: RuntimeError: boom"),
     ({"requests": 3, "replays": 0, "raised": "KeyError: x", "eager_raised": "KeyError: x", "differences": []},
