@@ -966,8 +966,7 @@ def vllm_process_patches(backend: Any, breakable: bool = False, world: bool = Fa
 
         # eager-breaks-called
         if breakable:
-            bcg = sys.modules.get("vllm.compilation.breakable_cudagraph") or _import_or_none(
-                "vllm.compilation.breakable_cudagraph")
+            bcg = _import_or_none("vllm.compilation.breakable_cudagraph")
             wrapper_cls = getattr(bcg, "BreakableCUDAGraphWrapper", None)
             if wrapper_cls is not None and hasattr(bcg, "eager_break_during_capture"):
                 _set_attr(stack, wrapper_cls, "_capture", _capturing_with_eager_breaks(wrapper_cls._capture, bcg))
@@ -980,10 +979,7 @@ def vllm_process_patches(backend: Any, breakable: bool = False, world: bool = Fa
 
         # weak-ref-tensors
         if not _has_weak_ref_op():
-            try:
-                bcg = importlib.import_module("vllm.compilation.breakable_cudagraph")
-            except ImportError:
-                bcg = None
+            bcg = _import_or_none("vllm.compilation.breakable_cudagraph")
             if bcg is not None:
                 _set_attr(stack, bcg, "weak_ref_tensor", _identity)
                 _set_attr(stack, bcg, "weak_ref_tensors", _identity)
