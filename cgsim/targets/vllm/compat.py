@@ -762,6 +762,21 @@ PATCHES: tuple[Patch, ...] = (
         "nothing that is captured or dispatched reads them.",
     ),
     Patch(
+        "uva-host-view",
+        "0.27-0.29's runner keeps its per-step inputs in UvaBuffers that raise without pinned memory (no "
+        "NonUvaBuffer fallback before 0.30), and a CPU process has none. In the runner's world there, "
+        "vllm.v1.worker.gpu.buffer_utils.UvaBuffer is a host tensor whose device view is itself, as vLLM's "
+        "own CPU runner makes it (v1/worker/cpu/buffer_utils.py): graphs read it live at replay, as a GPU "
+        "reads pinned memory through UVA.",
+    ),
+    Patch(
+        "minimax-warmup-without-torchvision",
+        "0.24-0.26's kernel_warmup imports the MiniMax M3 warm-up, whose model module imports torchvision, "
+        "which the CPU install lacks (its builds do not import beside torch's CPU wheel). In the runner's "
+        "world without torchvision that warm-up is what vLLM's returns for a model with no "
+        "MiniMaxM3SparseAttention layer, the toy's case: nothing.",
+    ),
+    Patch(
         "torch-cuda",
         "The backend's activate(): for the mock backend, cgsim.cuda_mock's patched torch.cuda "
         "(CUDAGraph, graph, graph_pool_handle, Stream ...) so vLLM's own `torch.cuda.graph(...)` "
@@ -924,6 +939,15 @@ def vllm_process_patches(backend: Any, breakable: bool = False, world: bool = Fa
         # capture-stream
         _set_attr(stack, cu, "current_stream", lambda: cuda.current_stream())
 
+        # uva-host-view
+        if world:
+            buffers = _import_or_none("vllm.v1.worker.gpu.buffer_utils")
+            if buffers is not None and not hasattr(buffers, "NonUvaBuffer"):
+                _set_attr(stack, buffers, "UvaBuffer", _HostViewUvaBuffer)
+
+            # minimax-warmup-without-torchvision
+            _stand_in_minimax_warmup(stack)
+
         # quiet-logs
         import logging  # noqa: PLC0415
 
@@ -985,6 +1009,36 @@ def vllm_process_patches(backend: Any, breakable: bool = False, world: bool = Fa
                 _set_attr(stack, bcg, "weak_ref_tensors", _identity)
                 _set_attr(stack, bcg, "_weak_ref_capture_arg", _identity)
         yield
+
+
+_MINIMAX_WARMUP = "vllm.model_executor.warmup.minimax_m3_msa_warmup"
+
+
+def _stand_in_minimax_warmup(stack: contextlib.ExitStack) -> None:
+    """PATCHES "minimax-warmup-without-torchvision"."""
+    if importlib.util.find_spec("torchvision") is not None or _MINIMAX_WARMUP in sys.modules:
+        return
+    try:
+        if importlib.util.find_spec(_MINIMAX_WARMUP) is None:
+            return
+    except ImportError:
+        return
+    stand_in = types.ModuleType(_MINIMAX_WARMUP)
+    stand_in.minimax_m3_msa_warmup = lambda worker: None  # type: ignore[attr-defined]
+    sys.modules[_MINIMAX_WARMUP] = stand_in
+    stack.callback(sys.modules.pop, _MINIMAX_WARMUP, None)
+
+
+class _HostViewUvaBuffer:
+    """PATCHES "uva-host-view": 0.27-0.29's UvaBuffer with its device view
+    the host tensor itself."""
+
+    def __init__(self, size: Any, dtype: Any):
+        import torch  # noqa: PLC0415
+
+        self.cpu = torch.zeros(size, dtype=dtype, device="cpu")
+        self.np = self.cpu.numpy()
+        self.uva = self.cpu
 
 
 def _import_or_none(name: str) -> Any:

@@ -329,11 +329,20 @@ def _toy_weights_that_tell() -> Iterator[None]:
         # Only the range is cgsim's; what else a release passes (0.34: the tensor's name) goes on.
         orig(param, -TOY_WEIGHT_RANGE, TOY_WEIGHT_RANGE, seed, **rest)
 
-    loader.initialize_single_dummy_weight = wider
+    def wider_each(layer: Any, model_config: Any = None, *args: Any, **kwargs: Any) -> None:
+        # 0.20-0.29 initialise a layer's whole state dict through weight_utils, past the name above.
+        for param in layer.state_dict().values():
+            wider(param)
+
+    patched = {"initialize_single_dummy_weight": wider, "initialize_dummy_weights": wider_each}
+    origs = {name: getattr(loader, name) for name in patched if hasattr(loader, name)}
+    for name in origs:
+        setattr(loader, name, patched[name])
     try:
         yield
     finally:
-        loader.initialize_single_dummy_weight = orig
+        for name, fn in origs.items():
+            setattr(loader, name, fn)
 
 
 def _scheduler(vc: Any, kv_cache_config: Any, launch: EngineLaunch) -> Any:
