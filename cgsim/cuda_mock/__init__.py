@@ -54,8 +54,9 @@ What a CPU mock cannot show, and this one does not pretend to:
 * a graph keeps the memory of the tensors it reads alive, where a real graph
   would read freed (and possibly reused) memory after the caller dropped them;
 * which CPU tensors are "host": only those marked (host_buffer, pin_memory(),
-  .cpu(), torch.tensor(...) built during a capture, results of ops on host
-  tensors, ops under host_ops()). Any other CPU tensor is device memory, so a
+  a factory given pin_memory=True inside pinned_host_factories(), .cpu(),
+  torch.tensor(...) built during a capture, results of ops on host tensors,
+  ops under host_ops()). Any other CPU tensor is device memory, so a
   CPU tensor made outside a capture without marking it (torch.from_numpy,
   torch.tensor) and copied to the device inside a capture is a silent
   device-to-device copy here where a GPU raises the pageable-copy error.
@@ -73,6 +74,7 @@ from ._errors import (
 )
 from ._memory import host_buffer, poison_value
 from ._patch import is_patched, patched_torch_cuda
+from ._pinned import pinned_host_factories
 from ._runtime import (
     DEVICE_NAME,
     Event,
@@ -94,6 +96,7 @@ __all__ = [
     "patched_torch_cuda",
     "is_patched",
     "host_buffer",
+    "pinned_host_factories",
     "host_ops",
     "replay_state",
     "poison_value",

@@ -146,6 +146,13 @@ def _platform_class() -> type:
             return CpuPlatform.import_kernels()
 
         @classmethod
+        def manual_seed_all(cls, seed: int) -> None:
+            # As CUDA's (torch.cuda.manual_seed_all): the device's generators are the host's here.
+            import torch  # noqa: PLC0415
+
+            torch.manual_seed(seed)
+
+        @classmethod
         def is_pin_memory_available(cls) -> bool:
             return on_gpu
 

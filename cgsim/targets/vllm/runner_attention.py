@@ -134,7 +134,11 @@ def _on_torch_path(impl: Any) -> bool:
 
 
 def _caches(impl: Any, kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    # As the Triton impl: (B, H, N, 2*hs) -> ((B, N, H, hs), (B, N, H, hs)).
+    # As the release's Triton impl, each to (B, N, H, hs): 0.26+ lay the cache out (B, H, N, 2*hs),
+    # 0.20-0.25 (B, 2, N, H, hs) (its get_kv_cache_shape), unbound at dim 1.
+    if kv_cache.dim() == 5:
+        key_cache, value_cache = kv_cache.unbind(1)
+        return key_cache, value_cache
     key_cache, value_cache = kv_cache.transpose(1, 2).split(impl.head_size, dim=-1)
     return key_cache, value_cache
 

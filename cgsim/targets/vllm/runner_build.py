@@ -309,8 +309,12 @@ def runner_world(launch: EngineLaunch) -> Iterator[tuple[Any, Any, Any]]:
     # record them; vLLM's eager compiler keeps its splitting and piecewise wrappers, each piece's ops as they are.
     vc.compilation_config.backend = COMPILE_BACKEND
     _register_toy_model(launch.model)
+    from cgsim.cuda_mock import pinned_host_factories  # noqa: PLC0415
+
     backend = get_backend("mock")
-    with _launch_env(launch), backend.activate(), _runner_patches(backend, launch), _one_rank_world(vc):
+    # 0.20-0.26 allocate pinned host buffers without asking the platform, as a GPU process may.
+    with _launch_env(launch), backend.activate(), pinned_host_factories(), _runner_patches(backend, launch), \
+            _one_rank_world(vc):
         yield caps, vc, backend
 
 
@@ -376,6 +380,8 @@ _MISSING_OP = ("No such operator _C", "'_OpNamespace' '_C' object has no attribu
 _PLATFORM_INTERFACE = os.path.join("vllm", "platforms", "interface.py")
 _TRITON_INTERPRETER = os.path.join("triton", "runtime", "interpreter.py")
 _TORCH_CUDA = os.path.join("torch", "cuda") + os.sep
+# torch's words where a CPU build lacks an accelerator's allocator (pin_memory=True, pinned copies).
+_NO_ACCELERATOR = "requires a CUDA or other accelerator backend"
 _TORCH_COMPILER = (os.path.join("torch", "_dynamo") + os.sep, os.path.join("torch", "_inductor") + os.sep)
 
 
@@ -420,6 +426,10 @@ def vllm_frames(step: str) -> Iterator[None]:
             # torch.cuda beyond the graph API the mock presents (a CPU build of torch): the device's gap.
             raise VllmEnvironmentError(f"the CPU device lacks a torch.cuda call {step} makes "
                                        f"({text}{_last_vllm_frame(exc)})") from exc
+        if _NO_ACCELERATOR in str(exc):
+            # torch asked for what only an accelerator has (pinned memory, ...): the CPU device's gap.
+            raise VllmEnvironmentError(f"the CPU device lacks what {step} asks torch for "
+                                       f"({text}{_last_vllm_frame(exc)})") from exc
         if isinstance(exc, ImportError):
             # A package vLLM imports on this path is not installed here (the draft's quantization configs ...).
             raise VllmEnvironmentError(f"a package {step} imports is not installed here ({text})") from exc
@@ -462,6 +472,11 @@ def build_model_runner(vc: Any, backend: Any, state: dict) -> Any:
     return runner
 
 
+_WORKER_CONFIGS = ("model_config", "cache_config", "lora_config", "load_config", "parallel_config", "scheduler_config",
+                   "device_config", "speculative_config", "observability_config", "kv_transfer_config",
+                   "compilation_config")
+
+
 class _WorkerView:
     """The GPU worker as its own setup methods read it (one rank, rank 0)."""
 
@@ -469,13 +484,15 @@ class _WorkerView:
         import types  # noqa: PLC0415
 
         self.vllm_config = vc
-        self.cache_config = vc.cache_config
-        self.model_config = vc.model_config
-        self.parallel_config = vc.parallel_config
+        for name in _WORKER_CONFIGS:  # as WorkerBase.__init__ sets them
+            setattr(self, name, getattr(vc, name, None))
         self.device = device
         self.rank = 0
         self.local_rank = 0
         self.model_runner: Any = None
+        # As Worker.__init__ sets them (0.2x): no pipeline sends pending on one rank, no profiler started.
+        self._pp_send_work: list = []
+        self.profiler: Any = None
         # A tree without the routing (Capabilities.v2_runner_route) is told the V2 runner.
         self.use_v2_model_runner = bool(vc.use_v2_model_runner) if require_vllm().v2_runner_route else True
         cls = importlib.import_module("vllm.v1.worker.gpu_worker").Worker
@@ -565,6 +582,11 @@ class _ExecutorView:
         config), else the worker's."""
         if callable(method):
             return [method(self.worker, *args, **(kwargs or {}))]
+        if method == "compile_or_warm_up_model":
+            # 0.24-0.26's initialize_from_config asks the workers itself: left to build_here's capture_model(),
+            # so no worker reports compilation times.
+            self.compile_or_warm_up_model()
+            return []
         wrapper_fn = self._wrapper_cls.__dict__.get(method) if self._wrapper_cls is not None else None
         if wrapper_fn is not None:
             wrapper = types.SimpleNamespace(worker=self.worker, global_rank=0, rpc_rank=0,
@@ -675,6 +697,18 @@ def _triton_interpreter() -> None:
             return None
 
     backends_mod.backends.setdefault("cpu", backends_mod.Backend(compiler=None, driver=InterpreterDriver))
+    _interpreted_libdevice()
+
+
+def _interpreted_libdevice() -> None:
+    """libdevice's functions are stubs the compiler resolves to CUDA's library;
+    the interpreter never resolves them, so a kernel calling one (0.24-0.26's
+    Gumbel sampler: ``libdevice.log1p``) computes None.  Each one here is
+    written in functions the interpreter runs (log1p as log(1 + x): equal but
+    for rounding near 0, which only random sampling's noise reads)."""
+    tl = importlib.import_module("triton.language")
+    libdevice = importlib.import_module("triton.language.extra.libdevice")
+    libdevice.log1p = lambda x: tl.log(1.0 + x)
 
 
 ATTENTION_SUPPORT_ENV = "CGSIM_RUNNER_ATTENTION_SUPPORT"
@@ -737,9 +771,9 @@ def _placeholder_missing_ops() -> None:
         def refuse(args: Any, _name: str = missing) -> None:
             raise NotImplementedError(f"{PLACEHOLDER_OP}: _C.{_name}")
 
+        # The modules that imported stay (Python drops only those that failed): a second run of one
+        # would register its torch ops again (0.25-0.26's MLA fusion pass), which torch refuses.
         lib.impl(missing, refuse, "CompositeExplicitAutograd")
-        for name in [m for m in sys.modules if m.startswith("vllm.compilation.passes")]:
-            sys.modules.pop(name, None)  # the failed import's half-built modules
     raise VllmEnvironmentError(f"vllm.compilation.backends still misses compiled ops after {_MAX_PLACEHOLDERS} "
                                "placeholders")
 

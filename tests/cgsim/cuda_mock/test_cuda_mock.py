@@ -330,6 +330,30 @@ def test_pinned_host_copy_non_blocking_inside_capture_reads_current_host_content
         assert host_out.tolist() == [2 * v] * 4
 
 
+def test_factories_asked_for_pinned_memory_make_pinned_host_buffers_a_capture_copies_from():
+    """A GPU process has a pinned-host allocator (torch.zeros(..., pin_memory=True));
+    a CPU build of torch has none.  Under pinned_host_factories such a buffer is
+    the mock's pinned host memory: a non-blocking copy from it inside a capture
+    is recorded and reads the buffer's contents at each replay."""
+    b = get_backend("mock")
+    with b.activate(), cuda_mock.pinned_host_factories():
+        host_in = torch.zeros(4, pin_memory=True)
+        staged = torch.tensor([1.0, 2.0], pin_memory=True)
+        assert host_in.is_pinned() and staged.is_pinned() and staged.tolist() == [1.0, 2.0]
+        assert not torch.zeros(4).is_pinned()
+        dev = torch.zeros(4)
+
+        def body():
+            dev.copy_(host_in, non_blocking=True)
+            return dev * 2
+
+        g, y = capture(b, body)
+        host_in.fill_(3.0)
+        replay(b, g)
+        assert vals(y) == [6.0] * 4
+    assert torch.zeros is not None and not getattr(torch.zeros, "_cgsim_pinning", False)
+
+
 def test_cpu_tensor_allocated_inside_capture_is_allowed(graph_backend):
     b = graph_backend
     x = torch.ones(4, device=b.device)

@@ -253,6 +253,14 @@ def test_a_package_missing_here_is_the_environment_not_a_runner_failure() -> Non
             raise ModuleNotFoundError("No module named 'compressed_tensors'")
 
 
+def test_what_only_an_accelerator_has_is_the_environment_not_a_runner_failure() -> None:
+    # 0.23-0.26's structured-output buffers ask torch for pinned memory, which a CPU build of torch lacks.
+    with pytest.raises(VllmEnvironmentError, match="CPU device lacks"):
+        with runner_build.vllm_frames("EngineCore._initialize_kv_caches"):
+            raise RuntimeError("pin_memory=True requires a CUDA or other accelerator backend; no pinned memory "
+                               "allocator is available on this system.")
+
+
 def test_no_build_starts_once_the_confirmation_budget_is_spent(monkeypatch: pytest.MonkeyPatch) -> None:
     build, seen = _fake_runner(GraphEntry("PIECEWISE", 1, None, None))
     monkeypatch.setattr(runner_build, "build_runner", build)
