@@ -12,9 +12,9 @@ from __future__ import annotations
 from cgsim.properties.registry import Violation, declare
 from cgsim.properties.view import RunView, group
 from cgsim.spec import desc_sort_key
-from cgsim.trace import GraphBytes
+from cgsim.trace import GraphBytes, Trace
 
-__all__ = ["captured_graph_bytes", "manager_graph_bytes"]
+__all__ = ["captured_graph_bytes", "manager_graph_bytes", "graph_memory_by_manager"]
 
 
 def captured_graph_bytes(run: RunView) -> dict[int, list[GraphBytes]]:
@@ -33,6 +33,18 @@ def captured_graph_bytes(run: RunView) -> dict[int, list[GraphBytes]]:
 def manager_graph_bytes(graphs: list[GraphBytes]) -> int:
     """What the pools holding ``graphs`` reserve in all: the manager's graph memory."""
     return sum({e.pool: e.pool_bytes for e in graphs}.values())
+
+
+def graph_memory_by_manager(trace: Trace) -> tuple[tuple[str, int], ...]:
+    """(manager, bytes its graph pools reserve) after each capture that
+    recorded graph memory: the main manager ("main") and each sub-manager."""
+    out: list[tuple[str, int]] = []
+    for name, t in (("main", trace), *sorted(trace.managers.items())):
+        by_step: dict[int, list[GraphBytes]] = {}
+        for e in t.of(GraphBytes):
+            by_step.setdefault(e.step, []).append(e)
+        out += [(name, manager_graph_bytes(graphs)) for _, graphs in sorted(by_step.items())]
+    return tuple(out)
 
 
 def _has_graph_bytes(run: RunView) -> bool:
