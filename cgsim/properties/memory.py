@@ -11,23 +11,9 @@ from __future__ import annotations
 
 from cgsim.properties.registry import Violation, declare
 from cgsim.properties.view import RunView, group
-from cgsim.spec import desc_sort_key
 from cgsim.trace import GraphBytes, Trace
 
-__all__ = ["captured_graph_bytes", "manager_graph_bytes", "graph_memory_by_manager"]
-
-
-def captured_graph_bytes(run: RunView) -> dict[int, list[GraphBytes]]:
-    """Per capture step, the memory of the FULL graphs that capture captured
-    (graphs carried over from an earlier capture left out), largest first."""
-    carried = {s.step: s.carried for s in run.sessions}
-    out: dict[int, list[GraphBytes]] = {}
-    for e in run.of(GraphBytes):
-        if e.desc not in carried.get(e.step, frozenset()):
-            out.setdefault(e.step, []).append(e)
-    for graphs in out.values():
-        graphs.sort(key=lambda e: desc_sort_key(e.desc))
-    return out
+__all__ = ["manager_graph_bytes", "graph_memory_by_manager"]
 
 
 def manager_graph_bytes(graphs: list[GraphBytes]) -> int:
@@ -48,7 +34,7 @@ def graph_memory_by_manager(trace: Trace) -> tuple[tuple[str, int], ...]:
 
 
 def _has_graph_bytes(run: RunView) -> bool:
-    return any(len(g) > 1 for g in captured_graph_bytes(run).values())
+    return any(len(g) > 1 for g in run.graph_bytes.values())
 
 
 @declare("GRAPH-POOL-SHARED", "the FULL graphs one capture stores share one memory pool, so graph memory grows as the "
@@ -58,7 +44,7 @@ def graph_pool_shared(run: RunView) -> list[Violation]:
     # its global graph memory pool: a smaller graph reuses the blocks a larger
     # one freed, which only one pool allows.
     out: list[Violation] = []
-    for step, graphs in sorted(captured_graph_bytes(run).items()):
+    for step, graphs in sorted(run.graph_bytes.items()):
         pools: dict[int, list[GraphBytes]] = {}
         for e in graphs:
             pools.setdefault(e.pool, []).append(e)
@@ -80,7 +66,7 @@ def graph_pool_shared(run: RunView) -> list[Violation]:
 
 
 def _has_measured_forwards(run: RunView) -> bool:
-    return any(e.forward_bytes is not None for graphs in captured_graph_bytes(run).values() for e in graphs)
+    return any(e.forward_bytes is not None for graphs in run.graph_bytes.values() for e in graphs)
 
 
 @declare("GRAPH-MEMORY-FIT", "a FULL graph's capture takes no pool memory beyond what the model's forwards at the "
@@ -90,7 +76,7 @@ def graph_memory_fit(run: RunView) -> list[Violation]:
     # buffers its capture allocates beyond its forwards (a static output or
     # scratch sized for the largest graph) are memory no replay uses.
     out: list[Violation] = []
-    for step, graphs in sorted(captured_graph_bytes(run).items()):
+    for step, graphs in sorted(run.graph_bytes.items()):
         for e in graphs:
             if e.forward_bytes is None or e.graph_bytes <= e.forward_bytes:
                 continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cgsim.properties import check_scenario
-from cgsim.properties.memory import captured_graph_bytes, graph_memory_by_manager, manager_graph_bytes
+from cgsim.properties.memory import graph_memory_by_manager, manager_graph_bytes
 from cgsim.properties.view import RunView
 from cgsim.trace import GraphBytes
 from tests.cgsim.properties.hand_traces import (
@@ -70,7 +70,7 @@ def test_neither_applies_without_graph_bytes():
 
 def test_manager_graph_bytes_counts_each_pool_once():
     sc = scenario(BASE, cap())
-    graphs = captured_graph_bytes(RunView(sc, good_trace(sc)))[0]
+    graphs = RunView(sc, good_trace(sc)).graph_bytes[0]
     assert len(graphs) > 1
     assert manager_graph_bytes(graphs) == 8 * TOKEN_BYTES
 
