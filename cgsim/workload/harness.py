@@ -36,7 +36,7 @@ from cgsim.workload.attention import AttentionMetadata, MetadataBuilder, backend
 from cgsim.workload.context import ForwardContext, get_forward_context, set_forward_context
 from cgsim.workload.model import HIDDEN, KV_ROWS, VOCAB, ToyModel
 
-__all__ = ["Workload", "RequestLayout", "GraphRecord", "EagerForward", "OUTPUT_TOLERANCE"]
+__all__ = ["Workload", "RequestLayout", "GraphRecord", "CaptureBytes", "EagerForward", "OUTPUT_TOLERANCE"]
 
 # Replayed rows must equal eager rows within this absolute tolerance.  Graph
 # replay runs the same kernels on the same data, so only reduction-order noise
