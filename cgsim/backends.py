@@ -45,6 +45,11 @@ class GraphBackend:
     # as recovered.  The mock cannot: leaving activate() aborts a capture nobody
     # ended (cuda_mock's uninstall), so the next scenario starts clean.
     capture_failure_poisons: bool = False
+    # Graph memory as the backend accounts it (the mock does; a GPU's caching
+    # allocator is not asked): the graph under capture, whose ``memory`` says
+    # what its capture took so far, and a pool's bytes.  None: not accounted.
+    capturing_graph: Callable[[], Any] | None = None
+    pool_memory: Callable[[Any], Any] | None = None
 
     def activate(self) -> ContextManager[None]:
         """Context in which ``torch.cuda`` is this backend (mock: patched in)."""
@@ -74,6 +79,8 @@ def _mock() -> GraphBackend:
         _activate=cuda_mock.patched_torch_cuda,
         _host_buffer=cuda_mock.host_buffer,
         _host_ops=cuda_mock.host_ops,
+        capturing_graph=cuda_mock.capturing_graph,
+        pool_memory=cuda_mock.pool_memory,
     )
 
 

@@ -21,6 +21,7 @@ from cgsim.config import AttentionSupport, ManagerConfig
 from cgsim.finding import Finding
 from cgsim.properties import Verdict, check_scenario
 from cgsim.properties.harness import CHECK_CRASH, NO_CRASH, NO_HANG
+from cgsim.properties.memory import graph_memory_by_manager
 from cgsim.properties.registry import Violation
 from cgsim.runner import run_scenario
 from cgsim.scenario import Scenario
@@ -126,7 +127,8 @@ class Outcome:
     # mid-step, a poisoned CUDA context): the worker should restart.
     needs_restart: bool = False
     # (dimension, value) pairs for the campaign's coverage section: how each
-    # dispatch sweep after a capture covered the schedulable batches.
+    # dispatch sweep after a capture covered the schedulable batches, and
+    # what each manager's graph pools reserved after each capture.
     coverage: tuple[tuple[str, str], ...] = ()
     # The target refused the scenario (the engine would not be started with
     # its settings, or cannot be driven through its lifecycle): nothing ran.
@@ -138,6 +140,14 @@ class Outcome:
 
     def first(self, prop: str) -> Finding | None:
         return next((f for f in self.findings if f.property == prop), None)
+
+
+def _bytes_range(n: int) -> str:
+    """The range of graph memory ``n`` bytes falls in, for the coverage counts."""
+    for hi, label in ((4 << 10, "< 4 KiB"), (64 << 10, "4-64 KiB"), (1 << 20, "64 KiB-1 MiB")):
+        if n < hi:
+            return label
+    return ">= 1 MiB"
 
 
 def observe(scenario: Scenario, target: str, backend: str, timeout: float | None = None,
@@ -190,6 +200,7 @@ def observe(scenario: Scenario, target: str, backend: str, timeout: float | None
         capture_failed and get_backend(backend).capture_failure_poisons) or (
         backend == "cuda" and any(any(p in f"{e.exc_type} {e.message}" for p in CUDA_POISON) for e in errors))
     covered = tuple(("dispatch_sweeps", e.coverage) for e in trace.of(Sweep) if e.captured_flag)
+    covered += tuple(("graph_memory", f"{name}: {_bytes_range(held)}") for name, held in graph_memory_by_manager(trace))
     if trace.unsupported:
         covered += (("not_reachable", reason_class(trace.unsupported)),)
     return Outcome(tuple(findings), verdict.checked, time.perf_counter() - start, restart, covered, trace.unsupported)

@@ -4,7 +4,8 @@ The runner drives a handle step by step; the handle and each other manager
 it drives (``sub_managers()``, e.g. a draft model's) get a
 ``ManagerRecorder``, which records what that manager returns into its own
 trace (the main one, or ``trace.managers[name]``): the header and
-candidates once it is built, the graphs a capture stored, dispatch sweeps,
+candidates once it is built, the graphs a capture stored and the memory
+their captures took (where the backend accounts it), dispatch sweeps,
 dispatches with their replays, releases, and the ``Error`` a failure
 becomes.  One recorder for every manager, so a sub-trace is recorded exactly
 as the main trace is.
@@ -23,7 +24,18 @@ from cgsim.modes import CUDAGraphMode
 from cgsim.spec.scheduler import SweepPlan
 from cgsim.targets.base import Execution, ManagerUnderTest, TargetEnvironmentError
 from cgsim.timeouts import ScenarioTimeout
-from cgsim.trace import Candidates, CaptureDone, Dispatch, Error, GraphStored, Release, Replay, Sweep, Trace
+from cgsim.trace import (
+    Candidates,
+    CaptureDone,
+    Dispatch,
+    Error,
+    GraphBytes,
+    GraphStored,
+    Release,
+    Replay,
+    Sweep,
+    Trace,
+)
 from cgsim.workload import OUTPUT_TOLERANCE, Workload
 
 __all__ = ["ManagerRecorder", "PlanFor", "FATAL", "classify_error", "error_event"]
@@ -85,6 +97,7 @@ class ManagerRecorder:
         self.batch_for = batch_for
         self.known: tuple[BatchDescriptor, ...] = ()  # the capture descriptors it planned
         self.stored: tuple[BatchDescriptor, ...] = ()  # what its last capture stored
+        self.pools: dict[Any, int] = {}  # the pools its graphs captured into, numbered as first seen
         self.phase = "build"
 
     def start(self) -> None:
@@ -119,6 +132,21 @@ class ManagerRecorder:
         self.stored = tuple(self.handle.stored_graphs())
         for desc in self.stored:
             self.trace.add(GraphStored(desc=desc, step=step))
+        self.graph_bytes(step)
+
+    def graph_bytes(self, step: int) -> None:
+        """What each stored FULL graph's capture took from its pool, and what the pool reserves now."""
+        pool_memory = self.workload.backend.pool_memory
+        if pool_memory is None:
+            return
+        for desc in self.stored:
+            seen = self.workload.capture_bytes(desc)
+            if seen is None:
+                continue
+            pool = self.pools.setdefault(seen.pool, len(self.pools))
+            self.trace.add(GraphBytes(step=step, desc=desc, pool=pool, graph_bytes=seen.graph_bytes,
+                                      forward_bytes=seen.forward_bytes,
+                                      pool_bytes=pool_memory(seen.pool).reserved_bytes))
 
     def capture_done(self, step: int) -> None:
         self.trace.add(CaptureDone(step=step, ok=True, captured_flag=self.handle.captured_flag()))

@@ -23,6 +23,8 @@ draft model's prefill and decode managers) get a Trace of their own in
 ``Trace.managers``, with the same events recorded the same way, and the
 config that manager works with (``Trace.config``, in its header): the
 properties judge each such sub-trace like the main one, under that config.
+- ``GraphBytes``: the runner, after a capture, from what the workload
+  measured inside each FULL graph's capture and the backend's pool accounts.
 - ``RankDispatch`` / ``GraphOutput``: the workload, from what an engine
   target reports that the events above cannot carry: every data-parallel
   rank's decision for a batch, and what a graph replay handed back.
@@ -52,6 +54,7 @@ __all__ = [
     "Sweep",
     "RankDispatch",
     "GraphOutput",
+    "GraphBytes",
     "Error",
     "Trace",
     "TraceHeader",
@@ -254,6 +257,26 @@ class GraphOutput(Event):
 
 
 @dataclass(frozen=True)
+class GraphBytes(Event):
+    """What a stored FULL graph's capture took from its memory pool, read
+    after the capture at ``step`` (where the backend accounts graph memory:
+    the CPU mock).  ``pool``: its pool, numbered per manager in the order its
+    graphs first used one; ``graph_bytes``: the blocks its capture was
+    handed; ``forward_bytes``: of those, what the model's forwards at the
+    graph's own size took inside the capture (None where the graph's work is
+    not the model's forwards alone: a multi-step draft); ``pool_bytes``: what its pool
+    reserves after the capture."""
+
+    kind: ClassVar[str] = "graph_bytes"
+    step: int
+    desc: BatchDescriptor
+    pool: int
+    graph_bytes: int
+    forward_bytes: int | None
+    pool_bytes: int
+
+
+@dataclass(frozen=True)
 class Error(Event):
     """The target raised, did something illegal, hung or corrupted its state."""
 
@@ -269,7 +292,7 @@ EVENT_TYPES: dict[str, type] = {
     cls.kind: cls
     for cls in (
         CreateForwardFn, Forward, GraphStored, CaptureDone, Candidates, PiecewiseCapture,
-        PiecewiseLookup, Dispatch, Replay, Release, Sweep, RankDispatch, GraphOutput, Error,
+        PiecewiseLookup, Dispatch, Replay, Release, Sweep, RankDispatch, GraphOutput, GraphBytes, Error,
     )
 }
 

@@ -16,7 +16,16 @@ when a later capture takes a block an earlier graph still writes; the two classe
 the real exception types and messages (synchronising / data-dependent ops
 invalidate the capture; pageable host copies raise and leave it valid); random
 ops drawing new numbers at each replay; the reset / double capture / replay
-without capture errors; is_current_stream_capturing.  A custom operator
+without capture errors; is_current_stream_capturing.
+
+Graph memory is accounted as plain frozen values: ``CUDAGraph.memory`` (a
+``GraphMemory``: the bytes of the blocks its capture was handed in its pool,
+and by how much its capture grew that pool), ``pool_memory(pool_id)`` (a
+``PoolMemory``: the bytes a pool reserves and has in use) and
+``capturing_graph()`` (the graph under capture, so that code running inside
+a capture can measure its own share).  Bytes are the mock's blocks (rounded
+to 512 bytes, reused best-fit, see below), so they compare one capture with
+another, not with a GPU's numbers.  A custom operator
 (``torch.library``) is recorded whole, as one kernel: replay runs it again
 on the captured memory, as a GPU relaunches a custom kernel (cgsim's toy
 model is built from such operators, so a capture of it is a handful of ops).
@@ -63,7 +72,15 @@ What a CPU mock cannot show, and this one does not pretend to:
   Outside a capture nothing is checked.
 """
 
-from ._capture import CUDAGraph, graph, graph_pool_handle, host_ops, is_current_stream_capturing, replay_state
+from ._capture import (
+    CUDAGraph,
+    capturing_graph,
+    graph,
+    graph_pool_handle,
+    host_ops,
+    is_current_stream_capturing,
+    replay_state,
+)
 from ._errors import (
     ALREADY_CAPTURED,
     CAPTURE_INVALIDATED,
@@ -72,7 +89,7 @@ from ._errors import (
     HOST_COPY,
     REPLAY_WITHOUT_CAPTURE,
 )
-from ._memory import host_buffer, poison_value
+from ._memory import GraphMemory, PoolMemory, host_buffer, poison_value, pool_memory
 from ._patch import is_patched, patched_torch_cuda
 from ._pinned import pinned_host_factories
 from ._runtime import (
@@ -103,6 +120,10 @@ __all__ = [
     "CUDAGraph",
     "graph",
     "graph_pool_handle",
+    "capturing_graph",
+    "GraphMemory",
+    "PoolMemory",
+    "pool_memory",
     "is_current_stream_capturing",
     "synchronize",
     "Stream",

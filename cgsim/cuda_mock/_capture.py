@@ -525,6 +525,12 @@ def is_current_stream_capturing() -> bool:
     return cap is not None and _runtime.current_stream() is cap.stream
 
 
+def capturing_graph() -> "CUDAGraph | None":
+    """The graph whose capture is under way, None outside a capture."""
+    cap = G.capture
+    return cap.graph if cap is not None else None
+
+
 def graph_pool_handle() -> tuple[int, int]:
     """An opaque token naming a fresh memory pool, to share between captures."""
     return _memory.new_pool_id()
@@ -600,6 +606,8 @@ class CUDAGraph:
         self._pool: _memory.Pool | None = None
         self._pool_id: tuple[int, int] = (0, 0)
         self._capture_stream: _runtime.Stream | None = None
+        self._memory_mark: tuple[int, int] = (0, 0)
+        self._memory: _memory.GraphMemory | None = None
 
     def __repr__(self) -> str:
         state = "captured" if self._ops is not None else ("capturing" if self._recorder else "empty")
@@ -625,6 +633,7 @@ class CUDAGraph:
         # graph-private memory valid for replay.
         self._pool_id = tuple(pool) if pool is not None else _memory.new_private_pool_id()
         self._pool = _memory.get_pool_for_capture(self._pool_id)
+        self._memory_mark = self._pool.mark()
         self._capture_stream = s
         self._recorder = _Recorder(self._pool)
         _triton.record_interpreted_launches()
@@ -640,6 +649,7 @@ class CUDAGraph:
             raise RuntimeError("Capture must end on the same stream it began on.")
         mode, self._mode = self._mode, None
         rec, self._recorder = self._recorder, None
+        self._memory = self._pool.since(self._memory_mark)
         G.capture = None
         mode.__exit__(None, None, None)
         if cap.invalidated:
@@ -720,6 +730,14 @@ class CUDAGraph:
     def recorded_ops(self) -> list[str]:
         """Names of the aten ops replay runs, in order."""
         return [] if self._ops is None else [str(f) for f in self._funcs]
+
+    @property
+    def memory(self) -> _memory.GraphMemory | None:
+        """What this graph's capture took from its pool: so far while it
+        captures, in all once it ended; None before a capture."""
+        if self._recorder is not None and self._pool is not None:
+            return self._pool.since(self._memory_mark)
+        return self._memory
 
 
 class graph:

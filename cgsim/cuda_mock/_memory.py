@@ -21,12 +21,16 @@ import itertools
 import math
 import struct
 import weakref
+from dataclasses import dataclass
 
 import torch
 
 from . import _errors
 
 __all__ = [
+    "GraphMemory",
+    "PoolMemory",
+    "pool_memory",
     "Pool",
     "get_pool",
     "new_pool_id",
@@ -182,6 +186,28 @@ def release_pool(pool: "Pool") -> None:
             _host_released.add(pool.id)
 
 
+@dataclass(frozen=True)
+class GraphMemory:
+    """What one graph's capture took from its pool.  ``taken_bytes``: the
+    blocks it was handed (fresh or reused), i.e. the memory its captured work
+    runs in; ``pool_growth``: by how much its capture grew the pool (a
+    capture into a shared pool reuses what earlier captures freed)."""
+
+    pool: tuple[int, int]
+    taken_bytes: int
+    pool_growth: int
+
+
+@dataclass(frozen=True)
+class PoolMemory:
+    """A pool's bytes: ``reserved_bytes`` it holds from the device (what graph
+    memory costs the KV cache), ``allocated_bytes`` of them in use by live tensors."""
+
+    pool: tuple[int, int]
+    reserved_bytes: int
+    allocated_bytes: int
+
+
 class Pool:
     """One graph memory pool: blocks handed out during captures into it."""
 
@@ -190,6 +216,16 @@ class Pool:
         self.use_count = 0  # graphs that captured into this pool and are still alive
         self._blocks: list[_Block] = []
         self._free: list[_Block] = []
+        self._taken = 0  # bytes of every block ever handed out, for GraphMemory
+
+    def mark(self) -> tuple[int, int]:
+        """Where the pool's accounts stand (a capture's start)."""
+        return self._taken, self.reserved_bytes
+
+    def since(self, mark: tuple[int, int]) -> GraphMemory:
+        """What was taken from the pool since ``mark``."""
+        taken, reserved = mark
+        return GraphMemory(self.id, self._taken - taken, self.reserved_bytes - reserved)
 
     def __repr__(self) -> str:
         used = sum(b.nbytes for b in self._blocks if b.in_use)
@@ -235,6 +271,7 @@ class Pool:
             blk = _Block(self, need)
             self._blocks.append(blk)
         blk.in_use = True
+        self._taken += blk.nbytes
         return blk
 
     def alloc(self, size, stride, dtype: torch.dtype, nbytes: int | None = None) -> torch.Tensor:
@@ -264,6 +301,15 @@ def live_pool_bytes() -> tuple[int, int]:
     """(allocated, reserved) bytes over all live pools."""
     pools = list(_pools.values())
     return sum(p.allocated_bytes for p in pools), sum(p.reserved_bytes for p in pools)
+
+
+def pool_memory(pool_id: tuple[int, int]) -> PoolMemory:
+    """The bytes the pool ``pool_id`` (``CUDAGraph.pool()``, ``graph_pool_handle()``)
+    holds now; zero for a pool that no longer exists."""
+    pool = _pools.get(tuple(pool_id))
+    if pool is None:
+        return PoolMemory(tuple(pool_id), 0, 0)
+    return PoolMemory(pool.id, pool.reserved_bytes, pool.allocated_bytes)
 
 
 def alias_of(t: torch.Tensor) -> torch.Tensor:

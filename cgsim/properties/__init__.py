@@ -1,7 +1,7 @@
 """SPEC §4 as pure functions of one run: (Scenario, Trace) -> violations.
 
 Each property is declared once, in the module of its family (``init``,
-``capture``, ``metadata``, ``dispatch``, ``lifecycle``, ``harness``), with
+``capture``, ``metadata``, ``dispatch``, ``lifecycle``, ``memory``, ``harness``), with
 ``cgsim.properties.registry.declare``: an id from SPEC §4, a one-line
 statement, a check over the ``RunView`` of the run and an ``applies``
 predicate that says whether the run gave it anything to judge.  Checks read
@@ -27,7 +27,7 @@ from cgsim.spec.rulesets import RULESETS
 
 # Family modules register their properties on import, in report order; an
 # engine's own design properties (judged only under its rulesets) come last.
-from cgsim.properties import init, capture, metadata, dispatch, lifecycle, harness  # noqa: F401,E401
+from cgsim.properties import init, capture, metadata, dispatch, lifecycle, memory, harness  # noqa: F401,E401
 from cgsim.properties import sglang  # noqa: F401,E402
 from cgsim.properties.dispatch import useless_descriptors
 from cgsim.properties.registry import Property, Verdict, Violation, registered, resolve_alias

@@ -38,9 +38,10 @@ __all__ = [
 ]
 
 # Families in report order: what candidate init built, how it was captured,
-# what the graphs read, where batches went, what replay and release did, and
-# what happened around the run; then the vision encoder's graphs (judged on encoder scenarios only).
-FAMILIES = ("init", "capture", "metadata", "dispatch", "lifecycle", "harness", "encoder")
+# what the graphs read, where batches went, what replay and release did, the
+# memory the graphs hold, and what happened around the run; then the vision
+# encoder's graphs (judged on encoder scenarios only).
+FAMILIES = ("init", "capture", "metadata", "dispatch", "lifecycle", "memory", "harness", "encoder")
 
 KINDS = ("violation", "crash", "hang")
 _ID = re.compile(r"^[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)*$")

@@ -40,6 +40,7 @@ from cgsim.trace import (
     Error,
     Event,
     Forward,
+    GraphBytes,
     GraphStored,
     MetadataRecord,
     PiecewiseCapture,
@@ -393,6 +394,19 @@ class RunView:
                     held.clear()
         if cur:
             close(None, None)
+        return out
+
+    @cached_property
+    def graph_bytes(self) -> dict[int, list[GraphBytes]]:
+        """Per capture step, the memory of the FULL graphs that capture
+        captured (graphs carried over from an earlier capture left out), largest first."""
+        carried = {s.step: s.carried for s in self.sessions}
+        out: dict[int, list[GraphBytes]] = {}
+        for e in self.of(GraphBytes):
+            if e.desc not in carried.get(e.step, frozenset()):
+                out.setdefault(e.step, []).append(e)
+        for graphs in out.values():
+            graphs.sort(key=lambda e: desc_sort_key(e.desc))
         return out
 
     def initial_candidates(self, step: int | None) -> Candidates | None:

@@ -488,6 +488,84 @@ class DecodeLengthsAll(ModelCudaGraphManager):
         return list(range(1, self.decode_query_len + 1))  # BUG: every length up to q
 
 
+@mutant(
+    "private-graph-pools",
+    caught_by="GRAPH-POOL-SHARED",
+    # Two FULL graphs, each in a pool of its own: the pools reserve both captures' blocks.
+    example=lambda: _scenario([C()], mode="FULL", capture_sizes=(1, 2)),
+    fuzz=Fuzz({"GRAPH-POOL-SHARED"}, configs=lambda c: c.mode.has_full() and len(c.capture_sizes) >= 2),
+)
+class PrivateGraphPools(ModelCudaGraphManager):
+    """Each FULL graph is captured into a private pool of its own instead of
+    the manager's shared pool.
+
+    Bug class: graph memory pools.  Where: the capture loop's
+    ``torch.cuda.graph(graph, pool)`` (vLLM's CudaGraphManager passes the
+    platform's global graph pool, SGLang its global graph memory pool): a
+    capture without ``pool`` gets a fresh private pool, so no graph reuses
+    the blocks a larger one freed and graph memory is the sum of every
+    capture's activations instead of the largest, all of it taken from the
+    KV cache.  Outputs stay right.
+    """
+
+    def capture(self, create_forward_fn):
+        shared, self.pool = self.pool, None  # BUG: no pool given: each graph gets a private one
+        try:
+            super().capture(create_forward_fn)
+        finally:
+            self.pool = shared
+
+
+@mutant(
+    "max-size-graph-output",
+    caught_by="GRAPH-MEMORY-FIT",
+    # Graphs of 1 and 2 tokens each keep a staging output of the largest size, 8 tokens.
+    example=lambda: _scenario([C()], mode="FULL", capture_sizes=(1, 2, 8)),
+    fuzz=Fuzz({"GRAPH-MEMORY-FIT"}, configs=lambda c: c.mode.has_full()),
+)
+class MaxSizeGraphOutput(ModelCudaGraphManager):
+    """Every FULL graph stages its output through a buffer allocated inside
+    its capture at the largest capture size, kept as long as the graph.
+
+    Bug class: oversized graph buffers.  Where: static outputs or scratch a
+    runner allocates per graph inside the capture (the engines size what a
+    graph keeps by the graph's own batch: SGLang's per-size output buffers,
+    vLLM's outputs sliced to the graph's tokens); sized by max_num_tokens
+    instead, every graph holds the largest graph's buffer in the pool, where
+    no smaller capture can reuse it.  Outputs stay right.
+    """
+
+    def __init__(self, config, ruleset, backend, workload):
+        super().__init__(config, ruleset, backend, workload)
+        self._staging: dict[BatchDescriptor, object] = {}
+
+    def make_create_forward_fn(self):
+        base = super().make_create_forward_fn()
+        hidden = self.workload.hidden_states
+
+        def create_forward_fn(desc, warmup):
+            forward_fn = base(desc, warmup)
+
+            def staged(cg_mode):
+                forward_fn(cg_mode)
+                if warmup or desc.cg_mode != F or cg_mode != N:
+                    return
+                n = desc.num_tokens
+                # BUG: sized for the largest graph, not this one's n tokens.
+                buf = hidden.new_zeros((self.config.max_capture_size, hidden.shape[1]))
+                buf[:n].copy_(hidden[:n])
+                hidden[:n].copy_(buf[:n])
+                self._staging[desc] = buf
+
+            return staged
+
+        return create_forward_fn
+
+    def release_graphs(self):
+        super().release_graphs()
+        self._staging.clear()
+
+
 def mutant_names() -> list[str]:
     return list(MUTANTS)
 

@@ -13,6 +13,7 @@ contract in ``cgsim.targets.base``).
 from __future__ import annotations
 
 import contextlib
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
@@ -35,13 +36,26 @@ from cgsim.workload.attention import AttentionMetadata, MetadataBuilder, backend
 from cgsim.workload.context import ForwardContext, get_forward_context, set_forward_context
 from cgsim.workload.model import HIDDEN, KV_ROWS, VOCAB, ToyModel
 
-__all__ = ["Workload", "RequestLayout", "GraphRecord", "EagerForward", "OUTPUT_TOLERANCE"]
+__all__ = ["Workload", "RequestLayout", "GraphRecord", "CaptureBytes", "EagerForward", "OUTPUT_TOLERANCE"]
 
 # Replayed rows must equal eager rows within this absolute tolerance.  Graph
 # replay runs the same kernels on the same data, so only reduction-order noise
 # from padded shapes is allowed.
 OUTPUT_TOLERANCE = 1e-4
 NUM_LAYERS = 2
+
+
+@dataclass(frozen=True)
+class CaptureBytes:
+    """A FULL graph's capture as the backend accounts it: its pool, the
+    bytes its capture was handed and, of those, the model's forwards';
+    ``forward_bytes`` is None where the graph's work is not the model's
+    forwards alone (a manager whose eager reference is its own forward,
+    ``EagerForward``: e.g. several draft steps and what joins them)."""
+
+    pool: Any
+    graph_bytes: int
+    forward_bytes: int | None
 
 
 @dataclass(frozen=True)
@@ -268,6 +282,9 @@ class Workload:
         # FULL graphs by descriptor, piecewise graphs by key: what each was captured with.
         self._graphs: dict[BatchDescriptor, GraphRecord] = {}
         self._pieces: dict[tuple, GraphRecord] = {}
+        # FULL graphs by descriptor: the graph object (weakly: a release must
+        # free it) and what the model's forward took inside its capture.
+        self._captures: dict[BatchDescriptor, tuple[weakref.ref, int]] = {}
         self.graph_pool = None  # set by the target to its manager's pool
         self._reference = None
         self.reference_forward: EagerForward | None = None  # see for_manager
@@ -366,6 +383,17 @@ class Workload:
     def piecewise_record(self, key: tuple) -> GraphRecord | None:
         return self._pieces.get(key)
 
+    def capture_bytes(self, desc: BatchDescriptor) -> CaptureBytes | None:
+        """What the stored FULL graph of ``desc`` took from its pool (None:
+        the backend accounts no graph memory, or no capture of it was seen)."""
+        seen = self._captures.get(desc)
+        graph = seen[0]() if seen is not None else None
+        memory = getattr(graph, "memory", None)
+        if memory is None:
+            return None
+        forward = seen[1] if self.reference_forward is None else None
+        return CaptureBytes(memory.pool, memory.taken_bytes, forward)
+
     def forget_graphs(self, kept: Iterable[BatchDescriptor] = ()) -> None:
         """After a release: no piecewise graph and no graph record survives,
         except the records of the FULL graphs the manager still stores (a
@@ -374,6 +402,7 @@ class Workload:
         keep = set(kept)
         self.piecewise.clear()
         self._graphs = {d: r for d, r in self._graphs.items() if d in keep}
+        self._captures = {d: c for d, c in self._captures.items() if d in keep}
         self._pieces.clear()
 
     @contextlib.contextmanager
@@ -429,7 +458,25 @@ class Workload:
         if in_graph and self.phase == "capture" and self.current_desc is not None:
             # The FULL graph being recorded reads this metadata for its whole life.
             self._graphs[self.current_desc] = GraphRecord(md_id, self.step)
+            return self._measured_forward(ctx)
         return self.model.run_stages(ctx)
+
+    def _measured_forward(self, ctx: ForwardContext) -> torch.Tensor:
+        """The model's forward inside a FULL graph's capture, with what it
+        took from the graph's pool where the backend accounts it."""
+        capturing = self.backend.capturing_graph
+        graph = capturing() if capturing is not None else None
+        if graph is None:
+            return self.model.run_stages(ctx)
+        before = graph.memory.taken_bytes
+        out = self.model.run_stages(ctx)
+        took = graph.memory.taken_bytes - before
+        # Micro-batched graphs run the model once per micro-batch inside one capture.
+        seen = self._captures.get(self.current_desc)
+        if seen is not None and seen[0]() is graph:
+            took += seen[1]
+        self._captures[self.current_desc] = (weakref.ref(graph), took)
+        return out
 
     def run_breakable(self, ctx: ForwardContext, capturing: bool,
                       break_op: Callable[[Any], Callable[[torch.Tensor, torch.Tensor], None]]) -> torch.Tensor:

@@ -27,6 +27,7 @@ from cgsim.trace import (
     CaptureDone,
     Dispatch,
     Error,
+    GraphBytes,
     GraphStored,
     HeaderAlreadySet,
     Release,
@@ -83,7 +84,7 @@ class _TwinTarget(ReferenceTarget):
 
 
 # What the recorder writes (the workload's own events carry ids of its own).
-RECORDED = (Candidates, GraphStored, CaptureDone, Sweep, Dispatch, Release, Error)
+RECORDED = (Candidates, GraphStored, GraphBytes, CaptureDone, Sweep, Dispatch, Release, Error)
 
 
 def _recorded(trace: Trace) -> list:
@@ -105,6 +106,17 @@ def test_a_sub_manager_is_recorded_exactly_as_the_main_one():
     assert sub.header == replace(trace.header, config=CONFIG.to_json())
     assert sorted(sub.outputs) == sorted(trace.outputs)
     assert not check_scenario(LIFECYCLE, trace).violations
+
+
+def test_each_managers_graph_memory_is_recorded_after_each_capture():
+    trace = run_scenario(LIFECYCLE, target=_TwinTarget())
+    for t in (trace, trace.managers[TWIN]):
+        stored = {(e.step, e.desc) for e in t.of(GraphStored) if e.desc.cg_mode == CUDAGraphMode.FULL}
+        memory = t.of(GraphBytes)
+        assert stored and {(e.step, e.desc) for e in memory} == stored
+        # The reference's one pool per capture, a fresh one after the release (numbered per manager).
+        assert {(e.step, e.pool) for e in memory} == {(1, 0), (7, 1)}
+        assert all(0 < e.forward_bytes == e.graph_bytes <= e.pool_bytes for e in memory)
 
 
 def test_the_main_trace_does_not_depend_on_its_sub_managers():

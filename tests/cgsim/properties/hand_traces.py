@@ -33,6 +33,7 @@ from cgsim.trace import (
     CreateForwardFn,
     Dispatch,
     Forward,
+    GraphBytes,
     GraphStored,
     MetadataRecord,
     PiecewiseCapture,
@@ -47,6 +48,7 @@ F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 
 
 BUFFERS = (901, 902, 903)  # the persistent buffers every metadata object reads
+TOKEN_BYTES = 512  # what the model's forward takes from the pool per token of a graph
 
 
 # Size 1 is left out on purpose: with q=1 and a separate FULL decode routine the
@@ -141,6 +143,11 @@ def good_trace(sc: Scenario, capture_order: list[BatchDescriptor] | None = None)
                 else:
                     trace.add(GraphStored(d, step))
                     graph_step[d] = step
+            # Every FULL graph in the manager's one pool, which holds the largest capture.
+            full = [d for d in order if d.cg_mode == F]
+            for d in full:
+                trace.add(GraphBytes(step, d, 0, TOKEN_BYTES * d.num_tokens, TOKEN_BYTES * d.num_tokens,
+                                     TOKEN_BYTES * max(g.num_tokens for g in full)))
             trace.add(Candidates("initial", order, cands, step))
             trace.add(Candidates("recomputed", order, cands, step))
             trace.add(CaptureDone(step, True, True))

@@ -12,7 +12,7 @@ import torch
 
 from cgsim.backends import get_backend
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch
+from cgsim.descriptors import Batch, BatchDescriptor
 from cgsim.modes import AttentionSupport, CUDAGraphMode
 from cgsim.trace import Trace
 from cgsim.workload import harness, model
@@ -246,3 +246,46 @@ def test_the_run_says_where_it_is_in_one_call_and_a_phase_the_model_has_no_rules
     with pytest.raises(ValueError, match="phase 'replay' is not one of capture, runtime"):
         w.at(4, "replay")
     assert (w.step, w.phase) == (3, "runtime")
+
+
+# ------------------------------------------------------------ graph memory on the mock
+
+
+def _capture_forwards(mock, w: Workload, desc, forwards: int, extra_rows: int = 0):
+    """Capture ``forwards`` model forwards (micro-batches) of ``desc`` into one
+    graph, then ``extra_rows`` rows of scratch outside the model."""
+    layout = w.load_batch(Batch((2, 2)), desc.num_tokens)
+    md = w.prepare_attn(layout, 2, desc.num_tokens, 2, for_capture=True)
+    w.at(0, "capture")
+    w.current_desc = desc
+    g = mock.cuda.CUDAGraph()
+    with set_forward_context(md, desc.num_tokens, N, lora_case=0):
+        with mock.cuda.graph(g):
+            outs = [w.model_forward() for _ in range(forwards)]
+            scratch = torch.zeros(extra_rows, model.HIDDEN) if extra_rows else None
+    return g, outs, scratch
+
+
+@pytest.mark.parametrize("forwards", [1, 2])
+def test_the_model_forwards_share_of_a_full_capture_is_measured(mock, forwards):
+    w = _workload(mock)
+    desc = BatchDescriptor(CUDAGraphMode.FULL, 4, 2)
+    g, outs, scratch = _capture_forwards(mock, w, desc, forwards, extra_rows=64)
+    seen = w.capture_bytes(desc)
+    assert seen == harness.CaptureBytes(g.pool(), g.memory.taken_bytes, seen.forward_bytes)
+    # Every micro-batch's forward counts; the scratch outside the model does not.
+    assert seen.graph_bytes - seen.forward_bytes == 64 * model.HIDDEN * 4
+    one = _workload(mock)
+    kept = _capture_forwards(mock, one, desc, 1)  # the graph lives while its bytes are read
+    assert seen.forward_bytes == forwards * one.capture_bytes(desc).forward_bytes > 0
+    del kept, outs, scratch
+
+
+def test_a_manager_with_a_forward_of_its_own_is_not_measured(mock):
+    w = _workload(mock)
+    w.reference_forward = harness.EagerForward()
+    desc = BatchDescriptor(CUDAGraphMode.FULL, 4, 2)
+    g, _, _ = _capture_forwards(mock, w, desc, 1)
+    assert w.capture_bytes(desc) == harness.CaptureBytes(g.pool(), g.memory.taken_bytes, None)
+    w.forget_graphs()
+    assert w.capture_bytes(desc) is None
