@@ -104,7 +104,9 @@ class Forward(Event):
     or the dispatched one (runtime); ``metadata`` the id of the attention
     metadata in the forward context (None = attention skipped); ``in_graph``
     whether a FULL graph capture was recording; ``key`` the piecewise key in
-    the forward context, if any."""
+    the forward context, if any; ``stream`` the stream it ran on, as the
+    workload numbers streams (0 the default stream, then 1, 2, ... in the
+    order the run first met them)."""
 
     kind: ClassVar[str] = "forward"
     desc: BatchDescriptor | None
@@ -115,6 +117,7 @@ class Forward(Event):
     phase: str  # "capture" | "runtime"
     step: int
     key: tuple | None = None
+    stream: int = 0
 
 
 @dataclass(frozen=True)
@@ -149,10 +152,16 @@ class Candidates(Event):
 
 @dataclass(frozen=True)
 class PiecewiseCapture(Event):
+    """Piecewise graphs were captured under ``key``.  ``stream``: the
+    engine's stream they were captured on (numbered as ``Forward.stream``);
+    None where the engine ran on the default stream, which no GPU captures
+    on, and the workload's runner chose a side stream itself."""
+
     kind: ClassVar[str] = "piecewise_capture"
     key: tuple
     metadata: int | None
     step: int
+    stream: int | None = None
 
 
 @dataclass(frozen=True)
@@ -191,6 +200,11 @@ class Replay(Event):
     max_abs_err: float | None
     outputs_ok: bool
     graph_from_step: int | None = None  # the capture step that stored the replayed graph
+    # The stream current when the runner handed the step to the manager (its
+    # inputs written and its outputs read there), and the stream each graph
+    # replay of the step ran on, numbered as Forward.stream.
+    step_stream: int | None = None
+    replay_streams: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

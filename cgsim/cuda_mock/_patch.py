@@ -218,6 +218,7 @@ def _uninstall() -> None:
             RuntimeWarning,
             stacklevel=3,
         )
+    _runtime.take_replay_streams()  # replays of this block are not the next one's
     while _saved:
         obj, name, value = _saved.pop()
         if value is _MISSING:
