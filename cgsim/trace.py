@@ -7,13 +7,15 @@ Who records what (so a buggy target cannot hide it):
 - ``CreateForwardFn``: a tap between the model-level manager and the base
   manager's capture loop, wrapping create_forward_fn.
 - ``Forward``: the workload's model, at every forward call, from the forward
-  context the target set (mode, metadata) and the graph backend (in_graph).
+  context the target set (mode, metadata) and the graph backend (in_graph,
+  the current stream).
 - ``Metadata`` records: the workload's attention metadata builder, whenever
   the target asks it for metadata.
 - ``GraphStored`` / ``Candidates`` / ``CaptureDone``: read off the target after
   capture (what it says it stored and would dispatch over).
 - ``PiecewiseCapture`` / ``PiecewiseLookup``: the workload's piecewise runner.
-- ``Dispatch`` / ``Replay`` / ``Release`` / ``Error``: the runner (``cgsim/recorder.py``).
+- ``Dispatch`` / ``Replay`` / ``Release`` / ``Error``: the runner (``cgsim/recorder.py``);
+  a ``Replay``'s streams from the graph backend, which notes every graph replay.
 - ``Sweep``: the runner, asking the manager to dispatch every batch the
   scheduler can produce (without running them) before the first capture and
   after every capture and release.
