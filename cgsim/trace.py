@@ -108,7 +108,7 @@ class Forward(Event):
     whether a FULL graph capture was recording; ``key`` the piecewise key in
     the forward context, if any; ``stream`` the stream it ran on, as the
     workload numbers streams (0 the default stream, then 1, 2, ... in the
-    order the run first met them)."""
+    order the trace first met them)."""
 
     kind: ClassVar[str] = "forward"
     desc: BatchDescriptor | None

@@ -32,6 +32,7 @@ __all__ = [
     "current_stream",
     "default_stream",
     "set_stream",
+    "reset_current_stream",
     "synchronize",
     "empty_cache",
     "empty_host_cache",
@@ -168,6 +169,11 @@ def current_stream(device: Any = None) -> Stream:
 
 def default_stream(device: Any = None) -> Stream:
     return _DEFAULT
+
+
+def reset_current_stream() -> None:
+    """The default stream current again on this thread, as in a fresh process."""
+    _tls.stream = _DEFAULT
 
 
 def set_stream(s: Stream | None) -> None:

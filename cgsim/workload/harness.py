@@ -275,7 +275,7 @@ class Workload:
         self._graphs: dict[BatchDescriptor, GraphRecord] = {}
         self._pieces: dict[tuple, GraphRecord] = {}
         self.graph_pool = None  # set by the target to its manager's pool
-        self._streams: dict[int, int] = {}  # a stream's id -> its number in this run (stream_token)
+        self._streams: dict[int, int] = {}  # a stream's id -> its number in this trace (stream_token)
         self._reference = None
         self.reference_forward: EagerForward | None = None  # see for_manager
 
@@ -311,9 +311,10 @@ class Workload:
 
     # -- recording ----------------------------------------------------------------
     def stream_token(self, stream: Any) -> int:
-        """The run's number for ``stream``: 0 the default stream, then 1, 2, ...
-        in the order the run first met them (the same on every backend, where
-        a stream's own id is not)."""
+        """This trace's number for ``stream``: 0 the default stream, then 1, 2,
+        ... in the order this workload first met them (the same on every
+        backend, where a stream's own id is not; a sub-manager's trace numbers
+        its own, so the main trace does not depend on it)."""
         if stream == self.backend.cuda.default_stream():
             return 0
         return self._streams.setdefault(int(stream.stream_id), len(self._streams) + 1)
@@ -517,7 +518,6 @@ class _ManagerWorkload(Workload):
         # A draft model is a model of its own: another seed.
         super().__init__(config, parent.backend, trace, parent.seed * 7919 + len(name),
                          parent.max_tokens, parent.builder.max_num_reqs)
-        self._streams = parent._streams  # one numbering of streams per run
 
     @property
     def phase(self) -> str:  # type: ignore[override]

@@ -447,6 +447,13 @@ def test_each_replay_notes_the_stream_current_at_replay(graph_backend):
     assert b.take_replay_streams() == ()
 
 
+def test_a_stream_left_current_in_one_block_is_not_current_in_the_next():
+    with cuda_mock.patched_torch_cuda():
+        torch.cuda.set_stream(torch.cuda.Stream())  # as torch's graph context leaves it when capture_end fails
+    with cuda_mock.patched_torch_cuda():
+        assert torch.cuda.current_stream() is torch.cuda.default_stream()
+
+
 def test_a_graph_keeps_the_stream_it_was_captured_on():
     with cuda_mock.patched_torch_cuda():
         side = torch.cuda.Stream()

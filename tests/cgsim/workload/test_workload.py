@@ -248,7 +248,7 @@ def test_the_run_says_where_it_is_in_one_call_and_a_phase_the_model_has_no_rules
     assert (w.step, w.phase) == (3, "runtime")
 
 
-def test_streams_are_numbered_per_run_and_a_piecewise_capture_on_the_default_stream_is_cgsims_choice(mock):
+def test_streams_are_numbered_per_trace_and_a_piecewise_capture_on_the_default_stream_is_cgsims_choice(mock):
     trace = Trace("t", mock.name)
     cfg = ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(8,), max_num_reqs=4)
     w = Workload(cfg, mock, trace, max_batch_tokens=16, max_batch_reqs=4)
