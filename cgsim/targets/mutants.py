@@ -527,11 +527,12 @@ class ReplaySideStream(ModelCudaGraphManager):
     reads outputs the replay has not produced yet.
     """
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.replay_stream = self.backend.cuda.Stream()
+
     def run_fullgraph(self, desc):
-        cuda = self.backend.cuda
-        if not hasattr(self, "replay_stream"):
-            self.replay_stream = cuda.Stream()
-        with cuda.stream(self.replay_stream):  # BUG: no wait on the step's stream either way
+        with self.backend.cuda.stream(self.replay_stream):  # BUG: no wait on the step's stream either way
             super().run_fullgraph(desc)
 
 

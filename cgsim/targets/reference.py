@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 from collections import defaultdict
 from itertools import groupby
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, lora_case
@@ -269,7 +269,7 @@ class CudaGraphManager:
                 self.capture_one(desc, create_forward_fn, stream)
         self._graphs_captured = True
 
-    def capture_one(self, desc: BatchDescriptor, create_forward_fn: CreateForward, stream) -> None:
+    def capture_one(self, desc: BatchDescriptor, create_forward_fn: CreateForward, stream: Any) -> None:
         """Warm ``desc`` up and capture it, on ``stream`` (the current one)."""
         cuda = self.backend.cuda
         forward_fn = create_forward_fn(desc, True)
