@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, Iterator
 
 import torch
 
@@ -39,6 +39,7 @@ class GraphBackend:
     _activate: Callable[[], ContextManager[None]]
     _host_buffer: Callable[[torch.Tensor, bool], torch.Tensor]
     _host_ops: Callable[[], ContextManager[None]]
+    _take_replay_streams: Callable[[], tuple[Any, ...]]
     # Whether a failed capture may leave the process unable to capture again
     # (the campaign worker then restarts).  On a GPU it may: an invalidated
     # capture can leave a sticky error in the CUDA context that no API reports
@@ -65,6 +66,11 @@ class GraphBackend:
         needs to be told, a GPU knows from the tensors' device."""
         return self._host_ops()
 
+    def take_replay_streams(self) -> tuple[Any, ...]:
+        """The streams graph replays ran on since the last call, oldest first
+        (inside activate())."""
+        return self._take_replay_streams()
+
     def __repr__(self) -> str:
         return f"GraphBackend({self.name!r}, device={self.device})"
 
@@ -81,12 +87,57 @@ def _mock() -> GraphBackend:
         _host_ops=cuda_mock.host_ops,
         capturing_graph=cuda_mock.capturing_graph,
         pool_memory=cuda_mock.pool_memory,
+        _take_replay_streams=cuda_mock.take_replay_streams,
     )
 
 
 def _cuda_host_buffer(t: torch.Tensor, pinned: bool) -> torch.Tensor:
     t = t.cpu()
     return t.pin_memory() if pinned else t
+
+
+_CUDA_REPLAY_STREAMS: list[Any] = []
+_cuda_tap_depth = 0
+
+
+@contextlib.contextmanager
+def _cuda_replay_tap() -> Iterator[None]:
+    # torch.cuda.CUDAGraph keeps no record of the stream a replay ran on: the
+    # tap notes torch.cuda.current_stream() and replays, nothing else.  Only
+    # the outermost block installs it, as the mock's patch.
+    global _cuda_tap_depth
+    graph_cls = torch.cuda.CUDAGraph
+    if _cuda_tap_depth:
+        _cuda_tap_depth += 1
+        try:
+            yield
+        finally:
+            _cuda_tap_depth -= 1
+        return
+    own = graph_cls.__dict__.get("replay")
+    replay = graph_cls.replay
+
+    def noted_replay(graph: Any) -> None:
+        _CUDA_REPLAY_STREAMS.append(torch.cuda.current_stream())
+        replay(graph)
+
+    graph_cls.replay = noted_replay
+    _cuda_tap_depth = 1
+    try:
+        yield
+    finally:
+        _cuda_tap_depth = 0
+        if own is None:
+            del graph_cls.replay
+        else:
+            graph_cls.replay = own
+        _CUDA_REPLAY_STREAMS.clear()
+
+
+def _cuda_take_replay_streams() -> tuple[Any, ...]:
+    taken = tuple(_CUDA_REPLAY_STREAMS)
+    _CUDA_REPLAY_STREAMS.clear()
+    return taken
 
 
 def _cuda() -> GraphBackend:
@@ -110,9 +161,10 @@ def _cuda() -> GraphBackend:
         name="cuda",
         device=torch.device("cuda", torch.cuda.current_device()),
         cuda=torch.cuda,
-        _activate=contextlib.nullcontext,
+        _activate=_cuda_replay_tap,
         _host_buffer=_cuda_host_buffer,
         _host_ops=contextlib.nullcontext,
+        _take_replay_streams=_cuda_take_replay_streams,
         capture_failure_poisons=True,
     )
 

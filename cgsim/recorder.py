@@ -189,8 +189,13 @@ class ManagerRecorder:
             raise _Corrupt(f"dispatch returned {desc!r}, not a batch descriptor")
         self.trace.add(Dispatch(step=step, batch=batch, desc=desc, captured_flag=self.handle.captured_flag()))
         self.phase = "replay"
+        backend = self.workload.backend
+        backend.take_replay_streams()  # replays before this step are not its own
+        step_stream = self.workload.stream_token(backend.cuda.current_stream())
         execution = self.handle.execute(batch, desc)
-        self.trace.add(_replay_event(step, batch, desc, execution, self.workload, self.handle))
+        replayed_on = tuple(map(self.workload.stream_token, backend.take_replay_streams()))
+        self.trace.add(_replay_event(step, batch, desc, execution, self.workload, self.handle, step_stream,
+                                     replayed_on))
         if execution.outputs is not None:
             self.trace.outputs[step] = execution.outputs.detach().float().cpu()
 
@@ -286,7 +291,8 @@ def _graph_record(execution: Execution, workload: Workload, handle: ManagerUnder
     return None, None
 
 
-def _replay_event(step: int, batch, desc, execution: Execution, workload: Workload, handle: ManagerUnderTest) -> Replay:
+def _replay_event(step: int, batch, desc, execution: Execution, workload: Workload, handle: ManagerUnderTest,
+                  step_stream: int | None = None, replay_streams: tuple[int, ...] = ()) -> Replay:
     expected = workload.eager_reference(batch)
     out = execution.outputs
     err: float | None = None
@@ -301,5 +307,6 @@ def _replay_event(step: int, batch, desc, execution: Execution, workload: Worklo
     return Replay(
         step=step, batch=batch, desc=desc, path=execution.path, graph_metadata=graph_md,
         runtime_metadata=execution.runtime_metadata, metadata_alive=workload.metadata_alive(graph_md),
-        max_abs_err=err, outputs_ok=ok, graph_from_step=from_step,
+        max_abs_err=err, outputs_ok=ok, graph_from_step=from_step, step_stream=step_stream,
+        replay_streams=replay_streams,
     )

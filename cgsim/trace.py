@@ -7,13 +7,15 @@ Who records what (so a buggy target cannot hide it):
 - ``CreateForwardFn``: a tap between the model-level manager and the base
   manager's capture loop, wrapping create_forward_fn.
 - ``Forward``: the workload's model, at every forward call, from the forward
-  context the target set (mode, metadata) and the graph backend (in_graph).
+  context the target set (mode, metadata) and the graph backend (in_graph,
+  the current stream).
 - ``Metadata`` records: the workload's attention metadata builder, whenever
   the target asks it for metadata.
 - ``GraphStored`` / ``Candidates`` / ``CaptureDone``: read off the target after
   capture (what it says it stored and would dispatch over).
 - ``PiecewiseCapture`` / ``PiecewiseLookup``: the workload's piecewise runner.
-- ``Dispatch`` / ``Replay`` / ``Release`` / ``Error``: the runner (``cgsim/recorder.py``).
+- ``Dispatch`` / ``Replay`` / ``Release`` / ``Error``: the runner (``cgsim/recorder.py``);
+  a ``Replay``'s streams from the graph backend, which notes every graph replay.
 - ``Sweep``: the runner, asking the manager to dispatch every batch the
   scheduler can produce (without running them) before the first capture and
   after every capture and release.
@@ -107,7 +109,9 @@ class Forward(Event):
     or the dispatched one (runtime); ``metadata`` the id of the attention
     metadata in the forward context (None = attention skipped); ``in_graph``
     whether a FULL graph capture was recording; ``key`` the piecewise key in
-    the forward context, if any."""
+    the forward context, if any; ``stream`` the stream it ran on, as the
+    workload numbers streams (0 the default stream, then 1, 2, ... in the
+    order the trace first met them)."""
 
     kind: ClassVar[str] = "forward"
     desc: BatchDescriptor | None
@@ -118,6 +122,7 @@ class Forward(Event):
     phase: str  # "capture" | "runtime"
     step: int
     key: tuple | None = None
+    stream: int = 0
 
 
 @dataclass(frozen=True)
@@ -152,10 +157,16 @@ class Candidates(Event):
 
 @dataclass(frozen=True)
 class PiecewiseCapture(Event):
+    """Piecewise graphs were captured under ``key``.  ``stream``: the
+    engine's stream they were captured on (numbered as ``Forward.stream``);
+    None where the engine ran on the default stream, which no GPU captures
+    on, and the workload's runner chose a side stream itself."""
+
     kind: ClassVar[str] = "piecewise_capture"
     key: tuple
     metadata: int | None
     step: int
+    stream: int | None = None
 
 
 @dataclass(frozen=True)
@@ -194,6 +205,11 @@ class Replay(Event):
     max_abs_err: float | None
     outputs_ok: bool
     graph_from_step: int | None = None  # the capture step that stored the replayed graph
+    # The stream current when the runner handed the step to the manager (its
+    # inputs written and its outputs read there), and the stream each graph
+    # replay of the step ran on, numbered as Forward.stream.
+    step_stream: int | None = None
+    replay_streams: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -44,10 +44,16 @@ What a CPU mock cannot show, and this one does not pretend to:
 * asynchrony and races: every op runs to completion, in program order, so a
   missing stream wait or event, or a host buffer overwritten before an async copy
   read it, goes unnoticed;
-* several streams: streams are tokens; work is not ordered per stream and
-  cross-stream dependencies inside a capture are not checked (only "capture on
-  the default stream" and is_current_stream_capturing depend on them), and work
-  from other threads during a capture is neither captured nor rejected;
+* several streams: work is not ordered per stream and cross-stream
+  dependencies (wait_stream, events) are not checked, inside a capture or out,
+  and work from other threads during a capture is neither captured nor
+  rejected.  What streams do carry is identity: capturing on the default
+  stream raises, is_current_stream_capturing looks at the current stream, a
+  graph keeps the stream it was captured on (``CUDAGraph.capture_stream``) and
+  each replay notes the stream current at ``replay()``
+  (``take_replay_streams``), so a graph captured on another stream than its
+  warm-up ran on, or replayed on another stream than the step's, shows as
+  plain data; whether the missing wait would have raced it cannot;
 * lazy library initialisation during capture (cuBLAS/cuDNN handles, workspace
   allocation, Triton autotuning) that fails only on a first call inside a
   capture; a stream's first matmul inside a capture also puts its cuBLAS
@@ -107,6 +113,7 @@ from ._runtime import (
     set_device,
     stream,
     synchronize,
+    take_replay_streams,
 )
 
 __all__ = [
@@ -126,6 +133,7 @@ __all__ = [
     "pool_memory",
     "is_current_stream_capturing",
     "synchronize",
+    "take_replay_streams",
     "Stream",
     "Event",
     "current_stream",

@@ -674,6 +674,9 @@ class CUDAGraph:
         cap = G.capture
         if cap is not None and cap.invalidated:
             raise _errors.capture_invalidated_error("CUDAGraph.replay()")
+        # A GPU launches the graph on the stream current at replay(), ordered
+        # after that stream's earlier work only: which one it was is recorded.
+        G.replay_streams.append(_runtime.current_stream())
         with torch.inference_mode():
             for fn, a, k in ops:
                 fn(*a, **k)
@@ -722,6 +725,11 @@ class CUDAGraph:
         raise RuntimeError("cgsim mock graphs have no cudaGraphExec_t")
 
     # Introspection for tests and the runner (not part of torch's API).
+    @property
+    def capture_stream(self) -> "_runtime.Stream | None":
+        """The stream the graph was captured on (None before a capture)."""
+        return self._capture_stream
+
     @property
     def num_recorded_ops(self) -> int:
         return 0 if self._ops is None else len(self._ops)

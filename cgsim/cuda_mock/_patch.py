@@ -218,6 +218,10 @@ def _uninstall() -> None:
             RuntimeWarning,
             stacklevel=3,
         )
+    _runtime.take_replay_streams()  # replays of this block are not the next one's
+    # A stream left current (torch's graph context leaves its stream current
+    # when capture_end fails) is not the next block's: it starts as a process does.
+    _runtime.reset_current_stream()
     while _saved:
         obj, name, value = _saved.pop()
         if value is _MISSING:

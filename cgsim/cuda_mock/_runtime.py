@@ -2,9 +2,11 @@
 
 There is one device and every stream executes synchronously on the host: the
 stream objects exist so that capture code can create them, make them current and
-wait on them, and so that the one rule that depends on them holds (capturing on
+wait on them, so that the one rule that depends on them holds (capturing on
 the default stream is an error; is_current_stream_capturing() looks at the
-current stream).
+current stream), and so that which stream a graph was captured on and which
+stream each replay ran on can be told (``CUDAGraph.capture_stream``,
+``take_replay_streams``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from . import _errors, _memory
 
 __all__ = [
     "CaptureRecord",
+    "take_replay_streams",
     "Stream",
     "ExternalStream",
     "Event",
@@ -29,6 +32,7 @@ __all__ = [
     "current_stream",
     "default_stream",
     "set_stream",
+    "reset_current_stream",
     "synchronize",
     "empty_cache",
     "empty_host_cache",
@@ -76,11 +80,21 @@ class _State(threading.local):
 
 class _Global:
     capture: CaptureRecord | None = None
+    # The stream each graph replay ran on, oldest first, until taken
+    # (take_replay_streams): a replay runs on the stream current at replay().
+    replay_streams: list["Stream"] = []
 
 
 G = _Global()
 _tls = _State()
 _stream_ids = itertools.count(1)
+
+
+def take_replay_streams() -> tuple["Stream", ...]:
+    """The streams graph replays ran on since the last call, oldest first."""
+    taken = tuple(G.replay_streams)
+    G.replay_streams.clear()
+    return taken
 
 
 def capturing() -> CaptureRecord | None:
@@ -155,6 +169,11 @@ def current_stream(device: Any = None) -> Stream:
 
 def default_stream(device: Any = None) -> Stream:
     return _DEFAULT
+
+
+def reset_current_stream() -> None:
+    """The default stream current again on this thread, as in a fresh process."""
+    _tls.stream = _DEFAULT
 
 
 def set_stream(s: Stream | None) -> None:

@@ -1,5 +1,6 @@
 """Properties of the capture protocol: CAPTURE-ORDER, CAPTURE-ONCE,
-WARMUP-FIRST, FRESH-METADATA, SKIP-ATTN, NO-ILLEGAL-OP."""
+WARMUP-FIRST, FRESH-METADATA, SKIP-ATTN, NO-ILLEGAL-OP,
+CAPTURE-STREAM-CONSISTENT."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from cgsim.properties.view import (
     list_short,
     shorts,
 )
-from cgsim.trace import CreateForwardFn, Forward, GraphStored
+from cgsim.trace import CreateForwardFn, Forward, GraphStored, PiecewiseCapture, Replay
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 
@@ -230,3 +231,72 @@ def no_illegal_op(run: RunView) -> list[Violation]:
         for e in run.errors
         if e.error == "illegal-op"
     ]
+
+
+def captured_off_warmup_stream(warmed_on: int | None, captured_on: int | None) -> bool:
+    """A graph captured on another stream than its warm-up ran on (None: not
+    known, no claim)."""
+    return warmed_on is not None and captured_on is not None and warmed_on != captured_on
+
+
+def replayed_off_step_stream(step_stream: int | None, replay_streams: tuple[int, ...]) -> tuple[int, ...]:
+    """The streams a step's graph replays ran on that are not the step's own."""
+    if step_stream is None:
+        return ()
+    return tuple(sorted({r for r in replay_streams if r != step_stream}))
+
+
+def _stream_name(stream: int) -> str:
+    return "the default stream" if stream == 0 else f"stream {stream}"
+
+
+def _has_captures_or_replays(run: RunView) -> bool:
+    return _has_capture_forwards(run) or any(r.replay_streams for r in run.trace.of(Replay))
+
+
+@declare("CAPTURE-STREAM-CONSISTENT", "each graph is captured on the stream its warmup ran on, and each replay "
+         "runs on the stream of the step that replays it", family="capture", applies=_has_captures_or_replays)
+def capture_stream_consistent(run: RunView) -> list[Violation]:
+    # On a GPU a graph may be captured on a side stream and replayed on
+    # another (vLLM captures inside graph_capture()'s stream and replays on the
+    # current one).  What breaks: a warm-up on one stream and the capture on
+    # another, so the capture stream's lazy state (cuBLAS workspaces) is made
+    # inside the graph; and a replay on a stream the step's input writes and
+    # output reads are not ordered with.
+    out: list[Violation] = []
+    for s in run.sessions:
+        warmed: dict[BatchDescriptor, int] = {}
+        last: Forward | None = None
+        for e in s.events:
+            if isinstance(e, Forward):
+                last = e
+                if e.desc is None:
+                    continue
+                if is_warmup(e):
+                    warmed[e.desc] = e.stream
+                elif is_full_capture(e) and captured_off_warmup_stream(warmed.get(e.desc), e.stream):
+                    out.append(Violation(
+                        "CAPTURE-STREAM-CONSISTENT",
+                        f"FULL graph for {e.desc.short()} captured on {_stream_name(e.stream)}, its warmup ran on "
+                        f"{_stream_name(warmed[e.desc])}",
+                        e.step, (("graph", e.desc.to_json()), ("warmed_on", warmed[e.desc]), ("captured_on", e.stream)),
+                    ))
+            elif isinstance(e, PiecewiseCapture) and last is not None and last.desc is not None:
+                warm = warmed.get(last.desc)
+                if captured_off_warmup_stream(warm, e.stream):
+                    out.append(Violation(
+                        "CAPTURE-STREAM-CONSISTENT",
+                        f"piecewise graphs for {last.desc.short()} captured on {_stream_name(e.stream)}, its warmup "
+                        f"ran on {_stream_name(warm)}",
+                        e.step, (("graph", last.desc.to_json()), ("warmed_on", warm), ("captured_on", e.stream)),
+                    ))
+    for r in run.trace.of(Replay):
+        foreign = replayed_off_step_stream(r.step_stream, r.replay_streams)
+        if foreign:
+            out.append(Violation(
+                "CAPTURE-STREAM-CONSISTENT",
+                f"{r.path} replay for {r.desc.short()} ran on {', '.join(map(_stream_name, foreign))}, the step ran "
+                f"on {_stream_name(r.step_stream)} (its inputs written and outputs read there, unordered with the replay)",
+                r.step, (("graph", r.desc.to_json()), ("step_stream", r.step_stream), ("replay_streams", list(foreign))),
+            ))
+    return group(out)

@@ -566,6 +566,54 @@ class MaxSizeGraphOutput(ModelCudaGraphManager):
         self._staging.clear()
 
 
+@mutant(
+    "capture-own-stream",
+    caught_by="CAPTURE-STREAM-CONSISTENT",
+    example=lambda: _scenario([C()], mode="FULL", capture_sizes=(2,)),
+    fuzz=Fuzz({"CAPTURE-STREAM-CONSISTENT"}, configs=lambda c: c.mode.has_full()),
+)
+class CaptureOwnStream(ModelCudaGraphManager):
+    """FULL graphs captured on torch.cuda.graph's own side stream, not on the
+    stream the warm-up ran on.
+
+    Bug class: capture stream.  Where: a ``torch.cuda.graph(graph, pool)``
+    call without ``stream=``, as vLLM's CUDAGraphWrapper avoids by passing
+    ``current_stream()`` (compilation/cuda_graph.py; model runner V2's
+    ``_capture_stream``): the warm-up made the lazy per-stream state
+    (cuBLAS workspaces) of another stream, so the capture stream's is
+    allocated inside the graph and its pool kept alive for good.
+    """
+
+    def capture_one(self, desc, create_forward_fn, stream):
+        super().capture_one(desc, create_forward_fn, None)  # BUG: torch.cuda.graph picks the stream
+
+
+@mutant(
+    "replay-side-stream",
+    caught_by="CAPTURE-STREAM-CONSISTENT",
+    example=lambda: _scenario([C(), D(Batch((1, 1)))], mode="FULL", capture_sizes=(2,)),
+    fuzz=Fuzz({"CAPTURE-STREAM-CONSISTENT"}, configs=lambda c: c.mode.has_full()),
+)
+class ReplaySideStream(ModelCudaGraphManager):
+    """FULL graphs replayed on a side stream of their own, not on the step's
+    stream, with no wait between them.
+
+    Bug class: replay stream ordering.  Where: a runner that replays on a
+    dedicated stream (the capture stream kept, or an overlap scheduler's
+    forward stream) without ``wait_stream`` on the stream its inputs were
+    written on: on a GPU the replay reads half-written inputs and the caller
+    reads outputs the replay has not produced yet.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.replay_stream = self.backend.cuda.Stream()
+
+    def run_fullgraph(self, desc):
+        with self.backend.cuda.stream(self.replay_stream):  # BUG: no wait on the step's stream either way
+            super().run_fullgraph(desc)
+
+
 def mutant_names() -> list[str]:
     return list(MUTANTS)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 from collections import defaultdict
 from itertools import groupby
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, lora_case
@@ -258,26 +258,38 @@ class CudaGraphManager:
 
     def capture(self, create_forward_fn: CreateForward) -> None:
         cuda = self.backend.cuda
-        for desc in self.capture_order():
-            forward_fn = create_forward_fn(desc, True)
-            forward_fn(N)  # warmup, eager
-            if desc.cg_mode == P and not self.use_breakable_cg:
-                # Same inputs; attention runs eagerly between the compiled pieces.
-                forward_fn(P)
-                continue
-            # Fresh attention state: backends mutate or lazily build metadata
-            # during warmup, and a graph must not bake that in.
-            forward_fn = create_forward_fn(desc, False)
-            if desc.cg_mode == P:
-                forward_fn(P)
-                continue
-            if desc in self.graphs:
-                raise RuntimeError(f"graph already captured for {desc.short()}")
-            graph = cuda.CUDAGraph()
-            with cuda.graph(graph, pool=self.pool):
-                forward_fn(N)
-            self.graphs[desc] = graph
+        # As vLLM's graph_capture(): warm-up and capture on one side stream,
+        # ordered after the work before it.  A graph captured on another stream
+        # than its warm-up ran on finds that stream's lazy state (cuBLAS
+        # workspaces) uncreated and allocates it inside the capture.
+        stream = cuda.Stream()
+        stream.wait_stream(cuda.current_stream())
+        with cuda.stream(stream):
+            for desc in self.capture_order():
+                self.capture_one(desc, create_forward_fn, stream)
         self._graphs_captured = True
+
+    def capture_one(self, desc: BatchDescriptor, create_forward_fn: CreateForward, stream: Any) -> None:
+        """Warm ``desc`` up and capture it, on ``stream`` (the current one)."""
+        cuda = self.backend.cuda
+        forward_fn = create_forward_fn(desc, True)
+        forward_fn(N)  # warmup, eager
+        if desc.cg_mode == P and not self.use_breakable_cg:
+            # Same inputs; attention runs eagerly between the compiled pieces.
+            forward_fn(P)
+            return
+        # Fresh attention state: backends mutate or lazily build metadata
+        # during warmup, and a graph must not bake that in.
+        forward_fn = create_forward_fn(desc, False)
+        if desc.cg_mode == P:
+            forward_fn(P)
+            return
+        if desc in self.graphs:
+            raise RuntimeError(f"graph already captured for {desc.short()}")
+        graph = cuda.CUDAGraph()
+        with cuda.graph(graph, pool=self.pool, stream=stream):
+            forward_fn(N)
+        self.graphs[desc] = graph
 
     # -- dispatch and replay --------------------------------------------------------------
     def effective_lora_case(self, num_active_loras: int) -> int:

@@ -200,8 +200,8 @@ class PiecewiseRunner:
         key = ctx.key
         if w.phase == "capture":
             if key not in self.graphs:
-                self.graphs[key] = self._capture(ctx)
-                w.record_piecewise_capture(key, ctx.attn_metadata)
+                self.graphs[key], stream = self._capture(ctx)
+                w.record_piecewise_capture(key, ctx.attn_metadata, stream)
             return self._replay(self.graphs[key], ctx)
         hit = key in self.graphs
         w.note_piecewise_lookup(key, hit)
@@ -211,10 +211,13 @@ class PiecewiseRunner:
             return w.model.run_stages(ctx)
         return self._replay(self.graphs[key], ctx)
 
-    def _capture(self, ctx: ForwardContext) -> list:
+    def _capture(self, ctx: ForwardContext) -> tuple[list, int | None]:
+        """The pieces, and the engine's stream they were captured on (None: cgsim's side stream)."""
         w = self.w
         cuda = w.backend.cuda
         pieces = []
+        stream = cuda.current_stream()
+        on_default = stream == cuda.default_stream()
         T = ctx.num_tokens
         x = torch.zeros(T, HIDDEN, device=w.device)
         for piece in w.model.pieces():
@@ -229,14 +232,17 @@ class PiecewiseRunner:
             # allocates cuBLAS workspaces, and allocated during a capture they
             # land in the graph pool and keep it alive for good (seen on an
             # H200: 32 MiB + 1 MiB live in a pool after all its graphs were gone).
-            stream = cuda.current_stream()
-            with cuda.graph(graph, pool=w.graph_pool, stream=None if stream == cuda.default_stream() else stream):
+            # The engine has no stream to give only when it runs on the default
+            # stream, which no GPU captures on (vLLM's current_stream() never
+            # hands it out): then torch.cuda.graph's own side stream, recorded
+            # as None so that no property blames the engine for cgsim's choice.
+            with cuda.graph(graph, pool=w.graph_pool, stream=None if on_default else stream):
                 out = static_in
                 for stage in piece:
                     out = stage.fn(out, ctx)
             pieces.append(("graph", piece, graph, static_in, out))
             x = out
-        return pieces
+        return pieces, None if on_default else w.stream_token(stream)
 
     def _replay(self, pieces: list, ctx: ForwardContext) -> torch.Tensor:
         x = torch.zeros(ctx.num_tokens, HIDDEN, device=self.w.device)
@@ -286,6 +292,7 @@ class Workload:
         # free it) and what the model's forward took inside its capture.
         self._captures: dict[BatchDescriptor, tuple[weakref.ref, int]] = {}
         self.graph_pool = None  # set by the target to its manager's pool
+        self._streams: dict[int, int] = {}  # a stream's id -> its number in this trace (stream_token)
         self._reference = None
         self.reference_forward: EagerForward | None = None  # see for_manager
 
@@ -320,6 +327,15 @@ class Workload:
         return child
 
     # -- recording ----------------------------------------------------------------
+    def stream_token(self, stream: Any) -> int:
+        """This trace's number for ``stream``: 0 the default stream, then 1, 2,
+        ... in the order this workload first met them (the same on every
+        backend, where a stream's own id is not; a sub-manager's trace numbers
+        its own, so the main trace does not depend on it)."""
+        if stream == self.backend.cuda.default_stream():
+            return 0
+        return self._streams.setdefault(int(stream.stream_id), len(self._streams) + 1)
+
     def _record_metadata(self, record: MetadataRecord) -> None:
         self._trace.metadata[record.id] = record
 
@@ -338,9 +354,9 @@ class Workload:
 
         return tapped
 
-    def record_piecewise_capture(self, key: tuple, md: AttentionMetadata | None) -> None:
+    def record_piecewise_capture(self, key: tuple, md: AttentionMetadata | None, stream: int | None) -> None:
         md_id = md.id if md is not None else None
-        self._trace.add(PiecewiseCapture(key=key, metadata=md_id, step=self.step))
+        self._trace.add(PiecewiseCapture(key=key, metadata=md_id, step=self.step, stream=stream))
         self._pieces[key] = GraphRecord(md_id, self.step)
 
     def note_piecewise_lookup(self, key: tuple, hit: bool) -> None:
@@ -451,6 +467,7 @@ class Workload:
             Forward(
                 desc=self.current_desc, mode=ctx.cg_mode, metadata=md_id, in_graph=in_graph,
                 num_tokens=ctx.num_tokens, phase=self.phase, step=self.step, key=ctx.key,
+                stream=self.stream_token(self.backend.cuda.current_stream()),
             )
         )
         if ctx.cg_mode == CUDAGraphMode.PIECEWISE:
@@ -487,9 +504,10 @@ class Workload:
         md = ctx.attn_metadata
         self._trace.add(Forward(desc=self.current_desc, mode=CUDAGraphMode.PIECEWISE,
                                 metadata=md.id if md is not None else None, in_graph=capturing,
-                                num_tokens=ctx.num_tokens, phase=self.phase, step=self.step, key=ctx.key))
+                                num_tokens=ctx.num_tokens, phase=self.phase, step=self.step, key=ctx.key,
+                                stream=self.stream_token(self.backend.cuda.current_stream())))
         if capturing and ctx.key is not None:
-            self.record_piecewise_capture(ctx.key, md)
+            self.record_piecewise_capture(ctx.key, md, self.stream_token(self.backend.cuda.current_stream()))
         x = torch.empty(0, device=self.device)
         for stage in self.model.stages:
             if stage.breaks:

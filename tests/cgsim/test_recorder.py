@@ -240,3 +240,11 @@ def test_the_json_form_keeps_its_keys_and_order():
     refused = Trace("t", "mock")
     refused.record_unsupported("no")
     assert refused.to_json()["unsupported"] == "no" and refused.to_json()["resolved_mode"] is None
+
+
+def test_a_step_records_its_stream_and_the_streams_its_replays_ran_on():
+    sc = Scenario(ManagerConfig(mode="FULL", capture_sizes=(2,), max_num_reqs=2), (C, D(Batch((1, 1))), D(Batch((3,)))),
+                  ruleset="pr48822")
+    trace = run_scenario(sc, target="reference")
+    assert [(r.path, r.step_stream, r.replay_streams) for r in trace.of(Replay)] == [("full", 0, (0,)),
+                                                                                    ("eager", 0, ())]

@@ -346,8 +346,15 @@ class _TpGroup:
 def _single_rank_graph_capture(stream: Any = None) -> Iterator[SimpleNamespace]:
     # parallel_state.graph_capture enters the TP/PP group coordinators, which
     # exist only after torch.distributed is initialised (sglang's test kit
-    # uses the same one-rank stand-in).
-    yield SimpleNamespace(stream=stream if stream is not None else torch.cuda.Stream())
+    # uses the same one-rank stand-in).  What the coordinator does on one rank
+    # stays: the stream is sglang's where it names one, ordered after the
+    # current stream and made current, so warm-ups run where captures do.
+    stream = stream if stream is not None else torch.cuda.Stream()
+    current = torch.cuda.current_stream()
+    if current != stream:
+        stream.wait_stream(current)
+    with torch.cuda.stream(stream):
+        yield SimpleNamespace(stream=stream)
 
 
 def _device_module(original: Callable) -> Callable:

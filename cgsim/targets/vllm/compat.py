@@ -676,8 +676,10 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "graph-capture-context",
         "capture() enters distributed.parallel_state.graph_capture(device), which asks the "
-        "TP/PP/DP groups for their communicators. Replaced by what it does on one rank: run "
-        "the capture on a side stream of the backend (no communicators to capture).",
+        "TP/PP/DP groups for their communicators. Replaced by what it does on one rank: the "
+        "stream vLLM names, else a new side stream of the backend (vLLM makes one too), ordered "
+        "after the current stream and made current for the warm-ups and captures inside (no "
+        "communicators to capture).",
     ),
     Patch(
         "global-graph-pool",
@@ -690,7 +692,8 @@ PATCHES: tuple[Patch, ...] = (
         "capture-stream",
         "capture() passes vllm.utils.torch_utils.current_stream() to torch.cuda.graph; on the CPU "
         "platform that is a _StreamPlaceholder a real CUDA graph cannot capture on. Replaced by "
-        "the backend's current stream (the side stream graph-capture-context made current).",
+        "the backend's current stream (the side stream graph-capture-context made current), "
+        "which is what it returns on a GPU inside graph_capture(): the stream stays vLLM's choice.",
     ),
     Patch(
         "quiet-progress",
@@ -930,6 +933,9 @@ def vllm_process_patches(backend: Any, breakable: bool = False, world: bool = Fa
         def _graph_capture(device: Any = None, stream: Any = None) -> Iterator[Any]:
             stream = stream if stream is not None else cuda.Stream()  # 0.34+ may name the stream
             ctx = type("GraphCaptureContext", (), {"stream": stream})()
+            current = cuda.current_stream()
+            if current != stream:
+                stream.wait_stream(current)
             with cuda.stream(stream):
                 yield ctx
 

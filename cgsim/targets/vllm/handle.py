@@ -269,8 +269,11 @@ class _UBatchRunner:
                 h.backend.cuda.current_blas_handle()
 
         def finish() -> Any:
-            with fc.set_forward_context({ATTN_LAYER: md}, h.vllm_config, num_tokens=num_tokens):
-                return model(**model_inputs)
+            # vLLM's micro-batch threads compute on the capture stream when the
+            # run is for a capture (its warm-up too), else on the current one.
+            with h.backend.cuda.stream(self.capture_stream if for_capture else None):
+                with fc.set_forward_context({ATTN_LAYER: md}, h.vllm_config, num_tokens=num_tokens):
+                    return model(**model_inputs)
 
         return finish
 

@@ -456,6 +456,42 @@ def test_capture_on_the_default_stream_raises(graph_backend):
             g.capture_begin()
 
 
+def test_each_replay_notes_the_stream_current_at_replay(graph_backend):
+    b = graph_backend
+    x = torch.ones(4, device=b.device)
+    side = b.cuda.Stream()
+    with b.cuda.stream(side):
+        g, _ = capture(b, lambda: x * 2)
+    b.take_replay_streams()
+    g.replay()
+    with b.cuda.stream(side):
+        g.replay()
+    b.cuda.synchronize()
+    assert b.take_replay_streams() == (b.cuda.default_stream(), side)
+    assert b.take_replay_streams() == ()
+
+
+def test_a_stream_left_current_in_one_block_is_not_current_in_the_next():
+    with cuda_mock.patched_torch_cuda():
+        torch.cuda.set_stream(torch.cuda.Stream())  # as torch's graph context leaves it when capture_end fails
+    with cuda_mock.patched_torch_cuda():
+        assert torch.cuda.current_stream() is torch.cuda.default_stream()
+
+
+def test_a_graph_keeps_the_stream_it_was_captured_on():
+    with cuda_mock.patched_torch_cuda():
+        side = torch.cuda.Stream()
+        g = torch.cuda.CUDAGraph()
+        assert g.capture_stream is None
+        with torch.cuda.graph(g, stream=side):
+            torch.ones(2) * 2
+        assert g.capture_stream is side
+        own = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(own):
+            torch.ones(2) * 2
+        assert own.capture_stream is torch.cuda.graph.default_capture_stream is not side
+
+
 def test_is_current_stream_capturing_true_inside_capture_only(graph_backend):
     b = graph_backend
     x = torch.ones(4, device=b.device)

@@ -49,6 +49,7 @@ F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 
 BUFFERS = (901, 902, 903)  # the persistent buffers every metadata object reads
 TOKEN_BYTES = 512  # what the model's forward takes from the pool per token of a graph
+CAPTURE_STREAM = 1  # warm-ups and captures run on one side stream; steps and their replays on the default (0)
 
 
 # Size 1 is left out on purpose: with q=1 and a separate FULL decode routine the
@@ -134,9 +135,10 @@ def good_trace(sc: Scenario, capture_order: list[BatchDescriptor] | None = None)
                     md = None if skip_attn_for(d, cfg, rs) else new_md("capture", *capture_sizes(d))
                 elif ps.action == "forward":
                     key = pw_key(d) if ps.mode == P else None
-                    trace.add(Forward(d, ps.mode, md, ps.in_graph, d.num_tokens, "capture", step, key))
+                    trace.add(Forward(d, ps.mode, md, ps.in_graph, d.num_tokens, "capture", step, key,
+                                      CAPTURE_STREAM))
                     if ps.mode == P:
-                        trace.add(PiecewiseCapture(key, md, step))
+                        trace.add(PiecewiseCapture(key, md, step, CAPTURE_STREAM))
                         graph_md[d], graph_step[d] = md, step
                     if ps.in_graph:
                         graph_md[d] = md
@@ -160,7 +162,7 @@ def good_trace(sc: Scenario, capture_order: list[BatchDescriptor] | None = None)
                 g = trace.metadata[graph_md[d]]
                 rt = new_md("runtime", g.num_reqs, g.num_tokens, g.max_query_len)
                 trace.add(Forward(d, N, rt, False, d.num_tokens, "runtime", step))
-                trace.add(Replay(step, b, d, "full", graph_md[d], rt, True, 0.0, True, graph_step[d]))
+                trace.add(Replay(step, b, d, "full", graph_md[d], rt, True, 0.0, True, graph_step[d], 0, (0,)))
             elif d.cg_mode == P:
                 gid = graph_md.get(d)
                 if gid is not None and breakable and rs.pad_breakable_piecewise_metadata:
@@ -171,10 +173,10 @@ def good_trace(sc: Scenario, capture_order: list[BatchDescriptor] | None = None)
                 trace.add(Forward(d, P, rt, False, d.num_tokens, "runtime", step, pw_key(d)))
                 trace.add(PiecewiseLookup(pw_key(d), True, step))
                 alive = True if gid is not None else None
-                trace.add(Replay(step, b, d, "piecewise", gid, rt, alive, 0.0, True, graph_step[d]))
+                trace.add(Replay(step, b, d, "piecewise", gid, rt, alive, 0.0, True, graph_step[d], 0, (0,)))
             else:
                 trace.add(Forward(d, N, None, False, b.num_tokens, "runtime", step))
-                trace.add(Replay(step, b, d, "eager", None, None, None, 0.0, True))
+                trace.add(Replay(step, b, d, "eager", None, None, None, 0.0, True, None, 0))
         else:
             trace.add(Release(step, False, 0))
             captured = None

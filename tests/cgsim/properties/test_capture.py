@@ -9,8 +9,9 @@ import pytest
 from cgsim.descriptors import BatchDescriptor
 from cgsim.modes import CUDAGraphMode
 from cgsim.properties import check_scenario
+from cgsim.properties.capture import captured_off_warmup_stream, replayed_off_step_stream
 from cgsim.spec import expected_capture_order
-from cgsim.trace import CaptureDone, CreateForwardFn, Error, Forward, GraphStored, Trace
+from cgsim.trace import CaptureDone, CreateForwardFn, Error, Forward, GraphStored, PiecewiseCapture, Replay, Trace
 from tests.cgsim.properties.hand_traces import (
     BASE,
     FD,
@@ -22,6 +23,7 @@ from tests.cgsim.properties.hand_traces import (
     assert_holds,
     assert_violates,
     cap,
+    disp,
     first,
     good_trace,
     ids,
@@ -186,3 +188,59 @@ def test_breakable_piecewise_capture_reported_in_graph():
     verdict = check_scenario(sc, t)
     assert verdict.ok, "\n".join(map(str, verdict.violations))
     assert "FRESH-METADATA" in verdict.checked
+
+
+# --------------------------------------------------------------------------
+# CAPTURE-STREAM-CONSISTENT
+# --------------------------------------------------------------------------
+def test_capture_stream_predicates():
+    assert captured_off_warmup_stream(1, 2)
+    assert not captured_off_warmup_stream(1, 1)
+    assert not captured_off_warmup_stream(None, 2) and not captured_off_warmup_stream(1, None)
+    assert replayed_off_step_stream(0, (0, 2, 3, 2)) == (2, 3)
+    assert replayed_off_step_stream(0, (0, 0)) == ()
+    assert replayed_off_step_stream(None, (2,)) == ()
+
+
+def test_capture_stream_consistent_holds_side_stream_capture_default_stream_replay():
+    # vLLM's shape: warm-up and capture on graph_capture()'s side stream, replays on the current one.
+    sc = scenario(C(breakable=True), cap(), disp(1, 1), disp(3))
+    assert_holds("CAPTURE-STREAM-CONSISTENT", sc, good_trace(sc))
+
+
+def test_capture_stream_full_graph_captured_on_another_stream():
+    sc = scenario()
+    t = mutate(good_trace(sc), lambda e: isinstance(e, Forward) and e.in_graph and e.desc == FD(4, 4, 1),
+               lambda e: replace(e, stream=2))
+    (v,) = assert_violates("CAPTURE-STREAM-CONSISTENT", sc, t, f"FULL graph for {FD(4, 4, 1).short()}",
+                           "captured on stream 2", "warmup ran on stream 1")
+    assert dict(v.facts)["warmed_on"] == 1 and dict(v.facts)["captured_on"] == 2
+
+
+def test_capture_stream_piecewise_captured_on_another_stream():
+    sc = scenario()
+    t = mutate(good_trace(sc), is_(PiecewiseCapture, key=("pw", 4, None, 0)), lambda e: replace(e, stream=0))
+    assert_violates("CAPTURE-STREAM-CONSISTENT", sc, t, f"piecewise graphs for {PD(4).short()}",
+                    "captured on the default stream", "warmup ran on stream 1")
+
+
+def test_capture_stream_no_claim_where_cgsim_chose_the_piecewise_stream():
+    sc = scenario()
+    t = mutate(good_trace(sc), lambda e: isinstance(e, PiecewiseCapture), lambda e: replace(e, stream=None))
+    assert_holds("CAPTURE-STREAM-CONSISTENT", sc, t)
+
+
+def test_capture_stream_replay_on_another_stream_than_the_step():
+    sc = scenario(BASE, cap(), disp(1, 1))
+    t = mutate(good_trace(sc), lambda e: isinstance(e, Replay) and e.path == "full",
+               lambda e: replace(e, replay_streams=(3,)))
+    (v,) = assert_violates("CAPTURE-STREAM-CONSISTENT", sc, t, "full replay", "ran on stream 3",
+                           "the step ran on the default stream")
+    assert dict(v.facts)["replay_streams"] == [3]
+
+
+def test_capture_stream_no_replay_claim_where_streams_were_not_seen():
+    sc = scenario(BASE, cap(), disp(1, 1))
+    t = mutate(good_trace(sc), lambda e: isinstance(e, Replay),
+               lambda e: replace(e, step_stream=None, replay_streams=(3,)))
+    assert_holds("CAPTURE-STREAM-CONSISTENT", sc, t)

@@ -14,7 +14,7 @@ from cgsim.backends import get_backend
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor
 from cgsim.modes import AttentionSupport, CUDAGraphMode
-from cgsim.trace import Trace
+from cgsim.trace import Forward, PiecewiseCapture, Trace
 from cgsim.workload import harness, model
 from cgsim.workload.context import get_forward_context, set_forward_context
 from cgsim.workload.harness import RequestLayout, Workload
@@ -237,7 +237,7 @@ def test_eager_reference_is_remembered_and_handed_out_fresh(mock):
 def test_the_run_says_where_it_is_in_one_call_and_a_phase_the_model_has_no_rules_for_is_refused():
     from cgsim.backends import get_backend
     from cgsim.config import ManagerConfig
-    from cgsim.trace import Trace
+    from cgsim.trace import Forward, PiecewiseCapture, Trace
     from cgsim.workload.harness import Workload
 
     w = Workload(ManagerConfig(mode="FULL", capture_sizes=(2,), max_num_reqs=2), get_backend("mock"), Trace("t", "mock"))
@@ -289,3 +289,22 @@ def test_a_manager_with_a_forward_of_its_own_is_not_measured(mock):
     assert w.capture_bytes(desc) == harness.CaptureBytes(g.pool(), g.memory.taken_bytes, None)
     w.forget_graphs()
     assert w.capture_bytes(desc) is None
+
+
+def test_streams_are_numbered_per_trace_and_a_piecewise_capture_on_the_default_stream_is_cgsims_choice(mock):
+    trace = Trace("t", mock.name)
+    cfg = ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(8,), max_num_reqs=4)
+    w = Workload(cfg, mock, trace, max_batch_tokens=16, max_batch_reqs=4)
+    cuda = mock.cuda
+    side, other = cuda.Stream(), cuda.Stream()
+    assert [w.stream_token(s) for s in (cuda.default_stream(), other, side, other)] == [0, 1, 2, 1]
+    layout = w.load_batch(Batch((4,)), 8)
+    md = w.prepare_attn(layout, 1, 8, None, for_capture=False)
+    key = (8, False, 0)
+    for stream in (None, side):  # the engine on the default stream, then on a side stream of its own
+        w.piecewise.clear()
+        with cuda.stream(stream), set_forward_context(md, 8, CUDAGraphMode.PIECEWISE, key):
+            w.model_forward()
+    captures = trace.of(PiecewiseCapture)
+    forwards = trace.of(Forward)
+    assert [c.stream for c in captures] == [None, 2] and [f.stream for f in forwards] == [0, 2]

@@ -140,6 +140,17 @@ def test_breakable_segments_can_weak_ref_their_inputs_on_either_backend():
 # -- the decode runner ----------------------------------------------------------------------------
 
 
+def test_warmups_run_on_the_stream_sglang_captures_on():
+    # sglang's graph_capture() makes its capture stream current, so the two
+    # warm-ups of each shape run where the shape is captured; replays run on
+    # the step's stream (the default one here).
+    trace = clean(cfg(capture_sizes=(1, 2)), C, D(decode(1)), D(decode(2)))
+    streams = {(f.in_graph, f.stream) for f in trace.of(Forward) if f.phase == "capture"}
+    assert len({s for _, s in streams}) == 1 and {g for g, _ in streams} == {False, True}
+    assert 0 not in {s for _, s in streams}
+    assert [(r.step_stream, r.replay_streams) for r in replays(trace).values()] == [(0, (0,)), (0, (0,))]
+
+
 def test_decode_runner_captures_largest_first_and_replays_padded_batches():
     trace = clean(cfg(), C, D(decode(1)), D(decode(3)), D(decode(5)), D(decode(11)), D(decode(13)))
     creates = [e.desc.num_reqs for e in trace.of(CreateForwardFn)]

@@ -704,3 +704,27 @@ def test_the_patches_give_dummy_requests_unique_ids_without_uuid4_and_restore_ra
             ids += [input_batch.random_uuid() for _ in range(3)]
         assert input_batch.random_uuid is own
     assert len(set(ids)) == len(ids) and all(len(i) == 16 and int(i, 16) >= 0 for i in ids)
+
+
+def test_micro_batched_graphs_are_warmed_up_on_their_capture_stream():
+    """vLLM captures micro-batched graphs on the micro-batch runner's capture
+    stream, and its threads compute the warm-up there too: the property that
+    a graph is captured where its warm-up ran holds, and replays run on the
+    step's stream."""
+    if not CAPS.dbo:
+        pytest.skip(f"vLLM {CAPS.version} has no micro-batching in MRV2")
+    from cgsim.properties import check_scenario  # noqa: PLC0415
+    from cgsim.runner import run_scenario  # noqa: PLC0415
+    from cgsim.scenario import Scenario, Step  # noqa: PLC0415
+
+    cfg = ManagerConfig(mode="FULL_DECODE_ONLY", capture_sizes=(1, 2, 4, 8), max_num_reqs=8, num_ubatches=2,
+                        ubatch_threshold=2)
+    sc = Scenario(config=cfg, steps=(Step.capture(), Step.dispatch(Batch((1,) * 4, 0, 2))), ruleset=CAPS.ruleset)
+    trace = run_scenario(sc, target="vllm", backend="mock")
+    captures = {(f.desc.num_ubatches, f.stream) for f in trace.of(Forward) if f.in_graph}
+    warmups = {(f.desc.num_ubatches, f.stream) for f in trace.of(Forward) if f.phase == "capture" and not f.in_graph}
+    assert {u for u, _ in captures} == {1, 2} and captures == warmups
+    assert len({s for _, s in captures}) == 2 and 0 not in {s for _, s in captures}
+    verdict = check_scenario(sc, trace)
+    assert "CAPTURE-STREAM-CONSISTENT" in verdict.checked
+    assert not [v for v in verdict.violations if v.property == "CAPTURE-STREAM-CONSISTENT"], verdict.violations
