@@ -56,9 +56,12 @@ MUTATIONS: tuple[Mutation, ...] = (
 SERVED_MUTATIONS: tuple[Mutation, ...] = (
     # The pad program of the slot-mapping kernel gets an empty range, so a graph's padded tokens write the KV cache at
     # slots an earlier step left there (the kernel's own comment names the chunked-prefill case).
-    Mutation(BLOCK_TABLE, "            slot_mappings.shape[1],", "            0,",
-             "padded-slots-stale", area="input preparation",
-             bug="padded tokens keep an earlier step's slot mappings and write the KV cache there"),
+    *(Mutation(BLOCK_TABLE, f"_compute_slot_mappings_kernel[(num_groups, num_reqs + 1)](\n            {size},\n",
+               "_compute_slot_mappings_kernel[(num_groups, num_reqs + 1)](\n            0,\n",
+               "padded-slots-stale", area="input preparation",
+               bug="padded tokens keep an earlier step's slot mappings and write the KV cache there")
+      for size in ("slot_mappings.shape[1]",  # 0.26+
+                   "self.max_num_batched_tokens")),  # 0.20-0.25
     # The draft model's decode graphs (the speculator's own manager) captured one draft step short: replayed, they
     # leave each request's last draft undrafted; greedy verification keeps the tokens, the drafts show it.
     *(Mutation(module, "                    else self.vllm_config.num_speculative_tokens\n",
@@ -72,11 +75,16 @@ SERVED_MUTATIONS: tuple[Mutation, ...] = (
 
 def in_tree(mutations: Sequence[Mutation], vllm_location: str) -> tuple[Mutation, ...]:
     """Those of ``mutations`` whose module is a file of the vLLM package at
-    ``vllm_location`` (a row per layout where releases moved the module)."""
-    def file_of(module: str) -> str:
-        return os.path.join(vllm_location, *module.split(".")[1:]) + ".py"
+    ``vllm_location`` holding the row's line (a row per layout where releases
+    moved the module or changed the line)."""
+    def holds(m: Mutation) -> bool:
+        path = os.path.join(vllm_location, *m.module.split(".")[1:]) + ".py"
+        if not os.path.exists(path):
+            return False
+        with open(path) as f:
+            return m.old in f.read()
 
-    return tuple(m for m in mutations if os.path.exists(file_of(m.module)))
+    return tuple(m for m in mutations if holds(m))
 
 
 class MutationError(RuntimeError):

@@ -25,7 +25,8 @@ from tests.vllm_required import skip_unless_vllm
 
 skip_unless_vllm()
 
-from cgsim.targets.vllm.mutation import MUTATIONS, SERVED_MUTATIONS, Mutation, environment_for  # noqa: E402
+from cgsim.targets.vllm.compat import require_vllm  # noqa: E402
+from cgsim.targets.vllm.mutation import MUTATIONS, SERVED_MUTATIONS, Mutation, environment_for, in_tree  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
@@ -66,7 +67,8 @@ def test_a_campaign_on_a_mutated_tree_reports_the_bug(mutation, tmp_path):
 
 
 # One campaign (minutes): the input-preparation bug; the draft manager's is served directly (test_runner_serve.py).
-@pytest.mark.parametrize("mutation", [m for m in SERVED_MUTATIONS if m.area == "input preparation"],
+@pytest.mark.parametrize("mutation", in_tree([m for m in SERVED_MUTATIONS if m.area == "input preparation"],
+                                             require_vllm().location),
                          ids=lambda m: m.name)
 def test_a_campaigns_runner_share_reports_a_bug_only_the_runner_runs(mutation, tmp_path):
     """A bug in a path only vLLM's runner takes: the search cannot see it, the
