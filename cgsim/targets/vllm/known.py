@@ -328,6 +328,13 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         "0.20.0", "0.22.0", frozenset({"FRESH-METADATA"}),
         lambda f, c: _graph_mode(f) is CUDAGraphMode.FULL,
     ),
+    # vllm PR #53818: torch.cuda.graph without stream= captures on torch's own class-level stream.
+    KnownDefect(
+        17, "capture-off-warmup-stream",
+        "MRV2 captures each graph on torch.cuda.graph's own stream, not the graph_capture() stream its warm-up ran on",
+        "0.20.0", "0.29.0", frozenset({"CAPTURE-STREAM-CONSISTENT"}),
+        lambda f, c: f.fact("captured_on") is not None,
+    ),
     KnownDefect(
         11, "breakable-piecewise-without-metadata", "breakable PIECEWISE graphs captured without attention metadata",
         "0.23.0", "0.26.0", frozenset({"SKIP-ATTN", "REPLAY-EQUALS-EAGER", "FRESH-METADATA"}),
