@@ -766,7 +766,7 @@ PATCHES: tuple[Patch, ...] = (
     ),
     Patch(
         "uva-host-view",
-        "0.27-0.29's runner keeps its per-step inputs in UvaBuffers that raise without pinned memory (no "
+        "0.20-0.29's runner keeps its per-step inputs in UvaBuffers that raise without pinned memory (no "
         "NonUvaBuffer fallback before 0.30), and a CPU process has none. In the runner's world there, "
         "vllm.v1.worker.gpu.buffer_utils.UvaBuffer is a host tensor whose device view is itself, as vLLM's "
         "own CPU runner makes it (v1/worker/cpu/buffer_utils.py): graphs read it live at replay, as a GPU "
@@ -1036,7 +1036,7 @@ def _stand_in_minimax_warmup(stack: contextlib.ExitStack) -> None:
 
 
 class _HostViewUvaBuffer:
-    """PATCHES "uva-host-view": 0.27-0.29's UvaBuffer with its device view
+    """PATCHES "uva-host-view": 0.20-0.29's UvaBuffer with its device view
     the host tensor itself."""
 
     def __init__(self, size: Any, dtype: Any):
