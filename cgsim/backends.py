@@ -67,8 +67,8 @@ class GraphBackend:
         return self._host_ops()
 
     def take_replay_streams(self) -> tuple[Any, ...]:
-        """The streams graph replays ran on since the last call, oldest first
-        (inside activate())."""
+        """The streams graph replays ran on since the last call, each once in
+        the order first seen (inside activate())."""
         return self._take_replay_streams()
 
     def __repr__(self) -> str:
@@ -118,7 +118,9 @@ def _cuda_replay_tap() -> Iterator[None]:
     replay = graph_cls.replay
 
     def noted_replay(graph: Any) -> None:
-        _CUDA_REPLAY_STREAMS.append(torch.cuda.current_stream())
+        stream = torch.cuda.current_stream()
+        if stream not in _CUDA_REPLAY_STREAMS:  # each stream once until taken: replays add nothing
+            _CUDA_REPLAY_STREAMS.append(stream)
         replay(graph)
 
     graph_cls.replay = noted_replay

@@ -675,8 +675,11 @@ class CUDAGraph:
         if cap is not None and cap.invalidated:
             raise _errors.capture_invalidated_error("CUDAGraph.replay()")
         # A GPU launches the graph on the stream current at replay(), ordered
-        # after that stream's earlier work only: which one it was is recorded.
-        G.replay_streams.append(_runtime.current_stream())
+        # after that stream's earlier work only: which one it was is recorded
+        # (each stream once until taken, so a long run's replays add nothing).
+        stream = _runtime.current_stream()
+        if stream not in G.replay_streams:
+            G.replay_streams.append(stream)
         with torch.inference_mode():
             for fn, a, k in ops:
                 fn(*a, **k)

@@ -80,8 +80,8 @@ class _State(threading.local):
 
 class _Global:
     capture: CaptureRecord | None = None
-    # The stream each graph replay ran on, oldest first, until taken
-    # (take_replay_streams): a replay runs on the stream current at replay().
+    # The streams graph replays ran on, each once in the order first seen,
+    # until taken (take_replay_streams): a replay runs on the stream current at replay().
     replay_streams: list["Stream"] = []
 
 
@@ -91,7 +91,8 @@ _stream_ids = itertools.count(1)
 
 
 def take_replay_streams() -> tuple["Stream", ...]:
-    """The streams graph replays ran on since the last call, oldest first."""
+    """The streams graph replays ran on since the last call, each once, in
+    the order first seen."""
     taken = tuple(G.replay_streams)
     G.replay_streams.clear()
     return taken
