@@ -292,7 +292,7 @@ def _graph_record(execution: Execution, workload: Workload, handle: ManagerUnder
 
 
 def _replay_event(step: int, batch, desc, execution: Execution, workload: Workload, handle: ManagerUnderTest,
-                  step_stream: int | None = None, replay_streams: tuple[int, ...] = ()) -> Replay:
+                  step_stream: int | None, replay_streams: tuple[int, ...]) -> Replay:
     expected = workload.eager_reference(batch)
     out = execution.outputs
     err: float | None = None

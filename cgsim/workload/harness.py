@@ -502,12 +502,13 @@ class Workload:
         through ``break_op(stage)(x, out)`` (the engine's eager-break op, which
         runs eagerly at replay and reads the forward context current then)."""
         md = ctx.attn_metadata
+        stream = self.stream_token(self.backend.cuda.current_stream())
         self._trace.add(Forward(desc=self.current_desc, mode=CUDAGraphMode.PIECEWISE,
                                 metadata=md.id if md is not None else None, in_graph=capturing,
                                 num_tokens=ctx.num_tokens, phase=self.phase, step=self.step, key=ctx.key,
-                                stream=self.stream_token(self.backend.cuda.current_stream())))
+                                stream=stream))
         if capturing and ctx.key is not None:
-            self.record_piecewise_capture(ctx.key, md, self.stream_token(self.backend.cuda.current_stream()))
+            self.record_piecewise_capture(ctx.key, md, stream)
         x = torch.empty(0, device=self.device)
         for stage in self.model.stages:
             if stage.breaks:
