@@ -139,10 +139,16 @@ def test_every_trace_and_sub_trace_carries_sglangs_answer():
     from cgsim.runner import run_scenario
     from cgsim.scenario import Scenario, Step
 
-    config = ManagerConfig(mode="FULL", capture_sizes=(1, 2, 4), max_num_reqs=4, decode_query_len=3, num_ubatches=2)
-    trace = run_scenario(Scenario(config, (Step.capture(),), ruleset=TREE.ruleset), "sglang", timeout=300)
+    def captured(**kw):
+        config = ManagerConfig(mode="FULL", capture_sizes=(1, 2, 4), max_num_reqs=4, **kw)
+        return run_scenario(Scenario(config, (Step.capture(),), ruleset=TREE.ruleset), "sglang", timeout=300)
+
+    trace = captured(num_ubatches=2)
     assert trace.alignment == EngineAlignment(2, 2 if DESIGN.aligned_prefill_tokens else None, rules.ALIGNMENT_HELPER)
     assert trace.to_json()["alignment"]["decode"] == 2
+    # EAGLE's draft runners (driven without two-batch overlap): their sub-traces carry their own answer.
+    trace = captured(decode_query_len=3)
+    assert sorted(trace.managers) == [rules.DRAFT_DECODE, rules.DRAFT_EXTEND]
     for name, sub in trace.managers.items():
         assert sub.alignment == EngineAlignment(1, None, rules.ALIGNMENT_HELPER), name
 
