@@ -103,7 +103,9 @@ class ManagerRecorder:
     def start(self) -> None:
         """The manager is built: the trace's header, and its candidates as it holds them."""
         handle = self.handle
-        self.trace.record_built(handle.resolved_mode, handle.uses_breakable, handle.has_piecewise_runner)
+        # The engine's own answer for the alignment, where the handle asked its engine (base.ManagerUnderTest).
+        self.trace.record_built(handle.resolved_mode, handle.uses_breakable, handle.has_piecewise_runner,
+                                getattr(handle, "engine_alignment", None))
         snap = handle.candidates()
         self.trace.add(Candidates(phase="initial", capture_descs=snap.capture_descs, candidates=snap.candidates,
                                   step=-1))

@@ -27,6 +27,8 @@ config that manager works with (``Trace.config``, in its header): the
 properties judge each such sub-trace like the main one, under that config.
 - ``GraphBytes``: the runner, after a capture, from what the workload
   measured inside each FULL graph's capture and the backend's pool accounts.
+- ``TraceHeader.alignment``: the runner, once the manager is built, from what
+  the handle read off its engine's own alignment helper (where it has one).
 - ``RankDispatch`` / ``GraphOutput``: the workload, from what an engine
   target reports that the events above cannot carry: every data-parallel
   rank's decision for a batch, and what a graph replay handed back.
@@ -60,6 +62,7 @@ __all__ = [
     "Error",
     "Trace",
     "TraceHeader",
+    "EngineAlignment",
     "HeaderAlreadySet",
     "EVENT_TYPES",
 ]
@@ -314,12 +317,34 @@ EVENT_TYPES: dict[str, type] = {
 
 
 @dataclass(frozen=True)
+class EngineAlignment:
+    """What the engine's own helpers answer, for the launch a manager was
+    built for, about the multiple its graph sizes must be: ``decode``, the
+    alignment of a decode graph's batch size times its alignment width (the
+    decode runner's sizing), ``prefill``, of a prefill bucket's tokens (None:
+    the engine aligns no prefill buckets); ``helper``, the engine function
+    asked (``module.function``).  Read off the engine by the target (SGLang:
+    ``get_cuda_graph_batch_size_alignment`` under the launch's two-batch
+    overlap, attention TP and DP), so the alignment properties judge the
+    graphs by the engine's rule rather than by cgsim's copy of it; cgsim's
+    copy is held to it by the target's tests."""
+
+    decode: int
+    prefill: int | None
+    helper: str
+
+    def to_json(self) -> dict:
+        return {"decode": self.decode, "prefill": self.prefill, "helper": self.helper}
+
+
+@dataclass(frozen=True)
 class TraceHeader:
     """What a trace says of the run as a whole.  ``target``, ``backend`` and,
     in a sub-trace, ``config`` (its manager's ManagerConfig JSON) are known
     when the trace is made; the rest once: what the built manager says of
-    itself (``resolved_mode``, ``uses_breakable``, ``has_piecewise_runner``)
-    or why the target refused the scenario (``unsupported``: nothing to judge)."""
+    itself (``resolved_mode``, ``uses_breakable``, ``has_piecewise_runner``,
+    and where the target reads it off its engine, ``alignment``) or why the
+    target refused the scenario (``unsupported``: nothing to judge)."""
 
     target: str
     backend: str
@@ -328,6 +353,7 @@ class TraceHeader:
     uses_breakable: bool = False
     has_piecewise_runner: bool = False
     unsupported: str | None = None
+    alignment: EngineAlignment | None = None
 
 
 class HeaderAlreadySet(RuntimeError):
@@ -360,10 +386,11 @@ class Trace:
         return trace
 
     def record_built(self, resolved_mode: CUDAGraphMode | None, uses_breakable: bool,
-                     has_piecewise_runner: bool) -> None:
-        """The manager was built: what it says of itself."""
+                     has_piecewise_runner: bool, alignment: EngineAlignment | None = None) -> None:
+        """The manager was built: what it says of itself (and, where the
+        target asked its engine, the engine's alignment for the launch)."""
         self._settle(resolved_mode=resolved_mode, uses_breakable=uses_breakable,
-                     has_piecewise_runner=has_piecewise_runner)
+                     has_piecewise_runner=has_piecewise_runner, alignment=alignment)
 
     def record_unsupported(self, reason: str) -> None:
         """The target refused the scenario (its own validation, or a lifecycle no settings reach)."""
@@ -406,6 +433,10 @@ class Trace:
     def unsupported(self) -> str | None:
         return self._header.unsupported
 
+    @property
+    def alignment(self) -> EngineAlignment | None:
+        return self._header.alignment
+
     def add(self, event: Event) -> None:
         self.events.append(event)
 
@@ -428,6 +459,7 @@ class Trace:
             "uses_breakable": h.uses_breakable,
             "has_piecewise_runner": h.has_piecewise_runner,
             "unsupported": h.unsupported,
+            "alignment": h.alignment.to_json() if h.alignment is not None else None,
             "events": [e.to_json() for e in self.events],
             "metadata": [asdict(m) for m in self.metadata.values()],
             "config": h.config,

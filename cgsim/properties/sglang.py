@@ -7,6 +7,14 @@ aligned capture sizes, ranks that agree under DP attention, the graph that
 replays being the one dispatch chose, the rows a replay hands back and the
 hidden-state mode a graph was captured with.  docs/sglang.md maps the whole
 catalogue.  Every check reads the Scenario, the Trace and the spec only.
+
+The batch-size alignment SGL-CAND-ORDER, SGL-CAND-BOUNDS and
+SGL-CAPTURE-ALIGNED judge by is the engine's own answer where the trace
+records one (``Trace.alignment``: what the target read off sglang's
+``get_cuda_graph_batch_size_alignment`` for the launch), else cgsim's copy of
+the rule (``spec.sglang.alignment``); the target's tests hold the copy to the
+engine's answer, so a drift between them is a test failure, never a silent
+wrong judgement.
 """
 
 from __future__ import annotations
@@ -45,6 +53,33 @@ def _graphs(run: RunView, captured: Captured) -> rules.Graphs:
     if key not in cache:
         cache[key] = rules.Graphs.of(captured.descs)
     return cache[key]
+
+
+class _Alignment:
+    """The alignments a run is judged by: the engine's recorded answer, else the spec's copy."""
+
+    def __init__(self, run: RunView):
+        recorded = run.trace.alignment
+        spec = rules.alignment(run.config)
+        if recorded is not None:
+            self.decode = recorded.decode
+            self.prefill = recorded.prefill if recorded.prefill is not None else spec
+            self.source = f"sglang's {recorded.helper.rsplit('.', 1)[-1]}"
+            self.recorded = True
+        else:
+            self.decode = self.prefill = spec
+            self.source = "cgsim's copy of sglang's rule"
+            self.recorded = False
+
+    def text(self, base: int) -> str:
+        return f"the alignment {base} ({self.source})"
+
+
+def _alignment(run: RunView) -> _Alignment:
+    cached = run.__dict__.get("_sglang_alignment")
+    if cached is None:
+        cached = run.__dict__["_sglang_alignment"] = _Alignment(run)
+    return cached
 
 
 def _initial(run: RunView) -> list[Candidates]:
@@ -135,13 +170,14 @@ def _diff(got: Iterable[BatchDescriptor], want: Iterable[BatchDescriptor]) -> li
          applies=_has_initial)
 def sgl_cand_order(run: RunView) -> list[Violation]:
     out: list[Violation] = []
-    want = rules.expected_capture_descs(run.config, _design(run))
+    align = _alignment(run)
+    want = rules.expected_capture_descs(run.config, _design(run), align.decode, align.prefill)
     for c in _initial(run):
         diff = _diff(c.capture_descs, want)
         if diff:
             out.append(Violation("SGL-CAND-ORDER", "capture list differs from sglang's rules (bs list "
-                                 f"{rules.requested_decode_bs(run.config)}, pool {run.config.max_num_reqs}, alignment "
-                                 f"{rules.alignment(run.config)}): " + "; ".join(diff), c.step))
+                                 f"{rules.requested_decode_bs(run.config)}, pool {run.config.max_num_reqs}, "
+                                 f"{align.text(align.decode)}): " + "; ".join(diff), c.step))
     for r in (c for c in run.of(Candidates) if c.phase == "recomputed"):
         i = run.initial_candidates(r.step)
         if i is not None and set(i.capture_descs) != set(r.capture_descs):
@@ -155,11 +191,12 @@ def sgl_cand_order(run: RunView) -> list[Violation]:
          family="init", engine=ENGINE, applies=_has_initial)
 def sgl_cand_bounds(run: RunView) -> list[Violation]:
     cfg = run.config
-    base, w = rules.alignment(cfg), cfg.decode_query_len
+    align = _alignment(run)
+    base, w = align.decode, cfg.decode_query_len
     pool = rules.ceil_align(cfg.max_num_reqs, base)
     k = rules.lora_case_of(cfg)
     ub = 2 if cfg.num_ubatches == 2 else 1
-    top = rules.ceil_align(max(cfg.capture_sizes), base)
+    top = rules.ceil_align(max(cfg.capture_sizes), align.prefill)
     out: list[Violation] = []
     for c in _initial(run):
         for d, n in Counter(c.capture_descs).items():
@@ -171,7 +208,8 @@ def sgl_cand_bounds(run: RunView) -> list[Violation]:
             if d in decode:
                 bs = d.num_reqs or 0
                 if not 1 <= bs <= pool:
-                    problems.append(f"bs {bs} outside 1..{pool} (the pool {cfg.max_num_reqs} rounded up to {base})")
+                    problems.append(f"bs {bs} outside 1..{pool} (the pool {cfg.max_num_reqs} rounded up to "
+                                    f"{align.text(base)})")
                 if d.uniform_token_count != w or d.num_tokens != bs * w:
                     problems.append(f"not bs x the decode width {w}")
                 if d.num_ubatches != ub:
@@ -187,7 +225,7 @@ def sgl_cand_bounds(run: RunView) -> list[Violation]:
                 out.append(Violation("SGL-CAND-BOUNDS", f"{d.short()}: " + "; ".join(problems), c.step))
         if decode:
             largest = max(d.num_reqs or 0 for d in decode)
-            expected = max(rules.decode_capture_bs(cfg), default=0)
+            expected = max(rules.decode_capture_bs(cfg, base), default=0)
             if largest != expected:
                 out.append(Violation(
                     "SGL-CAND-BOUNDS",
@@ -198,23 +236,25 @@ def sgl_cand_bounds(run: RunView) -> list[Violation]:
 
 @declare("SGL-CAPTURE-ALIGNED", "every decode graph's bs times its alignment width (1 under two-batch overlap, else "
          "the decode width) and, where the design aligns them, every prefill bucket is a multiple of sglang's "
-         "batch-size alignment",
+         "batch-size alignment, as sglang answers it",
          family="init", engine=ENGINE, applies=_has_initial)
 def sgl_capture_aligned(run: RunView) -> list[Violation]:
     cfg = run.config
-    base = rules.alignment(cfg)
-    width = 1 if cfg.num_ubatches == 2 else cfg.decode_query_len
+    align = _alignment(run)
+    width = rules.alignment_width(cfg)
     aligned_prefill = _design(run).aligned_prefill_tokens
     out = []
     for c in _initial(run):
         for d in dict.fromkeys(c.capture_descs):
-            if not rules.is_decode_desc(d) and not aligned_prefill:
+            decode = rules.is_decode_desc(d)
+            if not decode and not aligned_prefill:
                 continue  # this design lists prefill buckets as configured (SGL_RULES aligned_prefill_tokens)
-            size = (d.num_reqs or 0) * width if rules.is_decode_desc(d) else d.num_tokens
+            base = align.decode if decode else align.prefill
+            size = (d.num_reqs or 0) * width if decode else d.num_tokens
             if size % base:
-                what = f"bs {d.num_reqs} x {width}" if rules.is_decode_desc(d) else f"{d.num_tokens} tokens"
-                out.append(Violation("SGL-CAPTURE-ALIGNED", f"{d.short()}: {what} = {size} is not a multiple of the "
-                                     f"alignment {base}", c.step))
+                what = f"bs {d.num_reqs} x {width}" if decode else f"{d.num_tokens} tokens"
+                out.append(Violation("SGL-CAPTURE-ALIGNED", f"{d.short()}: {what} = {size} is not a multiple of "
+                                     f"{align.text(base)}", c.step))
     return group(out)
 
 

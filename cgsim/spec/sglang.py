@@ -50,7 +50,8 @@ from cgsim.spec.rulesets import Rule, Ruleset
 
 __all__ = [
     "FULL_BACKEND", "BREAKABLE", "DISABLED", "MAX_PREFILL_PADDING_FACTOR",
-    "options", "runner_backends", "alignment", "ceil_align", "lora_case_of", "default_decode_bs",
+    "options", "runner_backends", "alignment", "batch_size_alignment", "alignment_width", "ALIGNMENT_HELPER",
+    "ceil_align", "lora_case_of", "default_decode_bs",
     "requested_decode_bs", "decode_capture_bs", "prefill_capture_tokens", "prefill_slots",
     "expected_capture_descs", "decode_desc", "prefill_desc", "dp_rank_sizes", "Graphs", "expected_dispatch",
     "is_decode_desc", "is_decode_batch", "unsupported_reason", "resolved_mode",
@@ -169,11 +170,44 @@ def unsupported_reason(config: ManagerConfig) -> str | None:
     return None
 
 
+# The engine function whose answer the sglang target records (trace.EngineAlignment.helper)
+# and this module's batch_size_alignment writes out.
+ALIGNMENT_HELPER = "sglang.srt.utils.common.get_cuda_graph_batch_size_alignment"
+
+
+def batch_size_alignment(two_batch_overlap: bool, gathered_buffer: bool, attn_tp_size: int = 1,
+                         attn_cp_size: int = 1) -> int:
+    """get_cuda_graph_batch_size_alignment (sglang/srt/utils/common.py, 0.5.23:
+    4168-4182): 2 under two-batch overlap, times the attention TP size when the
+    runner needs gathered buffers, times the attention CP size where the
+    product is not already a multiple of it (on CUDA; ROCm skips that step).
+    The decode runner passes its own gather need (``decode_graph_gather_requirements``),
+    the prefill runner's bucket helper and the draft runners none (the
+    process's ``require_gathered_buffer``).  The sglang target records what
+    sglang's function answers (``EngineAlignment``), and
+    tests/cgsim/targets/sglang/test_sglang_alignment.py holds this copy to it."""
+    out = 2 if two_batch_overlap else 1
+    if gathered_buffer:
+        out *= attn_tp_size
+    if out % attn_cp_size:
+        out *= attn_cp_size
+    return out
+
+
 def alignment(config: ManagerConfig) -> int:
-    """get_cuda_graph_batch_size_alignment: 2 under two-batch overlap, times the
-    attention TP size when gathered buffers are needed (DP attention; cgsim's
-    DP ranks have attention TP 1)."""
-    return 2 if config.num_ubatches == 2 else 1
+    """The alignment for a cgsim config: ``batch_size_alignment`` with two-batch
+    overlap from ``num_ubatches`` and attention TP 1 (cgsim's DP ranks run
+    attention TP 1, so a gathered buffer multiplies by 1; no attention CP).
+    The properties judge by the engine's recorded answer where the trace has
+    one (``Trace.alignment``), by this where it has none."""
+    return batch_size_alignment(config.num_ubatches == 2, options(config).dp_size > 1)
+
+
+def alignment_width(config: ManagerConfig) -> int:
+    """The width a decode graph's bs is aligned by (get_batch_sizes_to_capture,
+    base_cuda_graph_runner.py 0.5.23: 86-90): the decode width, 1 under
+    two-batch overlap (it splits requests, not rows)."""
+    return 1 if config.num_ubatches == 2 else config.decode_query_len
 
 
 def lora_case_of(config: ManagerConfig) -> int:
@@ -205,13 +239,14 @@ def requested_decode_bs(config: ManagerConfig) -> list[int]:
     return list(config.capture_sizes)
 
 
-def decode_capture_bs(config: ManagerConfig) -> tuple[int, ...]:
+def decode_capture_bs(config: ManagerConfig, align: int | None = None) -> tuple[int, ...]:
     """get_batch_sizes_to_capture: the request pool rounded up to the alignment
     (and added when the list asks for more), every size whose tokens
     (bs x width; bs alone under two-batch overlap, which splits requests) are a
-    multiple of the alignment, none above the rounded pool, sorted, unique."""
-    base = alignment(config)
-    width = 1 if config.num_ubatches == 2 else config.decode_query_len
+    multiple of the alignment, none above the rounded pool, sorted, unique.
+    ``align``: the engine's own alignment where it was recorded (else ``alignment``)."""
+    base = alignment(config) if align is None else align
+    width = alignment_width(config)
     pool = ceil_align(config.max_num_reqs, base)
     sizes = requested_decode_bs(config)
     if max(sizes) > pool:
@@ -219,10 +254,11 @@ def decode_capture_bs(config: ManagerConfig) -> tuple[int, ...]:
     return tuple(sorted({s for s in sizes if s * width % base == 0 and s <= pool}))
 
 
-def prefill_capture_tokens(config: ManagerConfig, design: SglangDesign) -> tuple[int, ...]:
+def prefill_capture_tokens(config: ManagerConfig, design: SglangDesign, align: int | None = None) -> tuple[int, ...]:
     """The prefill runner's buckets: each size rounded up to the alignment
-    (get_prefill_num_tokens_to_capture), or as listed (``aligned_prefill_tokens``)."""
-    base = alignment(config) if design.aligned_prefill_tokens else 1
+    (get_prefill_num_tokens_to_capture), or as listed (``aligned_prefill_tokens``).
+    ``align``: the engine's own prefill alignment where it was recorded."""
+    base = (alignment(config) if align is None else align) if design.aligned_prefill_tokens else 1
     return tuple(sorted({ceil_align(n, base) for n in config.capture_sizes}))
 
 
@@ -264,20 +300,24 @@ def is_decode_desc(d: BatchDescriptor) -> bool:
     return d.uniform_token_count is not None
 
 
-def expected_capture_descs(config: ManagerConfig, design: SglangDesign) -> tuple[BatchDescriptor, ...]:
+def expected_capture_descs(config: ManagerConfig, design: SglangDesign, decode_align: int | None = None,
+                           prefill_align: int | None = None) -> tuple[BatchDescriptor, ...]:
     """Every graph, in SGLang's capture order: the prefill runner first (its
     buckets largest first), then the decode runner (largest bs first; per bs
     the LoRA graph, then the base-only one).  capture_cuda_graphs builds the
     prefill runner before the decode runner so both coalesce onto the eager
     runner's buffer; inside a runner large shapes go first so smaller ones
-    reuse their pool memory."""
+    reuse their pool memory.  ``decode_align`` / ``prefill_align``: the engine's
+    own alignments where they were recorded (else ``alignment``)."""
     decode, prefill = runner_backends(config)
     out: list[BatchDescriptor] = []
     if prefill != DISABLED:
-        out += [prefill_desc(config, n) for n in sorted(prefill_capture_tokens(config, design), reverse=True)]
+        out += [prefill_desc(config, n) for n in sorted(prefill_capture_tokens(config, design, prefill_align),
+                                                        reverse=True)]
     if decode != DISABLED:
         variants = _lora_variants(config, design)
-        out += [decode_desc(config, bs, v) for bs in sorted(decode_capture_bs(config), reverse=True) for v in variants]
+        out += [decode_desc(config, bs, v) for bs in sorted(decode_capture_bs(config, decode_align), reverse=True)
+                for v in variants]
     return tuple(out)
 
 

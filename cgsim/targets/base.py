@@ -151,6 +151,10 @@ class ManagerUnderTest(Protocol):
     resolved_mode: CUDAGraphMode
     uses_breakable: bool
     has_piecewise_runner: bool
+    # Optional: ``engine_alignment``, a ``cgsim.trace.EngineAlignment``, what
+    # the engine's own helpers answer for the alignment of the graph sizes
+    # under this launch (SGLang's handles); the recorder writes it into the
+    # trace's header once, and the alignment properties judge by it.
 
     def capture(self) -> None: ...
     def dispatch(self, batch: Batch) -> BatchDescriptor: ...

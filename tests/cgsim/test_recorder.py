@@ -26,6 +26,7 @@ from cgsim.trace import (
     Candidates,
     CaptureDone,
     Dispatch,
+    EngineAlignment,
     Error,
     GraphBytes,
     GraphStored,
@@ -231,8 +232,8 @@ def test_the_header_cannot_be_changed_from_outside():
 def test_the_json_form_keeps_its_keys_and_order():
     trace = run_scenario(LIFECYCLE, target=_TwinTarget())
     out = trace.to_json()
-    keys = ["target", "backend", "resolved_mode", "uses_breakable", "has_piecewise_runner", "unsupported", "events",
-            "metadata", "config", "managers"]
+    keys = ["target", "backend", "resolved_mode", "uses_breakable", "has_piecewise_runner", "unsupported", "alignment",
+            "events", "metadata", "config", "managers"]
     assert list(out) == keys and list(out["managers"][TWIN]) == keys
     assert (out["target"], out["backend"], out["resolved_mode"], out["config"]) == (
         "reference-twin", "mock", "FULL_AND_PIECEWISE", None)
@@ -240,6 +241,30 @@ def test_the_json_form_keeps_its_keys_and_order():
     refused = Trace("t", "mock")
     refused.record_unsupported("no")
     assert refused.to_json()["unsupported"] == "no" and refused.to_json()["resolved_mode"] is None
+    assert out["alignment"] is None  # the reference asks no engine
+
+
+ALIGNED = EngineAlignment(decode=2, prefill=None, helper="engine.alignment")
+
+
+class _AlignedTarget(_TwinTarget):
+    """The twin, its handles saying what their engine answers for the alignment."""
+
+    name = "reference-aligned"
+
+    def build(self, config, ruleset, backend, workload):
+        handle = super().build(config, ruleset, backend, workload)
+        handle.engine_alignment = ALIGNED
+        handle.twin.engine_alignment = replace(ALIGNED, decode=1)
+        return handle
+
+
+def test_the_engines_alignment_is_recorded_once_into_each_header():
+    trace = run_scenario(LIFECYCLE, target=_AlignedTarget())
+    assert trace.alignment == ALIGNED and trace.managers[TWIN].alignment == replace(ALIGNED, decode=1)
+    assert trace.to_json()["alignment"] == {"decode": 2, "prefill": None, "helper": "engine.alignment"}
+    with pytest.raises(HeaderAlreadySet):
+        trace.record_built(CUDAGraphMode.FULL, uses_breakable=False, has_piecewise_runner=False, alignment=ALIGNED)
 
 
 def test_a_step_records_its_stream_and_the_streams_its_replays_ran_on():

@@ -45,6 +45,7 @@ from cgsim.modes import CUDAGraphMode
 from cgsim.spec import sglang as rules
 from cgsim.targets.base import CandidateSnapshot, Execution
 from cgsim.targets.sglang import _world, compat
+from cgsim.targets.sglang.alignment import engine_alignment
 from cgsim.targets.sglang.blame import guarded
 from cgsim.workload import EagerForward, Workload
 from cgsim.workload.context import get_forward_context, set_forward_context
@@ -209,6 +210,9 @@ class _DraftRunnerHandle:
         # The draft worker's model runner (TpModelWorker(is_draft_worker=True)).
         self.mr.is_draft_worker = True
         self.worker = _DraftWorker(self, self.mr)
+        # sglang's own alignment, as the draft runners' sizing asks it (no gather
+        # argument, no prefill buckets: get_batch_sizes_to_capture(model_runner)).
+        self.engine_alignment = engine_alignment(None, prefill=False)
         self.setup()
         self._initial = tuple(self.desc(bs) for bs in sorted(self._bs_list(), reverse=True))
         reqs = max([parent.config.max_num_reqs + 2] + [d.num_reqs or 0 for d in self._initial])

@@ -49,6 +49,7 @@ from cgsim.spec import sglang as rules
 from cgsim.spec.scheduler import sweep_token_limit
 from cgsim.targets.base import CandidateSnapshot, Execution, TargetUnsupported
 from cgsim.targets.sglang import _draft, _world, compat
+from cgsim.targets.sglang.alignment import decode_gathers, engine_alignment
 from cgsim.targets.sglang.blame import guarded
 from cgsim.trace import Trace
 from cgsim.workload import Workload
@@ -89,9 +90,8 @@ def _decode_bs(mr: Any) -> list[int]:
     """The decode runner's bs list, from the function its constructor sizes
     itself with (0.5.22+ tell it whether DP gathers buffers; older trees ask
     the process themselves)."""
-    kwargs = {}
-    if "gathered_buffer_required" in inspect.signature(get_batch_sizes_to_capture).parameters:
-        kwargs["gathered_buffer_required"] = any(DecodeCudaGraphRunner.decode_graph_gather_requirements(mr))
+    gathers = decode_gathers(mr)
+    kwargs = {} if gathers is None else {"gathered_buffer_required": gathers}
     sizes, _ = get_batch_sizes_to_capture(mr, mr.decode_num_tokens_per_req(), **kwargs)
     return list(sizes)
 
@@ -230,6 +230,10 @@ class SglangHandle:
                               if self.lora_k else None),
                         attention=lambda mr, w=rank.workload: _world.ToyAttention(mr, w), device=str(self.device))
             with self.ranks[0].context():
+                # sglang's own answer for the alignment (recorded into the trace's header).
+                self.engine_alignment = engine_alignment(
+                    decode_gathers(self.ranks[0].mr),
+                    prefill=hasattr(importlib.import_module(compat.PREFILL), "get_prefill_num_tokens_to_capture"))
                 try:
                     self._initial = self._predicted_descs(self.ranks[0])
                 except AssertionError as exc:

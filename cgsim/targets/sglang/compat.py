@@ -180,6 +180,8 @@ REQUIRED: tuple[tuple[str, str, str], ...] = (
     (RUNNER, "set_global_graph_memory_pool", "a fresh process's graph pool"),
     ("sglang.srt.model_executor.runner.base_cuda_graph_runner", "get_batch_sizes_to_capture",
      "the decode bs list the runner captures"),
+    ("sglang.srt.model_executor.runner.base_cuda_graph_runner", "get_cuda_graph_batch_size_alignment",
+     "the batch-size alignment the decode sizing applies, recorded into every trace"),
     ("sglang.srt.model_executor.runner_backend.breakable_cuda_graph_backend", "BreakableCudaGraphBackend",
      "the breakable backend"),
     ("sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph", "eager_on_graph",

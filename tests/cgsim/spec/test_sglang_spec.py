@@ -23,6 +23,7 @@ from cgsim.trace import (
     CaptureDone,
     CreateForwardFn,
     Dispatch,
+    EngineAlignment,
     GraphOutput,
     GraphStored,
     RankDispatch,
@@ -192,9 +193,11 @@ def test_sglang_scenarios_carry_the_sglang_part(sc):
 # -- SGL-* properties on hand-written traces ---------------------------------------------------------
 
 
-def judge(c: ManagerConfig, steps, events, only) -> list[str]:
+def judge(c: ManagerConfig, steps, events, only, alignment: EngineAlignment | None = None) -> list[str]:
+    """The violations of ``only``; ``alignment``: what the engine answered, as the sglang target records it."""
     sc = Scenario(c, tuple(steps), ruleset="sglang")
-    trace = Trace.from_header(TraceHeader("sglang", "mock", resolved_mode=rules.resolved_mode(c)), events)
+    trace = Trace.from_header(TraceHeader("sglang", "mock", resolved_mode=rules.resolved_mode(c), alignment=alignment),
+                              events)
     verdict = check_scenario(sc, trace, only=only)
     assert set(only) <= set(verdict.checked)
     return [v.message for v in verdict.violations]
@@ -227,6 +230,58 @@ def test_capture_aligned_fails_for_an_odd_bs_under_two_batch_overlap():
     c = cfg(capture_sizes=(2, 4), max_num_reqs=4, num_ubatches=2)
     odd = captured(c, rules.expected_capture_descs(c, LATEST) + (BatchDescriptor(F, 3, 3, 1, num_ubatches=2),))
     assert any("not a multiple of the alignment 2" in m for m in judge(c, [Step.capture()], odd, ["SGL-CAPTURE-ALIGNED"]))
+
+
+def engine(decode: int, prefill: int | None = None) -> EngineAlignment:
+    return EngineAlignment(decode, prefill, rules.ALIGNMENT_HELPER)
+
+
+ALIGN_IDS = ["SGL-CAND-ORDER", "SGL-CAND-BOUNDS", "SGL-CAPTURE-ALIGNED"]
+
+
+def test_the_alignment_properties_judge_by_the_engines_recorded_answer():
+    # Two-batch overlap: cgsim's copy says 2.  An engine answering 4 (attention
+    # TP 2 with gathered buffers, which no cgsim config says) makes bs 2 and the
+    # pool 3 rounded to 4 wrong / right by its answer, not by the copy.
+    c = cfg(mode="FULL", capture_sizes=(2, 4, 6), max_num_reqs=3, num_ubatches=2)
+    by_copy = captured(c)  # bs 2, 4; prefill buckets 2, 4, 6
+    assert judge(c, [Step.capture()], by_copy, ALIGN_IDS) == []
+    msgs = judge(c, [Step.capture()], by_copy, ALIGN_IDS, engine(4, 4))
+    assert any("bs 2 x 1 = 2 is not a multiple of the alignment 4 (sglang's get_cuda_graph_batch_size_alignment)"
+               in m for m in msgs), msgs
+    assert any("6 tokens = 6 is not a multiple of the alignment 4" in m for m in msgs), msgs
+    assert any("unexpected" in m and "alignment 4 (sglang's" in m for m in msgs), msgs  # SGL-CAND-ORDER
+    descs = rules.expected_capture_descs(c, LATEST, 4, 4)
+    assert {d.num_reqs for d in descs if rules.is_decode_desc(d)} == {4}
+    assert {d.num_tokens for d in descs if not rules.is_decode_desc(d)} == {4, 8}
+    by_engine = captured(c, descs)
+    assert judge(c, [Step.capture()], by_engine, ALIGN_IDS, engine(4, 4)) == []
+    # The same graphs judged by the copy fail: the engine's answer, where recorded, is the rule.
+    assert judge(c, [Step.capture()], by_engine, ALIGN_IDS)
+
+
+def test_an_engine_answering_one_alignment_per_runner_is_judged_per_runner():
+    c = cfg(mode="FULL", capture_sizes=(1, 2, 3), max_num_reqs=3)
+    descs = rules.expected_capture_descs(c, LATEST, 1, 2)  # decode 1..3, prefill buckets 2, 4
+    assert judge(c, [Step.capture()], captured(c, descs), ALIGN_IDS, engine(1, 2)) == []
+    msgs = judge(c, [Step.capture()], captured(c), ["SGL-CAPTURE-ALIGNED"], engine(1, 2))
+    assert msgs and all("tokens" in m and "alignment 2" in m for m in msgs), msgs
+    # Without a prefill answer (a tree that aligns no prefill buckets) the copy judges them.
+    assert judge(c, [Step.capture()], captured(c), ALIGN_IDS, engine(1)) == []
+
+
+@pytest.mark.parametrize("tbo", [False, True])
+@pytest.mark.parametrize("gathered", [False, True])
+@pytest.mark.parametrize("tp,cp,want_plain", [(1, 1, 1), (2, 1, 2), (4, 1, 4), (1, 2, 2), (2, 2, 2), (1, 3, 3),
+                                              (2, 3, 6)])
+def test_batch_size_alignment_is_sglangs_formula(tbo, gathered, tp, cp, want_plain):
+    # utils/common.py get_cuda_graph_batch_size_alignment (0.5.23: 4168-4182), by hand; the target's
+    # tests hold it to sglang's own function over the same grid.
+    a = (2 if tbo else 1) * (tp if gathered else 1)
+    want = a if a % cp == 0 else a * cp
+    assert rules.batch_size_alignment(tbo, gathered, tp, cp) == want
+    if not tbo and gathered:
+        assert want == want_plain
 
 
 def test_capture_order_fails_for_decode_before_prefill_and_base_before_lora():
