@@ -141,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--runner-share", default=None, metavar="DURATION",
                      help="time for serving drawn launches through the engine's own runner after the search "
                           "(default: a quarter of --budget, 120 s to 600 s; 0: none, findings are still confirmed)")
+    run.add_argument("--confirm-budget", default=None, metavar="DURATION",
+                     help="time for building each finding's launch through the engine's own runner after the share "
+                          "(default: as long as --budget, 60 s to 600 s; 0: none, findings are reported unconfirmed)")
     _source_flag(run)
     run.add_argument("--diff-base", default=None,
                      help="with --vllm-source on a git checkout: report the changed lines against this ref that the "
@@ -366,6 +369,7 @@ def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         example_db=args.example_db,
         runner_confirm=not args.no_runner_confirm,
         runner_share_s=_duration(args.runner_share, "--runner-share", zero=True),
+        confirm_budget_s=_duration(args.confirm_budget, "--confirm-budget", zero=True),
         quiet=args.quiet,
         sources=_sources_given(),
         diff_base=args.diff_base,

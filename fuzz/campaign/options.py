@@ -71,6 +71,7 @@ class CampaignOptions:
     example_db: str | None = None  # a directory or redis:// URL of saved failures (example_db); None: no database
     runner_confirm: bool = True  # the engine's own runner after the search: served launches, each finding confirmed (fuzz.campaign.served, .confirm)
     runner_share_s: float | None = None  # seconds for the served launches (None: served.served_budget; 0: none)
+    confirm_budget_s: float | None = None  # seconds for the findings' runner builds (None: confirm.phase_budget; 0: none)
     # Filled in by validate():
     gpu_list: tuple[str, ...] | None = None
     environment: tuple[tuple[str, Any], ...] = ()  # what the target reports about the code under test

@@ -279,10 +279,11 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
                                  lambda: sup.stopped, err, o.quiet, share_s)
             sup.notes.extend(share.notes)
             phase_stats.append(share.stats())
-        if o.runner_confirm and not sup.stopped and not report_errors:
+        confirm_s = phase_budget(o.budget_s) if o.confirm_budget_s is None else o.confirm_budget_s
+        if o.runner_confirm and confirm_s > 0 and not sup.stopped and not report_errors:
             # Before the final report: its defect count is of what the engine's runner builds.
             sup.notes.extend(confirm_phase(o.target, findings_dir, o.workers, lambda: sup.stopped, err, o.quiet,
-                                           phase_budget(o.budget_s)))
+                                           confirm_s))
         complete = not sup.stopped and not sup.cut_short and not report_errors
         summary = report(complete=complete, final=True)
         _try(update_latest, o.report_dir, run_id)

@@ -376,6 +376,8 @@ def test_every_duration_flag_reads_the_same_durations(tmp_path, monkeypatch):
     assert (o.timeout_s, o.budget_s, o.shrink_grace_s, o.shrink_limit_s, o.runner_share_s) == (10.0, 120.0, 90.0, 0.0, 0.0)
     assert main(["run", "--runner-share", "3m", "--report-dir", str(tmp_path)]) == 0
     assert seen["options"].runner_share_s == 180.0
+    assert main(["run", "--confirm-budget", "0", "--report-dir", str(tmp_path)]) == 0
+    assert seen["options"].confirm_budget_s == 0.0
     assert main(["run", "--timeout", "2.5", "--report-dir", str(tmp_path)]) == 0 and seen["options"].timeout_s == 2.5
 
 

@@ -150,3 +150,32 @@ def test_served_launches_count_as_the_propertys_checks_in_the_summary():
     summary = build_summary(run_id="r", settings={"ruleset": "vllm-0.32", "backend": "mock"}, findings=[],
                             stats=[{"scenarios": 3, "checks": {"NO-CRASH": 3}}, phase.ServedShare((), 2, 0).stats()])
     assert summary["properties"]["SERVED-EQUALS-EAGER"]["checks"] == 2  # held, not "judged nothing here"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("share, confirm, expected", [(None, None, {"share": 150.0, "confirm": 600.0}),
+                                                      (45.0, 0.0, {"share": 45.0}),
+                                                      (0.0, 30.0, {"confirm": 30.0})])
+def test_a_campaign_gives_each_runner_phase_its_own_budget_and_zero_skips_it(tmp_path, monkeypatch, share, confirm,
+                                                                             expected):
+    """--runner-share and --confirm-budget: after the search, the share and the
+    confirmation each run for the time given (by default a quarter of the
+    budget and the budget, within their bounds: 150 s and 600 s of 600 s), and
+    not at all for 0."""
+    import fuzz.campaign.run as run  # noqa: PLC0415
+    from tests.fuzz.campaign.test_campaign import options  # noqa: PLC0415
+
+    asked: dict[str, float] = {}
+
+    def share_phase(*args):
+        asked["share"] = args[-1]
+        return phase.ServedShare()
+
+    def confirmation(*args):
+        asked["confirm"] = args[-1]
+        return []
+
+    monkeypatch.setattr(run, "served_phase", share_phase)
+    monkeypatch.setattr(run, "confirm_phase", confirmation)
+    result = run.run_campaign(options(tmp_path, max_examples=3, runner_share_s=share, confirm_budget_s=confirm))
+    assert result.exit_code in (0, 1) and asked == expected
