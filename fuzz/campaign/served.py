@@ -54,7 +54,8 @@ def served_budget(search_budget_s: float) -> float:
 def draw_served(target_name: str, ruleset: str | None, seed: int, limit: int) -> list[Any]:
     """Up to ``limit`` scenarios of the campaign's strategy (its target and
     ruleset, drawn from ``seed``), one per distinct launch, each one the
-    engine is started with and whose lifecycle a user reaches."""
+    engine is started with and whose lifecycle a user reaches; the cheapest
+    to serve first."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as with_seed
 
@@ -88,7 +89,15 @@ def draw_served(target_name: str, ruleset: str | None, seed: int, limit: int) ->
         except TargetUnsupported:
             continue
         chosen.setdefault(key, scenario)
-    return list(chosen.values())
+    # Cheapest first: a short share serves something rather than running out inside its first launch.
+    return sorted(chosen.values(), key=_serving_cost)
+
+
+def _serving_cost(scenario: Any) -> tuple:
+    """What serving a launch costs grows with its draft steps (a draft model
+    runs beside the target's) and with the graphs it captures."""
+    c = scenario.config
+    return (c.decode_query_len, len(c.capture_sizes), max(c.capture_sizes, default=0))
 
 
 def served_phase(target_name: str, backend: str, ruleset: str | None, seed: int, findings_dir: str, jobs: int,

@@ -83,6 +83,12 @@ class VllmEnvironmentError(TargetEnvironmentError):
     environment, never a finding (exit code 2)."""
 
 
+class RunnerTimedOut(VllmEnvironmentError):
+    """A child running vLLM's model runner outlasted the seconds it was given:
+    where those were what was left of a phase's budget, the budget ran out
+    (nothing about the launch)."""
+
+
 class VllmUnsupportedConfig(TargetUnsupported):
     """The scenario's config cannot be expressed to this vLLM (its own config
     validation would reject it, or the tree lacks the feature).  Not a

@@ -49,7 +49,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from cgsim.targets.vllm.compat import VllmEnvironmentError, require_vllm
+from cgsim.targets.vllm.compat import RunnerTimedOut, VllmEnvironmentError, require_vllm
 from cgsim.targets.vllm.engine import EngineLaunch, EngineRefused
 from cgsim.text import first_line
 
@@ -191,7 +191,7 @@ def in_child(module: str, payload: dict, timeout_s: float, what: str) -> dict:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
-            raise VllmEnvironmentError(f"{what} took over {timeout_s:.0f} s") from None
+            raise RunnerTimedOut(f"{what} took over {timeout_s:.0f} s") from None
         except BaseException:
             proc.kill()  # Ctrl-C in this thread: the child goes with it
             raise

@@ -104,8 +104,8 @@ def serve_pair(launch: EngineLaunch, timeout_s: float) -> dict:
     """``default_requests`` served on ``launch`` with its graphs and eager,
     within ``timeout_s``: ``graphs`` and ``eager`` (``ServedRun.to_json``),
     or ``error``: why it could not be served here (the environment's, or
-    vLLM refused)."""
-    from cgsim.targets.vllm.compat import VllmEnvironmentError  # noqa: PLC0415
+    vLLM refused); None where ``timeout_s`` ran out first (left unserved)."""
+    from cgsim.targets.vllm.compat import RunnerTimedOut, VllmEnvironmentError  # noqa: PLC0415
     from cgsim.targets.vllm.engine import EngineRefused  # noqa: PLC0415
 
     requests = default_requests()
@@ -113,20 +113,25 @@ def serve_pair(launch: EngineLaunch, timeout_s: float) -> dict:
     try:
         graphs = serve_runner(launch, requests, timeout_s)
         eager = serve_runner(eager_twin(launch), requests, max(1.0, deadline - time.monotonic()))
+    except RunnerTimedOut:
+        return None  # the time given ran out, as for a launch never started
     except (EngineRefused, VllmEnvironmentError) as exc:
         return {"error": str(exc).splitlines()[0][:300]}
     return {"launch_line": launch.line(), "requests": len(requests), "graphs": graphs.to_json(),
             "eager": eager.to_json()}
 
 
-def served_consequence(launch: EngineLaunch, timeout_s: float) -> dict:
+def served_consequence(launch: EngineLaunch, timeout_s: float) -> dict | None:
     """What a user of ``launch`` sees when serving (``serve_pair``, in
     ``cgsim.served.consequence``'s words): ``differences`` ([]: the same
     tokens), what vLLM raised with graphs (``raised``) and eager
-    (``eager_raised``); or ``error``: why it could not be served here."""
+    (``eager_raised``); or ``error``: why it could not be served here; None
+    where ``timeout_s`` ran out first."""
     from cgsim.served import consequence  # noqa: PLC0415
 
     pair = serve_pair(launch, timeout_s)
+    if pair is None:
+        return None
     return {"error": pair["error"]} if "error" in pair else consequence(pair)
 
 

@@ -23,6 +23,7 @@ from cgsim.targets.vllm.runner_serve import (  # noqa: E402
     default_requests,
     eager_twin,
     graphs_equal_eager,
+    serve_pair,
     serve_runner,
     served_consequence,
 )
@@ -49,6 +50,26 @@ def test_graphs_equal_eager_names_other_tokens_and_log_probabilities_beyond_nois
     assert graphs_equal_eager(_run({"r0": [5, 7]}, {"r0": [-1.0, -2.0]}), eager) == \
         ["request r0: tokens [5, 7] with CUDA graphs, [5, 6] eager"]
     assert "differ by 0.500" in graphs_equal_eager(_run({"r0": [5, 6]}, {"r0": [-1.0, -2.5]}), eager)[0]
+
+
+def test_a_pair_whose_time_runs_out_is_left_unserved_not_an_error(monkeypatch) -> None:
+    """The graphs run took what was left of the share: the eager run's child
+    times out, which is the budget's end (None), not an environment's fault."""
+    import cgsim.targets.vllm.runner_serve as runner_serve  # noqa: PLC0415
+    from cgsim.targets.vllm.compat import RunnerTimedOut  # noqa: PLC0415
+
+    runs = iter([_run({"r0": [5]}, {"r0": [-1.0]})])
+
+    def serve(launch, requests, timeout_s):
+        run = next(runs, None)
+        if run is None:
+            raise RunnerTimedOut(f"serving took over {timeout_s:.0f} s")
+        return run
+
+    monkeypatch.setattr(runner_serve, "serve_runner", serve)
+    assert serve_pair(LAUNCH, 60) is None
+    runs = iter([])
+    assert served_consequence(LAUNCH, 60) is None
 
 
 @pytest.mark.slow

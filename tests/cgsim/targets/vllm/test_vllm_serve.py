@@ -93,6 +93,16 @@ def test_a_scheduled_batch_outside_the_model_is_a_bug_of_cgsim_not_a_scenario(mo
     assert ModelMiss("x").exit_code == 2
 
 
+def test_the_runner_share_serves_the_launches_it_drew_cheapest_first():
+    """Fewer draft steps, then fewer and smaller graphs: a short share serves
+    a launch rather than running out inside an expensive first one."""
+    from fuzz.campaign.served import draw_served  # noqa: PLC0415
+
+    drawn = draw_served("vllm", CAPS.ruleset, 1, 4)  # drawn in another order
+    costs = [(s.config.decode_query_len, len(s.config.capture_sizes), max(s.config.capture_sizes)) for s in drawn]
+    assert len(set(costs)) >= 2 and costs == sorted(costs), costs
+
+
 def test_campaigns_draw_served_scenarios_that_replay_from_their_json():
     """The campaign's strategy serves some scenarios from vLLM's scheduler;
     a served scenario's JSON carries its steps and origin, and reads back the
