@@ -1,7 +1,7 @@
 """Exit 0 when a vLLM campaign report lists only documented vLLM defects,
 each reached by a launch vLLM starts.
 
-    python .ci/check_vllm_report.py REPORT_DIR/latest
+    python .ci/check_vllm_report.py REPORT_DIR/latest [--served]
 
 Every finding of a campaign against vLLM carries ``known_defect`` (recorded
 when it was found, cgsim.targets.vllm.known): a documented defect of that
@@ -10,8 +10,10 @@ bug to fix: exit 1, naming it.  Every finding also carries the launch that
 reaches it: vLLM's own config path (on the vLLM here) must build it for its
 V2 model runner, into the manager config the finding's scenario judges
 (micro-batched graphs only where its runner builds a micro-batch runner,
-say), else exit 1.  No report (the campaign could not run):
-exit 2.
+say), else exit 1.  With ``--served``, the campaign's runner share must
+have served a launch through vLLM's own runner, and every launch it drew
+was served or left by the budget (one it could not serve is an adapter
+gap), else exit 1.  No report (the campaign could not run): exit 2.
 """
 
 import json
@@ -20,8 +22,10 @@ import sys
 
 
 def main(argv):
+    served = "--served" in argv
+    argv = [a for a in argv if a != "--served"]
     if len(argv) != 1:
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        print(__doc__.strip().splitlines()[3].strip(), file=sys.stderr)
         return 2
     path = os.path.join(argv[0], "summary.json")
     try:
@@ -47,7 +51,16 @@ def main(argv):
     if not summary.get("scenarios"):
         print("error: the campaign ran no scenario", file=sys.stderr)
         return 2
-    return 1 if unknown or unreached else 0
+    share_ok = True
+    if served:
+        share = summary.get("coverage", {}).get("runner_share", {})
+        not_served = summary.get("coverage", {}).get("runner_share_not_served", {})
+        print(f"runner share: {share.get('served', 0)} launch(es) served, {share.get('differ', 0)} differ, "
+              f"{share.get('unserved_budget', 0)} left by the budget")
+        for why, n in not_served.items():
+            print(f"runner share: {n} launch(es) NOT SERVED: {why}")
+        share_ok = bool(share.get("served")) and not not_served
+    return 1 if unknown or unreached or not share_ok else 0
 
 
 def _starts(launch, scenario):

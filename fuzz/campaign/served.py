@@ -31,20 +31,33 @@ DRAWN = 40  # scenarios drawn to find distinct launches among
 
 @dataclass(frozen=True)
 class ServedShare:
-    """What the runner share did: the report's notes, and how many launches
+    """What the runner share did: the report's notes, how many launches
     SERVED-EQUALS-EAGER judged (served with graphs and eager) and found
-    differing, counted into the summary as the search's workers' checks are."""
+    differing, counted into the summary as the search's workers' checks are,
+    how many the budget left unserved, and why the others were not served
+    here (reason, count)."""
 
     notes: tuple[str, ...] = ()
     served: int = 0
     differ: int = 0
+    unserved: int = 0
+    not_served: tuple[tuple[str, int], ...] = ()
 
     def stats(self) -> dict:
-        """A worker-snapshot-shaped count (cgsim.report.summary.totals)."""
+        """A worker-snapshot-shaped count (cgsim.report.summary.totals); the
+        launches it drew also as the coverage dimensions ``runner_share``
+        and ``runner_share_not_served`` (by reason)."""
         from cgsim.properties.lifecycle import SERVED_EQUALS_EAGER  # noqa: PLC0415
 
-        return {"checks": {SERVED_EQUALS_EAGER: self.served} if self.served else {},
-                "failures": {SERVED_EQUALS_EAGER: self.differ} if self.differ else {}}
+        out: dict = {"checks": {SERVED_EQUALS_EAGER: self.served} if self.served else {},
+                     "failures": {SERVED_EQUALS_EAGER: self.differ} if self.differ else {}}
+        not_served = sum(n for _, n in self.not_served)
+        if self.served or self.unserved or not_served:
+            out["coverage"] = {"runner_share": {"served": self.served, "differ": self.differ,
+                                                "unserved_budget": self.unserved, "not_served": not_served}}
+            if self.not_served:
+                out["coverage"]["runner_share_not_served"] = dict(self.not_served)
+        return out
 
 
 def served_budget(search_budget_s: float) -> float:
@@ -150,8 +163,8 @@ def served_phase(target_name: str, backend: str, ruleset: str | None, seed: int,
             store.put(finding)
         except OSError as exc:  # a full disk: what was written stays
             return ServedShare((f"runner share: finding {finding.id} could not be written ({exc})",), served, differ)
+    unserved = len(scenarios) - served - sum(errors.values())
     notes = [f"runner share: {served} launch(es) served with graphs and eager, {differ} differ"
-             + (f", {len(scenarios) - served - sum(errors.values())} left unserved by the budget"
-                if len(scenarios) > served + sum(errors.values()) else "")]
+             + (f", {unserved} left unserved by the budget" if unserved else "")]
     notes += [f"runner share: {n} launch(es) not served here: {why}" for why, n in sorted(errors.items())]
-    return ServedShare(tuple(notes), served, differ)
+    return ServedShare(tuple(notes), served, differ, unserved, tuple(sorted(errors.items())))

@@ -89,8 +89,13 @@ def test_a_served_difference_is_a_finding_on_disk_with_the_runners_verdict(targe
                            "runner share: 1 launch(es) not served here: the toy has no such model here",
                            "runner share: 1 launch(es) not served here: vLLM raised with graphs and eager alike: "
                            "RuntimeError: UVA")
-    # Counted as the search's checks are: the property judged two launches, one failed.
-    assert share.stats() == {"checks": {"SERVED-EQUALS-EAGER": 2}, "failures": {"SERVED-EQUALS-EAGER": 1}}
+    # Counted as the search's checks are: the property judged two launches, one failed; and as coverage.
+    assert share.stats() == {"checks": {"SERVED-EQUALS-EAGER": 2}, "failures": {"SERVED-EQUALS-EAGER": 1},
+                             "coverage": {"runner_share": {"served": 2, "differ": 1, "unserved_budget": 1,
+                                                           "not_served": 2},
+                                          "runner_share_not_served": {
+                                              "the toy has no such model here": 1,
+                                              "vLLM raised with graphs and eager alike: RuntimeError: UVA": 1}}}
 
 
 def test_the_confirmation_phase_leaves_a_served_finding_alone(target, tmp_path, monkeypatch):
