@@ -254,7 +254,9 @@ def test_an_actor_that_segfaults_is_restarted_and_its_scenario_is_a_finding(tmp_
 
 @needs_ray
 def test_a_hard_hang_is_killed_by_the_watchdog(tmp_path, cluster):
-    result = over_ray(tmp_path, bug="hard-hang", workers=1, budget_s=14.0, timeout_s=0.3)
+    # The actor's start and a draw that hangs (a dispatch of 6+ tokens) both come first: a loaded host
+    # spent 14 s on them before the watchdog had anything to kill.
+    result = over_ray(tmp_path, bug="hard-hang", workers=1, budget_s=30.0, timeout_s=0.3)
     hangs = [f for f in result.summary["findings"] if f["property"] == "NO-HANG"]
     assert hangs, result.summary
     assert "watchdog killed worker 0" in hangs[0]["message"] and hangs[0]["scenario"]["steps"]
