@@ -19,7 +19,7 @@ from cgsim.spec import scheduler
 from cgsim.spec.fit import best_fits, compatible, fits_in_case
 from cgsim.trace import CaptureDone
 
-__all__ = ["useless_descriptors", "roundtrip_ok"]
+__all__ = ["useless_descriptors", "roundtrip_ok", "sound_fit", "priority_ok", "complete_ok"]
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 
@@ -38,8 +38,21 @@ def _has_captured_dispatch(run: RunView) -> bool:
 # oracle's (SweepView.disputed) and naming the smallest that fails.
 
 
+# Each property's rule over plain values (``rule=`` in its declaration): the
+# check calls it, and export-test generates the exported check from it.
+
+
+def sound_fit(d: BatchDescriptor, b, case: int) -> bool:
+    """Whether dispatching ``b`` (of LoRA case ``case``) to ``d`` can run it
+    at all: an eager run keeps every token of the batch, a graph fits it
+    (``compatible``, the case given; export-test carries this rule as written)."""
+    if d.cg_mode is N:
+        return d.num_tokens >= b.num_tokens
+    return d.num_active_loras == case and fits_in_case(d, b)
+
+
 @declare("DISPATCH-SOUND", "the dispatched descriptor fits the batch and something runs it", family="dispatch",
-         applies=_has_dispatch)
+         applies=_has_dispatch, rule=sound_fit)
 def dispatch_sound(run: RunView) -> list[Violation]:
     cases = run.config.lora_cases
     out: list[Violation] = []
@@ -50,18 +63,16 @@ def dispatch_sound(run: RunView) -> list[Violation]:
         missing: dict[int, str | None] = {}
         case_of: dict[int, int] = {}
         for b, d, _ in sv.disputed():
-            if d.cg_mode is N:
-                if d.num_tokens < b.num_tokens:
-                    failures.append((b, f"{b.short()} dispatched to eager {d.short()} with fewer tokens than the batch"))
-                continue
-            # compatible(d, b, cases), the batch's LoRA case looked up once per count
+            # The batch's LoRA case, looked up once per count.
             case = case_of.get(b.num_active_loras)
             if case is None:
                 case = case_of[b.num_active_loras] = lora_case(b.num_active_loras, cases)
-            if not (d.num_active_loras == case and fits_in_case(d, b)):
-                failures.append((b, f"{b.short()} dispatched to incompatible {d.short()}: {incompat_reason(d, b, cases)}"))
+            if not sound_fit(d, b, case):
+                failures.append((b, f"{b.short()} dispatched to eager {d.short()} with fewer tokens than the batch"
+                                 if d.cg_mode is N else
+                                 f"{b.short()} dispatched to incompatible {d.short()}: {incompat_reason(d, b, cases)}"))
                 continue
-            if sv.captured is None:
+            if d.cg_mode is N or sv.captured is None:
                 continue  # nothing captured: BEFORE-CAPTURE judges it
             why = missing.get(id(d), "")
             if why == "":
@@ -77,16 +88,23 @@ def _choices(sv) -> dict:
     return {b: fit.choices for b, _, fit in sv.disputed()}
 
 
+def priority_ok(d: BatchDescriptor, full_fits: bool) -> bool:
+    """Whether dispatching to ``d`` keeps FULL first: FULL, or no captured
+    FULL graph fits the batch (``full_fits``; export-test carries this rule
+    as written)."""
+    return d.cg_mode is F or not full_fits
+
+
 @declare("DISPATCH-PRIORITY", "if a captured FULL descriptor fits the batch, dispatch returns FULL",
-         family="dispatch", applies=_has_captured_dispatch)
+         family="dispatch", applies=_has_captured_dispatch, rule=priority_ok)
 def dispatch_priority(run: RunView) -> list[Violation]:
     out: list[Violation] = []
     for sv in run.judged_captured:
         failures = []
         fulls: dict = {}
         for b, d, fit in sv.disputed():
-            full = fit.by_mode.get(F) if d.cg_mode is not F else None
-            if full:
+            full = fit.by_mode.get(F)
+            if not priority_ok(d, bool(full)):
                 fulls[b] = (sv.fitting(b, fit, F), fit.choices)
                 failures.append((b, f"{b.short()} dispatched to {d.cg_mode.value} {d.short()} although the captured FULL "
                                     f"{min(full[1], key=desc_sort_key).short()} fits it (expected FULL over PIECEWISE over NONE)"))
@@ -104,15 +122,22 @@ def _fit_facts(run: RunView, step: int | None, b, fitting: Iterable[BatchDescrip
     return (("fit_in_candidates", listed),)
 
 
+def complete_ok(d: BatchDescriptor, any_fits: bool) -> bool:
+    """Whether dispatching to ``d`` leaves no captured graph unused that could
+    run the batch: a graph, or nothing captured fits it (``any_fits``;
+    export-test carries this rule as written)."""
+    return d.cg_mode is not N or not any_fits
+
+
 @declare("DISPATCH-COMPLETE", "if any captured descriptor fits the batch, dispatch does not return NONE",
-         family="dispatch", applies=_has_captured_dispatch)
+         family="dispatch", applies=_has_captured_dispatch, rule=complete_ok)
 def dispatch_complete(run: RunView) -> list[Violation]:
     out: list[Violation] = []
     for sv in run.judged_captured:
         failures = []
         eager: dict = {}
         for b, d, fit in sv.disputed():
-            if d.cg_mode is N and fit.choices:
+            if not complete_ok(d, bool(fit.choices)):
                 fits = sv.fitting(b, fit)
                 eager[b] = (fits, fit.choices)
                 best = min(fit.choices, key=desc_sort_key).short()
@@ -164,7 +189,8 @@ def roundtrip_ok(d: BatchDescriptor, b, target: BatchDescriptor, cases, choices)
 
 
 @declare("DISPATCH-ROUNDTRIP", "a batch exactly the shape of a captured descriptor dispatches to it "
-         "(or to one of higher priority that pads no more)", family="dispatch", applies=_applies_roundtrip)
+         "(or to one of higher priority that pads no more)", family="dispatch", applies=_applies_roundtrip,
+         rule=roundtrip_ok)
 def dispatch_roundtrip(run: RunView) -> list[Violation]:
     cases = run.config.lora_cases
     out: list[Violation] = []

@@ -386,53 +386,50 @@ class _VllmWriter(RuntimeTemplates):
         return _literal_lines("cgsim saw: " + self.f.message, 8)
 
     # -- templates, one per property -------------------------------------------------
-    def _dispatch_check(self, template: str) -> Parts:
+    def _dispatch_check(self, template: str, rule: str) -> Parts:
         b = self._checked_batch()
         body = fill(template, batchline=self._batch_line(b),
                     seen=self._seen())
-        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS))
+        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS, rule))
 
     def _dispatch_priority(self) -> Parts:
         return self._dispatch_check('''
 <<batchline>>
     desc = dispatch(manager, batch)
-    full = [
-        d
-        for d in recorder.captured(manager)
-        if d.cg_mode == CUDAGraphMode.FULL and fits(d, batch)
-    ]
-    assert desc.cg_mode == CUDAGraphMode.FULL or not full, (
+    captured = recorder.captured(manager)
+    assert priority_holds(desc, batch, captured), (
         f"DISPATCH-PRIORITY: {batch} was dispatched to {short(desc)} although the "
-        f"captured FULL graph {short(best(full, batch))} fits it; a FULL graph that "
-        "fits must win over PIECEWISE and eager. "
+        "captured FULL graph "
+        f"{short(best(fitting(captured, batch, CUDAGraphMode.FULL), batch))} fits it; "
+        "a FULL graph that fits must win over PIECEWISE and eager. "
         <<seen>>
     )
-''')
+''', code.HELPER_PRIORITY)
 
     def _dispatch_complete(self) -> Parts:
         return self._dispatch_check('''
 <<batchline>>
     desc = dispatch(manager, batch)
-    fitting = [d for d in recorder.captured(manager) if fits(d, batch)]
-    assert desc.cg_mode != CUDAGraphMode.NONE or not fitting, (
+    captured = recorder.captured(manager)
+    assert complete_holds(desc, batch, captured), (
         f"DISPATCH-COMPLETE: {batch} runs eagerly ({short(desc)}) although "
-        f"{len(fitting)} captured graph(s) fit it, e.g. {short(best(fitting, batch))}. "
+        f"{len(fitting(captured, batch))} captured graph(s) fit it, e.g. "
+        f"{short(best(fitting(captured, batch), batch))}. "
         <<seen>>
     )
-''')
+''', code.HELPER_COMPLETE)
 
     def _dispatch_sound(self) -> Parts:
         return self._dispatch_check('''
 <<batchline>>
     desc = dispatch(manager, batch)
-    if desc.cg_mode == CUDAGraphMode.NONE:
-        assert desc.num_tokens >= batch.num_tokens, (
-            f"DISPATCH-SOUND: {batch} runs eagerly with fewer tokens ({short(desc)})"
-        )
-        return
-    assert fits(desc, batch), (
-        f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, which cannot run it"
+    assert sound_fit_holds(desc, batch), (
+        f"DISPATCH-SOUND: {batch} runs eagerly with fewer tokens ({short(desc)})"
+        if desc.cg_mode == CUDAGraphMode.NONE
+        else f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, which cannot run it"
     )
+    if desc.cg_mode == CUDAGraphMode.NONE:
+        return
     if desc.cg_mode == CUDAGraphMode.FULL:
         assert desc in manager.graphs, (
             f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, "
@@ -450,7 +447,7 @@ class _VllmWriter(RuntimeTemplates):
         f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, "
         "which was not captured"
     )
-''')
+''', code.HELPER_SOUND)
 
     def _pad_consistent(self) -> Parts:
         b = self._checked_batch()

@@ -2,7 +2,8 @@
 as source text (``<<name>>`` marks what a writer fills in)."""
 
 from fuzz.export_test.vllm_fit import FIT_ADAPTER, FIT_RULE
-from fuzz.export_test.vllm_rules import SCHEDULER_ADAPTER, SCHEDULER_RULE
+from fuzz.export_test.vllm_rules import (COMPLETE_ADAPTER, COMPLETE_RULE, PRIORITY_ADAPTER, PRIORITY_RULE,
+                                         SCHEDULER_ADAPTER, SCHEDULER_RULE, SOUND_ADAPTER, SOUND_RULE)
 
 HELPER_ACCEPTED = '''
 def accepted_kwargs(fn, **kwargs):
@@ -392,6 +393,12 @@ HELPER_FITS = HELPER_SHORT.rstrip("\n") + "\n" + FIT_RULE + FIT_ADAPTER
 
 # cgsim's scheduler model generated from its source, with its adapter (vllm_rules.py).
 HELPER_SCHEDULER = SCHEDULER_RULE + SCHEDULER_ADAPTER
+
+# The dispatch properties' rules generated from their source, each with its
+# adapter (vllm_rules.py); each goes after HELPER_FITS, whose names they use.
+HELPER_SOUND = SOUND_RULE + SOUND_ADAPTER
+HELPER_PRIORITY = PRIORITY_RULE + PRIORITY_ADAPTER
+HELPER_COMPLETE = COMPLETE_RULE + COMPLETE_ADAPTER
 
 # Appended to cpu_graphs for a config with breakable CUDA graphs.
 FIXTURE_BREAKABLE_EXTRA = '''    # Breakable CUDA graphs (the manager reads the variable when it is built).

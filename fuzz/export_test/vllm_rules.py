@@ -1,25 +1,31 @@
-"""cgsim's DISPATCH-ROUNDTRIP rule (``cgsim/properties/dispatch.py``
-``roundtrip_ok``) and scheduler model (``cgsim/spec/scheduler.py``
-``producible_batches``) as an exported vLLM test carries them: generated from
-their source (``standalone``), never retyped, each with a thin adapter for
-what differs in the exported world.
+"""cgsim's property rules (the predicate each property names with ``rule=``
+in its declaration, ``cgsim/properties/registry.py``: DISPATCH-SOUND's
+``sound_fit``, DISPATCH-PRIORITY's ``priority_ok``, DISPATCH-COMPLETE's
+``complete_ok``, DISPATCH-ROUNDTRIP's ``roundtrip_ok``) and scheduler model
+(``cgsim/spec/scheduler.py`` ``producible_batches``) as an exported vLLM test
+carries them: generated from their source (``standalone``), never retyped,
+each with a thin adapter for what differs in the exported world.  A rule is
+found through the registry (``rule_parts``), so the exported check is the one
+the judge calls.
 
 Both are generated beside the fit rule (``vllm_fit.FIT_RULE``, always in the
 same module before them): the names it defines are left to it, as are vLLM's
 ``CUDAGraphMode`` and the exported ``Batch`` (``vllm_code.HELPER_BATCH``,
 whose constructor takes cgsim's ``Batch`` arguments).
-tests/fuzz/export_test/test_export_rules.py holds the generated text equal to cgsim's rule and
+tests/fuzz/export_test/test_export_rules.py holds the generated text equal to cgsim's rules and
 model on drawn inputs."""
 
 from __future__ import annotations
 
 import ast
 
+from cgsim.properties import registered
 from fuzz.export_test.standalone import Part, StandaloneError, standalone
 from fuzz.export_test.vllm_fit import FIT_RULE
 
-__all__ = ["ROUNDTRIP_ADAPTER", "ROUNDTRIP_PARTS", "ROUNDTRIP_RULE", "SCHEDULER_ADAPTER", "SCHEDULER_PARTS",
-           "SCHEDULER_RULE"]
+__all__ = ["COMPLETE_ADAPTER", "COMPLETE_RULE", "PRIORITY_ADAPTER", "PRIORITY_RULE", "ROUNDTRIP_ADAPTER",
+           "ROUNDTRIP_PARTS", "ROUNDTRIP_RULE", "SCHEDULER_ADAPTER", "SCHEDULER_PARTS", "SCHEDULER_RULE",
+           "SOUND_ADAPTER", "SOUND_RULE", "rule_parts"]
 
 
 def _defined(text: str) -> frozenset[str]:
@@ -44,7 +50,15 @@ def _generate(parts: tuple[Part, ...]) -> str:
     return text
 
 
-ROUNDTRIP_PARTS = (Part("cgsim.properties.dispatch", ("roundtrip_ok",)),)
+def rule_parts(pid: str) -> tuple[Part, ...]:
+    """The rule property ``pid`` declares (``rule=``), as a part to generate."""
+    rule = registered()[pid].rule
+    if rule is None:
+        raise StandaloneError(f"{pid} declares no rule; the exported test has none to carry")
+    return (Part(rule.__module__, (rule.__name__,)),)
+
+
+ROUNDTRIP_PARTS = rule_parts("DISPATCH-ROUNDTRIP")
 ROUNDTRIP_RULE = _generate(ROUNDTRIP_PARTS)
 
 ROUNDTRIP_ADAPTER = '''
@@ -116,4 +130,39 @@ def every_producible_batch():
             for loras in LORA_CASES:
                 for ubatches in sorted({1, NUM_UBATCHES}):
                     yield from producible_batches(SCHEDULER, [lens], loras, ubatches)
+'''
+
+SOUND_RULE = _generate(rule_parts("DISPATCH-SOUND"))
+
+SOUND_ADAPTER = '''
+
+# The exported world's side of cgsim's rule above: vLLM's descriptors, this
+# test's LORA_CASES.
+def sound_fit_holds(desc, batch):
+    """cgsim's DISPATCH-SOUND fit rule: an eager ``desc`` keeps every token of
+    ``batch``, a graph fits it."""
+    return sound_fit(Descriptor.of(desc), batch, lora_case(batch.num_active_loras, LORA_CASES))
+'''
+
+PRIORITY_RULE = _generate(rule_parts("DISPATCH-PRIORITY"))
+
+PRIORITY_ADAPTER = '''
+
+# The exported world's side of cgsim's rule above: vLLM's descriptors.
+def priority_holds(desc, batch, captured):
+    """cgsim's DISPATCH-PRIORITY rule: ``desc`` is FULL, or no captured FULL
+    graph fits ``batch``."""
+    full = fitting(captured, batch, CUDAGraphMode.FULL)
+    return priority_ok(Descriptor.of(desc), bool(full))
+'''
+
+COMPLETE_RULE = _generate(rule_parts("DISPATCH-COMPLETE"))
+
+COMPLETE_ADAPTER = '''
+
+# The exported world's side of cgsim's rule above: vLLM's descriptors.
+def complete_holds(desc, batch, captured):
+    """cgsim's DISPATCH-COMPLETE rule: ``desc`` is a graph, or no captured
+    graph fits ``batch``."""
+    return complete_ok(Descriptor.of(desc), bool(fitting(captured, batch)))
 '''

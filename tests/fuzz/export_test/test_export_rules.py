@@ -1,7 +1,9 @@
-"""The DISPATCH-ROUNDTRIP rule and the scheduler model an exported vLLM test
-carries are cgsim's.
+"""The property rules and the scheduler model an exported vLLM test carries
+are cgsim's.
 
-export-test generates ``roundtrip_ok`` (``cgsim/properties/dispatch.py``) and
+export-test generates each property's declared rule (``rule=``: the
+dispatch properties' ``sound_fit``, ``priority_ok``, ``complete_ok`` and
+``roundtrip_ok`` in ``cgsim/properties/dispatch.py``) and
 ``producible_batches`` (``cgsim/spec/scheduler.py``) from their source
 (``fuzz/export_test/vllm_rules.py``).  Executed from the generated text as
 the exported module runs them (vLLM's descriptor and mode stood in for),
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import inspect
-from dataclasses import dataclass, make_dataclass
+from dataclasses import dataclass, make_dataclass, replace
 from typing import NamedTuple
 
 import pytest
@@ -21,10 +23,11 @@ from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor
+from cgsim.descriptors import Batch, BatchDescriptor, lora_case
 from cgsim.modes import RUNTIME_RANK
 from cgsim.modes import CUDAGraphMode as CgsimMode
-from cgsim.properties.dispatch import roundtrip_ok
+from cgsim.properties import registered
+from cgsim.properties.dispatch import complete_ok, priority_ok, roundtrip_ok, sound_fit
 from cgsim.spec import eager_descriptor, scheduler
 from cgsim.spec.fit import best_fits, dispatch_choices
 from fuzz.export_test import vllm_code, vllm_runtime
@@ -87,7 +90,9 @@ def dispatched(draw) -> Dispatched:
                                draw(st.sampled_from(lora_cases)), draw(st.sampled_from((1, ubatches))))
 
     descs = tuple(dict.fromkeys(desc() for _ in range(draw(st.integers(1, 6)))))
-    returned = descs + (eager_descriptor(batch, lora_cases), desc())
+    eager = eager_descriptor(batch, lora_cases)
+    short_eager = replace(eager, num_tokens=max(1, batch.num_tokens - draw(st.integers(0, 2))))
+    returned = descs + (eager, short_eager, desc())
     return Dispatched(lora_cases, descs, batch, returned)
 
 
@@ -136,6 +141,86 @@ def test_an_altered_roundtrip_check_disagrees(what, old, new):
     altered = ROUNDTRIP_TEXT.replace(old, new)
     example = find(dispatched(), lambda case: roundtrip_disagreement(case, altered) is not None, settings=FIND)
     assert roundtrip_disagreement(example, altered)
+
+
+# -- DISPATCH-SOUND, -PRIORITY, -COMPLETE ------------------------------------------------------
+
+DISPATCH_TEXTS = {
+    "DISPATCH-SOUND": vllm_code.HELPER_BATCH + vllm_code.HELPER_FITS + vllm_code.HELPER_SOUND,
+    "DISPATCH-PRIORITY": vllm_code.HELPER_BATCH + vllm_code.HELPER_FITS + vllm_code.HELPER_PRIORITY,
+    "DISPATCH-COMPLETE": vllm_code.HELPER_BATCH + vllm_code.HELPER_FITS + vllm_code.HELPER_COMPLETE,
+}
+
+
+def cgsims_verdict(pid: str, d: BatchDescriptor, case: Dispatched) -> bool:
+    """What cgsim's judge decides of dispatching ``case.batch`` to ``d``: its
+    rule over the values the check hands it (the sweep's best fits)."""
+    b, cases = case.batch, case.lora_cases
+    fit = best_fits([b], case.descs, cases)[0]
+    if pid == "DISPATCH-SOUND":
+        return sound_fit(d, b, lora_case(b.num_active_loras, cases))
+    if pid == "DISPATCH-PRIORITY":
+        return priority_ok(d, bool(fit.by_mode.get(CgsimMode.FULL)))
+    return complete_ok(d, bool(fit.choices))
+
+
+def exported_verdict(pid: str, ns: dict, d, batch, captured) -> bool:
+    """What the exported test asserts of dispatching ``batch`` to ``d``."""
+    if pid == "DISPATCH-SOUND":
+        return ns["sound_fit_holds"](d, batch)
+    return ns["priority_holds" if pid == "DISPATCH-PRIORITY" else "complete_holds"](d, batch, captured)
+
+
+def dispatch_disagreement(pid: str, case: Dispatched, text: str | None = None) -> str | None:
+    """Where the exported check of ``pid`` decides ``case`` otherwise than cgsim (None: they agree)."""
+    ns = _exec(text or DISPATCH_TEXTS[pid], LORA_CASES=case.lora_cases)
+    b = case.batch
+    batch = ns["Batch"](b.query_lens, b.num_active_loras, b.num_ubatches, b.has_prefill)
+    captured = [as_vllm(d) for d in case.descs]
+    for d in case.returned:
+        ours = cgsims_verdict(pid, d, case)
+        if exported_verdict(pid, ns, as_vllm(d), batch, captured) != ours:
+            return f"dispatch to {d.short()}: cgsim says {'right' if ours else 'wrong'}"
+    return None
+
+
+@SETTINGS
+@given(dispatched())
+@pytest.mark.parametrize("pid", sorted(DISPATCH_TEXTS))
+def test_the_exported_dispatch_checks_decide_as_cgsims(pid, case):
+    assert dispatch_disagreement(pid, case) is None, case
+
+
+DISPATCH_ALTERATIONS = [
+    ("DISPATCH-SOUND", "an eager run keeps every token", "return d.num_tokens >= b.num_tokens",
+     "return d.num_tokens > b.num_tokens"),
+    ("DISPATCH-SOUND", "a graph is of the batch's LoRA case", "return d.num_active_loras == case and fits_in_case",
+     "return fits_in_case"),
+    ("DISPATCH-SOUND", "the adapter's LoRA case", "lora_case(batch.num_active_loras, LORA_CASES)",
+     "batch.num_active_loras"),
+    ("DISPATCH-PRIORITY", "FULL wins", "return d.cg_mode is F or not full_fits",
+     "return d.cg_mode is not N or not full_fits"),
+    ("DISPATCH-PRIORITY", "the adapter asks of FULL graphs", "fitting(captured, batch, CUDAGraphMode.FULL)",
+     "fitting(captured, batch)"),
+    ("DISPATCH-COMPLETE", "any graph rather than eager", "return d.cg_mode is not N or not any_fits",
+     "return d.cg_mode is F or not any_fits"),
+]
+
+
+@pytest.mark.parametrize("pid,what,old,new", DISPATCH_ALTERATIONS, ids=[f"{a[0]}: {a[1]}" for a in DISPATCH_ALTERATIONS])
+def test_an_altered_dispatch_check_disagrees(pid, what, old, new):
+    text = DISPATCH_TEXTS[pid]
+    assert text.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
+    altered = text.replace(old, new)
+    example = find(dispatched(), lambda case: dispatch_disagreement(pid, case, altered) is not None, settings=FIND)
+    assert dispatch_disagreement(pid, example, altered)
+
+
+def test_each_exported_rule_is_the_one_its_property_declares():
+    """The generated text holds the very function the judge calls (``rule=``)."""
+    for pid, text in {**DISPATCH_TEXTS, "DISPATCH-ROUNDTRIP": ROUNDTRIP_TEXT}.items():
+        rule = registered()[pid].rule
+        assert rule is not None and f"def {rule.__name__}(" in text, pid
 
 
 # -- the scheduler model ----------------------------------------------------------------------
@@ -212,13 +297,13 @@ def test_an_altered_scheduler_model_disagrees(what, old, new):
     assert exported_batches(example, altered) != producible(example)
 
 
-@pytest.mark.parametrize("function", [roundtrip_ok, scheduler.producible_batches, scheduler.is_decode_batch,
+@pytest.mark.parametrize("function", [roundtrip_ok, sound_fit, priority_ok, complete_ok, scheduler.producible_batches, scheduler.is_decode_batch,
                                       scheduler.make_batch, scheduler.longest_mixed_decode_len])
 def test_the_exported_rules_are_generated_from_cgsims_source(function):
     """Every line of each function's body is in the exported text as written
     in cgsim (the signature loses its annotations only)."""
     lines = inspect.getsource(function).splitlines()
     body = lines[next(i for i, line in enumerate(lines) if line.rstrip().endswith(":")) + 1:]
-    text = ROUNDTRIP_TEXT + SCHEDULER_TEXT
+    text = ROUNDTRIP_TEXT + SCHEDULER_TEXT + "".join(DISPATCH_TEXTS.values())
     assert all(line in text for line in body), [line for line in body if line not in text]
     assert f"def {function.__name__}(" in text
