@@ -13,6 +13,8 @@ from cgsim.properties.view import RunView, group, list_short, mode_name, shorts,
 from cgsim.spec import expected_capture_descs, resolved_mode
 from cgsim.trace import Candidates
 
+__all__ = ["descriptor_problems"]
+
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 
 
@@ -233,8 +235,32 @@ def _applies_init_total(run: RunView) -> bool:
     return bool(t.of(Candidates)) or any(run.is_build_error(e) for e in run.errors) or t.resolved_mode is not None
 
 
+def descriptor_problems(d: BatchDescriptor, decode_query_len: int, lora_cases: Sequence[int],
+                        num_ubatches: int) -> list[str]:
+    """What is insane about capture descriptor ``d`` under a config of the
+    largest decode query length, LoRA cases and micro-batch count given
+    (empty: nothing; export-test carries this rule as written)."""
+    problems = []
+    if d.num_tokens < 1:
+        problems.append(f"num_tokens {d.num_tokens} < 1")
+    if d.num_reqs is not None and d.num_reqs < 1:
+        problems.append(f"num_reqs {d.num_reqs} < 1")
+    if d.uniform_token_count is not None and not 1 <= d.uniform_token_count <= decode_query_len:
+        problems.append(f"uniform_token_count {d.uniform_token_count} outside 1..{decode_query_len} "
+                        "(largest decode query length)")
+    if d.max_query_len is not None and d.max_query_len < 1:
+        problems.append(f"max_query_len {d.max_query_len} < 1")
+    if d.num_active_loras not in lora_cases:
+        problems.append(f"num_active_loras {d.num_active_loras} is not a LoRA case {list(lora_cases)}")
+    if d.num_ubatches not in (1, num_ubatches):
+        problems.append(f"num_ubatches {d.num_ubatches} is neither 1 nor the configured {num_ubatches}")
+    if d.cg_mode == N:
+        problems.append("a NONE descriptor in the capture list")
+    return problems
+
+
 @declare("INIT-TOTAL", "building the manager succeeds for every valid config and every descriptor is sane",
-         family="init", applies=_applies_init_total)
+         family="init", applies=_applies_init_total, rule=descriptor_problems)
 def init_total(run: RunView) -> list[Violation]:
     cfg = run.config
     out: list[Violation] = []
@@ -252,26 +278,11 @@ def init_total(run: RunView) -> list[Violation]:
             f"building the manager for a config the spec rejects ended in {e.error}, not a clear error: {e.exc_type}: {e.message}",
             e.step, (("raised", f"{e.exc_type}: {e.message}"), _graphs(())),
         ))
-    max_q = cfg.decode_query_len
     for c in run.of(Candidates):
         if c.phase != "initial":
             continue
         for d in dict.fromkeys(c.capture_descs):
-            problems = []
-            if d.num_tokens < 1:
-                problems.append(f"num_tokens {d.num_tokens} < 1")
-            if d.num_reqs is not None and d.num_reqs < 1:
-                problems.append(f"num_reqs {d.num_reqs} < 1")
-            if d.uniform_token_count is not None and not 1 <= d.uniform_token_count <= max_q:
-                problems.append(f"uniform_token_count {d.uniform_token_count} outside 1..{max_q} (largest decode query length)")
-            if d.max_query_len is not None and d.max_query_len < 1:
-                problems.append(f"max_query_len {d.max_query_len} < 1")
-            if d.num_active_loras not in cfg.lora_cases:
-                problems.append(f"num_active_loras {d.num_active_loras} is not a LoRA case {list(cfg.lora_cases)}")
-            if d.num_ubatches not in (1, cfg.num_ubatches):
-                problems.append(f"num_ubatches {d.num_ubatches} is neither 1 nor the configured {cfg.num_ubatches}")
-            if d.cg_mode == N:
-                problems.append("a NONE descriptor in the capture list")
+            problems = descriptor_problems(d, cfg.decode_query_len, cfg.lora_cases, cfg.num_ubatches)
             if problems:
                 out.append(Violation("INIT-TOTAL", f"insane descriptor {d.short()}: " + "; ".join(problems), c.step,
                                      (_graphs([d]),)))

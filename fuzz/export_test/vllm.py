@@ -458,7 +458,7 @@ class _VllmWriter(RuntimeTemplates):
         # A FULL graph replays the attention metadata it was captured with: its
         # kernels are specialised for the dummy batch's max_query_len.
         captured_max_query_len = recorder.max_query_len[desc]
-        assert captured_max_query_len >= max(batch.query_lens), (
+        assert metadata_covers(captured_max_query_len, batch), (
             f"PAD-CONSISTENT: {batch} replays the FULL graph {short(desc)}, whose "
             "attention metadata was captured for "
             f"max_query_len={captured_max_query_len} < the batch's "
@@ -467,7 +467,7 @@ class _VllmWriter(RuntimeTemplates):
         )
 ''', batchline=self._batch_line(b),
                      seen=_literal_lines("cgsim saw: " + self.f.message, 12))
-        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_SHORT))
+        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_SHORT, code.HELPER_PAD))
 
     def _capture_useful(self) -> Parts:
         c = self.cfg
@@ -573,31 +573,15 @@ class _VllmWriter(RuntimeTemplates):
         f"(vLLM resolved {mode.name}): {error}. Config: "
         <<context>>
     )
-    problems = []
-    for desc in capture_descs(manager):
-        uniform = getattr(desc, "uniform_token_count", None)
-        max_query_len = getattr(desc, "max_query_len", None)
-        if desc.num_tokens < 1:
-            problems.append(f"{short(desc)}: num_tokens < 1")
-        if desc.num_reqs is not None and desc.num_reqs < 1:
-            problems.append(f"{short(desc)}: num_reqs < 1")
-        if uniform is not None and not 1 <= uniform <= DECODE_QUERY_LEN:
-            problems.append(
-                f"{short(desc)}: uniform_token_count {uniform} outside "
-                f"1..{DECODE_QUERY_LEN} (the largest decode query length)"
-            )
-        if max_query_len is not None and max_query_len < 1:
-            problems.append(f"{short(desc)}: max_query_len < 1")
-        if getattr(desc, "num_active_loras", 0) not in LORA_CASES:
-            problems.append(f"{short(desc)}: its LoRA count is no case of {LORA_CASES}")
-        if getattr(desc, "num_ubatches", 1) not in (1, NUM_UBATCHES):
-            problems.append(f"{short(desc)}: num_ubatches is not 1 or {NUM_UBATCHES}")
-        if desc.cg_mode == CUDAGraphMode.NONE:
-            problems.append(f"{short(desc)}: a NONE descriptor in the capture list")
+    problems = [
+        f"{short(desc)}: {problem}"
+        for desc in capture_descs(manager)
+        for problem in insane(desc)
+    ]
     assert not problems, "INIT-TOTAL: insane descriptors: " + "; ".join(problems)
 ''', drafts=("        build_draft_managers(vllm_config, mode)\n" if drafts else ""),
                      context=_literal_lines(context, 8))
-        helpers = [code.HELPER_SHORT, code.HELPER_CAPTURE_DESCS]
+        helpers = [code.HELPER_FITS, code.HELPER_INIT_TOTAL, code.HELPER_CAPTURE_DESCS]
         if drafts:
             helpers.append(fill(code.HELPER_DRAFT_MANAGERS, speculators=speculators_literal()))
         return Parts(body, helpers=tuple(helpers), builds_manager=False)

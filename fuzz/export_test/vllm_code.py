@@ -2,8 +2,9 @@
 as source text (``<<name>>`` marks what a writer fills in)."""
 
 from fuzz.export_test.vllm_fit import FIT_ADAPTER, FIT_RULE
-from fuzz.export_test.vllm_rules import (COMPLETE_ADAPTER, COMPLETE_RULE, PRIORITY_ADAPTER, PRIORITY_RULE,
-                                         SCHEDULER_ADAPTER, SCHEDULER_RULE, SOUND_ADAPTER, SOUND_RULE)
+from fuzz.export_test.vllm_rules import (COMPLETE_ADAPTER, COMPLETE_RULE, INIT_TOTAL_ADAPTER, INIT_TOTAL_RULE,
+                                         PAD_ADAPTER, PAD_RULE, PRIORITY_ADAPTER, PRIORITY_RULE, SCHEDULER_ADAPTER,
+                                         SCHEDULER_RULE, SOUND_ADAPTER, SOUND_RULE)
 
 HELPER_ACCEPTED = '''
 def accepted_kwargs(fn, **kwargs):
@@ -399,6 +400,13 @@ HELPER_SCHEDULER = SCHEDULER_RULE + SCHEDULER_ADAPTER
 HELPER_SOUND = SOUND_RULE + SOUND_ADAPTER
 HELPER_PRIORITY = PRIORITY_RULE + PRIORITY_ADAPTER
 HELPER_COMPLETE = COMPLETE_RULE + COMPLETE_ADAPTER
+
+# INIT-TOTAL's rule generated from its source, with its adapter (vllm_rules.py);
+# after HELPER_FITS, whose Descriptor it reads vLLM's descriptors with.
+HELPER_INIT_TOTAL = INIT_TOTAL_RULE + INIT_TOTAL_ADAPTER
+
+# PAD-CONSISTENT's rule generated from its source, with its adapter (vllm_rules.py).
+HELPER_PAD = PAD_RULE + PAD_ADAPTER
 
 # Appended to cpu_graphs for a config with breakable CUDA graphs.
 FIXTURE_BREAKABLE_EXTRA = '''    # Breakable CUDA graphs (the manager reads the variable when it is built).

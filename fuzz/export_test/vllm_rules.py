@@ -1,7 +1,8 @@
 """cgsim's property rules (the predicate each property names with ``rule=``
 in its declaration, ``cgsim/properties/registry.py``: DISPATCH-SOUND's
 ``sound_fit``, DISPATCH-PRIORITY's ``priority_ok``, DISPATCH-COMPLETE's
-``complete_ok``, DISPATCH-ROUNDTRIP's ``roundtrip_ok``) and scheduler model
+``complete_ok``, DISPATCH-ROUNDTRIP's ``roundtrip_ok``, INIT-TOTAL's
+``descriptor_problems``, PAD-CONSISTENT's ``covers_query_len``) and scheduler model
 (``cgsim/spec/scheduler.py`` ``producible_batches``) as an exported vLLM test
 carries them: generated from their source (``standalone``), never retyped,
 each with a thin adapter for what differs in the exported world.  A rule is
@@ -25,7 +26,7 @@ from fuzz.export_test.vllm_fit import FIT_RULE
 
 __all__ = ["COMPLETE_ADAPTER", "COMPLETE_RULE", "PRIORITY_ADAPTER", "PRIORITY_RULE", "ROUNDTRIP_ADAPTER",
            "ROUNDTRIP_PARTS", "ROUNDTRIP_RULE", "SCHEDULER_ADAPTER", "SCHEDULER_PARTS", "SCHEDULER_RULE",
-           "SOUND_ADAPTER", "SOUND_RULE", "rule_parts"]
+           "SOUND_ADAPTER", "SOUND_RULE", "INIT_TOTAL_ADAPTER", "INIT_TOTAL_RULE", "PAD_ADAPTER", "PAD_RULE", "rule_parts"]
 
 
 def _defined(text: str) -> frozenset[str]:
@@ -165,4 +166,26 @@ def complete_holds(desc, batch, captured):
     """cgsim's DISPATCH-COMPLETE rule: ``desc`` is a graph, or no captured
     graph fits ``batch``."""
     return complete_ok(Descriptor.of(desc), bool(fitting(captured, batch)))
+'''
+
+INIT_TOTAL_RULE = _generate(rule_parts("INIT-TOTAL"))
+
+INIT_TOTAL_ADAPTER = '''
+
+# The exported world's side of cgsim's rule above: vLLM's descriptors, this
+# test's config.
+def insane(desc):
+    """cgsim's INIT-TOTAL rule: what is insane about capture descriptor ``desc``."""
+    return descriptor_problems(Descriptor.of(desc), DECODE_QUERY_LEN, LORA_CASES, NUM_UBATCHES)
+'''
+
+PAD_RULE = _generate(rule_parts("PAD-CONSISTENT"))
+
+PAD_ADAPTER = '''
+
+# The exported world's side of cgsim's rule above: the exported batch.
+def metadata_covers(captured_max_query_len, batch):
+    """cgsim's PAD-CONSISTENT rule: metadata captured for
+    ``captured_max_query_len`` covers ``batch``'s longest request."""
+    return covers_query_len(captured_max_query_len, max(batch.query_lens))
 '''

@@ -3,7 +3,8 @@ are cgsim's.
 
 export-test generates each property's declared rule (``rule=``: the
 dispatch properties' ``sound_fit``, ``priority_ok``, ``complete_ok`` and
-``roundtrip_ok`` in ``cgsim/properties/dispatch.py``) and
+``roundtrip_ok`` in ``cgsim/properties/dispatch.py``, INIT-TOTAL's
+``descriptor_problems``, PAD-CONSISTENT's ``covers_query_len``) and
 ``producible_batches`` (``cgsim/spec/scheduler.py``) from their source
 (``fuzz/export_test/vllm_rules.py``).  Executed from the generated text as
 the exported module runs them (vLLM's descriptor and mode stood in for),
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+from types import SimpleNamespace
 from dataclasses import dataclass, make_dataclass, replace
 from typing import NamedTuple
 
@@ -28,6 +30,8 @@ from cgsim.modes import RUNTIME_RANK
 from cgsim.modes import CUDAGraphMode as CgsimMode
 from cgsim.properties import registered
 from cgsim.properties.dispatch import complete_ok, priority_ok, roundtrip_ok, sound_fit
+from cgsim.properties.init import descriptor_problems
+from cgsim.properties.metadata import covers_query_len
 from cgsim.spec import eager_descriptor, scheduler
 from cgsim.spec.fit import best_fits, dispatch_choices
 from fuzz.export_test import vllm_code, vllm_runtime
@@ -216,9 +220,113 @@ def test_an_altered_dispatch_check_disagrees(pid, what, old, new):
     assert dispatch_disagreement(pid, example, altered)
 
 
+# -- INIT-TOTAL -------------------------------------------------------------------------------
+
+INIT_TOTAL_TEXT = vllm_code.HELPER_BATCH + vllm_code.HELPER_FITS + vllm_code.HELPER_INIT_TOTAL
+
+
+@dataclass(frozen=True)
+class Built:
+    """Drawn: a config's decode query length, LoRA cases and micro-batch count,
+    and capture descriptors, sane or not, as (mode, tokens, reqs, uniform, max_query_len, loras, ubatches)."""
+
+    decode_query_len: int
+    lora_cases: tuple[int, ...]
+    num_ubatches: int
+    descs: tuple[tuple, ...]
+
+
+@st.composite
+def built(draw) -> Built:
+    fields = st.tuples(st.sampled_from(("FULL", "PIECEWISE", "NONE")), st.integers(0, 4),
+                       st.one_of(st.none(), st.integers(0, 3)), st.one_of(st.none(), st.integers(0, 5)),
+                       st.one_of(st.none(), st.integers(0, 3)), st.integers(0, 3), st.integers(1, 3))
+    return Built(draw(st.integers(1, 4)), tuple(sorted(set(draw(st.lists(st.integers(0, 3), max_size=2))) | {0})),
+                 draw(st.integers(1, 3)), tuple(draw(st.lists(fields, min_size=1, max_size=5))))
+
+
+def init_total_disagreement(case: Built, text: str = INIT_TOTAL_TEXT) -> str | None:
+    """Where the exported INIT-TOTAL check finds other problems than cgsim's (None: the same)."""
+    ns = _exec(text, DECODE_QUERY_LEN=case.decode_query_len, LORA_CASES=list(case.lora_cases),
+               NUM_UBATCHES=case.num_ubatches)
+    for mode, *rest in case.descs:
+        # Plain records: a descriptor cgsim's constructor would refuse is what INIT-TOTAL is about.
+        ours = descriptor_problems(SimpleNamespace(**dict(zip(
+            ("cg_mode", "num_tokens", "num_reqs", "uniform_token_count", "max_query_len", "num_active_loras",
+             "num_ubatches"), (CgsimMode[mode], *rest)))), case.decode_query_len, case.lora_cases, case.num_ubatches)
+        theirs = ns["insane"](VllmDescriptor(VllmMode[mode], *rest))
+        if theirs != ours:
+            return f"{mode}{tuple(rest)}: exported {theirs}, cgsim {ours}"
+    return None
+
+
+@SETTINGS
+@given(built())
+def test_the_exported_init_total_check_finds_cgsims_problems(case):
+    assert init_total_disagreement(case) is None, case
+
+
+INIT_TOTAL_ALTERATIONS = [
+    ("the longest decode length", "not 1 <= d.uniform_token_count <= decode_query_len",
+     "not 1 <= d.uniform_token_count < decode_query_len"),
+    ("micro-batches 1 or the configured", "if d.num_ubatches not in (1, num_ubatches):",
+     "if d.num_ubatches not in (1,):"),
+    ("the adapter's config", "DECODE_QUERY_LEN, LORA_CASES, NUM_UBATCHES", "DECODE_QUERY_LEN + 1, LORA_CASES, NUM_UBATCHES"),
+]
+
+
+@pytest.mark.parametrize("what,old,new", INIT_TOTAL_ALTERATIONS, ids=[a[0] for a in INIT_TOTAL_ALTERATIONS])
+def test_an_altered_init_total_check_disagrees(what, old, new):
+    assert INIT_TOTAL_TEXT.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
+    altered = INIT_TOTAL_TEXT.replace(old, new)
+    example = find(built(), lambda case: init_total_disagreement(case, altered) is not None, settings=FIND)
+    assert init_total_disagreement(example, altered)
+
+
+# -- PAD-CONSISTENT ---------------------------------------------------------------------------
+
+PAD_TEXT = vllm_code.HELPER_BATCH + vllm_code.HELPER_PAD
+
+
+def pad_disagreement(captured_max_query_len: int, b: Batch, text: str = PAD_TEXT) -> str | None:
+    """Where the exported PAD-CONSISTENT check decides otherwise than cgsim's (None: they agree)."""
+    ns = _exec(text)
+    batch = ns["Batch"](b.query_lens, b.num_active_loras, b.num_ubatches, b.has_prefill)
+    ours = covers_query_len(captured_max_query_len, b.max_query_len)
+    if ns["metadata_covers"](captured_max_query_len, batch) != ours:
+        return f"{b.short()} on metadata for max_query_len={captured_max_query_len}: cgsim says {ours}"
+    return None
+
+
+padded = st.tuples(st.integers(1, 5), st.builds(Batch, st.lists(st.integers(1, 5), min_size=1, max_size=4).map(tuple),
+                                                st.just(0), st.just(1), has_prefill=st.booleans()))
+
+
+@SETTINGS
+@given(padded)
+def test_the_exported_pad_check_decides_as_cgsims(case):
+    assert pad_disagreement(*case) is None, case
+
+
+PAD_ALTERATIONS = [
+    ("metadata for the longest request covers it", "return captured_max_query_len >= batch_max_query_len",
+     "return captured_max_query_len > batch_max_query_len"),
+    ("the adapter reads the longest request", "max(batch.query_lens)", "batch.query_lens[0]"),
+]
+
+
+@pytest.mark.parametrize("what,old,new", PAD_ALTERATIONS, ids=[a[0] for a in PAD_ALTERATIONS])
+def test_an_altered_pad_check_disagrees(what, old, new):
+    assert PAD_TEXT.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
+    altered = PAD_TEXT.replace(old, new)
+    example = find(padded, lambda case: pad_disagreement(*case, text=altered) is not None, settings=FIND)
+    assert pad_disagreement(*example, text=altered)
+
+
 def test_each_exported_rule_is_the_one_its_property_declares():
     """The generated text holds the very function the judge calls (``rule=``)."""
-    for pid, text in {**DISPATCH_TEXTS, "DISPATCH-ROUNDTRIP": ROUNDTRIP_TEXT}.items():
+    for pid, text in {**DISPATCH_TEXTS, "DISPATCH-ROUNDTRIP": ROUNDTRIP_TEXT, "INIT-TOTAL": INIT_TOTAL_TEXT,
+                      "PAD-CONSISTENT": PAD_TEXT}.items():
         rule = registered()[pid].rule
         assert rule is not None and f"def {rule.__name__}(" in text, pid
 
@@ -297,13 +405,14 @@ def test_an_altered_scheduler_model_disagrees(what, old, new):
     assert exported_batches(example, altered) != producible(example)
 
 
-@pytest.mark.parametrize("function", [roundtrip_ok, sound_fit, priority_ok, complete_ok, scheduler.producible_batches, scheduler.is_decode_batch,
+@pytest.mark.parametrize("function", [roundtrip_ok, sound_fit, priority_ok, complete_ok, descriptor_problems,
+                                      covers_query_len, scheduler.producible_batches, scheduler.is_decode_batch,
                                       scheduler.make_batch, scheduler.longest_mixed_decode_len])
 def test_the_exported_rules_are_generated_from_cgsims_source(function):
     """Every line of each function's body is in the exported text as written
     in cgsim (the signature loses its annotations only)."""
     lines = inspect.getsource(function).splitlines()
     body = lines[next(i for i, line in enumerate(lines) if line.rstrip().endswith(":")) + 1:]
-    text = ROUNDTRIP_TEXT + SCHEDULER_TEXT + "".join(DISPATCH_TEXTS.values())
+    text = ROUNDTRIP_TEXT + SCHEDULER_TEXT + "".join(DISPATCH_TEXTS.values()) + INIT_TOTAL_TEXT + PAD_TEXT
     assert all(line in text for line in body), [line for line in body if line not in text]
     assert f"def {function.__name__}(" in text
