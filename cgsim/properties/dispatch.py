@@ -19,7 +19,7 @@ from cgsim.spec import scheduler
 from cgsim.spec.fit import best_fits, compatible, fits_in_case
 from cgsim.trace import CaptureDone
 
-__all__ = ["useless_descriptors", "roundtrip_ok", "sound_fit", "priority_ok", "complete_ok"]
+__all__ = ["useless_descriptors", "roundtrip_ok", "sound_fit", "priority_ok", "complete_ok", "sole_choice"]
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 
@@ -236,6 +236,15 @@ def before_capture(run: RunView) -> list[Violation]:
     return group(out)
 
 
+def sole_choice(choices: Iterable[BatchDescriptor]) -> BatchDescriptor | None:
+    """The one graph dispatch must pick for a batch whose right choices are
+    ``choices`` (``dispatch_choices``), where there is just one: the graph
+    that batch makes useful; None where several tie or nothing fits
+    (export-test carries this rule as written)."""
+    choices = tuple(choices)
+    return choices[0] if len(choices) == 1 else None
+
+
 def useless_descriptors(cfg: ManagerConfig, captured: Iterable[BatchDescriptor],
                         useful: Iterable[BatchDescriptor] = ()) -> dict[BatchDescriptor, str]:
     """Captured descriptors that are never the unique dispatch choice for a
@@ -265,17 +274,18 @@ def _useless(cfg: ManagerConfig, captured: frozenset[BatchDescriptor],
         if not pending:
             continue
         # best_fits gives each batch's dispatch_choices at once (brute force per batch was most of a big config's check).
-        for fit in best_fits(scheduler.producible_batches(cfg, decode, lora, ub), bucket, cases):
-            if len(fit.choices) == 1:
-                useful.update(fit.choices)
+        useful.update(map(sole_choice, map(attrgetter("choices"),
+                                          best_fits(scheduler.producible_batches(cfg, decode, lora, ub), bucket, cases))))
+        useful.discard(None)
         pending -= useful
         for d in sorted(pending, key=lambda x: repr(x)):
             batches = scheduler.producible_batches(cfg, scheduler.probe_shapes(cfg, d), lora, ub)
             for b, fit in zip(batches, best_fits(batches, bucket, cases)):
                 choices = fit.choices
-                if len(choices) == 1:
-                    useful.update(choices)
-                    if choices[0] == d:
+                one = sole_choice(choices)
+                if one is not None:
+                    useful.add(one)
+                    if one == d:
                         break
                 if d not in example and choices and compatible(d, b, cases):
                     example[d] = f"e.g. {b.short()} goes to {shorts(choices, 3)}"
@@ -287,7 +297,7 @@ def _has_finished_capture(run: RunView) -> bool:
 
 
 @declare("CAPTURE-USEFUL", "every captured descriptor is the unique dispatch choice for some batch the scheduler "
-         "can produce", family="dispatch", applies=_has_finished_capture)
+         "can produce", family="dispatch", applies=_has_finished_capture, rule=sole_choice)
 def capture_useful(run: RunView) -> list[Violation]:
     cfg = run.config
     out: list[Violation] = []
@@ -298,8 +308,8 @@ def capture_useful(run: RunView) -> list[Violation]:
         judged.add(cap.descs)
         # Every batch the sweep after this capture asked about is a batch the
         # scheduler can produce: its unique best graph is useful.
-        useful = {fit.choices[0] for sv in run.sweeps if sv.captured is cap
-                  for fit in sv.fits() if len(fit.choices) == 1}
+        useful = {sole_choice(fit.choices) for sv in run.sweeps if sv.captured is cap for fit in sv.fits()}
+        useful.discard(None)
         captured = [c.to_json() for c in sorted(cap.descs, key=desc_sort_key)]
         for d, why in useless_descriptors(cfg, cap.descs, useful).items():
             out.append(Violation(

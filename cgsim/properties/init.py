@@ -13,7 +13,7 @@ from cgsim.properties.view import RunView, group, list_short, mode_name, shorts,
 from cgsim.spec import expected_capture_descs, resolved_mode
 from cgsim.trace import Candidates
 
-__all__ = ["descriptor_problems"]
+__all__ = ["descriptor_problems", "decode_length_gaps", "full_decode_lengths"]
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 
@@ -187,8 +187,23 @@ def _applies_decode_lengths(run: RunView) -> bool:
     return _decode_routine(run) and (any(s.ok for s in run.sessions) or _has_initial_candidates(run))
 
 
+def full_decode_lengths(descs: Iterable[BatchDescriptor]) -> list[int]:
+    """The decode query lengths the FULL decode graphs of ``descs`` are for, sorted."""
+    return sorted({d.uniform_token_count for d in descs if d.cg_mode == F and d.uniform_token_count is not None})
+
+
+def decode_length_gaps(descs: Iterable[BatchDescriptor], scheduled: Iterable[int],
+                       feasible: Iterable[int]) -> tuple[list[int], list[int]]:
+    """Of the FULL decode graphs of ``descs``: the query lengths they are for
+    that the scheduler never produces (not ``scheduled``), and the
+    ``feasible`` lengths (some capture size has room for them) none is for;
+    each sorted (export-test carries this rule as written)."""
+    lens = set(full_decode_lengths(descs))
+    return sorted(lens - set(scheduled)), sorted(set(feasible) - lens)
+
+
 @declare("DECODE-LENGTHS", "FULL decode graphs exist for exactly the decode query lengths the scheduler produces",
-         family="init", applies=_applies_decode_lengths)
+         family="init", applies=_applies_decode_lengths, rule=decode_length_gaps)
 def decode_lengths(run: RunView) -> list[Violation]:
     if not _decode_routine(run):
         return []
@@ -208,8 +223,7 @@ def decode_lengths(run: RunView) -> list[Violation]:
                 sources.append((c.step, "FULL capture descriptors", list(c.capture_descs)))
     out: list[Violation] = []
     for step, what, descs in sources:
-        lens = {d.uniform_token_count for d in descs if d.cg_mode == F and d.uniform_token_count is not None}
-        extra, missing = lens - scheduler, feasible - lens
+        extra, missing = decode_length_gaps(descs, scheduler, feasible)
         sched_text = f"the scheduler produces {sorted(scheduler)}"
         if cfg.spec_schedule is not None:
             sched_text += (f" (dynamic schedule {[list(e) for e in cfg.spec_schedule]} clamped to "
@@ -224,7 +238,7 @@ def decode_lengths(run: RunView) -> list[Violation]:
         if missing:
             out.append(Violation(
                 "DECODE-LENGTHS",
-                f"{what} have no FULL decode graph for query length(s) {sorted(missing)}; {sched_text}, graphs exist for {sorted(lens)}",
+                f"{what} have no FULL decode graph for query length(s) {sorted(missing)}; {sched_text}, graphs exist for {full_decode_lengths(descs)}",
                 step,
             ))
     return group(out)

@@ -482,9 +482,9 @@ class _VllmWriter(RuntimeTemplates):
     captured = <<captured>>
     chosen = set()
     for batch in every_producible_batch():
-        choices = best_choices(batch, captured)
-        if len(choices) == 1:
-            chosen |= choices
+        one = sole_choice(best_choices(batch, captured))
+        if one is not None:
+            chosen.add(one)
     never = [short(d) for d in captured if d not in chosen]
     assert not never, (
         f"CAPTURE-USEFUL: captured graph(s) {never} are never the one best graph "
@@ -494,7 +494,7 @@ class _VllmWriter(RuntimeTemplates):
         <<seen>>
     )
 ''', captured=captured, scheduler=_literal_lines(_scheduler_words(c) + ". ", 8), seen=self._seen())
-        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS, code.HELPER_SCHEDULER,
+        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS, code.HELPER_SCHEDULER, code.HELPER_USEFUL,
                                     code.HELPER_CAPTURE_DESCS),
                      constants=(scheduler_constants(c),), runs_checked_step=True)
 
@@ -521,22 +521,19 @@ class _VllmWriter(RuntimeTemplates):
         mode.separate_routine() and mode.decode_mode() == CUDAGraphMode.FULL
     ):
         return  # no separate FULL decode routine: no decode graphs to judge
-    lengths = {
-        d.uniform_token_count
-        for d in <<source>>
-        if d.cg_mode == CUDAGraphMode.FULL and d.uniform_token_count is not None
-    }
-    never_scheduled = sorted(lengths - set(SCHEDULED_DECODE_QUERY_LENS))
+    descs = <<source>>
+    never_scheduled, missing = decode_length_gaps(
+        descs, SCHEDULED_DECODE_QUERY_LENS, FEASIBLE_DECODE_QUERY_LENS
+    )
     assert not never_scheduled, (
         f"DECODE-LENGTHS: <<what>> exist for decode query length(s) "
         f"{never_scheduled} the scheduler never produces; "
         <<sched>>
         <<seen>>
     )
-    missing = sorted(set(FEASIBLE_DECODE_QUERY_LENS) - lengths)
     assert not missing, (
         f"DECODE-LENGTHS: no FULL decode graph for query length(s) {missing} "
-        f"(graphs exist for {sorted(lengths)}); "
+        f"(graphs exist for {full_decode_lengths(descs)}); "
         <<sched>>
     )
 ''', source=source, what=what, sched=_literal_lines(sched_text + ". ", 8), seen=self._seen())
@@ -548,7 +545,7 @@ class _VllmWriter(RuntimeTemplates):
             "# largest capture size and MAX_NUM_REQS): each needs a FULL decode graph.\n"
             f"FEASIBLE_DECODE_QUERY_LENS = {feasible}",
         )
-        helpers = () if captured else (code.HELPER_CAPTURE_DESCS,)
+        helpers = (code.HELPER_DECODE_LENGTHS,) + (() if captured else (code.HELPER_CAPTURE_DESCS,))
         return Parts(body, helpers=helpers, constants=constants, runs_checked_step=True)
 
     def _init_total(self) -> Parts:

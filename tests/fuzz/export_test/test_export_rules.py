@@ -4,7 +4,9 @@ are cgsim's.
 export-test generates each property's declared rule (``rule=``: the
 dispatch properties' ``sound_fit``, ``priority_ok``, ``complete_ok`` and
 ``roundtrip_ok`` in ``cgsim/properties/dispatch.py``, INIT-TOTAL's
-``descriptor_problems``, PAD-CONSISTENT's ``covers_query_len``) and
+``descriptor_problems`` and DECODE-LENGTHS' ``decode_length_gaps`` in
+``init.py``, PAD-CONSISTENT's ``covers_query_len``, CAPTURE-USEFUL's
+``sole_choice``) and
 ``producible_batches`` (``cgsim/spec/scheduler.py``) from their source
 (``fuzz/export_test/vllm_rules.py``).  Executed from the generated text as
 the exported module runs them (vLLM's descriptor and mode stood in for),
@@ -29,8 +31,8 @@ from cgsim.descriptors import Batch, BatchDescriptor, lora_case
 from cgsim.modes import RUNTIME_RANK
 from cgsim.modes import CUDAGraphMode as CgsimMode
 from cgsim.properties import registered
-from cgsim.properties.dispatch import complete_ok, priority_ok, roundtrip_ok, sound_fit
-from cgsim.properties.init import descriptor_problems
+from cgsim.properties.dispatch import complete_ok, priority_ok, roundtrip_ok, sole_choice, sound_fit
+from cgsim.properties.init import decode_length_gaps, descriptor_problems
 from cgsim.properties.metadata import covers_query_len
 from cgsim.spec import eager_descriptor, scheduler
 from cgsim.spec.fit import best_fits, dispatch_choices
@@ -323,10 +325,88 @@ def test_an_altered_pad_check_disagrees(what, old, new):
     assert pad_disagreement(*example, text=altered)
 
 
+# -- CAPTURE-USEFUL ---------------------------------------------------------------------------
+
+USEFUL_TEXT = vllm_code.HELPER_BATCH + vllm_code.HELPER_FITS + vllm_code.HELPER_USEFUL
+
+
+def useful_disagreement(case: Dispatched, text: str = USEFUL_TEXT) -> str | None:
+    """Where the exported CAPTURE-USEFUL check credits another graph with
+    ``case.batch`` than cgsim's does (None: the same, or none)."""
+    ns = _exec(text, LORA_CASES=case.lora_cases)
+    b = case.batch
+    batch = ns["Batch"](b.query_lens, b.num_active_loras, b.num_ubatches, b.has_prefill)
+    ours = sole_choice(best_fits([b], case.descs, case.lora_cases)[0].choices)
+    theirs = ns["sole_choice"](ns["best_choices"](batch, [as_vllm(d) for d in case.descs]))
+    if theirs != (None if ours is None else as_vllm(ours)):
+        return f"exported: {theirs}, cgsim: {ours}"
+    return None
+
+
+@SETTINGS
+@given(dispatched())
+def test_the_exported_useful_check_credits_the_graph_cgsims_does(case):
+    assert useful_disagreement(case) is None, case
+
+
+USEFUL_ALTERATIONS = [
+    ("a batch with tied graphs makes none useful", "return choices[0] if len(choices) == 1 else None",
+     "return choices[0] if choices else None"),
+]
+
+
+@pytest.mark.parametrize("what,old,new", USEFUL_ALTERATIONS, ids=[a[0] for a in USEFUL_ALTERATIONS])
+def test_an_altered_useful_check_disagrees(what, old, new):
+    assert USEFUL_TEXT.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
+    altered = USEFUL_TEXT.replace(old, new)
+    example = find(dispatched(), lambda case: useful_disagreement(case, altered) is not None, settings=FIND)
+    assert useful_disagreement(example, altered)
+
+
+# -- DECODE-LENGTHS ---------------------------------------------------------------------------
+
+DECODE_LENGTHS_TEXT = vllm_code.HELPER_DECODE_LENGTHS
+
+lengths = st.lists(st.integers(1, 4), max_size=4)
+decoded = st.tuples(st.lists(st.tuples(st.sampled_from(("FULL", "PIECEWISE")), st.one_of(st.none(), st.integers(1, 4))),
+                             max_size=5), lengths, lengths)
+
+
+def decode_lengths_disagreement(case: tuple, text: str = DECODE_LENGTHS_TEXT) -> str | None:
+    """Where the exported DECODE-LENGTHS check finds other gaps than cgsim's (None: the same)."""
+    graphs, scheduled, feasible = case
+    ns = _exec(text)
+    ours = decode_length_gaps([BatchDescriptor(CgsimMode[m], 4, None, u) for m, u in graphs], scheduled, feasible)
+    theirs = ns["decode_length_gaps"]([VllmDescriptor(VllmMode[m], 4, None, u) for m, u in graphs], scheduled, feasible)
+    return None if tuple(theirs) == tuple(ours) else f"exported {theirs}, cgsim {ours}"
+
+
+@SETTINGS
+@given(decoded)
+def test_the_exported_decode_lengths_check_finds_cgsims_gaps(case):
+    assert decode_lengths_disagreement(case) is None, case
+
+
+DECODE_LENGTHS_ALTERATIONS = [
+    ("only FULL graphs are decode graphs", "if d.cg_mode == F and d.uniform_token_count is not None",
+     "if d.uniform_token_count is not None"),
+    ("lengths the scheduler never produces", "sorted(lens - set(scheduled))", "sorted(lens - set(feasible))"),
+]
+
+
+@pytest.mark.parametrize("what,old,new", DECODE_LENGTHS_ALTERATIONS, ids=[a[0] for a in DECODE_LENGTHS_ALTERATIONS])
+def test_an_altered_decode_lengths_check_disagrees(what, old, new):
+    assert DECODE_LENGTHS_TEXT.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
+    altered = DECODE_LENGTHS_TEXT.replace(old, new)
+    example = find(decoded, lambda case: decode_lengths_disagreement(case, altered) is not None, settings=FIND)
+    assert decode_lengths_disagreement(example, altered)
+
+
 def test_each_exported_rule_is_the_one_its_property_declares():
     """The generated text holds the very function the judge calls (``rule=``)."""
     for pid, text in {**DISPATCH_TEXTS, "DISPATCH-ROUNDTRIP": ROUNDTRIP_TEXT, "INIT-TOTAL": INIT_TOTAL_TEXT,
-                      "PAD-CONSISTENT": PAD_TEXT}.items():
+                      "PAD-CONSISTENT": PAD_TEXT, "CAPTURE-USEFUL": USEFUL_TEXT,
+                      "DECODE-LENGTHS": DECODE_LENGTHS_TEXT}.items():
         rule = registered()[pid].rule
         assert rule is not None and f"def {rule.__name__}(" in text, pid
 
@@ -406,13 +486,15 @@ def test_an_altered_scheduler_model_disagrees(what, old, new):
 
 
 @pytest.mark.parametrize("function", [roundtrip_ok, sound_fit, priority_ok, complete_ok, descriptor_problems,
-                                      covers_query_len, scheduler.producible_batches, scheduler.is_decode_batch,
+                                      covers_query_len, sole_choice, decode_length_gaps,
+                                      scheduler.producible_batches, scheduler.is_decode_batch,
                                       scheduler.make_batch, scheduler.longest_mixed_decode_len])
 def test_the_exported_rules_are_generated_from_cgsims_source(function):
     """Every line of each function's body is in the exported text as written
     in cgsim (the signature loses its annotations only)."""
     lines = inspect.getsource(function).splitlines()
     body = lines[next(i for i, line in enumerate(lines) if line.rstrip().endswith(":")) + 1:]
-    text = ROUNDTRIP_TEXT + SCHEDULER_TEXT + "".join(DISPATCH_TEXTS.values()) + INIT_TOTAL_TEXT + PAD_TEXT
+    text = (ROUNDTRIP_TEXT + SCHEDULER_TEXT + "".join(DISPATCH_TEXTS.values()) + INIT_TOTAL_TEXT + PAD_TEXT
+            + USEFUL_TEXT + DECODE_LENGTHS_TEXT)
     assert all(line in text for line in body), [line for line in body if line not in text]
     assert f"def {function.__name__}(" in text
