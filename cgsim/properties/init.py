@@ -13,7 +13,7 @@ from cgsim.properties.view import RunView, group, list_short, mode_name, shorts,
 from cgsim.spec import expected_capture_descs, resolved_mode
 from cgsim.trace import Candidates
 
-__all__ = ["descriptor_problems", "decode_length_gaps", "full_decode_lengths"]
+__all__ = ["capture_list_diff", "descriptor_problems", "decode_length_gaps", "full_decode_lengths"]
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 
@@ -27,23 +27,30 @@ def _has_initial_candidates(run: RunView) -> bool:
 
 
 def _by_mode(descs: Iterable[BatchDescriptor]) -> dict[CUDAGraphMode, set[BatchDescriptor]]:
-    out: dict[CUDAGraphMode, set[BatchDescriptor]] = {}
-    for d in descs:
-        out.setdefault(d.cg_mode, set()).add(d)
+    descs = list(descs)
+    return {mode: {d for d in descs if d.cg_mode == mode} for mode in {d.cg_mode for d in descs}}
+
+
+def capture_list_diff(actual: Iterable[BatchDescriptor], expected: Iterable[BatchDescriptor]) -> dict:
+    """Per mode whose descriptors differ (PIECEWISE, FULL, NONE in turn):
+    (those ``expected`` holds that ``actual`` lacks, those ``actual`` holds
+    that ``expected`` lacks), as sets; empty when they hold the same
+    (export-test carries this rule as written)."""
+    a, e = _by_mode(actual), _by_mode(expected)
+    out = {}
+    for mode in (P, F, N):
+        got, want = a.get(mode, set()), e.get(mode, set())
+        if got != want:
+            out[mode] = (want - got, got - want)
     return out
 
 
 def _diff_by_mode(actual: Iterable[BatchDescriptor],
                   expected: Iterable[BatchDescriptor]) -> tuple[list[str], list[BatchDescriptor]]:
     """The differences per mode in words, and the descriptors those words name."""
-    a, e = _by_mode(actual), _by_mode(expected)
     parts = []
     named: list[BatchDescriptor] = []
-    for mode in (P, F, N):
-        got, want = a.get(mode, set()), e.get(mode, set())
-        if got == want:
-            continue
-        missing, extra = want - got, got - want
+    for mode, (missing, extra) in capture_list_diff(actual, expected).items():
         text = f"{mode.value}:"
         if missing:
             text += f" missing {shorts(missing)}"
@@ -78,7 +85,7 @@ def _not_breakable_hint(run: RunView, descs: Sequence[BatchDescriptor]) -> str:
 
 
 @declare("CAND-ORDER", "candidate init run again on the finished manager gives the same descriptors and candidates, "
-         "and they match the spec", family="init", applies=_has_candidates)
+         "and they match the spec", family="init", applies=_has_candidates, rule=capture_list_diff)
 def cand_order(run: RunView) -> list[Violation]:
     out: list[Violation] = []
     cands = run.of(Candidates)

@@ -635,13 +635,14 @@ class _VllmWriter(RuntimeTemplates):
         again = capture_descs(manager)
     finally:
         manager._capture_descs, manager._candidates = saved
-    assert sorted(map(short, again)) == sorted(map(short, built)), (
+    assert not capture_list_diff(again, built), (
         f"CAND-ORDER: candidate init run again on the finished manager gives "
         f"{sorted(map(short, again))}; the first run gave {sorted(map(short, built))}"
     )
-    unexpected = sorted(short(d) for d in set(built) - set(SPEC_CAPTURE_DESCS))
-    missing = sorted(short(d) for d in set(SPEC_CAPTURE_DESCS) - set(built))
-    assert not unexpected and not missing, (
+    diff = capture_list_diff(built, SPEC_CAPTURE_DESCS)
+    unexpected = sorted(short(d) for _, extra in diff.values() for d in extra)
+    missing = sorted(short(d) for lacking, _ in diff.values() for d in lacking)
+    assert not diff, (
         "CAND-ORDER: capture descriptors differ from cgsim's spec "
         f"(ruleset <<ruleset>>): unexpected {unexpected}, missing {missing}. "
         <<seen>>
@@ -649,8 +650,8 @@ class _VllmWriter(RuntimeTemplates):
 ''', ruleset=self.scenario.ruleset, seen=self._seen())
         constants = ("# The descriptors cgsim's spec captures for this config (SPEC §2-§3).\n"
                      f"SPEC_CAPTURE_DESCS = {literal}",)
-        return Parts(body, helpers=(code.HELPER_SHORT, code.HELPER_CAPTURE_DESCS), constants=constants,
-                     runs_checked_step=True)
+        return Parts(body, helpers=(code.HELPER_SHORT, code.HELPER_CAPTURE_DESCS, code.HELPER_CAND_ORDER),
+                     constants=constants, runs_checked_step=True)
 
     def _release_recapture(self) -> Parts:
         if self.step is None or self.scenario.steps[self.step].kind != "release":

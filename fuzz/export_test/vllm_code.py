@@ -4,7 +4,8 @@ as source text (``<<name>>`` marks what a writer fills in)."""
 from fuzz.export_test.vllm_fit import FIT_ADAPTER, FIT_RULE
 from fuzz.export_test.vllm_rules import (COMPLETE_ADAPTER, COMPLETE_RULE, INIT_TOTAL_ADAPTER, INIT_TOTAL_RULE,
                                          PAD_ADAPTER, PAD_RULE, PRIORITY_ADAPTER, PRIORITY_RULE, SCHEDULER_ADAPTER,
-                                         SCHEDULER_RULE, SOUND_ADAPTER, SOUND_RULE, USEFUL_RULE, DECODE_LENGTHS_RULE)
+                                         SCHEDULER_RULE, SOUND_ADAPTER, SOUND_RULE, USEFUL_RULE, DECODE_LENGTHS_RULE,
+                                         CAND_ORDER_RULE)
 
 HELPER_ACCEPTED = '''
 def accepted_kwargs(fn, **kwargs):
@@ -408,9 +409,10 @@ HELPER_INIT_TOTAL = INIT_TOTAL_RULE + INIT_TOTAL_ADAPTER
 # PAD-CONSISTENT's rule generated from its source, with its adapter (vllm_rules.py).
 HELPER_PAD = PAD_RULE + PAD_ADAPTER
 
-# CAPTURE-USEFUL's and DECODE-LENGTHS' rules generated from their source (vllm_rules.py).
+# CAPTURE-USEFUL's, DECODE-LENGTHS' and CAND-ORDER's rules generated from their source (vllm_rules.py).
 HELPER_USEFUL = USEFUL_RULE
 HELPER_DECODE_LENGTHS = DECODE_LENGTHS_RULE
+HELPER_CAND_ORDER = CAND_ORDER_RULE
 
 # Appended to cpu_graphs for a config with breakable CUDA graphs.
 FIXTURE_BREAKABLE_EXTRA = '''    # Breakable CUDA graphs (the manager reads the variable when it is built).

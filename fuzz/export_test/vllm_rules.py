@@ -3,7 +3,8 @@ in its declaration, ``cgsim/properties/registry.py``: DISPATCH-SOUND's
 ``sound_fit``, DISPATCH-PRIORITY's ``priority_ok``, DISPATCH-COMPLETE's
 ``complete_ok``, DISPATCH-ROUNDTRIP's ``roundtrip_ok``, INIT-TOTAL's
 ``descriptor_problems``, PAD-CONSISTENT's ``covers_query_len``,
-CAPTURE-USEFUL's ``sole_choice``, DECODE-LENGTHS' ``decode_length_gaps``) and scheduler model
+CAPTURE-USEFUL's ``sole_choice``, DECODE-LENGTHS' ``decode_length_gaps``,
+CAND-ORDER's ``capture_list_diff``) and scheduler model
 (``cgsim/spec/scheduler.py`` ``producible_batches``) as an exported vLLM test
 carries them: generated from their source (``standalone``), never retyped,
 each with a thin adapter for what differs in the exported world.  A rule is
@@ -28,7 +29,7 @@ from fuzz.export_test.vllm_fit import FIT_RULE
 __all__ = ["COMPLETE_ADAPTER", "COMPLETE_RULE", "PRIORITY_ADAPTER", "PRIORITY_RULE", "ROUNDTRIP_ADAPTER",
            "ROUNDTRIP_PARTS", "ROUNDTRIP_RULE", "SCHEDULER_ADAPTER", "SCHEDULER_PARTS", "SCHEDULER_RULE",
            "SOUND_ADAPTER", "SOUND_RULE", "INIT_TOTAL_ADAPTER", "INIT_TOTAL_RULE", "PAD_ADAPTER", "PAD_RULE", "USEFUL_RULE",
-           "DECODE_LENGTHS_RULE", "rule_parts"]
+           "DECODE_LENGTHS_RULE", "CAND_ORDER_RULE", "rule_parts"]
 
 
 def _defined(text: str) -> frozenset[str]:
@@ -194,6 +195,8 @@ def metadata_covers(captured_max_query_len, batch):
 
 # CAPTURE-USEFUL's rule: the exported test asks it of best_choices (the fit
 # rule's adapter) for every producible batch; DECODE-LENGTHS': of vLLM's
-# descriptors as they are (both read only fields every release has).
+# descriptors as they are, as CAND-ORDER's (both read only fields every
+# release has, and compare descriptors whole).
 USEFUL_RULE = _generate(rule_parts("CAPTURE-USEFUL"))
 DECODE_LENGTHS_RULE = _generate(rule_parts("DECODE-LENGTHS"))
+CAND_ORDER_RULE = _generate(rule_parts("CAND-ORDER"))

@@ -4,8 +4,8 @@ are cgsim's.
 export-test generates each property's declared rule (``rule=``: the
 dispatch properties' ``sound_fit``, ``priority_ok``, ``complete_ok`` and
 ``roundtrip_ok`` in ``cgsim/properties/dispatch.py``, INIT-TOTAL's
-``descriptor_problems`` and DECODE-LENGTHS' ``decode_length_gaps`` in
-``init.py``, PAD-CONSISTENT's ``covers_query_len``, CAPTURE-USEFUL's
+``descriptor_problems``, DECODE-LENGTHS' ``decode_length_gaps`` and
+CAND-ORDER's ``capture_list_diff`` in ``init.py``, PAD-CONSISTENT's ``covers_query_len``, CAPTURE-USEFUL's
 ``sole_choice``) and
 ``producible_batches`` (``cgsim/spec/scheduler.py``) from their source
 (``fuzz/export_test/vllm_rules.py``).  Executed from the generated text as
@@ -32,7 +32,7 @@ from cgsim.modes import RUNTIME_RANK
 from cgsim.modes import CUDAGraphMode as CgsimMode
 from cgsim.properties import registered
 from cgsim.properties.dispatch import complete_ok, priority_ok, roundtrip_ok, sole_choice, sound_fit
-from cgsim.properties.init import decode_length_gaps, descriptor_problems
+from cgsim.properties.init import capture_list_diff, decode_length_gaps, descriptor_problems
 from cgsim.properties.metadata import covers_query_len
 from cgsim.spec import eager_descriptor, scheduler
 from cgsim.spec.fit import best_fits, dispatch_choices
@@ -402,11 +402,53 @@ def test_an_altered_decode_lengths_check_disagrees(what, old, new):
     assert decode_lengths_disagreement(example, altered)
 
 
+# -- CAND-ORDER -------------------------------------------------------------------------------
+
+CAND_ORDER_TEXT = vllm_code.HELPER_CAND_ORDER
+
+capture_list = st.lists(st.builds(lambda m, t, r: (m, t, r), st.sampled_from(("FULL", "PIECEWISE", "NONE")),
+                                  st.integers(1, 3), st.one_of(st.none(), st.integers(1, 2))), max_size=5)
+
+
+def cand_order_disagreement(case: tuple, text: str = CAND_ORDER_TEXT) -> str | None:
+    """Where the exported CAND-ORDER check finds another difference between
+    two capture lists than cgsim's (None: the same)."""
+    ns = _exec(text)
+    ours = capture_list_diff(*([BatchDescriptor(CgsimMode[m], t, r) for m, t, r in lst] for lst in case))
+    theirs = ns["capture_list_diff"](*([VllmDescriptor(VllmMode[m], t, r) for m, t, r in lst] for lst in case))
+    ours_as_vllm = {VllmMode[m.name]: tuple({as_vllm(d) for d in part} for part in parts) for m, parts in ours.items()}
+    if list(theirs.items()) != list(ours_as_vllm.items()):
+        return f"exported {theirs}, cgsim {ours}"
+    return None
+
+
+@SETTINGS
+@given(st.tuples(capture_list, capture_list))
+def test_the_exported_cand_order_check_finds_cgsims_difference(case):
+    assert cand_order_disagreement(case) is None, case
+
+
+CAND_ORDER_ALTERATIONS = [
+    ("missing is what the expected list holds", "out[mode] = (want - got, got - want)",
+     "out[mode] = (got - want, want - got)"),
+    ("every mode, NONE too", "for mode in (P, F, N):", "for mode in (P, F):"),
+]
+
+
+@pytest.mark.parametrize("what,old,new", CAND_ORDER_ALTERATIONS, ids=[a[0] for a in CAND_ORDER_ALTERATIONS])
+def test_an_altered_cand_order_check_disagrees(what, old, new):
+    assert CAND_ORDER_TEXT.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
+    altered = CAND_ORDER_TEXT.replace(old, new)
+    example = find(st.tuples(capture_list, capture_list),
+                   lambda case: cand_order_disagreement(case, altered) is not None, settings=FIND)
+    assert cand_order_disagreement(example, altered)
+
+
 def test_each_exported_rule_is_the_one_its_property_declares():
     """The generated text holds the very function the judge calls (``rule=``)."""
     for pid, text in {**DISPATCH_TEXTS, "DISPATCH-ROUNDTRIP": ROUNDTRIP_TEXT, "INIT-TOTAL": INIT_TOTAL_TEXT,
                       "PAD-CONSISTENT": PAD_TEXT, "CAPTURE-USEFUL": USEFUL_TEXT,
-                      "DECODE-LENGTHS": DECODE_LENGTHS_TEXT}.items():
+                      "DECODE-LENGTHS": DECODE_LENGTHS_TEXT, "CAND-ORDER": CAND_ORDER_TEXT}.items():
         rule = registered()[pid].rule
         assert rule is not None and f"def {rule.__name__}(" in text, pid
 
@@ -486,7 +528,7 @@ def test_an_altered_scheduler_model_disagrees(what, old, new):
 
 
 @pytest.mark.parametrize("function", [roundtrip_ok, sound_fit, priority_ok, complete_ok, descriptor_problems,
-                                      covers_query_len, sole_choice, decode_length_gaps,
+                                      covers_query_len, sole_choice, decode_length_gaps, capture_list_diff,
                                       scheduler.producible_batches, scheduler.is_decode_batch,
                                       scheduler.make_batch, scheduler.longest_mixed_decode_len])
 def test_the_exported_rules_are_generated_from_cgsims_source(function):
@@ -495,6 +537,6 @@ def test_the_exported_rules_are_generated_from_cgsims_source(function):
     lines = inspect.getsource(function).splitlines()
     body = lines[next(i for i, line in enumerate(lines) if line.rstrip().endswith(":")) + 1:]
     text = (ROUNDTRIP_TEXT + SCHEDULER_TEXT + "".join(DISPATCH_TEXTS.values()) + INIT_TOTAL_TEXT + PAD_TEXT
-            + USEFUL_TEXT + DECODE_LENGTHS_TEXT)
+            + USEFUL_TEXT + DECODE_LENGTHS_TEXT + CAND_ORDER_TEXT)
     assert all(line in text for line in body), [line for line in body if line not in text]
     assert f"def {function.__name__}(" in text
