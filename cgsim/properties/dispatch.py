@@ -19,7 +19,8 @@ from cgsim.spec import scheduler
 from cgsim.spec.fit import best_fits, compatible, fits_in_case
 from cgsim.trace import CaptureDone
 
-__all__ = ["useless_descriptors", "roundtrip_ok", "sound_fit", "priority_ok", "complete_ok", "sole_choice"]
+__all__ = ["useless_descriptors", "roundtrip_ok", "sound_fit", "priority_ok", "complete_ok", "sole_choice",
+           "capture_flag_problem"]
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 
@@ -215,17 +216,24 @@ def _applies_before_capture(run: RunView) -> bool:
     return bool(run.of(CaptureDone)) or any(sv.captured is None for sv in run.judged_sweeps)
 
 
+def capture_flag_problem(ok: bool, captured_flag: bool) -> str | None:
+    """What is wrong with the captured flag a capture that finished (``ok``)
+    or not left (None: nothing; export-test carries this rule as written)."""
+    if ok and not captured_flag:
+        return "capture finished but the manager is not marked captured (every dispatch will run eagerly)"
+    if not ok and captured_flag:
+        return "capture did not finish but the manager says it is captured"
+    return None
+
+
 @declare("BEFORE-CAPTURE", "dispatch before capture (or after release) returns NONE", family="dispatch",
-         applies=_applies_before_capture)
+         applies=_applies_before_capture, rule=capture_flag_problem)
 def before_capture(run: RunView) -> list[Violation]:
     out: list[Violation] = []
     for e in run.of(CaptureDone):
-        if e.ok and not e.captured_flag:
-            out.append(Violation(
-                "BEFORE-CAPTURE", "capture finished but the manager is not marked captured (every dispatch will run eagerly)", e.step))
-        elif not e.ok and e.captured_flag:
-            out.append(Violation(
-                "BEFORE-CAPTURE", "capture did not finish but the manager says it is captured", e.step))
+        problem = capture_flag_problem(e.ok, e.captured_flag)
+        if problem is not None:
+            out.append(Violation("BEFORE-CAPTURE", problem, e.step))
     for sv in run.judged_sweeps:
         if sv.captured is not None:
             continue

@@ -659,18 +659,16 @@ class _VllmWriter(RuntimeTemplates):
                               f"step; step {self.f.step} is not one")
         body = fill('''
     release(manager, vllm_config)  # step <<step>>: release
-    assert not manager._graphs_captured, (
-        "RELEASE-RECAPTURE: after release the manager still says its graphs are "
-        "captured: dispatch keeps returning graphs that were released, and the next "
-        "capture() finds the graphs it kept. "
+    problems = release_problems(len(manager.graphs), bool(manager._graphs_captured))
+    assert not problems, (
+        "RELEASE-RECAPTURE: " + "; ".join(problems)
+        + f" (stored: {[short(d) for d in manager.graphs]}): dispatch keeps "
+        "returning graphs that were released, and the next capture() finds the "
+        "graphs it kept. "
         <<seen>>
     )
-    assert not manager.graphs, (
-        f"RELEASE-RECAPTURE: release left {len(manager.graphs)} graph(s) stored: "
-        f"{[short(d) for d in manager.graphs]}"
-    )
 ''', step=str(self.step), seen=self._seen())
-        return Parts(body, helpers=(code.HELPER_SHORT,))
+        return Parts(body, helpers=(code.HELPER_SHORT, code.HELPER_RELEASE_RECAPTURE))
 
     def _before_capture(self) -> Parts:
         if self.step is None:
@@ -706,14 +704,15 @@ class _VllmWriter(RuntimeTemplates):
     except Exception as exc:  # vLLM's own capture failing, whatever its type
         error = f"{type(exc).__name__}: {exc}"
     outcome = "finished" if error is None else f"failed ({error})"
-    assert (error is None) == bool(manager._graphs_captured), (
-        f"BEFORE-CAPTURE: capture {outcome} but the manager says "
-        f"captured={manager._graphs_captured}: dispatch trusts that flag to hand "
+    problem = capture_flag_problem(error is None, bool(manager._graphs_captured))
+    assert problem is None, (
+        f"BEFORE-CAPTURE: {problem}: capture {outcome}, the manager says "
+        f"captured={manager._graphs_captured}; dispatch trusts that flag to hand "
         "out graphs. "
         <<seen>>
     )
 ''', step=str(self.step), seen=self._seen())
-        return Parts(body)
+        return Parts(body, helpers=(code.HELPER_BEFORE_CAPTURE,))
 
     def _no_crash(self) -> Parts:
         if self.step is None:

@@ -5,7 +5,7 @@ from fuzz.export_test.vllm_fit import FIT_ADAPTER, FIT_RULE
 from fuzz.export_test.vllm_rules import (COMPLETE_ADAPTER, COMPLETE_RULE, INIT_TOTAL_ADAPTER, INIT_TOTAL_RULE,
                                          PAD_ADAPTER, PAD_RULE, PRIORITY_ADAPTER, PRIORITY_RULE, SCHEDULER_ADAPTER,
                                          SCHEDULER_RULE, SOUND_ADAPTER, SOUND_RULE, USEFUL_RULE, DECODE_LENGTHS_RULE,
-                                         CAND_ORDER_RULE)
+                                         CAND_ORDER_RULE, RELEASE_RECAPTURE_RULE, BEFORE_CAPTURE_RULE)
 
 HELPER_ACCEPTED = '''
 def accepted_kwargs(fn, **kwargs):
@@ -413,6 +413,10 @@ HELPER_PAD = PAD_RULE + PAD_ADAPTER
 HELPER_USEFUL = USEFUL_RULE
 HELPER_DECODE_LENGTHS = DECODE_LENGTHS_RULE
 HELPER_CAND_ORDER = CAND_ORDER_RULE
+
+# RELEASE-RECAPTURE's and BEFORE-CAPTURE's rules generated from their source (vllm_rules.py).
+HELPER_RELEASE_RECAPTURE = RELEASE_RECAPTURE_RULE
+HELPER_BEFORE_CAPTURE = BEFORE_CAPTURE_RULE
 
 # Appended to cpu_graphs for a config with breakable CUDA graphs.
 FIXTURE_BREAKABLE_EXTRA = '''    # Breakable CUDA graphs (the manager reads the variable when it is built).

@@ -4,7 +4,8 @@ in its declaration, ``cgsim/properties/registry.py``: DISPATCH-SOUND's
 ``complete_ok``, DISPATCH-ROUNDTRIP's ``roundtrip_ok``, INIT-TOTAL's
 ``descriptor_problems``, PAD-CONSISTENT's ``covers_query_len``,
 CAPTURE-USEFUL's ``sole_choice``, DECODE-LENGTHS' ``decode_length_gaps``,
-CAND-ORDER's ``capture_list_diff``) and scheduler model
+CAND-ORDER's ``capture_list_diff``, RELEASE-RECAPTURE's ``release_problems``,
+BEFORE-CAPTURE's ``capture_flag_problem``) and scheduler model
 (``cgsim/spec/scheduler.py`` ``producible_batches``) as an exported vLLM test
 carries them: generated from their source (``standalone``), never retyped,
 each with a thin adapter for what differs in the exported world.  A rule is
@@ -29,7 +30,8 @@ from fuzz.export_test.vllm_fit import FIT_RULE
 __all__ = ["COMPLETE_ADAPTER", "COMPLETE_RULE", "PRIORITY_ADAPTER", "PRIORITY_RULE", "ROUNDTRIP_ADAPTER",
            "ROUNDTRIP_PARTS", "ROUNDTRIP_RULE", "SCHEDULER_ADAPTER", "SCHEDULER_PARTS", "SCHEDULER_RULE",
            "SOUND_ADAPTER", "SOUND_RULE", "INIT_TOTAL_ADAPTER", "INIT_TOTAL_RULE", "PAD_ADAPTER", "PAD_RULE", "USEFUL_RULE",
-           "DECODE_LENGTHS_RULE", "CAND_ORDER_RULE", "rule_parts"]
+           "DECODE_LENGTHS_RULE", "CAND_ORDER_RULE", "RELEASE_RECAPTURE_RULE",
+           "BEFORE_CAPTURE_RULE", "rule_parts"]
 
 
 def _defined(text: str) -> frozenset[str]:
@@ -200,3 +202,8 @@ def metadata_covers(captured_max_query_len, batch):
 USEFUL_RULE = _generate(rule_parts("CAPTURE-USEFUL"))
 DECODE_LENGTHS_RULE = _generate(rule_parts("DECODE-LENGTHS"))
 CAND_ORDER_RULE = _generate(rule_parts("CAND-ORDER"))
+
+# RELEASE-RECAPTURE's and BEFORE-CAPTURE's rules take plain values (a graph
+# count, flags): the exported test reads them off vLLM's manager.
+RELEASE_RECAPTURE_RULE = _generate(rule_parts("RELEASE-RECAPTURE"))
+BEFORE_CAPTURE_RULE = _generate(rule_parts("BEFORE-CAPTURE"))

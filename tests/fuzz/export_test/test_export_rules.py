@@ -5,7 +5,8 @@ export-test generates each property's declared rule (``rule=``: the
 dispatch properties' ``sound_fit``, ``priority_ok``, ``complete_ok`` and
 ``roundtrip_ok`` in ``cgsim/properties/dispatch.py``, INIT-TOTAL's
 ``descriptor_problems``, DECODE-LENGTHS' ``decode_length_gaps`` and
-CAND-ORDER's ``capture_list_diff`` in ``init.py``, PAD-CONSISTENT's ``covers_query_len``, CAPTURE-USEFUL's
+CAND-ORDER's ``capture_list_diff`` in ``init.py``, RELEASE-RECAPTURE's
+``release_problems``, BEFORE-CAPTURE's ``capture_flag_problem``, PAD-CONSISTENT's ``covers_query_len``, CAPTURE-USEFUL's
 ``sole_choice``) and
 ``producible_batches`` (``cgsim/spec/scheduler.py``) from their source
 (``fuzz/export_test/vllm_rules.py``).  Executed from the generated text as
@@ -31,8 +32,10 @@ from cgsim.descriptors import Batch, BatchDescriptor, lora_case
 from cgsim.modes import RUNTIME_RANK
 from cgsim.modes import CUDAGraphMode as CgsimMode
 from cgsim.properties import registered
-from cgsim.properties.dispatch import complete_ok, priority_ok, roundtrip_ok, sole_choice, sound_fit
+from cgsim.properties.dispatch import (capture_flag_problem, complete_ok, priority_ok, roundtrip_ok, sole_choice,
+                                      sound_fit)
 from cgsim.properties.init import capture_list_diff, decode_length_gaps, descriptor_problems
+from cgsim.properties.lifecycle import release_problems
 from cgsim.properties.metadata import covers_query_len
 from cgsim.spec import eager_descriptor, scheduler
 from cgsim.spec.fit import best_fits, dispatch_choices
@@ -444,11 +447,53 @@ def test_an_altered_cand_order_check_disagrees(what, old, new):
     assert cand_order_disagreement(example, altered)
 
 
+# -- RELEASE-RECAPTURE and BEFORE-CAPTURE: rules over a graph count and flags ----------------
+
+FLAG_RULES = {
+    # pid: (the exported text, cgsim's rule, its name there, drawn arguments)
+    "RELEASE-RECAPTURE": (vllm_code.HELPER_RELEASE_RECAPTURE, release_problems, "release_problems",
+                          st.tuples(st.integers(0, 3), st.booleans())),
+    "BEFORE-CAPTURE": (vllm_code.HELPER_BEFORE_CAPTURE, capture_flag_problem, "capture_flag_problem",
+                       st.tuples(st.booleans(), st.booleans())),
+}
+
+
+def flag_disagreement(pid: str, args: tuple, text: str | None = None) -> str | None:
+    exported, rule, name, _ = FLAG_RULES[pid]
+    theirs, ours = _exec(text or exported)[name](*args), rule(*args)
+    return None if theirs == ours else f"{args}: exported {theirs!r}, cgsim {ours!r}"
+
+
+@SETTINGS
+@given(st.data())
+@pytest.mark.parametrize("pid", sorted(FLAG_RULES))
+def test_the_exported_flag_checks_decide_as_cgsims(pid, data):
+    args = data.draw(FLAG_RULES[pid][3])
+    assert flag_disagreement(pid, args) is None
+
+
+FLAG_ALTERATIONS = [
+    ("RELEASE-RECAPTURE", "every graph is dropped", "if graphs_after != 0:", "if graphs_after > 1:"),
+    ("RELEASE-RECAPTURE", "the flag is dropped", "if captured_flag_after:", "if not captured_flag_after:"),
+    ("BEFORE-CAPTURE", "a failed capture leaves no flag", "if not ok and captured_flag:", "if not ok and False:"),
+]
+
+
+@pytest.mark.parametrize("pid,what,old,new", FLAG_ALTERATIONS, ids=[f"{a[0]}: {a[1]}" for a in FLAG_ALTERATIONS])
+def test_an_altered_flag_check_disagrees(pid, what, old, new):
+    text = FLAG_RULES[pid][0]
+    assert text.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
+    altered = text.replace(old, new)
+    example = find(FLAG_RULES[pid][3], lambda args: flag_disagreement(pid, args, altered) is not None, settings=FIND)
+    assert flag_disagreement(pid, example, altered)
+
+
 def test_each_exported_rule_is_the_one_its_property_declares():
     """The generated text holds the very function the judge calls (``rule=``)."""
     for pid, text in {**DISPATCH_TEXTS, "DISPATCH-ROUNDTRIP": ROUNDTRIP_TEXT, "INIT-TOTAL": INIT_TOTAL_TEXT,
                       "PAD-CONSISTENT": PAD_TEXT, "CAPTURE-USEFUL": USEFUL_TEXT,
-                      "DECODE-LENGTHS": DECODE_LENGTHS_TEXT, "CAND-ORDER": CAND_ORDER_TEXT}.items():
+                      "DECODE-LENGTHS": DECODE_LENGTHS_TEXT, "CAND-ORDER": CAND_ORDER_TEXT,
+                      **{pid: rule[0] for pid, rule in FLAG_RULES.items()}}.items():
         rule = registered()[pid].rule
         assert rule is not None and f"def {rule.__name__}(" in text, pid
 
@@ -529,6 +574,7 @@ def test_an_altered_scheduler_model_disagrees(what, old, new):
 
 @pytest.mark.parametrize("function", [roundtrip_ok, sound_fit, priority_ok, complete_ok, descriptor_problems,
                                       covers_query_len, sole_choice, decode_length_gaps, capture_list_diff,
+                                      release_problems, capture_flag_problem,
                                       scheduler.producible_batches, scheduler.is_decode_batch,
                                       scheduler.make_batch, scheduler.longest_mixed_decode_len])
 def test_the_exported_rules_are_generated_from_cgsims_source(function):
@@ -537,6 +583,7 @@ def test_the_exported_rules_are_generated_from_cgsims_source(function):
     lines = inspect.getsource(function).splitlines()
     body = lines[next(i for i, line in enumerate(lines) if line.rstrip().endswith(":")) + 1:]
     text = (ROUNDTRIP_TEXT + SCHEDULER_TEXT + "".join(DISPATCH_TEXTS.values()) + INIT_TOTAL_TEXT + PAD_TEXT
-            + USEFUL_TEXT + DECODE_LENGTHS_TEXT + CAND_ORDER_TEXT)
+            + USEFUL_TEXT + DECODE_LENGTHS_TEXT + CAND_ORDER_TEXT
+            + "".join(rule[0] for rule in FLAG_RULES.values()))
     assert all(line in text for line in body), [line for line in body if line not in text]
     assert f"def {function.__name__}(" in text
