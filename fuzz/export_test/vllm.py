@@ -430,22 +430,13 @@ class _VllmWriter(RuntimeTemplates):
     )
     if desc.cg_mode == CUDAGraphMode.NONE:
         return
-    if desc.cg_mode == CUDAGraphMode.FULL:
-        assert desc in manager.graphs, (
-            f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, "
-            "but no FULL graph is stored for it"
-        )
-        return
-    breakable = getattr(manager, "use_breakable_cg", False)
-    assert COMPILED_MODEL or breakable, (
-        f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, but nothing runs "
-        "piecewise graphs (the model is not torch-compiled and breakable CUDA graphs "
-        "are off): the batch runs eagerly under a PIECEWISE runtime mode. "
+    gap = runs_gap(desc, manager, recorder)
+    assert gap is None, (
+        f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, but nothing "
+        f"runs it ({gap}): no FULL graph stored for it, or a PIECEWISE graph not "
+        "captured or with nothing to run piecewise graphs (the model is not "
+        "torch-compiled and breakable CUDA graphs are off). "
         <<seen>>
-    )
-    assert desc in recorder.captured(manager), (
-        f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, "
-        "which was not captured"
     )
 ''', code.HELPER_SOUND)
 

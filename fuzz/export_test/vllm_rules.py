@@ -1,6 +1,6 @@
 """cgsim's property rules (the predicate each property names with ``rule=``
 in its declaration, ``cgsim/properties/registry.py``: DISPATCH-SOUND's
-``sound_fit``, DISPATCH-PRIORITY's ``priority_ok``, DISPATCH-COMPLETE's
+``sound_fit`` (with ``view.py``'s ``graph_gap``, its runner half), DISPATCH-PRIORITY's ``priority_ok``, DISPATCH-COMPLETE's
 ``complete_ok``, DISPATCH-ROUNDTRIP's ``roundtrip_ok``, INIT-TOTAL's
 ``descriptor_problems``, PAD-CONSISTENT's ``covers_query_len``,
 CAPTURE-USEFUL's ``sole_choice``, DECODE-LENGTHS' ``decode_length_gaps``,
@@ -29,7 +29,7 @@ from fuzz.export_test.vllm_fit import FIT_RULE
 
 __all__ = ["COMPLETE_ADAPTER", "COMPLETE_RULE", "PRIORITY_ADAPTER", "PRIORITY_RULE", "ROUNDTRIP_ADAPTER",
            "ROUNDTRIP_PARTS", "ROUNDTRIP_RULE", "SCHEDULER_ADAPTER", "SCHEDULER_PARTS", "SCHEDULER_RULE",
-           "SOUND_ADAPTER", "SOUND_RULE", "INIT_TOTAL_ADAPTER", "INIT_TOTAL_RULE", "PAD_ADAPTER", "PAD_RULE", "USEFUL_RULE",
+           "SOUND_ADAPTER", "SOUND_PARTS", "SOUND_RULE", "INIT_TOTAL_ADAPTER", "INIT_TOTAL_RULE", "PAD_ADAPTER", "PAD_RULE", "USEFUL_RULE",
            "DECODE_LENGTHS_RULE", "CAND_ORDER_RULE", "RELEASE_RECAPTURE_RULE",
            "BEFORE_CAPTURE_RULE", "rule_parts"]
 
@@ -138,16 +138,28 @@ def every_producible_batch():
                     yield from producible_batches(SCHEDULER, [lens], loras, ubatches)
 '''
 
-SOUND_RULE = _generate(rule_parts("DISPATCH-SOUND"))
+# DISPATCH-SOUND's second half, whether something runs the graph, is the
+# oracle's too: view.py's graph_gap, generated beside the declared rule.
+SOUND_PARTS = rule_parts("DISPATCH-SOUND") + (Part("cgsim.properties.view", ("graph_gap",)),)
+SOUND_RULE = _generate(SOUND_PARTS)
 
 SOUND_ADAPTER = '''
 
 # The exported world's side of cgsim's rule above: vLLM's descriptors, this
-# test's LORA_CASES.
+# test's LORA_CASES and doubles.
 def sound_fit_holds(desc, batch):
     """cgsim's DISPATCH-SOUND fit rule: an eager ``desc`` keeps every token of
     ``batch``, a graph fits it."""
     return sound_fit(Descriptor.of(desc), batch, lora_case(batch.num_active_loras, LORA_CASES))
+
+
+def runs_gap(desc, manager, recorder):
+    """cgsim's DISPATCH-SOUND runner rule: why nothing runs graph ``desc``
+    (None: something does): a FULL graph must be stored, a PIECEWISE one
+    captured, and something (the compiled model, breakable graphs) must run
+    piecewise graphs."""
+    piecewise_runner = COMPILED_MODEL or getattr(manager, "use_breakable_cg", False)
+    return graph_gap(desc.cg_mode, desc in manager.graphs, piecewise_runner, desc in recorder.captured(manager))
 '''
 
 PRIORITY_RULE = _generate(rule_parts("DISPATCH-PRIORITY"))

@@ -6,7 +6,8 @@ dispatch properties' ``sound_fit``, ``priority_ok``, ``complete_ok`` and
 ``roundtrip_ok`` in ``cgsim/properties/dispatch.py``, INIT-TOTAL's
 ``descriptor_problems``, DECODE-LENGTHS' ``decode_length_gaps`` and
 CAND-ORDER's ``capture_list_diff`` in ``init.py``, RELEASE-RECAPTURE's
-``release_problems``, BEFORE-CAPTURE's ``capture_flag_problem``, PAD-CONSISTENT's ``covers_query_len``, CAPTURE-USEFUL's
+``release_problems``, BEFORE-CAPTURE's ``capture_flag_problem``, and
+DISPATCH-SOUND's runner half, ``view.py``'s ``graph_gap``, PAD-CONSISTENT's ``covers_query_len``, CAPTURE-USEFUL's
 ``sole_choice``) and
 ``producible_batches`` (``cgsim/spec/scheduler.py``) from their source
 (``fuzz/export_test/vllm_rules.py``).  Executed from the generated text as
@@ -36,6 +37,7 @@ from cgsim.properties.dispatch import (capture_flag_problem, complete_ok, priori
                                       sound_fit)
 from cgsim.properties.init import capture_list_diff, decode_length_gaps, descriptor_problems
 from cgsim.properties.lifecycle import release_problems
+from cgsim.properties.view import graph_gap
 from cgsim.properties.metadata import covers_query_len
 from cgsim.spec import eager_descriptor, scheduler
 from cgsim.spec.fit import best_fits, dispatch_choices
@@ -488,6 +490,49 @@ def test_an_altered_flag_check_disagrees(pid, what, old, new):
     assert flag_disagreement(pid, example, altered)
 
 
+# DISPATCH-SOUND's runner half (view.py's graph_gap): whether something runs
+# the graph, asked of the test's doubles.  Drawn: the graph's mode, whether
+# the manager stores it, whether capture recorded it, a compiled model,
+# breakable graphs.
+runner_world = st.tuples(st.sampled_from(("FULL", "PIECEWISE")), st.booleans(), st.booleans(), st.booleans(),
+                         st.booleans())
+
+
+def runs_disagreement(case: tuple, text: str = DISPATCH_TEXTS["DISPATCH-SOUND"]) -> str | None:
+    mode, stored, recorded, compiled, breakable = case
+    ns = _exec(text, LORA_CASES=(0,), COMPILED_MODEL=compiled)
+    desc = VllmDescriptor(VllmMode[mode], 4, None)
+    manager = SimpleNamespace(graphs={desc: object()} if stored else {}, use_breakable_cg=breakable)
+    # The recorder's captured(): the stored graphs, and the PIECEWISE shapes
+    # capture recorded where the compiled model captured them.
+    recorder = SimpleNamespace(captured=lambda m: list(m.graphs) + ([desc] if recorded and compiled else []))
+    ours = graph_gap(CgsimMode[mode], stored, compiled or breakable, stored or (recorded and compiled))
+    theirs = ns["runs_gap"](desc, manager, recorder)
+    return None if theirs == ours else f"{case}: exported {theirs!r}, cgsim {ours!r}"
+
+
+@SETTINGS
+@given(runner_world)
+def test_the_exported_runner_check_decides_as_cgsims(case):
+    assert runs_disagreement(case) is None
+
+
+RUNS_ALTERATIONS = [
+    ("a FULL graph must be stored", 'if mode is CUDAGraphMode.FULL and not stored:', "if False:"),
+    ("breakable graphs run piecewise graphs", 'COMPILED_MODEL or getattr(manager, "use_breakable_cg", False)',
+     "COMPILED_MODEL"),
+]
+
+
+@pytest.mark.parametrize("what,old,new", RUNS_ALTERATIONS, ids=[a[0] for a in RUNS_ALTERATIONS])
+def test_an_altered_runner_check_disagrees(what, old, new):
+    text = DISPATCH_TEXTS["DISPATCH-SOUND"]
+    assert text.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
+    altered = text.replace(old, new)
+    example = find(runner_world, lambda case: runs_disagreement(case, altered) is not None, settings=FIND)
+    assert runs_disagreement(example, altered)
+
+
 def test_each_exported_rule_is_the_one_its_property_declares():
     """The generated text holds the very function the judge calls (``rule=``)."""
     for pid, text in {**DISPATCH_TEXTS, "DISPATCH-ROUNDTRIP": ROUNDTRIP_TEXT, "INIT-TOTAL": INIT_TOTAL_TEXT,
@@ -574,7 +619,7 @@ def test_an_altered_scheduler_model_disagrees(what, old, new):
 
 @pytest.mark.parametrize("function", [roundtrip_ok, sound_fit, priority_ok, complete_ok, descriptor_problems,
                                       covers_query_len, sole_choice, decode_length_gaps, capture_list_diff,
-                                      release_problems, capture_flag_problem,
+                                      release_problems, capture_flag_problem, graph_gap,
                                       scheduler.producible_batches, scheduler.is_decode_batch,
                                       scheduler.make_batch, scheduler.longest_mixed_decode_len])
 def test_the_exported_rules_are_generated_from_cgsims_source(function):
