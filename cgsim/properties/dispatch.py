@@ -19,7 +19,8 @@ from cgsim.spec import scheduler
 from cgsim.spec.fit import best_fits, compatible, fits_in_case
 from cgsim.trace import CaptureDone
 
-__all__ = ["useless_descriptors", "roundtrip_ok"]
+__all__ = ["useless_descriptors", "roundtrip_ok", "sound_fit", "priority_ok", "complete_ok", "sole_choice",
+           "capture_flag_problem"]
 
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 
@@ -38,8 +39,21 @@ def _has_captured_dispatch(run: RunView) -> bool:
 # oracle's (SweepView.disputed) and naming the smallest that fails.
 
 
+# Each property's rule over plain values (``rule=`` in its declaration): the
+# check calls it, and export-test generates the exported check from it.
+
+
+def sound_fit(d: BatchDescriptor, b, case: int) -> bool:
+    """Whether dispatching ``b`` (of LoRA case ``case``) to ``d`` can run it
+    at all: an eager run keeps every token of the batch, a graph fits it
+    (``compatible``, the case given; export-test carries this rule as written)."""
+    if d.cg_mode is N:
+        return d.num_tokens >= b.num_tokens
+    return d.num_active_loras == case and fits_in_case(d, b)
+
+
 @declare("DISPATCH-SOUND", "the dispatched descriptor fits the batch and something runs it", family="dispatch",
-         applies=_has_dispatch)
+         applies=_has_dispatch, rule=sound_fit)
 def dispatch_sound(run: RunView) -> list[Violation]:
     cases = run.config.lora_cases
     out: list[Violation] = []
@@ -50,18 +64,16 @@ def dispatch_sound(run: RunView) -> list[Violation]:
         missing: dict[int, str | None] = {}
         case_of: dict[int, int] = {}
         for b, d, _ in sv.disputed():
-            if d.cg_mode is N:
-                if d.num_tokens < b.num_tokens:
-                    failures.append((b, f"{b.short()} dispatched to eager {d.short()} with fewer tokens than the batch"))
-                continue
-            # compatible(d, b, cases), the batch's LoRA case looked up once per count
+            # The batch's LoRA case, looked up once per count.
             case = case_of.get(b.num_active_loras)
             if case is None:
                 case = case_of[b.num_active_loras] = lora_case(b.num_active_loras, cases)
-            if not (d.num_active_loras == case and fits_in_case(d, b)):
-                failures.append((b, f"{b.short()} dispatched to incompatible {d.short()}: {incompat_reason(d, b, cases)}"))
+            if not sound_fit(d, b, case):
+                failures.append((b, f"{b.short()} dispatched to eager {d.short()} with fewer tokens than the batch"
+                                 if d.cg_mode is N else
+                                 f"{b.short()} dispatched to incompatible {d.short()}: {incompat_reason(d, b, cases)}"))
                 continue
-            if sv.captured is None:
+            if d.cg_mode is N or sv.captured is None:
                 continue  # nothing captured: BEFORE-CAPTURE judges it
             why = missing.get(id(d), "")
             if why == "":
@@ -77,16 +89,23 @@ def _choices(sv) -> dict:
     return {b: fit.choices for b, _, fit in sv.disputed()}
 
 
+def priority_ok(d: BatchDescriptor, full_fits: bool) -> bool:
+    """Whether dispatching to ``d`` keeps FULL first: FULL, or no captured
+    FULL graph fits the batch (``full_fits``; export-test carries this rule
+    as written)."""
+    return d.cg_mode is F or not full_fits
+
+
 @declare("DISPATCH-PRIORITY", "if a captured FULL descriptor fits the batch, dispatch returns FULL",
-         family="dispatch", applies=_has_captured_dispatch)
+         family="dispatch", applies=_has_captured_dispatch, rule=priority_ok)
 def dispatch_priority(run: RunView) -> list[Violation]:
     out: list[Violation] = []
     for sv in run.judged_captured:
         failures = []
         fulls: dict = {}
         for b, d, fit in sv.disputed():
-            full = fit.by_mode.get(F) if d.cg_mode is not F else None
-            if full:
+            full = fit.by_mode.get(F)
+            if not priority_ok(d, bool(full)):
                 fulls[b] = (sv.fitting(b, fit, F), fit.choices)
                 failures.append((b, f"{b.short()} dispatched to {d.cg_mode.value} {d.short()} although the captured FULL "
                                     f"{min(full[1], key=desc_sort_key).short()} fits it (expected FULL over PIECEWISE over NONE)"))
@@ -104,15 +123,22 @@ def _fit_facts(run: RunView, step: int | None, b, fitting: Iterable[BatchDescrip
     return (("fit_in_candidates", listed),)
 
 
+def complete_ok(d: BatchDescriptor, any_fits: bool) -> bool:
+    """Whether dispatching to ``d`` leaves no captured graph unused that could
+    run the batch: a graph, or nothing captured fits it (``any_fits``;
+    export-test carries this rule as written)."""
+    return d.cg_mode is not N or not any_fits
+
+
 @declare("DISPATCH-COMPLETE", "if any captured descriptor fits the batch, dispatch does not return NONE",
-         family="dispatch", applies=_has_captured_dispatch)
+         family="dispatch", applies=_has_captured_dispatch, rule=complete_ok)
 def dispatch_complete(run: RunView) -> list[Violation]:
     out: list[Violation] = []
     for sv in run.judged_captured:
         failures = []
         eager: dict = {}
         for b, d, fit in sv.disputed():
-            if d.cg_mode is N and fit.choices:
+            if not complete_ok(d, bool(fit.choices)):
                 fits = sv.fitting(b, fit)
                 eager[b] = (fits, fit.choices)
                 best = min(fit.choices, key=desc_sort_key).short()
@@ -164,7 +190,8 @@ def roundtrip_ok(d: BatchDescriptor, b, target: BatchDescriptor, cases, choices)
 
 
 @declare("DISPATCH-ROUNDTRIP", "a batch exactly the shape of a captured descriptor dispatches to it "
-         "(or to one of higher priority that pads no more)", family="dispatch", applies=_applies_roundtrip)
+         "(or to one of higher priority that pads no more)", family="dispatch", applies=_applies_roundtrip,
+         rule=roundtrip_ok)
 def dispatch_roundtrip(run: RunView) -> list[Violation]:
     cases = run.config.lora_cases
     out: list[Violation] = []
@@ -189,17 +216,24 @@ def _applies_before_capture(run: RunView) -> bool:
     return bool(run.of(CaptureDone)) or any(sv.captured is None for sv in run.judged_sweeps)
 
 
+def capture_flag_problem(ok: bool, captured_flag: bool) -> str | None:
+    """What is wrong with the captured flag a capture that finished (``ok``)
+    or not left (None: nothing; export-test carries this rule as written)."""
+    if ok and not captured_flag:
+        return "capture finished but the manager is not marked captured (every dispatch will run eagerly)"
+    if not ok and captured_flag:
+        return "capture did not finish but the manager says it is captured"
+    return None
+
+
 @declare("BEFORE-CAPTURE", "dispatch before capture (or after release) returns NONE", family="dispatch",
-         applies=_applies_before_capture)
+         applies=_applies_before_capture, rule=capture_flag_problem)
 def before_capture(run: RunView) -> list[Violation]:
     out: list[Violation] = []
     for e in run.of(CaptureDone):
-        if e.ok and not e.captured_flag:
-            out.append(Violation(
-                "BEFORE-CAPTURE", "capture finished but the manager is not marked captured (every dispatch will run eagerly)", e.step))
-        elif not e.ok and e.captured_flag:
-            out.append(Violation(
-                "BEFORE-CAPTURE", "capture did not finish but the manager says it is captured", e.step))
+        problem = capture_flag_problem(e.ok, e.captured_flag)
+        if problem is not None:
+            out.append(Violation("BEFORE-CAPTURE", problem, e.step))
     for sv in run.judged_sweeps:
         if sv.captured is not None:
             continue
@@ -208,6 +242,15 @@ def before_capture(run: RunView) -> list[Violation]:
                         f"{sv.sweep.captured_flag})") for b, d, _ in sv.disputed() if d.cg_mode != N]
         out += sweep_violations("BEFORE-CAPTURE", sv, failures, expected=lambda b: ())
     return group(out)
+
+
+def sole_choice(choices: Iterable[BatchDescriptor]) -> BatchDescriptor | None:
+    """The one graph dispatch must pick for a batch whose right choices are
+    ``choices`` (``dispatch_choices``), where there is just one: the graph
+    that batch makes useful; None where several tie or nothing fits
+    (export-test carries this rule as written)."""
+    choices = tuple(choices)
+    return choices[0] if len(choices) == 1 else None
 
 
 def useless_descriptors(cfg: ManagerConfig, captured: Iterable[BatchDescriptor],
@@ -239,17 +282,18 @@ def _useless(cfg: ManagerConfig, captured: frozenset[BatchDescriptor],
         if not pending:
             continue
         # best_fits gives each batch's dispatch_choices at once (brute force per batch was most of a big config's check).
-        for fit in best_fits(scheduler.producible_batches(cfg, decode, lora, ub), bucket, cases):
-            if len(fit.choices) == 1:
-                useful.update(fit.choices)
+        useful.update(map(sole_choice, map(attrgetter("choices"),
+                                          best_fits(scheduler.producible_batches(cfg, decode, lora, ub), bucket, cases))))
+        useful.discard(None)
         pending -= useful
         for d in sorted(pending, key=lambda x: repr(x)):
             batches = scheduler.producible_batches(cfg, scheduler.probe_shapes(cfg, d), lora, ub)
             for b, fit in zip(batches, best_fits(batches, bucket, cases)):
                 choices = fit.choices
-                if len(choices) == 1:
-                    useful.update(choices)
-                    if choices[0] == d:
+                one = sole_choice(choices)
+                if one is not None:
+                    useful.add(one)
+                    if one == d:
                         break
                 if d not in example and choices and compatible(d, b, cases):
                     example[d] = f"e.g. {b.short()} goes to {shorts(choices, 3)}"
@@ -261,7 +305,7 @@ def _has_finished_capture(run: RunView) -> bool:
 
 
 @declare("CAPTURE-USEFUL", "every captured descriptor is the unique dispatch choice for some batch the scheduler "
-         "can produce", family="dispatch", applies=_has_finished_capture)
+         "can produce", family="dispatch", applies=_has_finished_capture, rule=sole_choice)
 def capture_useful(run: RunView) -> list[Violation]:
     cfg = run.config
     out: list[Violation] = []
@@ -272,8 +316,8 @@ def capture_useful(run: RunView) -> list[Violation]:
         judged.add(cap.descs)
         # Every batch the sweep after this capture asked about is a batch the
         # scheduler can produce: its unique best graph is useful.
-        useful = {fit.choices[0] for sv in run.sweeps if sv.captured is cap
-                  for fit in sv.fits() if len(fit.choices) == 1}
+        useful = {sole_choice(fit.choices) for sv in run.sweeps if sv.captured is cap for fit in sv.fits()}
+        useful.discard(None)
         captured = [c.to_json() for c in sorted(cap.descs, key=desc_sort_key)]
         for d, why in useless_descriptors(cfg, cap.descs, useful).items():
             out.append(Violation(

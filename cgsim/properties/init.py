@@ -13,6 +13,8 @@ from cgsim.properties.view import RunView, group, list_short, mode_name, shorts,
 from cgsim.spec import expected_capture_descs, resolved_mode
 from cgsim.trace import Candidates
 
+__all__ = ["capture_list_diff", "descriptor_problems", "decode_length_gaps", "full_decode_lengths"]
+
 F, P, N = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
 
 
@@ -25,23 +27,30 @@ def _has_initial_candidates(run: RunView) -> bool:
 
 
 def _by_mode(descs: Iterable[BatchDescriptor]) -> dict[CUDAGraphMode, set[BatchDescriptor]]:
-    out: dict[CUDAGraphMode, set[BatchDescriptor]] = {}
-    for d in descs:
-        out.setdefault(d.cg_mode, set()).add(d)
+    descs = list(descs)
+    return {mode: {d for d in descs if d.cg_mode == mode} for mode in {d.cg_mode for d in descs}}
+
+
+def capture_list_diff(actual: Iterable[BatchDescriptor], expected: Iterable[BatchDescriptor]) -> dict:
+    """Per mode whose descriptors differ (PIECEWISE, FULL, NONE in turn):
+    (those ``expected`` holds that ``actual`` lacks, those ``actual`` holds
+    that ``expected`` lacks), as sets; empty when they hold the same
+    (export-test carries this rule as written)."""
+    a, e = _by_mode(actual), _by_mode(expected)
+    out = {}
+    for mode in (P, F, N):
+        got, want = a.get(mode, set()), e.get(mode, set())
+        if got != want:
+            out[mode] = (want - got, got - want)
     return out
 
 
 def _diff_by_mode(actual: Iterable[BatchDescriptor],
                   expected: Iterable[BatchDescriptor]) -> tuple[list[str], list[BatchDescriptor]]:
     """The differences per mode in words, and the descriptors those words name."""
-    a, e = _by_mode(actual), _by_mode(expected)
     parts = []
     named: list[BatchDescriptor] = []
-    for mode in (P, F, N):
-        got, want = a.get(mode, set()), e.get(mode, set())
-        if got == want:
-            continue
-        missing, extra = want - got, got - want
+    for mode, (missing, extra) in capture_list_diff(actual, expected).items():
         text = f"{mode.value}:"
         if missing:
             text += f" missing {shorts(missing)}"
@@ -76,7 +85,7 @@ def _not_breakable_hint(run: RunView, descs: Sequence[BatchDescriptor]) -> str:
 
 
 @declare("CAND-ORDER", "candidate init run again on the finished manager gives the same descriptors and candidates, "
-         "and they match the spec", family="init", applies=_has_candidates)
+         "and they match the spec", family="init", applies=_has_candidates, rule=capture_list_diff)
 def cand_order(run: RunView) -> list[Violation]:
     out: list[Violation] = []
     cands = run.of(Candidates)
@@ -185,8 +194,23 @@ def _applies_decode_lengths(run: RunView) -> bool:
     return _decode_routine(run) and (any(s.ok for s in run.sessions) or _has_initial_candidates(run))
 
 
+def full_decode_lengths(descs: Iterable[BatchDescriptor]) -> list[int]:
+    """The decode query lengths the FULL decode graphs of ``descs`` are for, sorted."""
+    return sorted({d.uniform_token_count for d in descs if d.cg_mode == F and d.uniform_token_count is not None})
+
+
+def decode_length_gaps(descs: Iterable[BatchDescriptor], scheduled: Iterable[int],
+                       feasible: Iterable[int]) -> tuple[list[int], list[int]]:
+    """Of the FULL decode graphs of ``descs``: the query lengths they are for
+    that the scheduler never produces (not ``scheduled``), and the
+    ``feasible`` lengths (some capture size has room for them) none is for;
+    each sorted (export-test carries this rule as written)."""
+    lens = set(full_decode_lengths(descs))
+    return sorted(lens - set(scheduled)), sorted(set(feasible) - lens)
+
+
 @declare("DECODE-LENGTHS", "FULL decode graphs exist for exactly the decode query lengths the scheduler produces",
-         family="init", applies=_applies_decode_lengths)
+         family="init", applies=_applies_decode_lengths, rule=decode_length_gaps)
 def decode_lengths(run: RunView) -> list[Violation]:
     if not _decode_routine(run):
         return []
@@ -206,8 +230,7 @@ def decode_lengths(run: RunView) -> list[Violation]:
                 sources.append((c.step, "FULL capture descriptors", list(c.capture_descs)))
     out: list[Violation] = []
     for step, what, descs in sources:
-        lens = {d.uniform_token_count for d in descs if d.cg_mode == F and d.uniform_token_count is not None}
-        extra, missing = lens - scheduler, feasible - lens
+        extra, missing = decode_length_gaps(descs, scheduler, feasible)
         sched_text = f"the scheduler produces {sorted(scheduler)}"
         if cfg.spec_schedule is not None:
             sched_text += (f" (dynamic schedule {[list(e) for e in cfg.spec_schedule]} clamped to "
@@ -222,7 +245,7 @@ def decode_lengths(run: RunView) -> list[Violation]:
         if missing:
             out.append(Violation(
                 "DECODE-LENGTHS",
-                f"{what} have no FULL decode graph for query length(s) {sorted(missing)}; {sched_text}, graphs exist for {sorted(lens)}",
+                f"{what} have no FULL decode graph for query length(s) {sorted(missing)}; {sched_text}, graphs exist for {full_decode_lengths(descs)}",
                 step,
             ))
     return group(out)
@@ -233,8 +256,32 @@ def _applies_init_total(run: RunView) -> bool:
     return bool(t.of(Candidates)) or any(run.is_build_error(e) for e in run.errors) or t.resolved_mode is not None
 
 
+def descriptor_problems(d: BatchDescriptor, decode_query_len: int, lora_cases: Sequence[int],
+                        num_ubatches: int) -> list[str]:
+    """What is insane about capture descriptor ``d`` under a config of the
+    largest decode query length, LoRA cases and micro-batch count given
+    (empty: nothing; export-test carries this rule as written)."""
+    problems = []
+    if d.num_tokens < 1:
+        problems.append(f"num_tokens {d.num_tokens} < 1")
+    if d.num_reqs is not None and d.num_reqs < 1:
+        problems.append(f"num_reqs {d.num_reqs} < 1")
+    if d.uniform_token_count is not None and not 1 <= d.uniform_token_count <= decode_query_len:
+        problems.append(f"uniform_token_count {d.uniform_token_count} outside 1..{decode_query_len} "
+                        "(largest decode query length)")
+    if d.max_query_len is not None and d.max_query_len < 1:
+        problems.append(f"max_query_len {d.max_query_len} < 1")
+    if d.num_active_loras not in lora_cases:
+        problems.append(f"num_active_loras {d.num_active_loras} is not a LoRA case {list(lora_cases)}")
+    if d.num_ubatches not in (1, num_ubatches):
+        problems.append(f"num_ubatches {d.num_ubatches} is neither 1 nor the configured {num_ubatches}")
+    if d.cg_mode == N:
+        problems.append("a NONE descriptor in the capture list")
+    return problems
+
+
 @declare("INIT-TOTAL", "building the manager succeeds for every valid config and every descriptor is sane",
-         family="init", applies=_applies_init_total)
+         family="init", applies=_applies_init_total, rule=descriptor_problems)
 def init_total(run: RunView) -> list[Violation]:
     cfg = run.config
     out: list[Violation] = []
@@ -252,26 +299,11 @@ def init_total(run: RunView) -> list[Violation]:
             f"building the manager for a config the spec rejects ended in {e.error}, not a clear error: {e.exc_type}: {e.message}",
             e.step, (("raised", f"{e.exc_type}: {e.message}"), _graphs(())),
         ))
-    max_q = cfg.decode_query_len
     for c in run.of(Candidates):
         if c.phase != "initial":
             continue
         for d in dict.fromkeys(c.capture_descs):
-            problems = []
-            if d.num_tokens < 1:
-                problems.append(f"num_tokens {d.num_tokens} < 1")
-            if d.num_reqs is not None and d.num_reqs < 1:
-                problems.append(f"num_reqs {d.num_reqs} < 1")
-            if d.uniform_token_count is not None and not 1 <= d.uniform_token_count <= max_q:
-                problems.append(f"uniform_token_count {d.uniform_token_count} outside 1..{max_q} (largest decode query length)")
-            if d.max_query_len is not None and d.max_query_len < 1:
-                problems.append(f"max_query_len {d.max_query_len} < 1")
-            if d.num_active_loras not in cfg.lora_cases:
-                problems.append(f"num_active_loras {d.num_active_loras} is not a LoRA case {list(cfg.lora_cases)}")
-            if d.num_ubatches not in (1, cfg.num_ubatches):
-                problems.append(f"num_ubatches {d.num_ubatches} is neither 1 nor the configured {cfg.num_ubatches}")
-            if d.cg_mode == N:
-                problems.append("a NONE descriptor in the capture list")
+            problems = descriptor_problems(d, cfg.decode_query_len, cfg.lora_cases, cfg.num_ubatches)
             if problems:
                 out.append(Violation("INIT-TOTAL", f"insane descriptor {d.short()}: " + "; ".join(problems), c.step,
                                      (_graphs([d]),)))

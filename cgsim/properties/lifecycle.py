@@ -12,6 +12,8 @@ from cgsim.properties.registry import Violation, declare
 from cgsim.properties.view import RunView, group
 from cgsim.trace import CaptureDone, Release, Replay
 
+__all__ = ["release_problems", "served_violations"]
+
 
 def _has_replay(run: RunView) -> bool:
     return bool(run.of(Replay))
@@ -37,16 +39,25 @@ def replay_equals_eager(run: RunView) -> list[Violation]:
     return group(out)
 
 
+def release_problems(graphs_after: int, captured_flag_after: bool) -> list[str]:
+    """What a release left behind: graphs still stored, the captured flag
+    still set (empty: nothing; export-test carries this rule as written)."""
+    problems = []
+    if graphs_after != 0:
+        problems.append(f"release left {graphs_after} graph(s) stored (expected 0)")
+    if captured_flag_after:
+        problems.append("release left the manager marked captured")
+    return problems
+
+
 @declare("RELEASE-RECAPTURE", "release drops every graph and the captured flag; nothing from before is replayed "
-         "after a recapture", family="lifecycle", applies=_has_release_or_recapture)
+         "after a recapture", family="lifecycle", applies=_has_release_or_recapture, rule=release_problems)
 def release_recapture(run: RunView) -> list[Violation]:
     out: list[Violation] = []
     releases = run.of(Release)
     for e in releases:
-        if e.graphs_after != 0:
-            out.append(Violation("RELEASE-RECAPTURE", f"release left {e.graphs_after} graph(s) stored (expected 0)", e.step))
-        if e.captured_flag_after:
-            out.append(Violation("RELEASE-RECAPTURE", "release left the manager marked captured", e.step))
+        for problem in release_problems(e.graphs_after, e.captured_flag_after):
+            out.append(Violation("RELEASE-RECAPTURE", problem, e.step))
     # Captures that actually recorded graphs (a capture() that found everything
     # already captured records none and does not make older graphs stale).
     storing = [s.step for s in run.sessions if s.ok and s.captured_something and s.step is not None]

@@ -7,6 +7,11 @@ definition time), so a malformed property fails at import, never mid-campaign.
 Two kinds of entries share one vocabulary:
 
 - trace properties (``check`` given): pure functions of a ``RunView``;
+  where a property's decision is a rule over plain values, that rule is a
+  pure predicate of its module, named by ``rule=`` beside the check, which
+  calls it; export-test generates an exported test's check from the same
+  predicate's source (``fuzz/export_test/vllm_rules.py``), so no property's
+  rule is written twice;
 - harness outcomes (``check`` None): what the harness itself sees around a
   run (the runner raised, the process died, a check raised).  They are
   declared here too so that findings, summaries and ``fuzz list`` name every
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any, TYPE_CHECKING, Callable, Iterable
 
@@ -109,6 +115,10 @@ class Property:
     kind: str = "violation"
     # The engine whose design it states (judged only under that engine's rulesets); None: every engine's.
     engine: str | None = None
+    # The pure predicate over plain values that decides it (no RunView): a
+    # public top-level function of the check's module, which the check calls
+    # and export-test generates its exported check from.  None: not factored.
+    rule: Callable[..., Any] | None = None
 
     @property
     def harness_only(self) -> bool:
@@ -159,6 +169,25 @@ def _one_parameter(fn: Callable, what: str, pid: str) -> None:
         )
 
 
+def _plain_rule(rule: Callable, check: Callable, pid: str) -> None:
+    """A property's ``rule``: a public top-level function of the check's own
+    module (listed in its ``__all__``), taking plain values, never a RunView."""
+    if not inspect.isfunction(rule) or rule.__name__ != rule.__qualname__ or rule.__name__ == "<lambda>":
+        raise InvalidProperty(f"property {pid}: rule must be a function defined at the top level of its module, "
+                              f"got {rule!r}")
+    for p in inspect.signature(rule).parameters.values():
+        if p.name == "run" or "RunView" in str(p.annotation) or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise InvalidProperty(f"property {pid}: rule {rule.__name__} takes {p}; a rule takes plain values "
+                                  "by name, never the RunView")
+    if rule.__module__ != check.__module__:
+        raise InvalidProperty(f"property {pid}: rule {rule.__name__} is defined in {rule.__module__}; define it "
+                              f"beside the check, in {check.__module__}")
+    module = sys.modules.get(rule.__module__)
+    if rule.__name__.startswith("_") or rule.__name__ not in getattr(module, "__all__", ()):
+        raise InvalidProperty(f"property {pid}: rule {rule.__name__} must be public, in {rule.__module__}'s "
+                              "__all__ (export-test generates the exported check from it)")
+
+
 def declare(
     pid: str,
     statement: str,
@@ -170,6 +199,7 @@ def declare(
     kind: str = "violation",
     harness_only: bool = False,
     engine: str | None = None,
+    rule: Callable[..., Any] | None = None,
 ) -> Callable:
     """Declare a property.  As a decorator over its check::
 
@@ -180,7 +210,8 @@ def declare(
     A harness outcome has no check: ``declare(ID, statement, family="harness",
     harness_only=True)`` registers it and returns the Property.  ``engine``:
     a property of one engine's design (a ruleset's ``engine``), judged only
-    under that engine's rulesets.
+    under that engine's rulesets.  ``rule``: the pure predicate over plain
+    values the check calls to decide (see ``Property.rule``).
     """
     if not isinstance(pid, str) or not _ID.match(pid):
         raise InvalidProperty(
@@ -205,6 +236,8 @@ def declare(
                               "or None (every engine's)")
     if applies is not None:
         _one_parameter(applies, "applies", pid)
+    if rule is not None and harness_only:
+        raise InvalidProperty(f"property {pid}: a harness outcome has no check, so no rule")
     for alias in aliases:
         if not _ID.match(alias) or alias in _REGISTRY or alias in _ALIASES:
             raise InvalidProperty(f"property {pid}: alias {alias!r} is malformed or already taken")
@@ -212,8 +245,10 @@ def declare(
     def register(check: "Callable[[RunView], Iterable[Violation]] | None") -> Property:
         if check is not None:
             _one_parameter(check, "check", pid)
+        if rule is not None:
+            _plain_rule(rule, check, pid)
         prop = Property(pid, statement.strip(), family, check, applies or _always, shrink, tuple(aliases), kind,
-                        engine)
+                        engine, rule)
         _REGISTRY[pid] = prop
         for alias in aliases:
             _ALIASES[alias] = pid

@@ -52,6 +52,7 @@ from cgsim.trace import (
 )
 
 __all__ = [
+    "graph_gap",
     "RunView",
     "SweepView",
     "Fit",
@@ -284,15 +285,32 @@ class SweepView:
         return fits
 
 
+def graph_gap(mode: CUDAGraphMode, stored: bool, piecewise_runner: bool, piecewise_captured: bool) -> str | None:
+    """Why nothing runs a graph of ``mode`` that dispatch returned: "not
+    stored" (FULL, and no graph is ``stored`` for it), "no piecewise runner"
+    or "not captured" (PIECEWISE); None: something does.  DISPATCH-SOUND's
+    second half and the oracle's (``SweepView.disputed``); export-test
+    carries this rule as written."""
+    if mode is CUDAGraphMode.FULL and not stored:
+        return "not stored"
+    if mode is CUDAGraphMode.PIECEWISE and not piecewise_runner:
+        return "no piecewise runner"
+    if mode is CUDAGraphMode.PIECEWISE and not piecewise_captured:
+        return "not captured"
+    return None
+
+
+_GAP_WORDS = {
+    "not stored": "FULL {}, but no graph is stored for it",
+    "no piecewise runner": "PIECEWISE {}, but nothing runs piecewise graphs",
+    "not captured": "PIECEWISE {}, which was not captured",
+}
+
+
 def not_run(d: BatchDescriptor, captured: Captured, has_piecewise_runner: bool) -> str | None:
     """Why nothing runs graph ``d`` in a captured state (None: something does)."""
-    if d.cg_mode is F and d not in captured.stored:
-        return f"FULL {d.short()}, but no graph is stored for it"
-    if d.cg_mode is P and not has_piecewise_runner:
-        return f"PIECEWISE {d.short()}, but nothing runs piecewise graphs"
-    if d.cg_mode is P and d not in captured.piecewise:
-        return f"PIECEWISE {d.short()}, which was not captured"
-    return None
+    gap = graph_gap(d.cg_mode, d in captured.stored, has_piecewise_runner, d in captured.piecewise)
+    return None if gap is None else _GAP_WORDS[gap].format(d.short())
 
 
 def is_warmup(f: Forward) -> bool:

@@ -386,71 +386,59 @@ class _VllmWriter(RuntimeTemplates):
         return _literal_lines("cgsim saw: " + self.f.message, 8)
 
     # -- templates, one per property -------------------------------------------------
-    def _dispatch_check(self, template: str) -> Parts:
+    def _dispatch_check(self, template: str, rule: str) -> Parts:
         b = self._checked_batch()
         body = fill(template, batchline=self._batch_line(b),
                     seen=self._seen())
-        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS))
+        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS, rule))
 
     def _dispatch_priority(self) -> Parts:
         return self._dispatch_check('''
 <<batchline>>
     desc = dispatch(manager, batch)
-    full = [
-        d
-        for d in recorder.captured(manager)
-        if d.cg_mode == CUDAGraphMode.FULL and fits(d, batch)
-    ]
-    assert desc.cg_mode == CUDAGraphMode.FULL or not full, (
+    captured = recorder.captured(manager)
+    assert priority_holds(desc, batch, captured), (
         f"DISPATCH-PRIORITY: {batch} was dispatched to {short(desc)} although the "
-        f"captured FULL graph {short(best(full, batch))} fits it; a FULL graph that "
-        "fits must win over PIECEWISE and eager. "
+        "captured FULL graph "
+        f"{short(best(fitting(captured, batch, CUDAGraphMode.FULL), batch))} fits it; "
+        "a FULL graph that fits must win over PIECEWISE and eager. "
         <<seen>>
     )
-''')
+''', code.HELPER_PRIORITY)
 
     def _dispatch_complete(self) -> Parts:
         return self._dispatch_check('''
 <<batchline>>
     desc = dispatch(manager, batch)
-    fitting = [d for d in recorder.captured(manager) if fits(d, batch)]
-    assert desc.cg_mode != CUDAGraphMode.NONE or not fitting, (
+    captured = recorder.captured(manager)
+    assert complete_holds(desc, batch, captured), (
         f"DISPATCH-COMPLETE: {batch} runs eagerly ({short(desc)}) although "
-        f"{len(fitting)} captured graph(s) fit it, e.g. {short(best(fitting, batch))}. "
+        f"{len(fitting(captured, batch))} captured graph(s) fit it, e.g. "
+        f"{short(best(fitting(captured, batch), batch))}. "
         <<seen>>
     )
-''')
+''', code.HELPER_COMPLETE)
 
     def _dispatch_sound(self) -> Parts:
         return self._dispatch_check('''
 <<batchline>>
     desc = dispatch(manager, batch)
-    if desc.cg_mode == CUDAGraphMode.NONE:
-        assert desc.num_tokens >= batch.num_tokens, (
-            f"DISPATCH-SOUND: {batch} runs eagerly with fewer tokens ({short(desc)})"
-        )
-        return
-    assert fits(desc, batch), (
-        f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, which cannot run it"
+    assert sound_fit_holds(desc, batch), (
+        f"DISPATCH-SOUND: {batch} runs eagerly with fewer tokens ({short(desc)})"
+        if desc.cg_mode == CUDAGraphMode.NONE
+        else f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, which cannot run it"
     )
-    if desc.cg_mode == CUDAGraphMode.FULL:
-        assert desc in manager.graphs, (
-            f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, "
-            "but no FULL graph is stored for it"
-        )
+    if desc.cg_mode == CUDAGraphMode.NONE:
         return
-    breakable = getattr(manager, "use_breakable_cg", False)
-    assert COMPILED_MODEL or breakable, (
-        f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, but nothing runs "
-        "piecewise graphs (the model is not torch-compiled and breakable CUDA graphs "
-        "are off): the batch runs eagerly under a PIECEWISE runtime mode. "
+    gap = runs_gap(desc, manager, recorder)
+    assert gap is None, (
+        f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, but nothing "
+        f"runs it ({gap}): no FULL graph stored for it, or a PIECEWISE graph not "
+        "captured or with nothing to run piecewise graphs (the model is not "
+        "torch-compiled and breakable CUDA graphs are off). "
         <<seen>>
     )
-    assert desc in recorder.captured(manager), (
-        f"DISPATCH-SOUND: {batch} was dispatched to {short(desc)}, "
-        "which was not captured"
-    )
-''')
+''', code.HELPER_SOUND)
 
     def _pad_consistent(self) -> Parts:
         b = self._checked_batch()
@@ -461,7 +449,7 @@ class _VllmWriter(RuntimeTemplates):
         # A FULL graph replays the attention metadata it was captured with: its
         # kernels are specialised for the dummy batch's max_query_len.
         captured_max_query_len = recorder.max_query_len[desc]
-        assert captured_max_query_len >= max(batch.query_lens), (
+        assert metadata_covers(captured_max_query_len, batch), (
             f"PAD-CONSISTENT: {batch} replays the FULL graph {short(desc)}, whose "
             "attention metadata was captured for "
             f"max_query_len={captured_max_query_len} < the batch's "
@@ -470,7 +458,7 @@ class _VllmWriter(RuntimeTemplates):
         )
 ''', batchline=self._batch_line(b),
                      seen=_literal_lines("cgsim saw: " + self.f.message, 12))
-        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_SHORT))
+        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_SHORT, code.HELPER_PAD))
 
     def _capture_useful(self) -> Parts:
         c = self.cfg
@@ -485,9 +473,9 @@ class _VllmWriter(RuntimeTemplates):
     captured = <<captured>>
     chosen = set()
     for batch in every_producible_batch():
-        choices = best_choices(batch, captured)
-        if len(choices) == 1:
-            chosen |= choices
+        one = sole_choice(best_choices(batch, captured))
+        if one is not None:
+            chosen.add(one)
     never = [short(d) for d in captured if d not in chosen]
     assert not never, (
         f"CAPTURE-USEFUL: captured graph(s) {never} are never the one best graph "
@@ -497,7 +485,7 @@ class _VllmWriter(RuntimeTemplates):
         <<seen>>
     )
 ''', captured=captured, scheduler=_literal_lines(_scheduler_words(c) + ". ", 8), seen=self._seen())
-        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS, code.HELPER_SCHEDULER,
+        return Parts(body, helpers=(code.HELPER_BATCH, code.HELPER_FITS, code.HELPER_SCHEDULER, code.HELPER_USEFUL,
                                     code.HELPER_CAPTURE_DESCS),
                      constants=(scheduler_constants(c),), runs_checked_step=True)
 
@@ -524,22 +512,19 @@ class _VllmWriter(RuntimeTemplates):
         mode.separate_routine() and mode.decode_mode() == CUDAGraphMode.FULL
     ):
         return  # no separate FULL decode routine: no decode graphs to judge
-    lengths = {
-        d.uniform_token_count
-        for d in <<source>>
-        if d.cg_mode == CUDAGraphMode.FULL and d.uniform_token_count is not None
-    }
-    never_scheduled = sorted(lengths - set(SCHEDULED_DECODE_QUERY_LENS))
+    descs = <<source>>
+    never_scheduled, missing = decode_length_gaps(
+        descs, SCHEDULED_DECODE_QUERY_LENS, FEASIBLE_DECODE_QUERY_LENS
+    )
     assert not never_scheduled, (
         f"DECODE-LENGTHS: <<what>> exist for decode query length(s) "
         f"{never_scheduled} the scheduler never produces; "
         <<sched>>
         <<seen>>
     )
-    missing = sorted(set(FEASIBLE_DECODE_QUERY_LENS) - lengths)
     assert not missing, (
         f"DECODE-LENGTHS: no FULL decode graph for query length(s) {missing} "
-        f"(graphs exist for {sorted(lengths)}); "
+        f"(graphs exist for {full_decode_lengths(descs)}); "
         <<sched>>
     )
 ''', source=source, what=what, sched=_literal_lines(sched_text + ". ", 8), seen=self._seen())
@@ -551,7 +536,7 @@ class _VllmWriter(RuntimeTemplates):
             "# largest capture size and MAX_NUM_REQS): each needs a FULL decode graph.\n"
             f"FEASIBLE_DECODE_QUERY_LENS = {feasible}",
         )
-        helpers = () if captured else (code.HELPER_CAPTURE_DESCS,)
+        helpers = (code.HELPER_DECODE_LENGTHS,) + (() if captured else (code.HELPER_CAPTURE_DESCS,))
         return Parts(body, helpers=helpers, constants=constants, runs_checked_step=True)
 
     def _init_total(self) -> Parts:
@@ -576,31 +561,15 @@ class _VllmWriter(RuntimeTemplates):
         f"(vLLM resolved {mode.name}): {error}. Config: "
         <<context>>
     )
-    problems = []
-    for desc in capture_descs(manager):
-        uniform = getattr(desc, "uniform_token_count", None)
-        max_query_len = getattr(desc, "max_query_len", None)
-        if desc.num_tokens < 1:
-            problems.append(f"{short(desc)}: num_tokens < 1")
-        if desc.num_reqs is not None and desc.num_reqs < 1:
-            problems.append(f"{short(desc)}: num_reqs < 1")
-        if uniform is not None and not 1 <= uniform <= DECODE_QUERY_LEN:
-            problems.append(
-                f"{short(desc)}: uniform_token_count {uniform} outside "
-                f"1..{DECODE_QUERY_LEN} (the largest decode query length)"
-            )
-        if max_query_len is not None and max_query_len < 1:
-            problems.append(f"{short(desc)}: max_query_len < 1")
-        if getattr(desc, "num_active_loras", 0) not in LORA_CASES:
-            problems.append(f"{short(desc)}: its LoRA count is no case of {LORA_CASES}")
-        if getattr(desc, "num_ubatches", 1) not in (1, NUM_UBATCHES):
-            problems.append(f"{short(desc)}: num_ubatches is not 1 or {NUM_UBATCHES}")
-        if desc.cg_mode == CUDAGraphMode.NONE:
-            problems.append(f"{short(desc)}: a NONE descriptor in the capture list")
+    problems = [
+        f"{short(desc)}: {problem}"
+        for desc in capture_descs(manager)
+        for problem in insane(desc)
+    ]
     assert not problems, "INIT-TOTAL: insane descriptors: " + "; ".join(problems)
 ''', drafts=("        build_draft_managers(vllm_config, mode)\n" if drafts else ""),
                      context=_literal_lines(context, 8))
-        helpers = [code.HELPER_SHORT, code.HELPER_CAPTURE_DESCS]
+        helpers = [code.HELPER_FITS, code.HELPER_INIT_TOTAL, code.HELPER_CAPTURE_DESCS]
         if drafts:
             helpers.append(fill(code.HELPER_DRAFT_MANAGERS, speculators=speculators_literal()))
         return Parts(body, helpers=tuple(helpers), builds_manager=False)
@@ -657,13 +626,14 @@ class _VllmWriter(RuntimeTemplates):
         again = capture_descs(manager)
     finally:
         manager._capture_descs, manager._candidates = saved
-    assert sorted(map(short, again)) == sorted(map(short, built)), (
+    assert not capture_list_diff(again, built), (
         f"CAND-ORDER: candidate init run again on the finished manager gives "
         f"{sorted(map(short, again))}; the first run gave {sorted(map(short, built))}"
     )
-    unexpected = sorted(short(d) for d in set(built) - set(SPEC_CAPTURE_DESCS))
-    missing = sorted(short(d) for d in set(SPEC_CAPTURE_DESCS) - set(built))
-    assert not unexpected and not missing, (
+    diff = capture_list_diff(built, SPEC_CAPTURE_DESCS)
+    unexpected = sorted(short(d) for _, extra in diff.values() for d in extra)
+    missing = sorted(short(d) for lacking, _ in diff.values() for d in lacking)
+    assert not diff, (
         "CAND-ORDER: capture descriptors differ from cgsim's spec "
         f"(ruleset <<ruleset>>): unexpected {unexpected}, missing {missing}. "
         <<seen>>
@@ -671,8 +641,8 @@ class _VllmWriter(RuntimeTemplates):
 ''', ruleset=self.scenario.ruleset, seen=self._seen())
         constants = ("# The descriptors cgsim's spec captures for this config (SPEC §2-§3).\n"
                      f"SPEC_CAPTURE_DESCS = {literal}",)
-        return Parts(body, helpers=(code.HELPER_SHORT, code.HELPER_CAPTURE_DESCS), constants=constants,
-                     runs_checked_step=True)
+        return Parts(body, helpers=(code.HELPER_SHORT, code.HELPER_CAPTURE_DESCS, code.HELPER_CAND_ORDER),
+                     constants=constants, runs_checked_step=True)
 
     def _release_recapture(self) -> Parts:
         if self.step is None or self.scenario.steps[self.step].kind != "release":
@@ -680,18 +650,16 @@ class _VllmWriter(RuntimeTemplates):
                               f"step; step {self.f.step} is not one")
         body = fill('''
     release(manager, vllm_config)  # step <<step>>: release
-    assert not manager._graphs_captured, (
-        "RELEASE-RECAPTURE: after release the manager still says its graphs are "
-        "captured: dispatch keeps returning graphs that were released, and the next "
-        "capture() finds the graphs it kept. "
+    problems = release_problems(len(manager.graphs), bool(manager._graphs_captured))
+    assert not problems, (
+        "RELEASE-RECAPTURE: " + "; ".join(problems)
+        + f" (stored: {[short(d) for d in manager.graphs]}): dispatch keeps "
+        "returning graphs that were released, and the next capture() finds the "
+        "graphs it kept. "
         <<seen>>
     )
-    assert not manager.graphs, (
-        f"RELEASE-RECAPTURE: release left {len(manager.graphs)} graph(s) stored: "
-        f"{[short(d) for d in manager.graphs]}"
-    )
 ''', step=str(self.step), seen=self._seen())
-        return Parts(body, helpers=(code.HELPER_SHORT,))
+        return Parts(body, helpers=(code.HELPER_SHORT, code.HELPER_RELEASE_RECAPTURE))
 
     def _before_capture(self) -> Parts:
         if self.step is None:
@@ -727,14 +695,15 @@ class _VllmWriter(RuntimeTemplates):
     except Exception as exc:  # vLLM's own capture failing, whatever its type
         error = f"{type(exc).__name__}: {exc}"
     outcome = "finished" if error is None else f"failed ({error})"
-    assert (error is None) == bool(manager._graphs_captured), (
-        f"BEFORE-CAPTURE: capture {outcome} but the manager says "
-        f"captured={manager._graphs_captured}: dispatch trusts that flag to hand "
+    problem = capture_flag_problem(error is None, bool(manager._graphs_captured))
+    assert problem is None, (
+        f"BEFORE-CAPTURE: {problem}: capture {outcome}, the manager says "
+        f"captured={manager._graphs_captured}; dispatch trusts that flag to hand "
         "out graphs. "
         <<seen>>
     )
 ''', step=str(self.step), seen=self._seen())
-        return Parts(body)
+        return Parts(body, helpers=(code.HELPER_BEFORE_CAPTURE,))
 
     def _no_crash(self) -> Parts:
         if self.step is None:

@@ -2,7 +2,10 @@
 as source text (``<<name>>`` marks what a writer fills in)."""
 
 from fuzz.export_test.vllm_fit import FIT_ADAPTER, FIT_RULE
-from fuzz.export_test.vllm_rules import SCHEDULER_ADAPTER, SCHEDULER_RULE
+from fuzz.export_test.vllm_rules import (COMPLETE_ADAPTER, COMPLETE_RULE, INIT_TOTAL_ADAPTER, INIT_TOTAL_RULE,
+                                         PAD_ADAPTER, PAD_RULE, PRIORITY_ADAPTER, PRIORITY_RULE, SCHEDULER_ADAPTER,
+                                         SCHEDULER_RULE, SOUND_ADAPTER, SOUND_RULE, USEFUL_RULE, DECODE_LENGTHS_RULE,
+                                         CAND_ORDER_RULE, RELEASE_RECAPTURE_RULE, BEFORE_CAPTURE_RULE)
 
 HELPER_ACCEPTED = '''
 def accepted_kwargs(fn, **kwargs):
@@ -392,6 +395,28 @@ HELPER_FITS = HELPER_SHORT.rstrip("\n") + "\n" + FIT_RULE + FIT_ADAPTER
 
 # cgsim's scheduler model generated from its source, with its adapter (vllm_rules.py).
 HELPER_SCHEDULER = SCHEDULER_RULE + SCHEDULER_ADAPTER
+
+# The dispatch properties' rules generated from their source, each with its
+# adapter (vllm_rules.py); each goes after HELPER_FITS, whose names they use.
+HELPER_SOUND = SOUND_RULE + SOUND_ADAPTER
+HELPER_PRIORITY = PRIORITY_RULE + PRIORITY_ADAPTER
+HELPER_COMPLETE = COMPLETE_RULE + COMPLETE_ADAPTER
+
+# INIT-TOTAL's rule generated from its source, with its adapter (vllm_rules.py);
+# after HELPER_FITS, whose Descriptor it reads vLLM's descriptors with.
+HELPER_INIT_TOTAL = INIT_TOTAL_RULE + INIT_TOTAL_ADAPTER
+
+# PAD-CONSISTENT's rule generated from its source, with its adapter (vllm_rules.py).
+HELPER_PAD = PAD_RULE + PAD_ADAPTER
+
+# CAPTURE-USEFUL's, DECODE-LENGTHS' and CAND-ORDER's rules generated from their source (vllm_rules.py).
+HELPER_USEFUL = USEFUL_RULE
+HELPER_DECODE_LENGTHS = DECODE_LENGTHS_RULE
+HELPER_CAND_ORDER = CAND_ORDER_RULE
+
+# RELEASE-RECAPTURE's and BEFORE-CAPTURE's rules generated from their source (vllm_rules.py).
+HELPER_RELEASE_RECAPTURE = RELEASE_RECAPTURE_RULE
+HELPER_BEFORE_CAPTURE = BEFORE_CAPTURE_RULE
 
 # Appended to cpu_graphs for a config with breakable CUDA graphs.
 FIXTURE_BREAKABLE_EXTRA = '''    # Breakable CUDA graphs (the manager reads the variable when it is built).

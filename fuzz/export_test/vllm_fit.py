@@ -63,6 +63,11 @@ def best_choices(batch, captured):
     return {by_view[v] for v in dispatch_choices(batch, by_view, LORA_CASES)}
 
 
+def fitting(captured, batch, mode=None):
+    """The captured graphs (of ``mode``; None: any) that fit ``batch``."""
+    return [d for d in captured if (mode is None or d.cg_mode == mode) and fits(d, batch)]
+
+
 def best(descs, batch):
     """One graph of ``descs`` that pads ``batch`` least (for messages)."""
     return min(descs, key=lambda d: padding_waste(d, batch)) if descs else None

@@ -1,25 +1,37 @@
-"""cgsim's DISPATCH-ROUNDTRIP rule (``cgsim/properties/dispatch.py``
-``roundtrip_ok``) and scheduler model (``cgsim/spec/scheduler.py``
-``producible_batches``) as an exported vLLM test carries them: generated from
-their source (``standalone``), never retyped, each with a thin adapter for
-what differs in the exported world.
+"""cgsim's property rules (the predicate each property names with ``rule=``
+in its declaration, ``cgsim/properties/registry.py``: DISPATCH-SOUND's
+``sound_fit`` (with ``view.py``'s ``graph_gap``, its runner half), DISPATCH-PRIORITY's ``priority_ok``, DISPATCH-COMPLETE's
+``complete_ok``, DISPATCH-ROUNDTRIP's ``roundtrip_ok``, INIT-TOTAL's
+``descriptor_problems``, PAD-CONSISTENT's ``covers_query_len``,
+CAPTURE-USEFUL's ``sole_choice``, DECODE-LENGTHS' ``decode_length_gaps``,
+CAND-ORDER's ``capture_list_diff``, RELEASE-RECAPTURE's ``release_problems``,
+BEFORE-CAPTURE's ``capture_flag_problem``) and scheduler model
+(``cgsim/spec/scheduler.py`` ``producible_batches``) as an exported vLLM test
+carries them: generated from their source (``standalone``), never retyped,
+each with a thin adapter for what differs in the exported world.  A rule is
+found through the registry (``rule_parts``), so the exported check is the one
+the judge calls.
 
 Both are generated beside the fit rule (``vllm_fit.FIT_RULE``, always in the
 same module before them): the names it defines are left to it, as are vLLM's
 ``CUDAGraphMode`` and the exported ``Batch`` (``vllm_code.HELPER_BATCH``,
 whose constructor takes cgsim's ``Batch`` arguments).
-tests/fuzz/export_test/test_export_rules.py holds the generated text equal to cgsim's rule and
+tests/fuzz/export_test/test_export_rules.py holds the generated text equal to cgsim's rules and
 model on drawn inputs."""
 
 from __future__ import annotations
 
 import ast
 
+from cgsim.properties import registered
 from fuzz.export_test.standalone import Part, StandaloneError, standalone
 from fuzz.export_test.vllm_fit import FIT_RULE
 
-__all__ = ["ROUNDTRIP_ADAPTER", "ROUNDTRIP_PARTS", "ROUNDTRIP_RULE", "SCHEDULER_ADAPTER", "SCHEDULER_PARTS",
-           "SCHEDULER_RULE"]
+__all__ = ["COMPLETE_ADAPTER", "COMPLETE_RULE", "PRIORITY_ADAPTER", "PRIORITY_RULE", "ROUNDTRIP_ADAPTER",
+           "ROUNDTRIP_PARTS", "ROUNDTRIP_RULE", "SCHEDULER_ADAPTER", "SCHEDULER_PARTS", "SCHEDULER_RULE",
+           "SOUND_ADAPTER", "SOUND_PARTS", "SOUND_RULE", "INIT_TOTAL_ADAPTER", "INIT_TOTAL_RULE", "PAD_ADAPTER", "PAD_RULE", "USEFUL_RULE",
+           "DECODE_LENGTHS_RULE", "CAND_ORDER_RULE", "RELEASE_RECAPTURE_RULE",
+           "BEFORE_CAPTURE_RULE", "rule_parts"]
 
 
 def _defined(text: str) -> frozenset[str]:
@@ -44,7 +56,15 @@ def _generate(parts: tuple[Part, ...]) -> str:
     return text
 
 
-ROUNDTRIP_PARTS = (Part("cgsim.properties.dispatch", ("roundtrip_ok",)),)
+def rule_parts(pid: str) -> tuple[Part, ...]:
+    """The rule property ``pid`` declares (``rule=``), as a part to generate."""
+    rule = registered()[pid].rule
+    if rule is None:
+        raise StandaloneError(f"{pid} declares no rule; the exported test has none to carry")
+    return (Part(rule.__module__, (rule.__name__,)),)
+
+
+ROUNDTRIP_PARTS = rule_parts("DISPATCH-ROUNDTRIP")
 ROUNDTRIP_RULE = _generate(ROUNDTRIP_PARTS)
 
 ROUNDTRIP_ADAPTER = '''
@@ -117,3 +137,85 @@ def every_producible_batch():
                 for ubatches in sorted({1, NUM_UBATCHES}):
                     yield from producible_batches(SCHEDULER, [lens], loras, ubatches)
 '''
+
+# DISPATCH-SOUND's second half, whether something runs the graph, is the
+# oracle's too: view.py's graph_gap, generated beside the declared rule.
+SOUND_PARTS = rule_parts("DISPATCH-SOUND") + (Part("cgsim.properties.view", ("graph_gap",)),)
+SOUND_RULE = _generate(SOUND_PARTS)
+
+SOUND_ADAPTER = '''
+
+# The exported world's side of cgsim's rule above: vLLM's descriptors, this
+# test's LORA_CASES and doubles.
+def sound_fit_holds(desc, batch):
+    """cgsim's DISPATCH-SOUND fit rule: an eager ``desc`` keeps every token of
+    ``batch``, a graph fits it."""
+    return sound_fit(Descriptor.of(desc), batch, lora_case(batch.num_active_loras, LORA_CASES))
+
+
+def runs_gap(desc, manager, recorder):
+    """cgsim's DISPATCH-SOUND runner rule: why nothing runs graph ``desc``
+    (None: something does): a FULL graph must be stored, a PIECEWISE one
+    captured, and something (the compiled model, breakable graphs) must run
+    piecewise graphs."""
+    piecewise_runner = COMPILED_MODEL or getattr(manager, "use_breakable_cg", False)
+    return graph_gap(desc.cg_mode, desc in manager.graphs, piecewise_runner, desc in recorder.captured(manager))
+'''
+
+PRIORITY_RULE = _generate(rule_parts("DISPATCH-PRIORITY"))
+
+PRIORITY_ADAPTER = '''
+
+# The exported world's side of cgsim's rule above: vLLM's descriptors.
+def priority_holds(desc, batch, captured):
+    """cgsim's DISPATCH-PRIORITY rule: ``desc`` is FULL, or no captured FULL
+    graph fits ``batch``."""
+    full = fitting(captured, batch, CUDAGraphMode.FULL)
+    return priority_ok(Descriptor.of(desc), bool(full))
+'''
+
+COMPLETE_RULE = _generate(rule_parts("DISPATCH-COMPLETE"))
+
+COMPLETE_ADAPTER = '''
+
+# The exported world's side of cgsim's rule above: vLLM's descriptors.
+def complete_holds(desc, batch, captured):
+    """cgsim's DISPATCH-COMPLETE rule: ``desc`` is a graph, or no captured
+    graph fits ``batch``."""
+    return complete_ok(Descriptor.of(desc), bool(fitting(captured, batch)))
+'''
+
+INIT_TOTAL_RULE = _generate(rule_parts("INIT-TOTAL"))
+
+INIT_TOTAL_ADAPTER = '''
+
+# The exported world's side of cgsim's rule above: vLLM's descriptors, this
+# test's config.
+def insane(desc):
+    """cgsim's INIT-TOTAL rule: what is insane about capture descriptor ``desc``."""
+    return descriptor_problems(Descriptor.of(desc), DECODE_QUERY_LEN, LORA_CASES, NUM_UBATCHES)
+'''
+
+PAD_RULE = _generate(rule_parts("PAD-CONSISTENT"))
+
+PAD_ADAPTER = '''
+
+# The exported world's side of cgsim's rule above: the exported batch.
+def metadata_covers(captured_max_query_len, batch):
+    """cgsim's PAD-CONSISTENT rule: metadata captured for
+    ``captured_max_query_len`` covers ``batch``'s longest request."""
+    return covers_query_len(captured_max_query_len, max(batch.query_lens))
+'''
+
+# CAPTURE-USEFUL's rule: the exported test asks it of best_choices (the fit
+# rule's adapter) for every producible batch; DECODE-LENGTHS': of vLLM's
+# descriptors as they are, as CAND-ORDER's (both read only fields every
+# release has, and compare descriptors whole).
+USEFUL_RULE = _generate(rule_parts("CAPTURE-USEFUL"))
+DECODE_LENGTHS_RULE = _generate(rule_parts("DECODE-LENGTHS"))
+CAND_ORDER_RULE = _generate(rule_parts("CAND-ORDER"))
+
+# RELEASE-RECAPTURE's and BEFORE-CAPTURE's rules take plain values (a graph
+# count, flags): the exported test reads them off vLLM's manager.
+RELEASE_RECAPTURE_RULE = _generate(rule_parts("RELEASE-RECAPTURE"))
+BEFORE_CAPTURE_RULE = _generate(rule_parts("BEFORE-CAPTURE"))

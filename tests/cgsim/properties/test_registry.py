@@ -56,6 +56,32 @@ def test_a_check_must_take_one_run_view():
         declare("NEW-TWO", "x", family="capture")(lambda scenario, trace: [])
 
 
+def _rule_of_the_run(run):
+    return True
+
+
+def _private_rule(d, full_fits):
+    return True
+
+
+def test_a_rule_is_a_public_predicate_over_plain_values_beside_its_check():
+    """``rule=``: the function export-test generates the exported check from
+    is a top-level, public function of the check's module taking no RunView."""
+    from cgsim.properties.dispatch import priority_ok, roundtrip_ok
+
+    def nested(d):
+        return True
+
+    for rule, match in ((nested, "top level"), (lambda d: True, "top level"), (_rule_of_the_run, "never the RunView"),
+                        (_private_rule, "must be public"), (roundtrip_ok, "beside the check")):
+        with pytest.raises(InvalidProperty, match=match):
+            declare("NEW-RULE", "x", family="dispatch", rule=rule)(lambda run: [])
+    with pytest.raises(InvalidProperty, match="no rule"):
+        declare("NEW-RULE", "x", family="harness", harness_only=True, rule=priority_ok)
+    assert "NEW-RULE" not in ALL_PROPERTIES
+    assert ALL_PROPERTIES["DISPATCH-PRIORITY"].rule is priority_ok
+
+
 def test_only_restricts_and_unknown_ids_are_refused():
     sc = scenario(BASE, cap(), disp(1))
     verdict = check_scenario(sc, good_trace(sc), only=["DISPATCH-SOUND", "CAND-ORDER"])

@@ -1,7 +1,14 @@
-"""The DISPATCH-ROUNDTRIP rule and the scheduler model an exported vLLM test
-carries are cgsim's.
+"""The property rules and the scheduler model an exported vLLM test carries
+are cgsim's.
 
-export-test generates ``roundtrip_ok`` (``cgsim/properties/dispatch.py``) and
+export-test generates each property's declared rule (``rule=``: the
+dispatch properties' ``sound_fit``, ``priority_ok``, ``complete_ok`` and
+``roundtrip_ok`` in ``cgsim/properties/dispatch.py``, INIT-TOTAL's
+``descriptor_problems``, DECODE-LENGTHS' ``decode_length_gaps`` and
+CAND-ORDER's ``capture_list_diff`` in ``init.py``, RELEASE-RECAPTURE's
+``release_problems``, BEFORE-CAPTURE's ``capture_flag_problem``, and
+DISPATCH-SOUND's runner half, ``view.py``'s ``graph_gap``, PAD-CONSISTENT's ``covers_query_len``, CAPTURE-USEFUL's
+``sole_choice``) and
 ``producible_batches`` (``cgsim/spec/scheduler.py``) from their source
 (``fuzz/export_test/vllm_rules.py``).  Executed from the generated text as
 the exported module runs them (vLLM's descriptor and mode stood in for),
@@ -13,7 +20,8 @@ from __future__ import annotations
 
 import enum
 import inspect
-from dataclasses import dataclass, make_dataclass
+from types import SimpleNamespace
+from dataclasses import dataclass, make_dataclass, replace
 from typing import NamedTuple
 
 import pytest
@@ -21,10 +29,16 @@ from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
 from cgsim.config import ManagerConfig
-from cgsim.descriptors import Batch, BatchDescriptor
+from cgsim.descriptors import Batch, BatchDescriptor, lora_case
 from cgsim.modes import RUNTIME_RANK
 from cgsim.modes import CUDAGraphMode as CgsimMode
-from cgsim.properties.dispatch import roundtrip_ok
+from cgsim.properties import registered
+from cgsim.properties.dispatch import (capture_flag_problem, complete_ok, priority_ok, roundtrip_ok, sole_choice,
+                                      sound_fit)
+from cgsim.properties.init import capture_list_diff, decode_length_gaps, descriptor_problems
+from cgsim.properties.lifecycle import release_problems
+from cgsim.properties.view import graph_gap
+from cgsim.properties.metadata import covers_query_len
 from cgsim.spec import eager_descriptor, scheduler
 from cgsim.spec.fit import best_fits, dispatch_choices
 from fuzz.export_test import vllm_code, vllm_runtime
@@ -87,7 +101,9 @@ def dispatched(draw) -> Dispatched:
                                draw(st.sampled_from(lora_cases)), draw(st.sampled_from((1, ubatches))))
 
     descs = tuple(dict.fromkeys(desc() for _ in range(draw(st.integers(1, 6)))))
-    returned = descs + (eager_descriptor(batch, lora_cases), desc())
+    eager = eager_descriptor(batch, lora_cases)
+    short_eager = replace(eager, num_tokens=max(1, batch.num_tokens - draw(st.integers(0, 2))))
+    returned = descs + (eager, short_eager, desc())
     return Dispatched(lora_cases, descs, batch, returned)
 
 
@@ -136,6 +152,395 @@ def test_an_altered_roundtrip_check_disagrees(what, old, new):
     altered = ROUNDTRIP_TEXT.replace(old, new)
     example = find(dispatched(), lambda case: roundtrip_disagreement(case, altered) is not None, settings=FIND)
     assert roundtrip_disagreement(example, altered)
+
+
+# -- DISPATCH-SOUND, -PRIORITY, -COMPLETE ------------------------------------------------------
+
+DISPATCH_TEXTS = {
+    "DISPATCH-SOUND": vllm_code.HELPER_BATCH + vllm_code.HELPER_FITS + vllm_code.HELPER_SOUND,
+    "DISPATCH-PRIORITY": vllm_code.HELPER_BATCH + vllm_code.HELPER_FITS + vllm_code.HELPER_PRIORITY,
+    "DISPATCH-COMPLETE": vllm_code.HELPER_BATCH + vllm_code.HELPER_FITS + vllm_code.HELPER_COMPLETE,
+}
+
+
+def cgsims_verdict(pid: str, d: BatchDescriptor, case: Dispatched) -> bool:
+    """What cgsim's judge decides of dispatching ``case.batch`` to ``d``: its
+    rule over the values the check hands it (the sweep's best fits)."""
+    b, cases = case.batch, case.lora_cases
+    fit = best_fits([b], case.descs, cases)[0]
+    if pid == "DISPATCH-SOUND":
+        return sound_fit(d, b, lora_case(b.num_active_loras, cases))
+    if pid == "DISPATCH-PRIORITY":
+        return priority_ok(d, bool(fit.by_mode.get(CgsimMode.FULL)))
+    return complete_ok(d, bool(fit.choices))
+
+
+def exported_verdict(pid: str, ns: dict, d, batch, captured) -> bool:
+    """What the exported test asserts of dispatching ``batch`` to ``d``."""
+    if pid == "DISPATCH-SOUND":
+        return ns["sound_fit_holds"](d, batch)
+    return ns["priority_holds" if pid == "DISPATCH-PRIORITY" else "complete_holds"](d, batch, captured)
+
+
+def dispatch_disagreement(pid: str, case: Dispatched, text: str | None = None) -> str | None:
+    """Where the exported check of ``pid`` decides ``case`` otherwise than cgsim (None: they agree)."""
+    ns = _exec(text or DISPATCH_TEXTS[pid], LORA_CASES=case.lora_cases)
+    b = case.batch
+    batch = ns["Batch"](b.query_lens, b.num_active_loras, b.num_ubatches, b.has_prefill)
+    captured = [as_vllm(d) for d in case.descs]
+    for d in case.returned:
+        ours = cgsims_verdict(pid, d, case)
+        if exported_verdict(pid, ns, as_vllm(d), batch, captured) != ours:
+            return f"dispatch to {d.short()}: cgsim says {'right' if ours else 'wrong'}"
+    return None
+
+
+@SETTINGS
+@given(dispatched())
+@pytest.mark.parametrize("pid", sorted(DISPATCH_TEXTS))
+def test_the_exported_dispatch_checks_decide_as_cgsims(pid, case):
+    assert dispatch_disagreement(pid, case) is None, case
+
+
+DISPATCH_ALTERATIONS = [
+    ("DISPATCH-SOUND", "an eager run keeps every token", "return d.num_tokens >= b.num_tokens",
+     "return d.num_tokens > b.num_tokens"),
+    ("DISPATCH-SOUND", "a graph is of the batch's LoRA case", "return d.num_active_loras == case and fits_in_case",
+     "return fits_in_case"),
+    ("DISPATCH-SOUND", "the adapter's LoRA case", "lora_case(batch.num_active_loras, LORA_CASES)",
+     "batch.num_active_loras"),
+    ("DISPATCH-PRIORITY", "FULL wins", "return d.cg_mode is F or not full_fits",
+     "return d.cg_mode is not N or not full_fits"),
+    ("DISPATCH-PRIORITY", "the adapter asks of FULL graphs", "fitting(captured, batch, CUDAGraphMode.FULL)",
+     "fitting(captured, batch)"),
+    ("DISPATCH-COMPLETE", "any graph rather than eager", "return d.cg_mode is not N or not any_fits",
+     "return d.cg_mode is F or not any_fits"),
+]
+
+
+@pytest.mark.parametrize("pid,what,old,new", DISPATCH_ALTERATIONS, ids=[f"{a[0]}: {a[1]}" for a in DISPATCH_ALTERATIONS])
+def test_an_altered_dispatch_check_disagrees(pid, what, old, new):
+    text = DISPATCH_TEXTS[pid]
+    assert text.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
+    altered = text.replace(old, new)
+    example = find(dispatched(), lambda case: dispatch_disagreement(pid, case, altered) is not None, settings=FIND)
+    assert dispatch_disagreement(pid, example, altered)
+
+
+# -- INIT-TOTAL -------------------------------------------------------------------------------
+
+INIT_TOTAL_TEXT = vllm_code.HELPER_BATCH + vllm_code.HELPER_FITS + vllm_code.HELPER_INIT_TOTAL
+
+
+@dataclass(frozen=True)
+class Built:
+    """Drawn: a config's decode query length, LoRA cases and micro-batch count,
+    and capture descriptors, sane or not, as (mode, tokens, reqs, uniform, max_query_len, loras, ubatches)."""
+
+    decode_query_len: int
+    lora_cases: tuple[int, ...]
+    num_ubatches: int
+    descs: tuple[tuple, ...]
+
+
+@st.composite
+def built(draw) -> Built:
+    fields = st.tuples(st.sampled_from(("FULL", "PIECEWISE", "NONE")), st.integers(0, 4),
+                       st.one_of(st.none(), st.integers(0, 3)), st.one_of(st.none(), st.integers(0, 5)),
+                       st.one_of(st.none(), st.integers(0, 3)), st.integers(0, 3), st.integers(1, 3))
+    return Built(draw(st.integers(1, 4)), tuple(sorted(set(draw(st.lists(st.integers(0, 3), max_size=2))) | {0})),
+                 draw(st.integers(1, 3)), tuple(draw(st.lists(fields, min_size=1, max_size=5))))
+
+
+def init_total_disagreement(case: Built, text: str = INIT_TOTAL_TEXT) -> str | None:
+    """Where the exported INIT-TOTAL check finds other problems than cgsim's (None: the same)."""
+    ns = _exec(text, DECODE_QUERY_LEN=case.decode_query_len, LORA_CASES=list(case.lora_cases),
+               NUM_UBATCHES=case.num_ubatches)
+    for mode, *rest in case.descs:
+        # Plain records: a descriptor cgsim's constructor would refuse is what INIT-TOTAL is about.
+        ours = descriptor_problems(SimpleNamespace(**dict(zip(
+            ("cg_mode", "num_tokens", "num_reqs", "uniform_token_count", "max_query_len", "num_active_loras",
+             "num_ubatches"), (CgsimMode[mode], *rest)))), case.decode_query_len, case.lora_cases, case.num_ubatches)
+        theirs = ns["insane"](VllmDescriptor(VllmMode[mode], *rest))
+        if theirs != ours:
+            return f"{mode}{tuple(rest)}: exported {theirs}, cgsim {ours}"
+    return None
+
+
+@SETTINGS
+@given(built())
+def test_the_exported_init_total_check_finds_cgsims_problems(case):
+    assert init_total_disagreement(case) is None, case
+
+
+INIT_TOTAL_ALTERATIONS = [
+    ("the longest decode length", "not 1 <= d.uniform_token_count <= decode_query_len",
+     "not 1 <= d.uniform_token_count < decode_query_len"),
+    ("micro-batches 1 or the configured", "if d.num_ubatches not in (1, num_ubatches):",
+     "if d.num_ubatches not in (1,):"),
+    ("the adapter's config", "DECODE_QUERY_LEN, LORA_CASES, NUM_UBATCHES", "DECODE_QUERY_LEN + 1, LORA_CASES, NUM_UBATCHES"),
+]
+
+
+@pytest.mark.parametrize("what,old,new", INIT_TOTAL_ALTERATIONS, ids=[a[0] for a in INIT_TOTAL_ALTERATIONS])
+def test_an_altered_init_total_check_disagrees(what, old, new):
+    assert INIT_TOTAL_TEXT.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
+    altered = INIT_TOTAL_TEXT.replace(old, new)
+    example = find(built(), lambda case: init_total_disagreement(case, altered) is not None, settings=FIND)
+    assert init_total_disagreement(example, altered)
+
+
+# -- PAD-CONSISTENT ---------------------------------------------------------------------------
+
+PAD_TEXT = vllm_code.HELPER_BATCH + vllm_code.HELPER_PAD
+
+
+def pad_disagreement(captured_max_query_len: int, b: Batch, text: str = PAD_TEXT) -> str | None:
+    """Where the exported PAD-CONSISTENT check decides otherwise than cgsim's (None: they agree)."""
+    ns = _exec(text)
+    batch = ns["Batch"](b.query_lens, b.num_active_loras, b.num_ubatches, b.has_prefill)
+    ours = covers_query_len(captured_max_query_len, b.max_query_len)
+    if ns["metadata_covers"](captured_max_query_len, batch) != ours:
+        return f"{b.short()} on metadata for max_query_len={captured_max_query_len}: cgsim says {ours}"
+    return None
+
+
+padded = st.tuples(st.integers(1, 5), st.builds(Batch, st.lists(st.integers(1, 5), min_size=1, max_size=4).map(tuple),
+                                                st.just(0), st.just(1), has_prefill=st.booleans()))
+
+
+@SETTINGS
+@given(padded)
+def test_the_exported_pad_check_decides_as_cgsims(case):
+    assert pad_disagreement(*case) is None, case
+
+
+PAD_ALTERATIONS = [
+    ("metadata for the longest request covers it", "return captured_max_query_len >= batch_max_query_len",
+     "return captured_max_query_len > batch_max_query_len"),
+    ("the adapter reads the longest request", "max(batch.query_lens)", "batch.query_lens[0]"),
+]
+
+
+@pytest.mark.parametrize("what,old,new", PAD_ALTERATIONS, ids=[a[0] for a in PAD_ALTERATIONS])
+def test_an_altered_pad_check_disagrees(what, old, new):
+    assert PAD_TEXT.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
+    altered = PAD_TEXT.replace(old, new)
+    example = find(padded, lambda case: pad_disagreement(*case, text=altered) is not None, settings=FIND)
+    assert pad_disagreement(*example, text=altered)
+
+
+# -- CAPTURE-USEFUL ---------------------------------------------------------------------------
+
+USEFUL_TEXT = vllm_code.HELPER_BATCH + vllm_code.HELPER_FITS + vllm_code.HELPER_USEFUL
+
+
+def useful_disagreement(case: Dispatched, text: str = USEFUL_TEXT) -> str | None:
+    """Where the exported CAPTURE-USEFUL check credits another graph with
+    ``case.batch`` than cgsim's does (None: the same, or none)."""
+    ns = _exec(text, LORA_CASES=case.lora_cases)
+    b = case.batch
+    batch = ns["Batch"](b.query_lens, b.num_active_loras, b.num_ubatches, b.has_prefill)
+    ours = sole_choice(best_fits([b], case.descs, case.lora_cases)[0].choices)
+    theirs = ns["sole_choice"](ns["best_choices"](batch, [as_vllm(d) for d in case.descs]))
+    if theirs != (None if ours is None else as_vllm(ours)):
+        return f"exported: {theirs}, cgsim: {ours}"
+    return None
+
+
+@SETTINGS
+@given(dispatched())
+def test_the_exported_useful_check_credits_the_graph_cgsims_does(case):
+    assert useful_disagreement(case) is None, case
+
+
+USEFUL_ALTERATIONS = [
+    ("a batch with tied graphs makes none useful", "return choices[0] if len(choices) == 1 else None",
+     "return choices[0] if choices else None"),
+]
+
+
+@pytest.mark.parametrize("what,old,new", USEFUL_ALTERATIONS, ids=[a[0] for a in USEFUL_ALTERATIONS])
+def test_an_altered_useful_check_disagrees(what, old, new):
+    assert USEFUL_TEXT.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
+    altered = USEFUL_TEXT.replace(old, new)
+    example = find(dispatched(), lambda case: useful_disagreement(case, altered) is not None, settings=FIND)
+    assert useful_disagreement(example, altered)
+
+
+# -- DECODE-LENGTHS ---------------------------------------------------------------------------
+
+DECODE_LENGTHS_TEXT = vllm_code.HELPER_DECODE_LENGTHS
+
+lengths = st.lists(st.integers(1, 4), max_size=4)
+decoded = st.tuples(st.lists(st.tuples(st.sampled_from(("FULL", "PIECEWISE")), st.one_of(st.none(), st.integers(1, 4))),
+                             max_size=5), lengths, lengths)
+
+
+def decode_lengths_disagreement(case: tuple, text: str = DECODE_LENGTHS_TEXT) -> str | None:
+    """Where the exported DECODE-LENGTHS check finds other gaps than cgsim's (None: the same)."""
+    graphs, scheduled, feasible = case
+    ns = _exec(text)
+    ours = decode_length_gaps([BatchDescriptor(CgsimMode[m], 4, None, u) for m, u in graphs], scheduled, feasible)
+    theirs = ns["decode_length_gaps"]([VllmDescriptor(VllmMode[m], 4, None, u) for m, u in graphs], scheduled, feasible)
+    return None if tuple(theirs) == tuple(ours) else f"exported {theirs}, cgsim {ours}"
+
+
+@SETTINGS
+@given(decoded)
+def test_the_exported_decode_lengths_check_finds_cgsims_gaps(case):
+    assert decode_lengths_disagreement(case) is None, case
+
+
+DECODE_LENGTHS_ALTERATIONS = [
+    ("only FULL graphs are decode graphs", "if d.cg_mode == F and d.uniform_token_count is not None",
+     "if d.uniform_token_count is not None"),
+    ("lengths the scheduler never produces", "sorted(lens - set(scheduled))", "sorted(lens - set(feasible))"),
+]
+
+
+@pytest.mark.parametrize("what,old,new", DECODE_LENGTHS_ALTERATIONS, ids=[a[0] for a in DECODE_LENGTHS_ALTERATIONS])
+def test_an_altered_decode_lengths_check_disagrees(what, old, new):
+    assert DECODE_LENGTHS_TEXT.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
+    altered = DECODE_LENGTHS_TEXT.replace(old, new)
+    example = find(decoded, lambda case: decode_lengths_disagreement(case, altered) is not None, settings=FIND)
+    assert decode_lengths_disagreement(example, altered)
+
+
+# -- CAND-ORDER -------------------------------------------------------------------------------
+
+CAND_ORDER_TEXT = vllm_code.HELPER_CAND_ORDER
+
+capture_list = st.lists(st.builds(lambda m, t, r: (m, t, r), st.sampled_from(("FULL", "PIECEWISE", "NONE")),
+                                  st.integers(1, 3), st.one_of(st.none(), st.integers(1, 2))), max_size=5)
+
+
+def cand_order_disagreement(case: tuple, text: str = CAND_ORDER_TEXT) -> str | None:
+    """Where the exported CAND-ORDER check finds another difference between
+    two capture lists than cgsim's (None: the same)."""
+    ns = _exec(text)
+    ours = capture_list_diff(*([BatchDescriptor(CgsimMode[m], t, r) for m, t, r in lst] for lst in case))
+    theirs = ns["capture_list_diff"](*([VllmDescriptor(VllmMode[m], t, r) for m, t, r in lst] for lst in case))
+    ours_as_vllm = {VllmMode[m.name]: tuple({as_vllm(d) for d in part} for part in parts) for m, parts in ours.items()}
+    if list(theirs.items()) != list(ours_as_vllm.items()):
+        return f"exported {theirs}, cgsim {ours}"
+    return None
+
+
+@SETTINGS
+@given(st.tuples(capture_list, capture_list))
+def test_the_exported_cand_order_check_finds_cgsims_difference(case):
+    assert cand_order_disagreement(case) is None, case
+
+
+CAND_ORDER_ALTERATIONS = [
+    ("missing is what the expected list holds", "out[mode] = (want - got, got - want)",
+     "out[mode] = (got - want, want - got)"),
+    ("every mode, NONE too", "for mode in (P, F, N):", "for mode in (P, F):"),
+]
+
+
+@pytest.mark.parametrize("what,old,new", CAND_ORDER_ALTERATIONS, ids=[a[0] for a in CAND_ORDER_ALTERATIONS])
+def test_an_altered_cand_order_check_disagrees(what, old, new):
+    assert CAND_ORDER_TEXT.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
+    altered = CAND_ORDER_TEXT.replace(old, new)
+    example = find(st.tuples(capture_list, capture_list),
+                   lambda case: cand_order_disagreement(case, altered) is not None, settings=FIND)
+    assert cand_order_disagreement(example, altered)
+
+
+# -- RELEASE-RECAPTURE and BEFORE-CAPTURE: rules over a graph count and flags ----------------
+
+FLAG_RULES = {
+    # pid: (the exported text, cgsim's rule, its name there, drawn arguments)
+    "RELEASE-RECAPTURE": (vllm_code.HELPER_RELEASE_RECAPTURE, release_problems, "release_problems",
+                          st.tuples(st.integers(0, 3), st.booleans())),
+    "BEFORE-CAPTURE": (vllm_code.HELPER_BEFORE_CAPTURE, capture_flag_problem, "capture_flag_problem",
+                       st.tuples(st.booleans(), st.booleans())),
+}
+
+
+def flag_disagreement(pid: str, args: tuple, text: str | None = None) -> str | None:
+    exported, rule, name, _ = FLAG_RULES[pid]
+    theirs, ours = _exec(text or exported)[name](*args), rule(*args)
+    return None if theirs == ours else f"{args}: exported {theirs!r}, cgsim {ours!r}"
+
+
+@SETTINGS
+@given(st.data())
+@pytest.mark.parametrize("pid", sorted(FLAG_RULES))
+def test_the_exported_flag_checks_decide_as_cgsims(pid, data):
+    args = data.draw(FLAG_RULES[pid][3])
+    assert flag_disagreement(pid, args) is None
+
+
+FLAG_ALTERATIONS = [
+    ("RELEASE-RECAPTURE", "every graph is dropped", "if graphs_after != 0:", "if graphs_after > 1:"),
+    ("RELEASE-RECAPTURE", "the flag is dropped", "if captured_flag_after:", "if not captured_flag_after:"),
+    ("BEFORE-CAPTURE", "a failed capture leaves no flag", "if not ok and captured_flag:", "if not ok and False:"),
+]
+
+
+@pytest.mark.parametrize("pid,what,old,new", FLAG_ALTERATIONS, ids=[f"{a[0]}: {a[1]}" for a in FLAG_ALTERATIONS])
+def test_an_altered_flag_check_disagrees(pid, what, old, new):
+    text = FLAG_RULES[pid][0]
+    assert text.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
+    altered = text.replace(old, new)
+    example = find(FLAG_RULES[pid][3], lambda args: flag_disagreement(pid, args, altered) is not None, settings=FIND)
+    assert flag_disagreement(pid, example, altered)
+
+
+# DISPATCH-SOUND's runner half (view.py's graph_gap): whether something runs
+# the graph, asked of the test's doubles.  Drawn: the graph's mode, whether
+# the manager stores it, whether capture recorded it, a compiled model,
+# breakable graphs.
+runner_world = st.tuples(st.sampled_from(("FULL", "PIECEWISE")), st.booleans(), st.booleans(), st.booleans(),
+                         st.booleans())
+
+
+def runs_disagreement(case: tuple, text: str = DISPATCH_TEXTS["DISPATCH-SOUND"]) -> str | None:
+    mode, stored, recorded, compiled, breakable = case
+    ns = _exec(text, LORA_CASES=(0,), COMPILED_MODEL=compiled)
+    desc = VllmDescriptor(VllmMode[mode], 4, None)
+    manager = SimpleNamespace(graphs={desc: object()} if stored else {}, use_breakable_cg=breakable)
+    # The recorder's captured(): the stored graphs, and the PIECEWISE shapes
+    # capture recorded where the compiled model captured them.
+    recorder = SimpleNamespace(captured=lambda m: list(m.graphs) + ([desc] if recorded and compiled else []))
+    ours = graph_gap(CgsimMode[mode], stored, compiled or breakable, stored or (recorded and compiled))
+    theirs = ns["runs_gap"](desc, manager, recorder)
+    return None if theirs == ours else f"{case}: exported {theirs!r}, cgsim {ours!r}"
+
+
+@SETTINGS
+@given(runner_world)
+def test_the_exported_runner_check_decides_as_cgsims(case):
+    assert runs_disagreement(case) is None
+
+
+RUNS_ALTERATIONS = [
+    ("a FULL graph must be stored", 'if mode is CUDAGraphMode.FULL and not stored:', "if False:"),
+    ("breakable graphs run piecewise graphs", 'COMPILED_MODEL or getattr(manager, "use_breakable_cg", False)',
+     "COMPILED_MODEL"),
+]
+
+
+@pytest.mark.parametrize("what,old,new", RUNS_ALTERATIONS, ids=[a[0] for a in RUNS_ALTERATIONS])
+def test_an_altered_runner_check_disagrees(what, old, new):
+    text = DISPATCH_TEXTS["DISPATCH-SOUND"]
+    assert text.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
+    altered = text.replace(old, new)
+    example = find(runner_world, lambda case: runs_disagreement(case, altered) is not None, settings=FIND)
+    assert runs_disagreement(example, altered)
+
+
+def test_each_exported_rule_is_the_one_its_property_declares():
+    """The generated text holds the very function the judge calls (``rule=``)."""
+    for pid, text in {**DISPATCH_TEXTS, "DISPATCH-ROUNDTRIP": ROUNDTRIP_TEXT, "INIT-TOTAL": INIT_TOTAL_TEXT,
+                      "PAD-CONSISTENT": PAD_TEXT, "CAPTURE-USEFUL": USEFUL_TEXT,
+                      "DECODE-LENGTHS": DECODE_LENGTHS_TEXT, "CAND-ORDER": CAND_ORDER_TEXT,
+                      **{pid: rule[0] for pid, rule in FLAG_RULES.items()}}.items():
+        rule = registered()[pid].rule
+        assert rule is not None and f"def {rule.__name__}(" in text, pid
 
 
 # -- the scheduler model ----------------------------------------------------------------------
@@ -212,13 +617,18 @@ def test_an_altered_scheduler_model_disagrees(what, old, new):
     assert exported_batches(example, altered) != producible(example)
 
 
-@pytest.mark.parametrize("function", [roundtrip_ok, scheduler.producible_batches, scheduler.is_decode_batch,
+@pytest.mark.parametrize("function", [roundtrip_ok, sound_fit, priority_ok, complete_ok, descriptor_problems,
+                                      covers_query_len, sole_choice, decode_length_gaps, capture_list_diff,
+                                      release_problems, capture_flag_problem, graph_gap,
+                                      scheduler.producible_batches, scheduler.is_decode_batch,
                                       scheduler.make_batch, scheduler.longest_mixed_decode_len])
 def test_the_exported_rules_are_generated_from_cgsims_source(function):
     """Every line of each function's body is in the exported text as written
     in cgsim (the signature loses its annotations only)."""
     lines = inspect.getsource(function).splitlines()
     body = lines[next(i for i, line in enumerate(lines) if line.rstrip().endswith(":")) + 1:]
-    text = ROUNDTRIP_TEXT + SCHEDULER_TEXT
+    text = (ROUNDTRIP_TEXT + SCHEDULER_TEXT + "".join(DISPATCH_TEXTS.values()) + INIT_TOTAL_TEXT + PAD_TEXT
+            + USEFUL_TEXT + DECODE_LENGTHS_TEXT + CAND_ORDER_TEXT
+            + "".join(rule[0] for rule in FLAG_RULES.values()))
     assert all(line in text for line in body), [line for line in body if line not in text]
     assert f"def {function.__name__}(" in text
