@@ -698,6 +698,7 @@ def _triton_interpreter() -> None:
 
     backends_mod.backends.setdefault("cpu", backends_mod.Backend(compiler=None, driver=InterpreterDriver))
     _interpreted_libdevice()
+    _interpreted_scalar_index()
 
 
 def _interpreted_libdevice() -> None:
@@ -709,6 +710,26 @@ def _interpreted_libdevice() -> None:
     tl = importlib.import_module("triton.language")
     libdevice = importlib.import_module("triton.language.extra.libdevice")
     libdevice.log1p = lambda x: tl.log(1.0 + x)
+
+
+def _interpreted_scalar_index() -> None:
+    """Triton's interpreter up to 3.6 makes a loaded scalar a Python index with
+    int() on its one-element array, which NumPy 2.5 refuses ("only
+    0-dimensional arrays can be converted to Python scalars": every launch
+    with LoRA or a block table failed so on a GPU host's image); later
+    releases squeeze the array first, as the index installed here does."""
+    scope = getattr(importlib.import_module("triton.runtime.interpreter"), "_LangPatchScope", None)
+    if scope is None or getattr(scope.set_attr, "squeezes_index", False):
+        return
+    set_attr = scope.set_attr
+
+    def squeezing_set_attr(self: Any, obj: object, name: str, value: object) -> None:
+        if name == "__index__":
+            value = lambda tensor: int(tensor.handle.data.reshape(-1)[0])  # noqa: E731
+        set_attr(self, obj, name, value)
+
+    squeezing_set_attr.squeezes_index = True  # type: ignore[attr-defined]
+    scope.set_attr = squeezing_set_attr
 
 
 ATTENTION_SUPPORT_ENV = "CGSIM_RUNNER_ATTENTION_SUPPORT"

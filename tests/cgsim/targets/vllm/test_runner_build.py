@@ -316,3 +316,44 @@ def test_a_stop_signal_during_a_runner_phase_kills_its_children(tmp_path, monkey
     with pytest.raises(KeyboardInterrupt):
         runner_build.each_until_stopped(child, [1], 1, stopped)
     assert said and "died (exit -9)" in said[0] and not runner_build._RUNNING
+
+
+def test_a_loaded_scalar_indexes_under_the_interpreter_on_any_numpy() -> None:
+    """A kernel looping to a bound it loaded (vLLM's LoRA and block-table
+    kernels): Triton's interpreter up to 3.6 took int() of a one-element
+    array, an error on NumPy 2.5 and a deprecation before it (an error here).
+    The index such a release installs is checked as well, whatever Triton
+    runs here."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    code = """
+import os, warnings
+os.environ["TRITON_INTERPRET"] = "1"
+from cgsim.targets.vllm import runner_build
+runner_build._triton_interpreter()
+import torch, triton, triton.language as tl
+
+@triton.jit
+def add_n(n_ptr, out_ptr):
+    n = tl.load(n_ptr)
+    acc = 0
+    for _ in range(n):
+        acc += 1
+    tl.store(out_ptr, acc)
+
+warnings.simplefilter("error", DeprecationWarning)
+out = torch.zeros(1, dtype=torch.int32)
+add_n[(1,)](torch.tensor([3], dtype=torch.int32), out)
+
+import operator, types, numpy as np
+from triton.runtime import interpreter
+class Tensor: pass
+scope = interpreter._LangPatchScope()
+scope.set_attr(Tensor, "__index__", lambda self: int(self.handle.data))  # Triton 3.6's
+t = Tensor(); t.handle = types.SimpleNamespace(data=np.array([4]))
+print(int(out[0]), operator.index(t))
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=str(Path(__file__).resolve().parents[4]))
+    assert run.returncode == 0 and run.stdout.strip().splitlines()[-1] == "3 4", run.stderr[-2000:]
