@@ -35,7 +35,8 @@ STALE_READ_CONSEQUENCES = {"REPLAY-EQUALS-EAGER", "NO-ILLEGAL-OP", "NO-CRASH"}
 # A graph replayed on a stream unordered with the step's (CAPTURE-STREAM-CONSISTENT
 # on both backends) races the step's input writes and output reads: on an H100
 # the replays read stale inputs (REPLAY-EQUALS-EAGER, mutant replay-side-stream);
-# the mock runs every stream's work at once, in order, so only the cause shows there.
+# the mock runs every stream's work at once, in order, so only the cause shows there
+# (and the replayed outputs are not compared).
 UNORDERED_STREAM_CONSEQUENCES = {"REPLAY-EQUALS-EAGER"}
 # Graph memory is accounted by the mock only (a GPU's caching allocator is not
 # asked): on cuda the memory properties judge nothing.
@@ -85,6 +86,8 @@ def test_agreement(entry):
         return
     assert cuda["dispatch"] == mock["dispatch"]
     assert cuda["sweeps"] == mock["sweeps"]
+    if unordered:
+        return  # the racing replays' outputs are the GPU's schedule's
     for step, values in mock["outputs"].items():
         assert step in cuda["outputs"], f"step {step}: no output on cuda"
         m, c = torch.tensor(values), torch.tensor(cuda["outputs"][step])
