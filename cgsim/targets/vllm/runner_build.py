@@ -180,6 +180,9 @@ def in_child(module: str, payload: dict, timeout_s: float, what: str) -> dict:
             json.dump(payload, f)
         env = dict(os.environ)
         env[TRITON_INTERPRET] = "1"
+        # Children run side by side, two cores each (fuzz.campaign.served); torch's default, every core in
+        # each child, had 8 children on a 16-core host serve no pair in a 120 s share.
+        env.setdefault("OMP_NUM_THREADS", "2")
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         proc = subprocess.Popen([sys.executable, "-m", module, src, out], env=env, stdout=subprocess.PIPE,
