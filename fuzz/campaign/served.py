@@ -125,6 +125,7 @@ def served_phase(target_name: str, backend: str, ruleset: str | None, seed: int,
 
     target = get_target(target_name)
     serve, launch = optional_hook(target, "serve_scenarios"), optional_hook(target, "launch")
+    classify = optional_hook(target, "classify")  # which documented defect a difference is, as the workers record
     if serve is None or stopped():
         return ServedShare()
     # A serving child's torch keeps two cores busy: more at once only slows each past its budget.
@@ -158,6 +159,8 @@ def served_phase(target_name: str, backend: str, ruleset: str | None, seed: int,
         finding = served_finding(target_name, backend, scenario, result, launch(scenario))
         if finding is None:
             continue
+        if classify is not None:
+            finding = finding.with_(extra=classify(finding))
         differ += 1
         try:
             store.put(finding)
