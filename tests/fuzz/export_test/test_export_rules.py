@@ -57,6 +57,16 @@ SETTINGS = settings(deadline=None, database=None, suppress_health_check=[HealthC
 FIND = settings(max_examples=3000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 
 
+def assert_alteration_found(text: str, what: str, old: str, new: str, cases, disagree) -> None:
+    """``text`` with ``old`` replaced by ``new`` (which it holds once) is a
+    different rule: Hypothesis finds a case of ``cases`` where
+    ``disagree(case, altered text)`` says the exported check and cgsim's differ."""
+    assert text.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
+    altered = text.replace(old, new)
+    example = find(cases, lambda case: bool(disagree(case, altered)), settings=FIND)
+    assert disagree(example, altered)
+
+
 def _exec(text: str, **constants) -> dict:
     namespace = {"NamedTuple": NamedTuple, "CUDAGraphMode": VllmMode, **constants}
     exec("\n".join(FIT_IMPORTS) + "\n" + text, namespace)  # noqa: S102 - generated here
@@ -148,10 +158,7 @@ ROUNDTRIP_ALTERATIONS = [
 
 @pytest.mark.parametrize("what,old,new", ROUNDTRIP_ALTERATIONS, ids=[a[0] for a in ROUNDTRIP_ALTERATIONS])
 def test_an_altered_roundtrip_check_disagrees(what, old, new):
-    assert ROUNDTRIP_TEXT.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
-    altered = ROUNDTRIP_TEXT.replace(old, new)
-    example = find(dispatched(), lambda case: roundtrip_disagreement(case, altered) is not None, settings=FIND)
-    assert roundtrip_disagreement(example, altered)
+    assert_alteration_found(ROUNDTRIP_TEXT, what, old, new, dispatched(), roundtrip_disagreement)
 
 
 # -- DISPATCH-SOUND, -PRIORITY, -COMPLETE ------------------------------------------------------
@@ -220,11 +227,8 @@ DISPATCH_ALTERATIONS = [
 
 @pytest.mark.parametrize("pid,what,old,new", DISPATCH_ALTERATIONS, ids=[f"{a[0]}: {a[1]}" for a in DISPATCH_ALTERATIONS])
 def test_an_altered_dispatch_check_disagrees(pid, what, old, new):
-    text = DISPATCH_TEXTS[pid]
-    assert text.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
-    altered = text.replace(old, new)
-    example = find(dispatched(), lambda case: dispatch_disagreement(pid, case, altered) is not None, settings=FIND)
-    assert dispatch_disagreement(pid, example, altered)
+    assert_alteration_found(DISPATCH_TEXTS[pid], what, old, new, dispatched(),
+                            lambda case, text: dispatch_disagreement(pid, case, text))
 
 
 # -- INIT-TOTAL -------------------------------------------------------------------------------
@@ -284,10 +288,7 @@ INIT_TOTAL_ALTERATIONS = [
 
 @pytest.mark.parametrize("what,old,new", INIT_TOTAL_ALTERATIONS, ids=[a[0] for a in INIT_TOTAL_ALTERATIONS])
 def test_an_altered_init_total_check_disagrees(what, old, new):
-    assert INIT_TOTAL_TEXT.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
-    altered = INIT_TOTAL_TEXT.replace(old, new)
-    example = find(built(), lambda case: init_total_disagreement(case, altered) is not None, settings=FIND)
-    assert init_total_disagreement(example, altered)
+    assert_alteration_found(INIT_TOTAL_TEXT, what, old, new, built(), init_total_disagreement)
 
 
 # -- PAD-CONSISTENT ---------------------------------------------------------------------------
@@ -324,10 +325,7 @@ PAD_ALTERATIONS = [
 
 @pytest.mark.parametrize("what,old,new", PAD_ALTERATIONS, ids=[a[0] for a in PAD_ALTERATIONS])
 def test_an_altered_pad_check_disagrees(what, old, new):
-    assert PAD_TEXT.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
-    altered = PAD_TEXT.replace(old, new)
-    example = find(padded, lambda case: pad_disagreement(*case, text=altered) is not None, settings=FIND)
-    assert pad_disagreement(*example, text=altered)
+    assert_alteration_found(PAD_TEXT, what, old, new, padded, lambda case, text: pad_disagreement(*case, text=text))
 
 
 # -- CAPTURE-USEFUL ---------------------------------------------------------------------------
@@ -362,10 +360,7 @@ USEFUL_ALTERATIONS = [
 
 @pytest.mark.parametrize("what,old,new", USEFUL_ALTERATIONS, ids=[a[0] for a in USEFUL_ALTERATIONS])
 def test_an_altered_useful_check_disagrees(what, old, new):
-    assert USEFUL_TEXT.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
-    altered = USEFUL_TEXT.replace(old, new)
-    example = find(dispatched(), lambda case: useful_disagreement(case, altered) is not None, settings=FIND)
-    assert useful_disagreement(example, altered)
+    assert_alteration_found(USEFUL_TEXT, what, old, new, dispatched(), useful_disagreement)
 
 
 # -- DECODE-LENGTHS ---------------------------------------------------------------------------
@@ -401,10 +396,7 @@ DECODE_LENGTHS_ALTERATIONS = [
 
 @pytest.mark.parametrize("what,old,new", DECODE_LENGTHS_ALTERATIONS, ids=[a[0] for a in DECODE_LENGTHS_ALTERATIONS])
 def test_an_altered_decode_lengths_check_disagrees(what, old, new):
-    assert DECODE_LENGTHS_TEXT.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
-    altered = DECODE_LENGTHS_TEXT.replace(old, new)
-    example = find(decoded, lambda case: decode_lengths_disagreement(case, altered) is not None, settings=FIND)
-    assert decode_lengths_disagreement(example, altered)
+    assert_alteration_found(DECODE_LENGTHS_TEXT, what, old, new, decoded, decode_lengths_disagreement)
 
 
 # -- CAND-ORDER -------------------------------------------------------------------------------
@@ -442,11 +434,8 @@ CAND_ORDER_ALTERATIONS = [
 
 @pytest.mark.parametrize("what,old,new", CAND_ORDER_ALTERATIONS, ids=[a[0] for a in CAND_ORDER_ALTERATIONS])
 def test_an_altered_cand_order_check_disagrees(what, old, new):
-    assert CAND_ORDER_TEXT.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
-    altered = CAND_ORDER_TEXT.replace(old, new)
-    example = find(st.tuples(capture_list, capture_list),
-                   lambda case: cand_order_disagreement(case, altered) is not None, settings=FIND)
-    assert cand_order_disagreement(example, altered)
+    assert_alteration_found(CAND_ORDER_TEXT, what, old, new, st.tuples(capture_list, capture_list),
+                            cand_order_disagreement)
 
 
 # -- RELEASE-RECAPTURE and BEFORE-CAPTURE: rules over a graph count and flags ----------------
@@ -483,11 +472,8 @@ FLAG_ALTERATIONS = [
 
 @pytest.mark.parametrize("pid,what,old,new", FLAG_ALTERATIONS, ids=[f"{a[0]}: {a[1]}" for a in FLAG_ALTERATIONS])
 def test_an_altered_flag_check_disagrees(pid, what, old, new):
-    text = FLAG_RULES[pid][0]
-    assert text.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
-    altered = text.replace(old, new)
-    example = find(FLAG_RULES[pid][3], lambda args: flag_disagreement(pid, args, altered) is not None, settings=FIND)
-    assert flag_disagreement(pid, example, altered)
+    assert_alteration_found(FLAG_RULES[pid][0], what, old, new, FLAG_RULES[pid][3],
+                            lambda args, text: flag_disagreement(pid, args, text))
 
 
 # DISPATCH-SOUND's runner half (view.py's graph_gap): whether something runs
@@ -526,11 +512,7 @@ RUNS_ALTERATIONS = [
 
 @pytest.mark.parametrize("what,old,new", RUNS_ALTERATIONS, ids=[a[0] for a in RUNS_ALTERATIONS])
 def test_an_altered_runner_check_disagrees(what, old, new):
-    text = DISPATCH_TEXTS["DISPATCH-SOUND"]
-    assert text.count(old) == 1, f"{what}: the generated text no longer holds {old!r}"
-    altered = text.replace(old, new)
-    example = find(runner_world, lambda case: runs_disagreement(case, altered) is not None, settings=FIND)
-    assert runs_disagreement(example, altered)
+    assert_alteration_found(DISPATCH_TEXTS["DISPATCH-SOUND"], what, old, new, runner_world, runs_disagreement)
 
 
 def test_each_exported_rule_is_the_one_its_property_declares():
