@@ -34,14 +34,15 @@ class ServedShare:
     """What the runner share did: the report's notes, how many launches
     SERVED-EQUALS-EAGER judged (served with graphs and eager) and found
     differing, counted into the summary as the search's workers' checks are,
-    how many the budget left unserved, and why the others were not served
-    here (reason, count)."""
+    how many the budget left unserved, why the others were not served
+    here (reason, count), and the seconds each served pair took."""
 
     notes: tuple[str, ...] = ()
     served: int = 0
     differ: int = 0
     unserved: int = 0
     not_served: tuple[tuple[str, int], ...] = ()
+    seconds: tuple[float, ...] = ()
 
     def stats(self) -> dict:
         """A worker-snapshot-shaped count (cgsim.report.summary.totals); the
@@ -143,6 +144,7 @@ def served_phase(target_name: str, backend: str, ruleset: str | None, seed: int,
         return ServedShare((f"runner share failed ({type(exc).__name__}: {first_line(exc, 200)}); nothing was served",))
     store = FindingStore(findings_dir, repro=write_repro)
     served = differ = 0
+    seconds: list[float] = []
     errors: dict[str, int] = {}
     for scenario, result in zip(scenarios, results):
         if result is None:
@@ -156,6 +158,8 @@ def served_phase(target_name: str, backend: str, ruleset: str | None, seed: int,
             errors[why] = errors.get(why, 0) + 1
             continue
         served += 1
+        if "seconds" in result:
+            seconds.append(float(result["seconds"]))
         finding = served_finding(target_name, backend, scenario, result, launch(scenario))
         if finding is None:
             continue
@@ -168,6 +172,7 @@ def served_phase(target_name: str, backend: str, ruleset: str | None, seed: int,
             return ServedShare((f"runner share: finding {finding.id} could not be written ({exc})",), served, differ)
     unserved = len(scenarios) - served - sum(errors.values())
     notes = [f"runner share: {served} launch(es) served with graphs and eager, {differ} differ"
-             + (f", {unserved} left unserved by the budget" if unserved else "")]
+             + (f", {unserved} left unserved by the budget" if unserved else "")
+             + (f" (a pair took {min(seconds):.0f}-{max(seconds):.0f} s)" if seconds else "")]
     notes += [f"runner share: {n} launch(es) not served here: {why}" for why, n in sorted(errors.items())]
-    return ServedShare(tuple(notes), served, differ, unserved, tuple(sorted(errors.items())))
+    return ServedShare(tuple(notes), served, differ, unserved, tuple(sorted(errors.items())), tuple(seconds))

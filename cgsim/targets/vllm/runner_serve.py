@@ -109,7 +109,8 @@ def serve_pair(launch: EngineLaunch, timeout_s: float) -> dict:
     from cgsim.targets.vllm.engine import EngineRefused  # noqa: PLC0415
 
     requests = default_requests()
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
+    deadline = started + timeout_s
     try:
         graphs = serve_runner(launch, requests, timeout_s)
         eager = serve_runner(eager_twin(launch), requests, max(1.0, deadline - time.monotonic()))
@@ -118,7 +119,7 @@ def serve_pair(launch: EngineLaunch, timeout_s: float) -> dict:
     except (EngineRefused, VllmEnvironmentError) as exc:
         return {"error": str(exc).splitlines()[0][:300]}
     return {"launch_line": launch.line(), "requests": len(requests), "graphs": graphs.to_json(),
-            "eager": eager.to_json()}
+            "eager": eager.to_json(), "seconds": round(time.monotonic() - started, 1)}
 
 
 def served_consequence(launch: EngineLaunch, timeout_s: float) -> dict | None:
@@ -181,16 +182,22 @@ def serve_confirmed(findings: list[dict], verdicts: dict, jobs: int, stopped: An
 def _within(launches: list[EngineLaunch], jobs: int, stopped: Any, budget_s: float, serve: Any) -> list[dict | None]:
     """``serve(launch, seconds left)`` for each launch, ``jobs`` at a time,
     None where ``stopped()`` or too little of ``budget_s`` was left to start,
-    or a stop ended it (its children are killed: ``each_until_stopped``)."""
+    or a stop ended it (its children are killed: ``each_until_stopped``).
+    Too little is under ``MIN_SERVE_S`` or under the longest serve so far,
+    which the next is likely to take (the share's launches come cheapest first)."""
     from cgsim.targets.vllm.runner_build import each_until_stopped  # noqa: PLC0415
 
     deadline = time.monotonic() + budget_s
+    longest = [MIN_SERVE_S]  # shared by the pool's threads (list.append is atomic)
 
     def serve_once(launch: EngineLaunch) -> dict | None:
         left = deadline - time.monotonic()
-        if stopped() or left < MIN_SERVE_S:
+        if stopped() or left < max(longest):
             return None
+        began = time.monotonic()
         result = serve(launch, left)
+        if result is not None and "error" not in result:
+            longest.append(time.monotonic() - began)
         return None if stopped() else result
 
     return each_until_stopped(serve_once, launches, jobs, stopped)

@@ -72,6 +72,27 @@ def test_a_pair_whose_time_runs_out_is_left_unserved_not_an_error(monkeypatch) -
     assert served_consequence(LAUNCH, 60) is None
 
 
+def test_no_launch_starts_with_less_time_left_than_the_longest_serve_so_far(monkeypatch) -> None:
+    """Launches come cheapest first: one started with less time than the
+    last took would run out and waste the rest of the share."""
+    import time  # noqa: PLC0415
+
+    import cgsim.targets.vllm.runner_serve as runner_serve  # noqa: PLC0415
+
+    monkeypatch.setattr(runner_serve, "MIN_SERVE_S", 0.0)
+    started: list[str] = []
+
+    def serve(launch, left):
+        started.append(launch)
+        time.sleep(0.3)
+        return {"graphs": {}, "eager": {}}
+
+    results = runner_serve._within(["a", "b"], 1, lambda: False, 0.45, serve)
+    assert (started, results) == (["a"], [{"graphs": {}, "eager": {}}, None])
+    started.clear()  # time enough for both: both start
+    assert runner_serve._within(["a", "b"], 1, lambda: False, 5.0, serve)[1] is not None and started == ["a", "b"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode,breakable", [(CUDAGraphMode.FULL_DECODE_ONLY, False), (CUDAGraphMode.PIECEWISE, False),
                                             (CUDAGraphMode.PIECEWISE, True)],
