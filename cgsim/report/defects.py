@@ -46,6 +46,8 @@ def runner_said(entry: dict) -> str | None:
         return f"confirmed: the runner built from the launch captures {where}" + _served(said.get("served"))
     if verdict == "no-graph":
         return "not asked: the finding names no graph"
+    if verdict == "unasked":  # a budget or a stop, not the environment: a longer run asks
+        return f"not asked: {said.get('detail')}"
     if verdict == "served":  # cgsim.served: found by serving the launch through the runner
         return "found by serving the launch through the engine's own model runner" + _served(said.get("served"))
     if verdict == "absent":

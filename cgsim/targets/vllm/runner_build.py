@@ -925,8 +925,9 @@ class Confirmation:
     ``verdict``: ``confirmed`` (every named graph is there), ``absent`` (one
     or more is not: ``missing``), ``no-graph`` (the finding names none),
     ``refused`` (vLLM refuses the launch), ``raised`` (the runner raised:
-    vLLM's words in ``detail``), ``environment`` (cgsim cannot build this
-    launch's runner here: ``detail`` says what is missing)."""
+    vLLM's words in ``detail``), ``unasked`` (the time given ran out, or
+    the campaign was stopped, first), ``environment`` (cgsim cannot build
+    this launch's runner here: ``detail`` says what is missing)."""
 
     finding: str
     property: str
@@ -1003,6 +1004,8 @@ def confirm(finding: dict, build: Any = None) -> Confirmation:
         built = (build or build_runner)(finding_launch(finding))
     except EngineRefused as exc:
         return Confirmation(fid, prop, manager, named, "refused", detail=first_line(exc, 300))
+    except RunnerTimedOut as exc:  # the time given ran out, or a stop: nothing is known of the runner
+        return Confirmation(fid, prop, manager, named, "unasked", detail=first_line(exc, 300))
     except VllmEnvironmentError as exc:
         return Confirmation(fid, prop, manager, named, "environment", detail=first_line(exc, 300))
     held = built.manager(manager)
@@ -1045,13 +1048,15 @@ def confirm_findings(findings: list[dict], jobs: int, stopped: Any = lambda: Fal
     def build_once(launch: EngineLaunch) -> Any:
         left = deadline - time.monotonic()
         if stopped():
-            return VllmEnvironmentError("not asked: the campaign was stopped")
+            return RunnerTimedOut("the campaign was stopped")
         if left < 1:
-            return VllmEnvironmentError(f"not asked: the confirmation budget ({budget_s:.0f} s) was spent")
+            return RunnerTimedOut(f"the confirmation budget ({budget_s:.0f} s) was spent")
         try:
             return build_runner(launch, timeout_s=left)
+        except RunnerTimedOut as exc:
+            return RunnerTimedOut(f"the confirmation budget ({budget_s:.0f} s) ran out ({exc})")
         except (EngineRefused, VllmEnvironmentError) as exc:
-            return VllmEnvironmentError("not asked: the campaign was stopped") if stopped() else exc
+            return RunnerTimedOut("the campaign was stopped") if stopped() else exc
 
     built = dict(zip(wanted, each_until_stopped(build_once, list(wanted.values()), jobs, stopped)))
 

@@ -265,8 +265,23 @@ def test_no_build_starts_once_the_confirmation_budget_is_spent(monkeypatch: pyte
     build, seen = _fake_runner(GraphEntry("PIECEWISE", 1, None, None))
     monkeypatch.setattr(runner_build, "build_runner", build)
     got = confirm_findings([_finding("skip-attn-9656d102f2")], jobs=1, budget_s=0)
-    assert seen == [] and got["skip-attn-9656d102f2"].verdict == "environment"
+    assert seen == [] and got["skip-attn-9656d102f2"].verdict == "unasked"
     assert "budget" in got["skip-attn-9656d102f2"].detail
+
+
+def test_a_build_the_budget_cuts_short_is_unasked_not_the_environments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child that ran out of the time it was given says nothing of the
+    runner or the environment: the report says so ("not asked")."""
+    from cgsim.report.defects import runner_said  # noqa: PLC0415
+    from cgsim.targets.vllm.compat import RunnerTimedOut  # noqa: PLC0415
+
+    def build(launch, timeout_s):
+        raise RunnerTimedOut(f"building vLLM's model runner took over {timeout_s:.0f} s")
+
+    monkeypatch.setattr(runner_build, "build_runner", build)
+    got = confirm_findings([_finding("skip-attn-9656d102f2")], jobs=1, budget_s=30)["skip-attn-9656d102f2"]
+    assert got.verdict == "unasked" and got.detail.startswith("the confirmation budget (30 s) ran out (building")
+    assert runner_said({"runner_confirmation": got.to_json()}).startswith("not asked: the confirmation budget")
 
 
 def test_a_stop_kills_the_children_a_runner_phase_waits_on(tmp_path, monkeypatch) -> None:
