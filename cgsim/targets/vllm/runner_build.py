@@ -602,6 +602,15 @@ class _ExecutorView:
         return [fn(*args, **(kwargs or {}))]
 
     def determine_available_memory(self) -> list[int]:
+        # The worker's profile run (Worker.determine_available_memory) is the model's first forward, at
+        # max_num_batched_tokens: torch.compile traces it there, never at a capture size of 1 (which it
+        # would specialise on).  The memory it would measure is the device's: cgsim's.
+        import torch  # noqa: PLC0415
+
+        config_mod = importlib.import_module("vllm.config")
+        with vllm_frames("GPUModelRunner.profile_run"), torch.inference_mode(), \
+                config_mod.set_current_vllm_config(self.vllm_config):
+            self.worker.model_runner.profile_run()
         return [KV_CACHE_BYTES]
 
     def compile_or_warm_up_model(self) -> None:

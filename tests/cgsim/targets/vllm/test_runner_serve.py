@@ -94,15 +94,20 @@ def test_no_launch_starts_with_less_time_left_than_the_longest_serve_so_far(monk
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode,breakable", [(CUDAGraphMode.FULL_DECODE_ONLY, False), (CUDAGraphMode.PIECEWISE, False),
-                                            (CUDAGraphMode.PIECEWISE, True)],
+@pytest.mark.parametrize("mode,breakable,sizes", [(CUDAGraphMode.FULL_DECODE_ONLY, False, (1, 2, 4)),
+                                                  (CUDAGraphMode.PIECEWISE, False, (1,)),
+                                                  (CUDAGraphMode.PIECEWISE, True, (1, 2, 4))],
                          ids=["FULL_DECODE_ONLY", "PIECEWISE", "PIECEWISE-breakable"])
-def test_requests_served_with_graphs_give_what_vllm_gives_eager(mode: CUDAGraphMode, breakable: bool) -> None:
+def test_requests_served_with_graphs_give_what_vllm_gives_eager(mode: CUDAGraphMode, breakable: bool,
+                                                                 sizes: tuple[int, ...]) -> None:
     """vLLM's scheduler, execute_model and sample_tokens run every step; the
     decode steps replay graphs on the mock (FULL: one a step; PIECEWISE: one
     a piece; breakable: graph segments around attention run eagerly with the
-    live batch's metadata), and the tokens and log-probabilities are eager's."""
-    launch = launch_for(ManagerConfig(mode=mode, capture_sizes=(1, 2, 4), max_num_reqs=4, breakable=breakable))
+    live batch's metadata), and the tokens and log-probabilities are eager's.
+    PIECEWISE captures size 1 only: the model's first forward must still be
+    the worker's profile run (torch.compile specialised on a first trace of
+    one token, and every prefill raised)."""
+    launch = launch_for(ManagerConfig(mode=mode, capture_sizes=sizes, max_num_reqs=max(sizes), breakable=breakable))
     requests = default_requests()
     graphs = serve_runner(launch, requests)
     eager = serve_runner(eager_twin(launch), requests)
