@@ -36,7 +36,8 @@ from cgsim.workload.attention import AttentionMetadata, MetadataBuilder, backend
 from cgsim.workload.context import ForwardContext, get_forward_context, set_forward_context
 from cgsim.workload.model import HIDDEN, KV_ROWS, VOCAB, ToyModel
 
-__all__ = ["Workload", "RequestLayout", "GraphRecord", "CaptureBytes", "EagerForward", "OUTPUT_TOLERANCE"]
+__all__ = ["Workload", "RequestLayout", "GraphRecord", "CaptureBytes", "EagerForward", "ReferenceTerm",
+           "OUTPUT_TOLERANCE"]
 
 # Replayed rows must equal eager rows within this absolute tolerance.  Graph
 # replay runs the same kernels on the same data, so only reduction-order noise
@@ -146,6 +147,20 @@ class EagerForward:
     key: Any = None
 
     def run(self, workload: "Workload", batch: Batch) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class ReferenceTerm:
+    """What a target's model adds to the toy model's forward (``Workload.reference_term``):
+    the eager reference applies it to the toy's eager output for a batch."""
+
+    def key(self, batch: Batch) -> Any:
+        """Hashable, equal only where the term computes the same thing for
+        batches of equal layout (it may tell apart what the layout does not,
+        e.g. has_prefill)."""
+        raise NotImplementedError
+
+    def apply(self, out: torch.Tensor, layout: "RequestLayout", batch: Batch) -> torch.Tensor:
         raise NotImplementedError
 
 
@@ -295,6 +310,7 @@ class Workload:
         self._streams: dict[int, int] = {}  # a stream's id -> its number in this trace (stream_token)
         self._reference = None
         self.reference_forward: EagerForward | None = None  # see for_manager
+        self.reference_term: ReferenceTerm | None = None  # set by a target whose model adds to the toy's
 
 
     PHASES = ("capture", "runtime")
@@ -534,7 +550,8 @@ class Workload:
         forward = self.reference_forward
         key = (str(self.device), NUM_LAYERS, self.seed, self.attention.in_graph_metadata_op,
                self.model.max_loras, batch.query_lens, batch.num_active_loras, salt,
-               forward.key if forward is not None else None)
+               forward.key if forward is not None else None,
+               self.reference_term.key(batch) if self.reference_term is not None else None)
         out = _EAGER.get(key)
         if out is None:
             out = self._eager_reference(batch)
@@ -554,7 +571,8 @@ class Workload:
         layout = ref.load_batch(batch, batch.num_tokens)
         md = ref.prepare_attn(layout, batch.num_reqs, batch.num_tokens, None, for_capture=False)
         with set_forward_context(md, batch.num_tokens, CUDAGraphMode.NONE, lora_case=batch.num_active_loras):
-            return ref.model.run_stages(get_forward_context()).clone()
+            out = ref.model.run_stages(get_forward_context()).clone()
+        return out if self.reference_term is None else self.reference_term.apply(out, layout, batch)
 
 
 class _ManagerWorkload(Workload):

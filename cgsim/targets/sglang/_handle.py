@@ -48,12 +48,13 @@ from cgsim.modes import CUDAGraphMode
 from cgsim.spec import sglang as rules
 from cgsim.spec.scheduler import sweep_token_limit
 from cgsim.targets.base import CandidateSnapshot, Execution, TargetUnsupported
-from cgsim.targets.sglang import _draft, _world, compat
+from cgsim.targets.sglang import _draft, _kv, _world, compat
 from cgsim.targets.sglang.alignment import decode_gathers, engine_alignment
 from cgsim.targets.sglang.blame import guarded
 from cgsim.trace import Trace
 from cgsim.workload import Workload
 from cgsim.workload.context import ForwardContext
+from cgsim.workload.harness import ReferenceTerm
 
 __all__ = ["SglangHandle", "driver_limits"]
 
@@ -163,9 +164,14 @@ class _Rank:
             w.buffers.lora_ids[:n].zero_()
         if self.capturing_breakable and torch.cuda.is_current_stream_capturing():
             key = self.h.piecewise_key(self.capture_kind, self.capture_key)
-            return w.run_breakable(ForwardContext(md, n, P, key, lora_case), True, self._break_op)
-        with _world.body_context(md, n, N, None, lora_case):
-            return w.model_forward()
+            hs = w.run_breakable(ForwardContext(md, n, P, key, lora_case), True, self._break_op)
+        else:
+            with _world.body_context(md, n, N, None, lora_case):
+                hs = w.model_forward()
+        if not _kv.applies(fb):
+            return hs
+        return _kv.attend(self.mr.toy_kv, hs, input_ids, positions, fb, self.mr.req_to_token_pool.req_to_token,
+                          self.h.width)
 
     def _break_op(self, stage: Any) -> Callable:
         op = self._break_ops.get(stage.name)
@@ -186,6 +192,21 @@ class _Rank:
             run.__name__ = f"cgsim_{stage.name}"
             op = self._break_ops[stage.name] = _eager_break(run)
         return op
+
+
+class _KvTerm(ReferenceTerm):
+    """The toy KV's part of a decode's eager reference (see _kv)."""
+
+    def __init__(self, handle: "SglangHandle"):
+        self.h = handle
+
+    def key(self, batch: Batch) -> Any:
+        return ("sglang-kv", self.h.width, _world.CONTEXT_LEN, self.h._is_extend(batch))
+
+    def apply(self, out: torch.Tensor, layout: Any, batch: Batch) -> torch.Tensor:
+        if self.h._is_extend(batch):
+            return out
+        return _kv.apply_reference(out, layout, self.h.width, _world.CONTEXT_LEN, out.device)
 
 
 class SglangHandle:
@@ -219,6 +240,7 @@ class SglangHandle:
         # EAGLE's draft worker's graph runners (draft decode, draft extend), in capture order.
         self.drafts: list[Any] = []
         self._zeros = torch.zeros(0, dtype=torch.int64)
+        workload.reference_term = _KvTerm(self)
         with self._sglang():
             self.ranks = [_Rank(self, r, workload if r == 0 else self._peer_workload()) for r in range(self.dp)]
             for rank in self.ranks:
@@ -453,13 +475,11 @@ class SglangHandle:
         n = len(lens)
         mr = rank.mr
         seq = [c + q for c, q in zip(contexts, lens)]
-        if slots is not None:
-            table = mr.req_to_token_pool.req_to_token
-            i = 0
-            for r, (c, q) in enumerate(zip(contexts, lens)):
-                table[r, c:c + q] = torch.tensor(slots[i:i + q], dtype=table.dtype, device=table.device)
-                i += q
         total = int(sum(lens))
+        rows, out_cache_loc = torch.arange(n, dtype=torch.int64), torch.zeros(total, dtype=torch.int64)
+        if slots is not None:
+            # ForwardBatch.init_new's request rows and allocated slots, the prefix's KV in the pool.
+            rows, out_cache_loc = mr.toy_kv.load(mr.req_to_token_pool.req_to_token, contexts, lens, slots)
         dev = self.device if slots is not None else torch.device("cpu")
         # The workload lays a batch out on the host; ForwardBatch.init_new hands the runner device tensors.
         input_ids, positions = input_ids.to(dev), positions.to(dev)
@@ -469,8 +489,8 @@ class SglangHandle:
                     else None)
         spec = self.width > 1
         common: dict[str, Any] = dict(
-            batch_size=n, input_ids=input_ids, req_pool_indices=torch.arange(n, dtype=torch.int64, device=dev),
-            seq_lens=seq_t, out_cache_loc=torch.zeros(total, dtype=torch.int64, device=dev), seq_lens_sum=int(sum(seq)),
+            batch_size=n, input_ids=input_ids, req_pool_indices=rows.to(dev),
+            seq_lens=seq_t, out_cache_loc=out_cache_loc.to(dev), seq_lens_sum=int(sum(seq)),
             seq_lens_cpu=seq_cpu, positions=positions, spec_algorithm=mr.spec_algorithm,
             capture_hidden_mode=CaptureHiddenMode.FULL if spec else CaptureHiddenMode.NULL, lora_ids=lora_ids,
         )

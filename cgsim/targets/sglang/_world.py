@@ -37,6 +37,7 @@ from sglang.srt.runtime_context import get_context, get_parallel, get_resources
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from cgsim.modes import CUDAGraphMode
+from cgsim.targets.sglang._kv import KvPool
 from cgsim.workload.context import set_forward_context
 from cgsim.workload.model import HIDDEN
 
@@ -101,10 +102,11 @@ class ToyAttention(AttentionBackend):
             query_lens = [width] * bs
         rows = [int(r) for r in fb.req_pool_indices[:bs].tolist()]
         table = self.model_runner.req_to_token_pool.req_to_token
+        toy_row = self.model_runner.toy_kv.toy_row  # the shared toy's constant KV table row of a pool slot
         slots: list[int] = []
         for row, s, q in zip(rows, seq_lens, query_lens):
             for pos in range(s - q, s):
-                slots.append(int(table[row, max(pos, 0)]) if 0 <= row < table.shape[0] else 0)
+                slots.append(toy_row(int(table[row, max(pos, 0)])) if 0 <= row < table.shape[0] else 0)
         if sum(query_lens) > num_tokens:
             # What sglang handed the backend contradicts itself: a GPU backend
             # would plan more query tokens than the graph's input rows hold.
@@ -289,6 +291,7 @@ class FakeModelRunner(ModelRunner):
         self.req_to_token_pool = ReqToTokenPool(size=pool_size, max_context_len=CONTEXT_LEN, device=self.device,
                                                 enable_memory_saver=False)
         self.token_to_kv_pool = SimpleNamespace(size=_KV_POOL, layer_transfer_counter=None)
+        self.toy_kv = KvPool(self.req_to_token_pool.req_to_token, self.device)
         self.token_to_kv_pool_allocator = SimpleNamespace(page_size=1, get_kvcache=lambda: self.token_to_kv_pool)
         self.init_kv_index_translator()
         self.attn_backend = attention(self)

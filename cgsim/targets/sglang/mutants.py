@@ -17,6 +17,16 @@ fixed, and the property that finds it:
 - ``max-bs-not-captured``: the default bs ladder omits an off-stride
   --cuda-graph-max-bs, so the largest batches run eagerly (PR 21005, which
   added ``capture_bs.append(max_bs)``).  SGL-CAND-ORDER, SGL-CAND-BOUNDS.
+- ``stale-out-cache-loc``: a padded decode replay leaves the padded rows'
+  ``out_cache_loc`` as the previous, larger batch wrote them, so the padding
+  tokens write their KV into slots of requests still running (sglang 0.5.23
+  resets them: the decode buffer registry's ``out_cache_loc`` slot has
+  ``PaddingPolicy.ZERO``, "padded rows must point at slot 0"; before the
+  registry, ``replay_prepare`` did ``if bs != raw_bs: ... self.out_cache_loc.zero_()``;
+  the SWA twin's reset beside it says why: "Padded SWA indices left over from
+  a previous replay would point into real SWA slots, so set_kv_buffer on
+  padded tokens would corrupt active requests' KV").  REPLAY-EQUALS-EAGER through the SGLang target's writable toy
+  KV (``_kv``): a live request reads the overwritten slot in that step.
 """
 
 from __future__ import annotations
@@ -90,6 +100,21 @@ def _max_bs_not_captured() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _stale_out_cache_loc() -> Iterator[None]:
+    registry = importlib.import_module("sglang.srt.model_executor.cuda_graph_buffer_registry")
+    original = registry.GraphSlot.reset_padding
+
+    def reset_padding(self, raw_n, padded_n):
+        # The bug: out_cache_loc's padded tail is not reset (it keeps the last, larger batch's slots).
+        if self.name == "out_cache_loc":
+            return None
+        return original(self, raw_n, padded_n)
+
+    with mock.patch.object(registry.GraphSlot, "reset_padding", reset_padding):
+        yield
+
+
 MUTANTS: dict[str, SglangMutant] = {
     m.name: m
     for m in (
@@ -99,5 +124,7 @@ MUTANTS: dict[str, SglangMutant] = {
                      "SGL-DISPATCH-COMPLETE", _dp_sum_tokens),
         SglangMutant("max-bs-not-captured", "default bs ladder omits an off-stride max bs (PR 21005)",
                      "SGL-CAND-ORDER", _max_bs_not_captured),
+        SglangMutant("stale-out-cache-loc", "padded decode rows keep the last batch's out_cache_loc (KV slots)",
+                     "REPLAY-EQUALS-EAGER", _stale_out_cache_loc),
     )
 }

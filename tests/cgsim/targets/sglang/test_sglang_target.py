@@ -380,6 +380,8 @@ EXAMPLES = {
     "dp-sum-tokens": (cfg(capture_sizes=(4, 8), max_num_reqs=8, sglang={"dp_size": 2}), (C, D(decode(6)))),
     "max-bs-not-captured": (cfg(capture_sizes=(20,), max_num_reqs=24, sglang={"default_bs_list": True}),
                             (C, D(decode(18)))),
+    # Graph 8 twice: the 6-request replay's padded rows keep slots of requests it still runs (_kv's rows).
+    "stale-out-cache-loc": (cfg(capture_sizes=(1, 2, 4, 8), max_num_reqs=8), (C, D(decode(8)), D(decode(6)))),
 }
 
 
@@ -391,9 +393,35 @@ def test_mutant_is_caught_where_sglang_passes(name):
     assert MUTANTS[name].caught_by in {v.property for v in verdict.violations}, [str(v) for v in verdict.violations]
 
 
+def test_the_toy_kv_sees_a_padded_row_writing_a_live_slot():
+    import torch
+    from types import SimpleNamespace
+
+    from cgsim.targets.sglang import _kv
+    from cgsim.workload.model import HIDDEN
+
+    table = torch.zeros(3, 16, dtype=torch.int32)
+    pool = _kv.KvPool(table, "cpu")
+    # Two decodes at positions 3 and 2 (rows 2 and 1), and a graph's padded row.
+    rows, loc = pool.load(table, [3, 2], [1, 1], [5, 6])
+    fb = SimpleNamespace(out_cache_loc=torch.cat([loc, torch.zeros(1, dtype=torch.int64)]),
+                         req_pool_indices=torch.cat([rows, torch.zeros(1, dtype=torch.int64)]))
+    ids, pos = torch.tensor([5, 9, 0]), torch.tensor([3, 2, 0])
+    clean = _kv.attend(pool, torch.zeros(3, HIDDEN), ids, pos, fb, table, 1)
+    layout = SimpleNamespace(query_lens=[1, 1], context_lens=[3, 2], slots=[5, 6], input_ids=ids[:2],
+                             positions=pos[:2])
+    assert torch.equal(clean[:2], _kv.apply_reference(torch.zeros(2, HIDDEN), layout, 1, 16, "cpu"))
+    pool.load(table, [3, 2], [1, 1], [5, 6])
+    fb.out_cache_loc[2] = int(table[2, 1])  # stale: a slot of request 0's prefix
+    stale = _kv.attend(pool, torch.zeros(3, HIDDEN), ids, pos, fb, table, 1)
+    assert not torch.equal(stale[0], clean[0]) and torch.equal(stale[1], clean[1])
+
+
 def test_every_mutant_has_an_example():
     assert set(EXAMPLES) == set(MUTANTS)
-    assert all(m.caught_by.startswith("SGL-") and m.summary for m in MUTANTS.values())
+    # An SGL-* property, or the outputs (a padding bug whose harm is a wrong value, not a wrong decision).
+    assert all((m.caught_by.startswith("SGL-") or m.caught_by == "REPLAY-EQUALS-EAGER") and m.summary
+               for m in MUTANTS.values())
 
 
 def test_descriptors_are_the_spec_mapping():
