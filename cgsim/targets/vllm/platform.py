@@ -33,6 +33,7 @@ QUALNAME = "cgsim.targets.vllm.platform.CgsimPlatform"
 DEVICE_NAME = "NVIDIA H200 (cgsim)"
 CAPABILITY = (9, 0)
 TOTAL_MEMORY = 141 * 1024**3
+COMPUTE_UNITS = 132  # an H200's SMs: kernels size persistent grids by it (0.34's Triton top-k/top-p sampler)
 # The attention backend the platform names when a model runner builds attention
 # layers (runner_build), unless CGSIM_VLLM_ATTENTION_BACKEND names another.
 ATTENTION_BACKEND = "vllm.v1.attention.backends.triton_attn.TritonAttentionBackend"
@@ -124,6 +125,10 @@ def _platform_class() -> type:
         @classmethod
         def get_device_total_memory(cls, device_id: int = 0) -> int:
             return TOTAL_MEMORY
+
+        @classmethod
+        def num_compute_units(cls, device_id: int = 0) -> int:
+            return COMPUTE_UNITS
 
         @classmethod
         def is_fully_connected(cls, physical_device_ids: list[int]) -> bool:
