@@ -42,6 +42,7 @@ __all__ = [
     "RunView",
     "PROPERTIES",
     "ALL_PROPERTIES",
+    "WATCHED",
     "check_scenario",
     "judged_by",
     "property_ids",
@@ -55,6 +56,9 @@ __all__ = [
 ALL_PROPERTIES: dict[str, Property] = {pid: p for pid, p in registered().items() if p.family != "encoder"}
 # The ones a trace can be judged by.
 PROPERTIES: dict[str, Property] = {pid: p for pid, p in ALL_PROPERTIES.items() if not p.harness_only}
+# The harness family's outcomes (a crash, a hang, a check that raised): every scenario is watched for them,
+# whatever applied, so a campaign counts each scenario it ran as judged by them.
+WATCHED: tuple[str, ...] = tuple(pid for pid, p in ALL_PROPERTIES.items() if p.family == "harness")
 
 
 def property_ids() -> tuple[str, ...]:

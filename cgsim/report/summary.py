@@ -19,7 +19,7 @@ from collections import Counter
 from typing import Iterable
 
 from cgsim.finding import Finding
-from cgsim.properties import judged_by, resolve_alias, statement
+from cgsim.properties import WATCHED, judged_by, resolve_alias, statement
 from cgsim.report.atomic import atomic_symlink, atomic_write_bytes, atomic_write_json, atomic_write_text
 from cgsim.report.defects import group_defects, reached
 from cgsim.report.html import render_html
@@ -122,8 +122,8 @@ def build_summary(*, run_id: str, settings: dict, findings: Iterable[Finding], s
     for pid in sorted(set(checks) | set(failures)):
         if resolve_alias(pid) not in props and (checks.get(pid) or failures.get(pid)):
             props[pid] = {"statement": statement(pid), "checks": checks.get(pid, 0), "failures": failures.get(pid, 0)}
-    # Every scenario was watched for a crash and a hang, whatever applied.
-    for pid in ("NO-CRASH", "NO-HANG"):
+    # Every scenario was watched for a crash, a hang and a check that raised, whatever applied.
+    for pid in WATCHED:
         if pid in props:
             props[pid]["checks"] = max(props[pid]["checks"], scenarios)
     for f in findings:  # a death found by the parent has no worker counter

@@ -109,3 +109,24 @@ def test_judged_by_lists_the_properties_the_named_rulesets_judge():
     assert "CAPTURE-USEFUL" not in sglang and "FRESH-METADATA" not in sglang
     assert set(judged_by(["sglang", "vllm-0.32"])) == set(vllm) | set(sglang)
     assert list(judged_by([])) == universal
+
+
+def test_each_engines_listing_names_only_its_own_familys_properties():
+    """From the declarations alone (no engine installed): under every SGLang
+    design each of its own properties is listed and none it replaces or
+    waives, under vLLM's designs no SGLang one, and neither lists an encoder
+    property (those judge encoder scenarios only)."""
+    from cgsim.properties import WATCHED
+    from cgsim.properties.encoder import ENCODER_PROPERTIES
+    from cgsim.spec.rulesets import RULESETS, rulesets_of
+
+    sgl_own = {pid for pid, p in ALL_PROPERTIES.items() if p.engine == "sglang"}
+    assert sgl_own and not set(judged_by(rulesets_of("vllm"))) & sgl_own
+    for name in rulesets_of("sglang"):
+        listed = set(judged_by([name]))
+        design = RULESETS[name]
+        assert sgl_own <= listed and set(WATCHED) <= listed
+        assert not listed & ({old for old, _ in design.replaces} | {pid for pid, _ in design.waives})
+    for engine in ("vllm", "sglang"):
+        assert not set(judged_by(rulesets_of(engine))) & set(ENCODER_PROPERTIES)
+    assert WATCHED == ("NO-CRASH", "NO-HANG", "CHECK-CRASH")  # the harness family, in declaration order

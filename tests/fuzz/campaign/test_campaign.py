@@ -411,6 +411,36 @@ def test_a_campaign_lists_only_the_properties_the_rulesets_it_ran_judge(tmp_path
         assert listed in text and not any(word in text for word in absent)
 
 
+def test_a_reference_campaign_lists_only_its_own_familys_properties(tmp_path):
+    """The real pipeline on the reference (vLLM's designs): nothing of
+    SGLang's runners or the vision encoder anywhere; "judged nothing here"
+    still names the decode property this target cannot exercise
+    (SERVED-EQUALS-EAGER: it serves nothing), and no harness outcome, which
+    every scenario was watched for."""
+    import io
+
+    from cgsim.properties import WATCHED, judged_by
+    from cgsim.properties.encoder import ENCODER_PROPERTIES
+    from cgsim.spec.rulesets import rulesets_of
+    from fuzz.campaign import run_campaign
+
+    out = io.StringIO()
+    result = run_campaign(options(tmp_path, max_examples=30, quiet=False), out=out, err=io.StringIO())
+    assert result.exit_code == 0 and result.summary["scenarios"] == 30
+    props = result.summary["properties"]
+    assert set(props) <= set(judged_by(rulesets_of("vllm")))  # the decode family under vLLM's designs
+    (idle,) = [line for line in out.getvalue().splitlines() if line.startswith("  judged nothing here")]
+    idle_names = idle.split(": ", 1)[1].split(", ")
+    assert idle_names == [pid for pid, v in props.items() if not v["checks"]]
+    assert "SERVED-EQUALS-EAGER" in idle_names and not set(WATCHED) & set(idle_names)
+    assert all(props[pid]["checks"] == 30 for pid in WATCHED)
+    others = [pid for pid, p in judged_by(rulesets_of("sglang")).items() if p.engine] + list(ENCODER_PROPERTIES)
+    texts = [out.getvalue()] + [open(at(result, name)).read()
+                                for name in ("summary.json", "index.md", "index.html", "junit.xml")]
+    for text in texts:
+        assert "SERVED-EQUALS-EAGER" in text and not [pid for pid in others if pid in text]
+
+
 def test_a_campaign_that_ran_no_scenario_is_not_a_clean_pass(tmp_path, capsys):
     result = run(tmp_path, bug="big", budget_s=0.01)  # over before the worker's first scenario
     assert result.summary["scenarios"] == 0
