@@ -49,6 +49,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from cgsim.targets.vllm import compat
 from cgsim.targets.vllm.compat import RunnerTimedOut, VllmEnvironmentError, require_vllm
 from cgsim.targets.vllm.engine import EngineLaunch, EngineRefused
 from cgsim.text import first_line
@@ -498,12 +499,11 @@ class _WorkerView:
         self.profiler: Any = None
         # A tree without the routing (Capabilities.v2_runner_route) is told the V2 runner.
         self.use_v2_model_runner = bool(vc.use_v2_model_runner) if require_vllm().v2_runner_route else True
-        cls = importlib.import_module("vllm.v1.worker.gpu_worker").Worker
         # Before 0.32 the worker builds both inline at the end of init_device (_as_init_device_builds_them).
-        wanted = ("_init_workspace_and_model_runner", "_make_model_runner") if hasattr(
-            cls, "_init_workspace_and_model_runner") else ()
+        wanted = () if compat.worker_builds_runner_inline() else (
+            "_init_workspace_and_model_runner", "_make_model_runner")
         for name in (*wanted, "_maybe_get_memory_pool_context"):
-            fn = getattr(cls, name, None)
+            fn = compat.worker_method(name)
             if fn is None:
                 raise VllmEnvironmentError(f"vLLM's GPU worker has no {name}: the runner build does not know "
                                            "how this tree's worker sets up its model runner")
@@ -525,7 +525,7 @@ class _WorkerView:
         the environment's, never a finding)."""
         gw = importlib.import_module("vllm.v1.worker.gpu_worker")
         num_ubatches = 2 if self.vllm_config.parallel_config.enable_dbo else 1
-        lanes = getattr(gw, "_num_workspace_lanes", None)
+        lanes = compat.workspace_lanes()
         gw.init_workspace_manager(self.device, num_ubatches,
                                   *(() if lanes is None else (lanes(self.vllm_config, self.use_v2_model_runner),)))
         runner_cls = importlib.import_module("vllm.v1.worker.gpu.model_runner").GPUModelRunner
@@ -535,8 +535,7 @@ class _WorkerView:
         # 0.34+: the GPU worker also re-resolves the memory it requested from its
         # startup memory snapshot, which this worker never took (the device's
         # memory is cgsim's: determine_available_memory); the flag as WorkerBase sets it.
-        base = getattr(importlib.import_module("vllm.v1.worker.worker_base").WorkerBase,
-                       "disable_extensible_kv_cache", None)
+        base = compat.worker_disables_extensible_kv_cache()
         if base is not None:
             base(self)
         else:
@@ -545,7 +544,7 @@ class _WorkerView:
     def __getattr__(self, name: str) -> Any:
         # The GPU worker's other methods, bound to this view (what the worker
         # wrapper and the executor call on it: initialize_from_config ...).
-        fn = getattr(importlib.import_module("vllm.v1.worker.gpu_worker").Worker, name, None)
+        fn = compat.worker_method(name)
         if name.startswith("__") or not callable(fn):
             raise AttributeError(name)
         return types.MethodType(fn, self)
@@ -571,12 +570,9 @@ class _ExecutorView:
     def __init__(self, worker: _WorkerView):
         self.worker = worker
         self.vllm_config = worker.vllm_config
-        executor = importlib.import_module("vllm.v1.executor.abstract").Executor
-        self._wrapper_cls = getattr(importlib.import_module("vllm.v1.worker.worker_base"), "WorkerWrapperBase", None)
-        for name in self._EXECUTOR_METHODS:
-            fn = getattr(executor, name, None)
-            if fn is not None:
-                setattr(self, name, types.MethodType(fn, self))
+        self._wrapper_cls = compat.worker_wrapper_class()
+        for name, fn in compat.executor_methods(self._EXECUTOR_METHODS).items():
+            setattr(self, name, types.MethodType(fn, self))
 
     def collective_rpc(self, method: Any, timeout: float | None = None, args: tuple = (),
                        kwargs: dict | None = None, **_: Any) -> list:

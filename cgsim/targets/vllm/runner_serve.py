@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from cgsim.targets.vllm.compat import dummy_weight_initializers
 from cgsim.targets.vllm.engine import EngineLaunch
 from cgsim.targets.vllm.scheduling.driver import FIRST_TOKEN, VOCAB
 
@@ -340,7 +341,7 @@ def _toy_weights_that_tell() -> Iterator[None]:
             wider(param)
 
     patched = {"initialize_single_dummy_weight": wider, "initialize_dummy_weights": wider_each}
-    origs = {name: getattr(loader, name) for name in patched if hasattr(loader, name)}
+    origs = {name: getattr(loader, name) for name in dummy_weight_initializers()}
     for name in origs:
         setattr(loader, name, patched[name])
     try:
