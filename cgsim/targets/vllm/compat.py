@@ -9,10 +9,10 @@ release, and the config, scheduler and runner fields the front door reads.
 What only the encoder target and the runner build need is read on demand by
 named functions below (``encoder_capture_stream``, ``worker_method`` ...).
 This module is the only place the tree's shape is probed: the handle, the
-front door and the scheduling code read Capabilities, the other modules those
-functions (tests/cgsim/targets/test_tree_probes.py scans them).  A tree no table knows runs
-as long as those are there; one that lacks what the adapter needs is
-refused with one line naming the missing capability
+front door and the scheduling code read Capabilities, the other modules
+those functions (tests/cgsim/targets/test_tree_probes.py scans them).  A
+tree no table knows runs as long as those are there; one that lacks what
+the adapter needs is refused with one line naming the missing capability
 (``VllmEnvironmentError``, exit 2).
 
 ``DESIGNS`` keeps only what introspection cannot see: which design (cgsim

@@ -82,12 +82,16 @@ class GraphEntry:
 
     @classmethod
     def of(cls, desc: Any) -> "GraphEntry":
+        # A field this tree's descriptor lacks (Capabilities.desc_fields; the draft managers'
+        # descriptors subclass it) reads as absent: the LoRA and micro-batch counts of older releases.
+        fields = require_vllm().desc_fields
+
         def opt(name: str) -> int | None:
-            v = getattr(desc, name, None)
+            v = getattr(desc, name) if name in fields else None
             return None if v is None else int(v)
 
         return cls(desc.cg_mode.name, int(desc.num_tokens), opt("num_reqs"), opt("uniform_token_count"),
-                   int(getattr(desc, "num_active_loras", 0) or 0), int(getattr(desc, "num_ubatches", 1) or 1))
+                   int(opt("num_active_loras") or 0), int(opt("num_ubatches") or 1))
 
     def short(self) -> str:
         parts = [f"{self.mode[0]}", f"t{self.num_tokens}"]

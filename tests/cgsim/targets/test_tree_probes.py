@@ -119,11 +119,6 @@ ALLOWED: tuple[Allowed, ...] = (
             "the attention impl instance vLLM built for the launch (its settings vary by backend)"),
     Allowed("cgsim/targets/vllm/runner_attention.py", "_forward", "getattr() with a default",
             "the attention metadata instance of the step (causal unless the backend says otherwise)"),
-    Allowed("cgsim/targets/vllm/runner_build.py", "GraphEntry.of.opt", "getattr() with a default",
-            "a captured descriptor of any of the built runner's managers, main or draft (left: "
-            "Capabilities.desc_fields names the main manager's class only)"),
-    Allowed("cgsim/targets/vllm/runner_build.py", "GraphEntry.of", "getattr() with a default",
-            "as GraphEntry.of.opt: a captured descriptor's LoRA and micro-batch counts"),
     Allowed("cgsim/targets/vllm/runner_build.py", "build_here", "getattr() with a default",
             "the built runner's micro-batch runner, None where the launch built none"),
     Allowed("cgsim/targets/vllm/runner_build.py", "_WorkerView.__init__", "getattr() with a default",
