@@ -85,6 +85,7 @@ __all__ = [
     "worker_wrapper_class",
     "executor_methods",
     "dummy_weight_initializers",
+    "breakable_graph_module",
     "platform_imports_kernels",
 ]
 
@@ -773,6 +774,13 @@ def dummy_weight_initializers() -> tuple[str, ...]:
     and initialize_dummy_weights where a layer's state dict is initialised through it (0.20-0.29)."""
     loader = importlib.import_module("vllm.model_executor.model_loader.dummy_loader")
     return tuple(n for n in ("initialize_single_dummy_weight", "initialize_dummy_weights") if hasattr(loader, n))
+
+
+def breakable_graph_module() -> Any:
+    """vllm.compilation.breakable_cudagraph imported (0.22+: breakable PIECEWISE
+    graphs), or None where the tree has no such module; its import errors propagate."""
+    name = "vllm.compilation.breakable_cudagraph"
+    return importlib.import_module(name) if importlib.util.find_spec(name) is not None else None
 
 
 def platform_imports_kernels(platform_cls: type) -> bool:

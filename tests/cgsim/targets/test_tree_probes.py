@@ -155,8 +155,6 @@ ALLOWED: tuple[Allowed, ...] = (
             "where the installed vllm lies, before a source tree is laid over it"),
     Allowed("cgsim/targets/vllm/source.py", "apply_source", "getattr() with a default",
             "where an already-imported vllm came from (a module's __file__)"),
-    Allowed("cgsim/targets/vllm/target.py", "_warm_up", "find_spec()",
-            "warm-up only: imports the breakable-graph module where there is one; nothing reads the answer"),
 )
 
 
