@@ -85,6 +85,7 @@ __all__ = [
     "worker_wrapper_class",
     "executor_methods",
     "dummy_weight_initializers",
+    "runner_hands_draft_tokens",
     "breakable_graph_module",
     "platform_imports_kernels",
 ]
@@ -774,6 +775,12 @@ def dummy_weight_initializers() -> tuple[str, ...]:
     and initialize_dummy_weights where a layer's state dict is initialised through it (0.20-0.29)."""
     loader = importlib.import_module("vllm.model_executor.model_loader.dummy_loader")
     return tuple(n for n in ("initialize_single_dummy_weight", "initialize_dummy_weights") if hasattr(loader, n))
+
+
+def runner_hands_draft_tokens() -> bool:
+    """The V2 runner hands each step's drafts to its DraftTokensHandler's
+    set_draft_tokens (v1/worker/gpu/spec_decode/utils.py; 0.20-0.34 all have it)."""
+    return hasattr(_optional_attr("vllm.v1.worker.gpu.spec_decode.utils", "DraftTokensHandler"), "set_draft_tokens")
 
 
 def breakable_graph_module() -> Any:

@@ -493,7 +493,7 @@ class _WorkerView:
 
         self.vllm_config = vc
         for name in _WORKER_CONFIGS:  # as WorkerBase.__init__ sets them
-            setattr(self, name, getattr(vc, name, None))
+            setattr(self, name, getattr(vc, name))
         self.device = device
         self.rank = 0
         self.local_rank = 0

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from cgsim.targets.vllm.compat import dummy_weight_initializers
+from cgsim.targets.vllm.compat import dummy_weight_initializers, runner_hands_draft_tokens
 from cgsim.targets.vllm.engine import EngineLaunch
 from cgsim.targets.vllm.scheduling.driver import FIRST_TOKEN, VOCAB
 
@@ -280,10 +280,10 @@ def _recording_drafts(runner: Any) -> dict[str, list[int]]:
     request id (vLLM 0.30+: ``DraftTokensHandler.set_draft_tokens``, given the
     batch and its drafts); filled as it runs, cleared by the caller."""
     proposed: dict[str, list[int]] = {}
-    handler = getattr(runner, "draft_tokens_handler", None)
-    hand = getattr(handler, "set_draft_tokens", None)
-    if hand is None:
+    if not runner_hands_draft_tokens():
         return proposed
+    handler = runner.draft_tokens_handler
+    hand = handler.set_draft_tokens
 
     def set_draft_tokens(input_batch: Any, draft_tokens: Any) -> None:
         proposed.update(zip(input_batch.req_ids, draft_tokens.tolist()))
