@@ -487,7 +487,7 @@ class _DraftExtendModel(torch.nn.Module):
     def __init__(self, handle: "DraftExtendHandle"):
         super().__init__()
         self.h = handle
-        shared_experts = _world.optional_attr("sglang.srt.configs.shared_experts", "SharedExpertsConfig")
+        shared_experts = compat.shared_experts_config()
         if shared_experts is not None:  # 0.5.23 reads the model's shared-experts config
             self.shared_experts_config = shared_experts()
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import inspect
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Sequence
 
@@ -75,9 +74,9 @@ def driver_limits(config: ManagerConfig) -> str | None:
 def _prefill_tokens(sizes: list[int]) -> list[int]:
     """The prefill runner's buckets as the tree computes them: its helper
     (0.5.22+), else the sizes as listed (its constructor sorts them)."""
-    prefill = importlib.import_module(compat.PREFILL)
-    helper = getattr(prefill, "get_prefill_num_tokens_to_capture", None)
-    return list(helper(sizes)) if helper is not None else sorted(set(sizes))
+    if compat.tree().prefill_token_helper:
+        return list(importlib.import_module(compat.PREFILL).get_prefill_num_tokens_to_capture(sizes))
+    return sorted(set(sizes))
 
 
 def _rank_lens(query_lens: Sequence[int], num_reqs: int, width: int) -> list[int]:
@@ -100,15 +99,13 @@ def _decode_bs(mr: Any) -> list[int]:
 def _eager_break(fn: Callable) -> Callable:
     """``fn`` as an eager break of breakable graphs: eager_on_graph(fn) (0.5.22+)
     or the decorator factory eager_on_graph(enable)(fn) of older trees."""
-    first = next(iter(inspect.signature(eager_on_graph).parameters))
-    return eager_on_graph(True)(fn) if first == "enable" else eager_on_graph(fn)
+    return eager_on_graph(True)(fn) if compat.tree().eager_break_factory else eager_on_graph(fn)
 
 
 def _records_nolora(mr: Any) -> bool:
     """What the decode runner's constructor sets record_nolora_graph to when
     the server builds it (no keyword): the tree's rule where it has one."""
-    rule = getattr(decode_module, "_lora_backend_skips_inactive", None)
-    return bool(rule(mr)) if rule is not None else False
+    return bool(decode_module._lora_backend_skips_inactive(mr)) if compat.tree().nolora_from_backend else False
 
 
 def _drop_elastic_state(decode_runner: Any) -> None:
@@ -255,7 +252,7 @@ class SglangHandle:
                 # sglang's own answer for the alignment (recorded into the trace's header).
                 self.engine_alignment = engine_alignment(
                     decode_gathers(self.ranks[0].mr),
-                    prefill=hasattr(importlib.import_module(compat.PREFILL), "get_prefill_num_tokens_to_capture"))
+                    prefill=compat.tree().prefill_token_helper)
                 try:
                     self._initial = self._predicted_descs(self.ranks[0])
                 except AssertionError as exc:

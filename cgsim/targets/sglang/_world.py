@@ -37,13 +37,14 @@ from sglang.srt.runtime_context import get_context, get_parallel, get_resources
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from cgsim.modes import CUDAGraphMode
+from cgsim.targets.sglang import compat
 from cgsim.targets.sglang._kv import KvPool
 from cgsim.workload.context import set_forward_context
 from cgsim.workload.model import HIDDEN
 
 __all__ = ["ToyAttention", "ToyCausalLM", "AdapterSlots", "FakeModelRunner", "ViewLayout", "sglang_process",
            "rank_parallel", "reset_process_state", "install_server_args", "parallel_override", "body_context",
-           "optional_attr", "CONTEXT_LEN"]
+           "CONTEXT_LEN"]
 
 # Longest sequence a request may reach (the request pool's row width).
 CONTEXT_LEN = 1024
@@ -202,7 +203,7 @@ class ToyCausalLM(nn.Module):
     def __init__(self, rank: Any):
         super().__init__()
         self.model = _Body(rank)
-        shared_experts = optional_attr("sglang.srt.configs.shared_experts", "SharedExpertsConfig")
+        shared_experts = compat.shared_experts_config()
         if shared_experts is not None:  # 0.5.23 reads the model's shared-experts config
             self.shared_experts_config = shared_experts()
 
@@ -304,21 +305,13 @@ class FakeModelRunner(ModelRunner):
     linear_attn_model_spec = kimi_linear_config = hybrid_lightning_config = None
 
 
-def optional_attr(module: str, name: str) -> Any:
-    """An sglang attribute some trees have (None where this one lacks it)."""
-    try:
-        return getattr(importlib.import_module(module), name, None)
-    except ImportError:
-        return None
-
-
 def _init_dp_attention(server_args: Any, model_config: Any, device: torch.device) -> None:
     """What ModelRunner.__init__ derives for DP attention: the runtime flag and
     the gathered buffer's metadata (0.5.21+: two helpers; 0.5.20 does both in
     initialize_dp_attention, which also places the rank through
     torch.distributed, so its two steps are taken here on their own)."""
     dp_attention = importlib.import_module("sglang.srt.layers.dp_attention")
-    if hasattr(dp_attention, "initialize_dp_attention_flags"):
+    if compat.tree().dp_flag_helpers:
         dp_attention.initialize_dp_attention_flags(server_args)
         dp_attention.init_dp_gathered_buffer(model_config)
         return
@@ -526,20 +519,10 @@ def install_server_args(fields: dict) -> tuple[Any, Any]:
     return override, override.install()
 
 
-def _parallel_fields() -> frozenset[str] | None:
-    """The names get_parallel().override takes in this tree (None: unknown)."""
-    rc = importlib.import_module("sglang.srt.runtime_context")
-    fields = getattr(rc, "_parallel_fields", None)
-    if callable(fields):
-        return frozenset(fields())
-    fields = getattr(rc, "_PARALLEL_FIELDS", None)
-    return frozenset(fields) if fields is not None else None
-
-
 def parallel_override(values: dict) -> Any:
     """A rank's parallel values; those this tree does not take as overrides it
     derives from the published server config (dp_size, enable_dp_attention)."""
-    known = _parallel_fields()
+    known = compat.tree().parallel_fields
     if known is not None:
         values = {k: v for k, v in values.items() if k in known}
     return get_parallel().override(**values)

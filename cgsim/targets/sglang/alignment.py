@@ -12,13 +12,12 @@ rule, held to this answer by tests/cgsim/targets/sglang/test_sglang_alignment.py
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable
 
 from sglang.srt.model_executor.runner import DecodeCudaGraphRunner
 from sglang.srt.model_executor.runner import base_cuda_graph_runner as base_module
-from sglang.srt.model_executor.runner.base_cuda_graph_runner import get_batch_sizes_to_capture
 
+from cgsim.targets.sglang import compat
 from cgsim.trace import EngineAlignment
 
 __all__ = ["alignment_helper", "engine_alignment", "decode_gathers"]
@@ -50,6 +49,6 @@ def engine_alignment(gathers: bool | None, prefill: bool) -> EngineAlignment:
 def decode_gathers(mr: Any) -> bool | None:
     """The gather need the decode runner passes to its sizing (0.5.22+), None
     where the tree's sizing asks the process itself."""
-    if "gathered_buffer_required" in inspect.signature(get_batch_sizes_to_capture).parameters:
+    if compat.tree().decode_sizing_takes_gathers:
         return any(DecodeCudaGraphRunner.decode_graph_gather_requirements(mr))
     return None

@@ -6,9 +6,12 @@ needs (``REQUIRED``: a tree that lacks one is exit 2 naming the piece), and
 what the releases do differently where the driver must follow (the release
 path, ``forward_context``'s keywords, how a forward batch binds its KV plan,
 the DP attention set-up, the prefill token alignment helper, the LoRA
-hooks).  ``DESIGNS`` keeps only what introspection cannot see: which design
-(cgsim ruleset) a release follows, each row naming the release and the sglang
-code it comes from.
+hooks, ``eager_on_graph``'s and the decode sizing's signatures, the parallel
+override's names; ``shared_experts_config`` on demand).  This module is
+the only place the tree's shape is probed (tests/cgsim/targets/test_tree_probes.py
+scans the others).  ``DESIGNS`` keeps only what introspection cannot see:
+which design (cgsim ruleset) a release follows, each row naming the release
+and the sglang code it comes from.
 
 ``VALIDATION_INPUTS`` is how a launch reaches sglang's own start-up check
 (``ServerArgs.check_server_args``) on a CPU host without a model: each row
@@ -47,7 +50,8 @@ from cgsim.targets.sglang.errors import SglangAdapterError, SglangEnvironmentErr
 __all__ = ["SglangEnvironmentError", "SglangAdapterError", "Design", "DESIGNS", "ValidationInput", "VALIDATION_INPUTS",
            "validation_inputs", "Tree", "REQUIRED", "SOURCE_ENV", "SOURCE_OPTION",
            "as_on_cpu_host", "INSTALL_HINT", "installed_version", "version_key", "design_for", "probe", "tree", "source_root",
-           "apply_source", "tree_version"]
+           "apply_source", "tree_version",
+           "shared_experts_config"]
 
 SOURCE_ENV = "CGSIM_SGLANG_SOURCE"
 # --sglang-source on every command; a finding records the tree (Tree.to_json).
@@ -171,6 +175,8 @@ RUNNER = "sglang.srt.model_executor.runner"
 DECODE = "sglang.srt.model_executor.runner.decode_cuda_graph_runner"
 PREFILL = "sglang.srt.model_executor.runner.prefill_cuda_graph_runner"
 SETUP = "sglang.srt.model_executor.model_runner_components.cuda_graph_setup"
+SIZING = "sglang.srt.model_executor.runner.base_cuda_graph_runner"
+BREAKS = "sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph"
 
 # (module, attribute, what the target does with it)
 REQUIRED: tuple[tuple[str, str, str], ...] = (
@@ -226,6 +232,15 @@ class Tree:
     prefill_token_helper: bool
     # decode_cuda_graph_runner._lora_backend_skips_inactive (0.5.23+).
     nolora_from_backend: bool
+    # breakable_cuda_graph.eager_on_graph(enable) is a decorator factory (before
+    # 0.5.22); later trees take the function itself (eager_on_graph(fn)).
+    eager_break_factory: bool = False
+    # base_cuda_graph_runner.get_batch_sizes_to_capture takes gathered_buffer_required
+    # (0.5.22+: the decode runner says whether DP gathers); older trees ask the process.
+    decode_sizing_takes_gathers: bool = True
+    # The names runtime_context's get_parallel().override takes: _parallel_fields()
+    # or _PARALLEL_FIELDS, whichever the tree has (None: neither, so unknown).
+    parallel_fields: frozenset[str] | None = None
 
     @property
     def ruleset(self) -> str:
@@ -399,8 +414,35 @@ def _probe() -> Tree:
         dp_flag_helpers=_has("sglang.srt.layers.dp_attention", "initialize_dp_attention_flags"),
         prefill_token_helper=_has(PREFILL, "get_prefill_num_tokens_to_capture"),
         nolora_from_backend=_has(DECODE, "_lora_backend_skips_inactive"),
+        eager_break_factory=_first_param(importlib.import_module(BREAKS).eager_on_graph) == "enable",
+        decode_sizing_takes_gathers="gathered_buffer_required" in inspect.signature(
+            importlib.import_module(SIZING).get_batch_sizes_to_capture).parameters,
+        parallel_fields=_parallel_fields(),
     )
     return _TREE
+
+
+def _first_param(fn: Any) -> str | None:
+    return next(iter(inspect.signature(fn).parameters), None)
+
+
+def _parallel_fields() -> frozenset[str] | None:
+    """The names get_parallel().override takes in this tree (None: unknown)."""
+    rc = importlib.import_module("sglang.srt.runtime_context")
+    fields = getattr(rc, "_parallel_fields", None)
+    if callable(fields):
+        return frozenset(fields())
+    fields = getattr(rc, "_PARALLEL_FIELDS", None)
+    return frozenset(fields) if fields is not None else None
+
+
+def shared_experts_config() -> type | None:
+    """configs.shared_experts.SharedExpertsConfig, which 0.5.23's model runner
+    reads off the model (None where the tree has no such config)."""
+    try:
+        return getattr(importlib.import_module("sglang.srt.configs.shared_experts"), "SharedExpertsConfig", None)
+    except ImportError:
+        return None
 
 
 def tree() -> Tree:

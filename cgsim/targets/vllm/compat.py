@@ -6,10 +6,13 @@ capture and dispatch signatures, the descriptors' fields, release_graphs,
 the breakable runner, the create_forward_fn protocol, the draft managers'
 module, classes and capture signatures, adaptive verification, elastic EP's
 release, and the config, scheduler and runner fields the front door reads.
-They are the only place the tree's shape is probed: the handle, the front
-door and the scheduling code read Capabilities.  A tree no table knows runs
-as long as those are there; one that lacks what the adapter needs is
-refused with one line naming the missing capability
+What only the encoder target and the runner build need is read on demand by
+named functions below (``encoder_capture_stream``, ``worker_method`` ...).
+This module is the only place the tree's shape is probed: the handle, the
+front door and the scheduling code read Capabilities, the other modules
+those functions (tests/cgsim/targets/test_tree_probes.py scans them).  A
+tree no table knows runs as long as those are there; one that lacks what
+the adapter needs is refused with one line naming the missing capability
 (``VllmEnvironmentError``, exit 2).
 
 ``DESIGNS`` keeps only what introspection cannot see: which design (cgsim
@@ -69,6 +72,22 @@ __all__ = [
     "worker_config",
     "one_rank_view",
     "builds_ubatch_runner",
+    "encoder_capture_stream",
+    "encoder_shares_prefix",
+    "encoder_model_interface_gap",
+    "encoder_max_token_budget",
+    "v2_runner_encoder_manager",
+    "model_config_says_multimodal",
+    "worker_builds_runner_inline",
+    "worker_method",
+    "workspace_lanes",
+    "worker_disables_extensible_kv_cache",
+    "worker_wrapper_class",
+    "executor_methods",
+    "dummy_weight_initializers",
+    "runner_hands_draft_tokens",
+    "breakable_graph_module",
+    "platform_imports_kernels",
 ]
 
 BREAKABLE_ENV = "VLLM_USE_BREAKABLE_CUDAGRAPH"
@@ -659,6 +678,122 @@ def builds_ubatch_runner(worker_vc: Any) -> bool | None:
             return isinstance(build(worker_vc, None, None, None, None, 0), _BuiltMarker)
     finally:
         mod.UBatchRunner = real
+
+
+# --------------------------------------------------------------------------
+# What the encoder target and the runner build read of the tree, on demand
+# --------------------------------------------------------------------------
+# Not in probe(): they import modules (the encoder manager, the GPU worker, the
+# model loader) that only those commands need.
+
+ENCODER_CG = "vllm.v1.worker.encoder_cudagraph"
+ENCODER_DEFS = "vllm.v1.worker.encoder_cudagraph_defs"
+GPU_WORKER = "vllm.v1.worker.gpu_worker"
+WORKER_BASE = "vllm.v1.worker.worker_base"
+
+
+def encoder_capture_stream() -> bool:
+    """The encoder manager captures on the stream its module's current_stream
+    names (encoder_cudagraph.py imports it, 0.29+); before, on torch's."""
+    return hasattr(importlib.import_module(ENCODER_CG), "current_stream")
+
+
+def encoder_shares_prefix() -> bool:
+    """The encoder manager captures budgets sharing prefix buffers and replays
+    once per path (EncoderCudaGraphManager._share_prefix_compatible, 0.34+)."""
+    return hasattr(importlib.import_module(ENCODER_CG).EncoderCudaGraphManager, "_share_prefix_compatible")
+
+
+def encoder_model_interface_gap() -> str | None:
+    """What of the model interface cgsim's toy speaks (item specs, 0.22+;
+    EncoderCudaGraphConfig.padding_logics, 0.23+) the tree's encoder defs lack."""
+    defs = importlib.import_module(ENCODER_DEFS)
+    if not hasattr(defs, "EncoderItemSpec"):
+        return "no EncoderItemSpec in v1/worker/encoder_cudagraph_defs.py"
+    if "padding_logics" not in getattr(defs.EncoderCudaGraphConfig, "__dataclass_fields__", {}):
+        return "no EncoderCudaGraphConfig.padding_logics"
+    return None
+
+
+def encoder_max_token_budget() -> bool:
+    """CompilationConfig.encoder_cudagraph_max_token_budget (0.34+: a cap on generated budgets)."""
+    cc = importlib.import_module("vllm.config.compilation").CompilationConfig
+    return "encoder_cudagraph_max_token_budget" in getattr(cc, "__dataclass_fields__", {})
+
+
+def v2_runner_encoder_manager() -> bool:
+    """The V2 runner's model states build an encoder manager
+    (model_states/interface.py EncoderCudaGraphManager, 0.28+)."""
+    try:
+        states = importlib.import_module("vllm.v1.worker.gpu.model_states.interface")
+    except ImportError:
+        return False
+    return hasattr(states, "EncoderCudaGraphManager")
+
+
+def model_config_says_multimodal(model_config_cls: type) -> bool:
+    """ModelConfig.supports_multimodal_inputs (0.31+, what V2's model_runner.py
+    asks); before, only the multimodal registry answers it."""
+    return hasattr(model_config_cls, "supports_multimodal_inputs")
+
+
+def worker_builds_runner_inline() -> bool:
+    """The GPU worker builds its workspace and model runner inline at the end
+    of init_device (before 0.32); later it has _init_workspace_and_model_runner."""
+    return not hasattr(importlib.import_module(GPU_WORKER).Worker, "_init_workspace_and_model_runner")
+
+
+def worker_method(name: str) -> Any:
+    """The GPU worker's method ``name`` (gpu_worker.Worker), or None where this tree's worker has none."""
+    return getattr(importlib.import_module(GPU_WORKER).Worker, name, None)
+
+
+def workspace_lanes() -> Any:
+    """gpu_worker._num_workspace_lanes, the workspace's third argument (0.28+), or None."""
+    return getattr(importlib.import_module(GPU_WORKER), "_num_workspace_lanes", None)
+
+
+def worker_disables_extensible_kv_cache() -> Any:
+    """WorkerBase.disable_extensible_kv_cache (0.34+), or None (the flag is then the caller's to set)."""
+    return getattr(importlib.import_module(WORKER_BASE).WorkerBase, "disable_extensible_kv_cache", None)
+
+
+def worker_wrapper_class() -> Any:
+    """worker_base.WorkerWrapperBase (0.20-0.34 all have it), or None."""
+    return getattr(importlib.import_module(WORKER_BASE), "WorkerWrapperBase", None)
+
+
+def executor_methods(names: tuple[str, ...]) -> dict[str, Any]:
+    """Those of ``names`` the tree's Executor (v1/executor/abstract.py) has, each
+    its function (the KV-cache layout and extensible-cache methods vary by release)."""
+    executor = importlib.import_module("vllm.v1.executor.abstract").Executor
+    return {n: fn for n in names if (fn := getattr(executor, n, None)) is not None}
+
+
+def dummy_weight_initializers() -> tuple[str, ...]:
+    """The dummy loader's weight initializers this tree has: initialize_single_dummy_weight,
+    and initialize_dummy_weights where a layer's state dict is initialised through it (0.20-0.29)."""
+    loader = importlib.import_module("vllm.model_executor.model_loader.dummy_loader")
+    return tuple(n for n in ("initialize_single_dummy_weight", "initialize_dummy_weights") if hasattr(loader, n))
+
+
+def runner_hands_draft_tokens() -> bool:
+    """The V2 runner hands each step's drafts to its DraftTokensHandler's
+    set_draft_tokens (v1/worker/gpu/spec_decode/utils.py; 0.20-0.34 all have it)."""
+    return hasattr(_optional_attr("vllm.v1.worker.gpu.spec_decode.utils", "DraftTokensHandler"), "set_draft_tokens")
+
+
+def breakable_graph_module() -> Any:
+    """vllm.compilation.breakable_cudagraph imported (0.22+: breakable PIECEWISE
+    graphs), or None where the tree has no such module; its import errors propagate."""
+    name = "vllm.compilation.breakable_cudagraph"
+    return importlib.import_module(name) if importlib.util.find_spec(name) is not None else None
+
+
+def platform_imports_kernels(platform_cls: type) -> bool:
+    """Platform.import_kernels loads the build of vllm._C this CPU runs (0.20-0.34
+    all have it); a tree without it is left to import vllm._C itself."""
+    return hasattr(platform_cls, "import_kernels")
 
 
 # --------------------------------------------------------------------------

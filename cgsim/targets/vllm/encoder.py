@@ -62,7 +62,7 @@ def encoder_patches(backend: Any) -> Iterator[None]:
     stream) and encoder-quiet-logs for the duration (inside the backend's activate())."""
     import logging  # noqa: PLC0415
 
-    from cgsim.targets.vllm.compat import set_vllm_level  # noqa: PLC0415
+    from cgsim.targets.vllm.compat import encoder_capture_stream, set_vllm_level  # noqa: PLC0415
 
     mod = importlib.import_module("vllm.v1.worker.encoder_cudagraph")
     with contextlib.ExitStack() as stack:
@@ -70,7 +70,7 @@ def encoder_patches(backend: Any) -> Iterator[None]:
         if vlog.level != logging.ERROR:
             stack.callback(set_vllm_level, vlog, vlog.level)
             set_vllm_level(vlog, logging.ERROR)
-        if hasattr(mod, "current_stream"):
+        if encoder_capture_stream():
             cuda = backend.cuda
             stack.callback(setattr, mod, "current_stream", mod.current_stream)
             mod.current_stream = lambda: cuda.current_stream()
@@ -92,12 +92,10 @@ def capture_stream(backend: Any) -> Iterator[None]:
 def tree_design() -> str:
     """The encoder design of the imported tree, read off its manager:
     0.34 captures budgets sharing prefix buffers and replays once per path."""
-    from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
+    from cgsim.targets.vllm.compat import encoder_shares_prefix, require_vllm  # noqa: PLC0415
 
     require_vllm()  # vLLM imported by cgsim, so that its platform is cgsim's device
-    mod = importlib.import_module("vllm.v1.worker.encoder_cudagraph")
-    return "vllm-encoder-0.34" if hasattr(mod.EncoderCudaGraphManager, "_share_prefix_compatible") \
-        else "vllm-encoder-0.32"
+    return "vllm-encoder-0.34" if encoder_shares_prefix() else "vllm-encoder-0.32"
 
 
 def missing_model_interface() -> str | None:
@@ -105,15 +103,10 @@ def missing_model_interface() -> str | None:
     padding logics, capture inputs as ``values``) this tree's manager lacks:
     0.19-0.22 ask for per-item token lists and capture inputs as
     ``mm_kwargs`` and ``buffers``, and zero-pad every buffer."""
-    from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
+    from cgsim.targets.vllm.compat import encoder_model_interface_gap, require_vllm  # noqa: PLC0415
 
     require_vllm()  # vLLM imported by cgsim, so that its platform is cgsim's device
-    defs = importlib.import_module("vllm.v1.worker.encoder_cudagraph_defs")
-    if not hasattr(defs, "EncoderItemSpec"):
-        return "no EncoderItemSpec in v1/worker/encoder_cudagraph_defs.py"
-    if "padding_logics" not in getattr(defs.EncoderCudaGraphConfig, "__dataclass_fields__", {}):
-        return "no EncoderCudaGraphConfig.padding_logics"
-    return None
+    return encoder_model_interface_gap()
 
 
 def vllm_classes() -> EncoderClasses:
@@ -228,11 +221,10 @@ class VllmEncoderTarget:
 
     def takes_max_token_budget(self) -> bool:
         """Whether this vLLM has encoder_cudagraph_max_token_budget (0.34+: config/compilation.py)."""
-        from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
+        from cgsim.targets.vllm.compat import encoder_max_token_budget, require_vllm  # noqa: PLC0415
 
         require_vllm()
-        cc = importlib.import_module("vllm.config.compilation").CompilationConfig
-        return "encoder_cudagraph_max_token_budget" in getattr(cc, "__dataclass_fields__", {})
+        return encoder_max_token_budget()
 
     def reach(self, scenario: EncoderScenario) -> tuple[EncoderScenario, dict]:
         """The scenario with the config vLLM builds, and its launch line

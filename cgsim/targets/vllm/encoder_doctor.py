@@ -66,11 +66,12 @@ def encoder_checks(check_type: type, guard: Callable[[str, Callable[[], Any]], A
 def _check_patches(check_type: type) -> Any:
     """Each ENCODER_PATCHES row applies where the tree has what it patches, and is restored after."""
     from cgsim.backends import get_backend  # noqa: PLC0415
+    from cgsim.targets.vllm.compat import encoder_capture_stream  # noqa: PLC0415
     from cgsim.targets.vllm.encoder import ENCODER_PATCHES, encoder_patches  # noqa: PLC0415
 
     mod = importlib.import_module("vllm.v1.worker.encoder_cudagraph")
     backend = get_backend("mock")
-    passes_stream = hasattr(mod, "current_stream")
+    passes_stream = encoder_capture_stream()
     before = getattr(mod, "current_stream", None)
     with backend.activate(), encoder_patches(backend):
         during = getattr(mod, "current_stream", None)

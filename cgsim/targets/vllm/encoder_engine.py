@@ -124,14 +124,10 @@ def v2_runner_builds_encoder_manager() -> bool:
     (v1/worker/gpu/model_states/interface.py, 0.28+; the runner whose calls
     cgsim follows where it does).  Before, only the V1 GPUModelRunner does,
     and it is the runner a launch gets without VLLM_USE_V2_MODEL_RUNNER."""
-    from cgsim.targets.vllm.compat import require_vllm  # noqa: PLC0415
+    from cgsim.targets.vllm.compat import require_vllm, v2_runner_encoder_manager  # noqa: PLC0415
 
     require_vllm()  # vLLM imported by cgsim, so that its platform is cgsim's device
-    try:
-        states = importlib.import_module("vllm.v1.worker.gpu.model_states.interface")
-    except ImportError:
-        return False
-    return hasattr(states, "EncoderCudaGraphManager")
+    return v2_runner_encoder_manager()
 
 
 # --------------------------------------------------------------------------
@@ -205,6 +201,8 @@ def encoder_manager_inputs(vc: Any) -> dict[str, Any]:
     ``max_token_budget`` None: no cap on generated budgets (releases before 0.34 have no
     such field).  ``max_num_batched_tokens`` and ``max_model_len`` are what
     Qwen2.5-VL's get_encoder_cudagraph_budget_range reads for the largest budget."""
+    from cgsim.targets.vllm.compat import encoder_max_token_budget, model_config_says_multimodal  # noqa: PLC0415
+
     cc, mc = vc.compilation_config, vc.model_config
     mm = mc.multimodal_config
     tp = int(vc.parallel_config.tensor_parallel_size)
@@ -212,14 +210,14 @@ def encoder_manager_inputs(vc: Any) -> dict[str, Any]:
     video_limit = int(mm.get_limit_per_prompt("video")) if mm is not None else 0
     # An encoder (cache) only where multimodal inputs can arrive: V2's model_runner.py asks the
     # model config; V1's gpu_model_runner.py asks the multimodal registry (the config has no such property there).
-    has_encoder = bool(mc.supports_multimodal_inputs) if hasattr(type(mc), "supports_multimodal_inputs") \
+    has_encoder = bool(mc.supports_multimodal_inputs) if model_config_says_multimodal(type(mc)) \
         else bool(importlib.import_module("vllm.multimodal").MULTIMODAL_REGISTRY.supports_multimodal_inputs(mc))
     if v2_runner_builds_encoder_manager():
         builds = has_encoder and bool(cc.cudagraph_mm_encoder) and not mc.enforce_eager
     else:
         builds = has_encoder and bool(cc.cudagraph_mm_encoder) and cc.cudagraph_mode.name != "NONE"
     max_frames = cc.encoder_cudagraph_max_frames_per_batch
-    max_token_budget = getattr(cc, "encoder_cudagraph_max_token_budget", None)
+    max_token_budget = cc.encoder_cudagraph_max_token_budget if encoder_max_token_budget() else None
     return {
         "cudagraph_mm_encoder": bool(cc.cudagraph_mm_encoder),
         "token_budgets": tuple(sorted(int(b) for b in cc.encoder_cudagraph_token_budgets or ())),

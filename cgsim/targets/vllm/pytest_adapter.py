@@ -9,7 +9,7 @@ import contextlib
 from typing import Any
 
 from cgsim.targets.base import PytestAdapter, TargetEnvironmentError
-from cgsim.targets.vllm.compat import SESSION_PATCHES, weak_ref_op_alias
+from cgsim.targets.vllm.compat import SESSION_PATCHES, platform_imports_kernels, weak_ref_op_alias
 from cgsim.text import first_line
 
 __all__ = ["PYTEST_ADAPTER", "adapt_vllm"]
@@ -47,7 +47,7 @@ def adapt_vllm(stack: contextlib.ExitStack) -> None:
     # the build this CPU runs (vllm._C needs AVX-512 with BF16, and importing
     # it on another CPU dies of an illegal instruction).
     try:
-        if hasattr(cls, "import_kernels"):
+        if platform_imports_kernels(cls):
             current_platform.import_kernels()
         else:
             import vllm._C  # noqa: F401, PLC0415

@@ -49,6 +49,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from cgsim.targets.vllm import compat
 from cgsim.targets.vllm.compat import RunnerTimedOut, VllmEnvironmentError, require_vllm
 from cgsim.targets.vllm.engine import EngineLaunch, EngineRefused
 from cgsim.text import first_line
@@ -81,12 +82,16 @@ class GraphEntry:
 
     @classmethod
     def of(cls, desc: Any) -> "GraphEntry":
+        # A field this tree's descriptor lacks (Capabilities.desc_fields; the draft managers'
+        # descriptors subclass it) reads as absent: the LoRA and micro-batch counts of older releases.
+        fields = require_vllm().desc_fields
+
         def opt(name: str) -> int | None:
-            v = getattr(desc, name, None)
+            v = getattr(desc, name) if name in fields else None
             return None if v is None else int(v)
 
         return cls(desc.cg_mode.name, int(desc.num_tokens), opt("num_reqs"), opt("uniform_token_count"),
-                   int(getattr(desc, "num_active_loras", 0) or 0), int(getattr(desc, "num_ubatches", 1) or 1))
+                   int(opt("num_active_loras") or 0), int(opt("num_ubatches") or 1))
 
     def short(self) -> str:
         parts = [f"{self.mode[0]}", f"t{self.num_tokens}"]
@@ -488,7 +493,7 @@ class _WorkerView:
 
         self.vllm_config = vc
         for name in _WORKER_CONFIGS:  # as WorkerBase.__init__ sets them
-            setattr(self, name, getattr(vc, name, None))
+            setattr(self, name, getattr(vc, name))
         self.device = device
         self.rank = 0
         self.local_rank = 0
@@ -498,12 +503,11 @@ class _WorkerView:
         self.profiler: Any = None
         # A tree without the routing (Capabilities.v2_runner_route) is told the V2 runner.
         self.use_v2_model_runner = bool(vc.use_v2_model_runner) if require_vllm().v2_runner_route else True
-        cls = importlib.import_module("vllm.v1.worker.gpu_worker").Worker
         # Before 0.32 the worker builds both inline at the end of init_device (_as_init_device_builds_them).
-        wanted = ("_init_workspace_and_model_runner", "_make_model_runner") if hasattr(
-            cls, "_init_workspace_and_model_runner") else ()
+        wanted = () if compat.worker_builds_runner_inline() else (
+            "_init_workspace_and_model_runner", "_make_model_runner")
         for name in (*wanted, "_maybe_get_memory_pool_context"):
-            fn = getattr(cls, name, None)
+            fn = compat.worker_method(name)
             if fn is None:
                 raise VllmEnvironmentError(f"vLLM's GPU worker has no {name}: the runner build does not know "
                                            "how this tree's worker sets up its model runner")
@@ -525,7 +529,7 @@ class _WorkerView:
         the environment's, never a finding)."""
         gw = importlib.import_module("vllm.v1.worker.gpu_worker")
         num_ubatches = 2 if self.vllm_config.parallel_config.enable_dbo else 1
-        lanes = getattr(gw, "_num_workspace_lanes", None)
+        lanes = compat.workspace_lanes()
         gw.init_workspace_manager(self.device, num_ubatches,
                                   *(() if lanes is None else (lanes(self.vllm_config, self.use_v2_model_runner),)))
         runner_cls = importlib.import_module("vllm.v1.worker.gpu.model_runner").GPUModelRunner
@@ -535,8 +539,7 @@ class _WorkerView:
         # 0.34+: the GPU worker also re-resolves the memory it requested from its
         # startup memory snapshot, which this worker never took (the device's
         # memory is cgsim's: determine_available_memory); the flag as WorkerBase sets it.
-        base = getattr(importlib.import_module("vllm.v1.worker.worker_base").WorkerBase,
-                       "disable_extensible_kv_cache", None)
+        base = compat.worker_disables_extensible_kv_cache()
         if base is not None:
             base(self)
         else:
@@ -545,7 +548,7 @@ class _WorkerView:
     def __getattr__(self, name: str) -> Any:
         # The GPU worker's other methods, bound to this view (what the worker
         # wrapper and the executor call on it: initialize_from_config ...).
-        fn = getattr(importlib.import_module("vllm.v1.worker.gpu_worker").Worker, name, None)
+        fn = compat.worker_method(name)
         if name.startswith("__") or not callable(fn):
             raise AttributeError(name)
         return types.MethodType(fn, self)
@@ -571,12 +574,9 @@ class _ExecutorView:
     def __init__(self, worker: _WorkerView):
         self.worker = worker
         self.vllm_config = worker.vllm_config
-        executor = importlib.import_module("vllm.v1.executor.abstract").Executor
-        self._wrapper_cls = getattr(importlib.import_module("vllm.v1.worker.worker_base"), "WorkerWrapperBase", None)
-        for name in self._EXECUTOR_METHODS:
-            fn = getattr(executor, name, None)
-            if fn is not None:
-                setattr(self, name, types.MethodType(fn, self))
+        self._wrapper_cls = compat.worker_wrapper_class()
+        for name, fn in compat.executor_methods(self._EXECUTOR_METHODS).items():
+            setattr(self, name, types.MethodType(fn, self))
 
     def collective_rpc(self, method: Any, timeout: float | None = None, args: tuple = (),
                        kwargs: dict | None = None, **_: Any) -> list:

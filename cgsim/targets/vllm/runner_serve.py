@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from cgsim.targets.vllm.compat import dummy_weight_initializers, runner_hands_draft_tokens
 from cgsim.targets.vllm.engine import EngineLaunch
 from cgsim.targets.vllm.scheduling.driver import FIRST_TOKEN, VOCAB
 
@@ -286,10 +287,10 @@ def _recording_drafts(runner: Any) -> dict[str, list[int]]:
     request id (vLLM 0.30+: ``DraftTokensHandler.set_draft_tokens``, given the
     batch and its drafts); filled as it runs, cleared by the caller."""
     proposed: dict[str, list[int]] = {}
-    handler = getattr(runner, "draft_tokens_handler", None)
-    hand = getattr(handler, "set_draft_tokens", None)
-    if hand is None:
+    if not runner_hands_draft_tokens():
         return proposed
+    handler = runner.draft_tokens_handler
+    hand = handler.set_draft_tokens
 
     def set_draft_tokens(input_batch: Any, draft_tokens: Any) -> None:
         proposed.update(zip(input_batch.req_ids, draft_tokens.tolist()))
@@ -347,7 +348,7 @@ def _toy_weights_that_tell() -> Iterator[None]:
             wider(param)
 
     patched = {"initialize_single_dummy_weight": wider, "initialize_dummy_weights": wider_each}
-    origs = {name: getattr(loader, name) for name in patched if hasattr(loader, name)}
+    origs = {name: getattr(loader, name) for name in dummy_weight_initializers()}
     for name in origs:
         setattr(loader, name, patched[name])
     try:

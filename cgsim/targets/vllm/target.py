@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.util
 import itertools
 from typing import Any, Callable
 
@@ -13,7 +12,8 @@ from cgsim.config import ManagerConfig
 from cgsim.spec.rulesets import Ruleset
 from cgsim.targets.base import TargetUnsupported
 from cgsim.targets.registry import TargetFamily
-from cgsim.targets.vllm.compat import Capabilities, VllmEnvironmentError, require_vllm, unsupported_reason
+from cgsim.targets.vllm.compat import (Capabilities, VllmEnvironmentError, breakable_graph_module, require_vllm,
+                                      unsupported_reason)
 from cgsim.targets.vllm.handle import VllmManagerHandle, build_vllm_config
 from cgsim.targets.vllm.pytest_adapter import PYTEST_ADAPTER
 from cgsim.targets.vllm.source import SOURCE_OPTION
@@ -35,8 +35,7 @@ def _warm_up() -> None:
         require_vllm()
         importlib.import_module("vllm.forward_context")
         importlib.import_module("vllm.v1.worker.gpu.input_batch")
-        if importlib.util.find_spec("vllm.compilation.breakable_cudagraph") is not None:
-            importlib.import_module("vllm.compilation.breakable_cudagraph")
+        breakable_graph_module()
         build_vllm_config(ManagerConfig())
     except Exception:  # noqa: BLE001 - build() reports the real error
         return

@@ -18,6 +18,8 @@ import pytest
 from cgsim.descriptors import BatchDescriptor
 from cgsim.modes import CUDAGraphMode
 from cgsim.targets.vllm.handle import from_vllm_desc
+# The same probes the scan of every adapter module looks for (its allow-list does not apply here).
+from tests.cgsim.targets.test_tree_probes import probe_kinds as _probes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
@@ -56,28 +58,6 @@ def probes(root: str) -> list[tuple[str, int, str]]:
             tree = ast.parse(fh.read(), rel)
         out += sorted((rel, node.lineno, probe) for node in ast.walk(tree) for probe in _probes(node))
     return out
-
-
-def _probes(node: ast.AST) -> list[str]:
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        if node.func.id == "hasattr":
-            return ["hasattr()"]
-        if node.func.id == "getattr" and len(node.args) > 2:
-            return ["getattr() with a default"]
-    if isinstance(node, ast.Attribute):
-        if isinstance(node.value, ast.Name) and node.value.id == "inspect":
-            return [f"inspect.{node.attr}"]
-        if node.attr == "find_spec":
-            return ["find_spec()"]
-    if isinstance(node, ast.Import) and any(a.name == "inspect" for a in node.names):
-        return ["import inspect"]
-    if isinstance(node, ast.ImportFrom) and node.module == "inspect":
-        return ["from inspect import"]
-    if isinstance(node, ast.ExceptHandler) and node.type is not None:
-        caught = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
-        if any(isinstance(e, ast.Name) and e.id == "AttributeError" for e in caught):
-            return ["except AttributeError"]
-    return []
 
 
 def test_the_handle_engine_and_scheduling_code_probe_no_tree_shape():
