@@ -114,6 +114,11 @@ def _serving_cost(scenario: Any) -> tuple:
     return (c.decode_query_len, len(c.capture_sizes), max(c.capture_sizes, default=0))
 
 
+def _span(seconds: list[float]) -> str:
+    low, high = min(seconds), max(seconds)
+    return f"{low:.0f}" if round(low) == round(high) else f"{low:.0f}-{high:.0f}"
+
+
 def served_phase(target_name: str, backend: str, ruleset: str | None, seed: int, findings_dir: str, jobs: int,
                  stopped: Callable[[], bool], err: TextIO, quiet: bool, budget_s: float = MIN_BUDGET_S) -> ServedShare:
     """Serve scenarios of the campaign's strategy through the target's hook,
@@ -173,6 +178,6 @@ def served_phase(target_name: str, backend: str, ruleset: str | None, seed: int,
     unserved = len(scenarios) - served - sum(errors.values())
     notes = [f"runner share: {served} launch(es) served with graphs and eager, {differ} differ"
              + (f", {unserved} left unserved by the budget" if unserved else "")
-             + (f" (a pair took {min(seconds):.0f}-{max(seconds):.0f} s)" if seconds else "")]
+             + (f" (a pair took {_span(seconds)} s)" if seconds else "")]
     notes += [f"runner share: {n} launch(es) not served here: {why}" for why, n in sorted(errors.items())]
     return ServedShare(tuple(notes), served, differ, unserved, tuple(sorted(errors.items())), tuple(seconds))

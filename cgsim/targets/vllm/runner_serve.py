@@ -284,7 +284,7 @@ def serve_here(launch: EngineLaunch, requests: tuple[ServedRequest, ...], max_st
 
 def _recording_drafts(runner: Any) -> dict[str, list[int]]:
     """The drafts the runner hands its draft-token handler each step, by
-    request id (vLLM 0.30+: ``DraftTokensHandler.set_draft_tokens``, given the
+    request id (``DraftTokensHandler.set_draft_tokens``, 0.20-0.34, given the
     batch and its drafts); filled as it runs, cleared by the caller."""
     proposed: dict[str, list[int]] = {}
     if not runner_hands_draft_tokens():

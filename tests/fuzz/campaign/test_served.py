@@ -61,7 +61,7 @@ class _Target:
             else:
                 graphs = _run([5, 7] if n == 4 else [5, 6])
                 out.append({"launch_line": self.launch(s)["line"], "requests": 1, "graphs": graphs,
-                            "eager": _run([5, 6])})
+                            "eager": _run([5, 6]), "seconds": 35.0 if n == 4 else 21.4})
         return out
 
 
@@ -89,10 +89,11 @@ def test_a_served_difference_is_a_finding_on_disk_with_the_runners_verdict(targe
     entry = f.to_json()
     assert reached(entry) and "WRONG OUTPUT against eager: request r0: tokens [5, 7]" in runner_said(entry)
     assert share.notes == ("runner share: 2 launch(es) served with graphs and eager, 1 differ, 1 left unserved by "
-                           "the budget",
+                           "the budget (a pair took 21-35 s)",
                            "runner share: 1 launch(es) not served here: the toy has no such model here",
                            "runner share: 1 launch(es) not served here: vLLM raised with graphs and eager alike: "
                            "RuntimeError: UVA")
+    assert share.seconds == (21.4, 35.0)
     # Counted as the search's checks are: the property judged two launches, one failed; and as coverage.
     assert share.stats() == {"checks": {"SERVED-EQUALS-EAGER": 2}, "failures": {"SERVED-EQUALS-EAGER": 1},
                              "coverage": {"runner_share": {"served": 2, "differ": 1, "unserved_budget": 1,
