@@ -608,11 +608,11 @@ class _ExecutorView:
         import torch  # noqa: PLC0415
 
         config_mod = importlib.import_module("vllm.config")
-        runner = self.worker.model_runner
-        if int(self.vllm_config.compilation_config.mode) == 0:
-            # CompilationMode.NONE: nothing traces, and under Triton's interpreter the forward costs
-            # (~40 s a child with LoRA's kernels at 2048 tokens) what it would not change.
+        if self.vllm_config.compilation_config.mode == config_mod.CompilationMode.NONE:
+            # Nothing traces, and under Triton's interpreter the forward costs (~40 s a child
+            # with LoRA's kernels at 2048 tokens) what it would not change.
             return [KV_CACHE_BYTES]
+        runner = self.worker.model_runner
         with vllm_frames("GPUModelRunner.profile_run"), torch.inference_mode(), \
                 config_mod.set_current_vllm_config(self.vllm_config):
             # profile_run's forward (its first line, 0.20-0.34); its sampler warm-up after it is left out:
