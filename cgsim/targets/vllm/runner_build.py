@@ -122,7 +122,11 @@ class RunnerGraphs:
 
     ``raised``: what vLLM raised (type, message, the vLLM frame), when the
     runner itself failed on a config vLLM accepted; the managers are then
-    those built before the failure.  ``seconds``: (build, capture)."""
+    those built before the failure.  ``seconds``: (build, capture).
+    ``graph_memory``: (the bytes the worker's graph-memory estimate,
+    profile_cudagraph_memory, answered, those capture_model() said its
+    captures took), as the mock accounts them; None where the build failed
+    first."""
 
     vllm_version: str
     launch_line: str
@@ -131,6 +135,7 @@ class RunnerGraphs:
     attention_backend: str
     raised: str | None = None
     seconds: tuple[float, float] = (0.0, 0.0)
+    graph_memory: tuple[int, int] | None = None
 
     @property
     def main(self) -> ManagerGraphs | None:
@@ -147,7 +152,8 @@ class RunnerGraphs:
         managers = tuple(ManagerGraphs(m["name"], m["cls"], m["mode"], tuple(GraphEntry(**g) for g in m["graphs"]))
                          for m in d["managers"])
         return cls(d["vllm_version"], d["launch_line"], managers, bool(d["has_ubatch_runner"]),
-                   d["attention_backend"], d.get("raised"), tuple(d.get("seconds", (0.0, 0.0))))
+                   d["attention_backend"], d.get("raised"), tuple(d.get("seconds", (0.0, 0.0))),
+                   tuple(d["graph_memory"]) if d.get("graph_memory") else None)
 
 
 def launch_to_json(launch: EngineLaunch) -> dict:
@@ -331,13 +337,14 @@ def build_here(launch: EngineLaunch) -> RunnerGraphs:
     without Triton's interpreter: ``build_runner`` runs this in a child)."""
     state: dict[str, Any] = {}
     t0 = time.perf_counter()
-    raised = None
+    raised = graph_memory = None
     with runner_world(launch) as (caps, vc, backend):
         try:
             runner = build_model_runner(vc, backend, state)
             t1 = time.perf_counter()
             with vllm_frames("capture_model"):
-                runner.capture_model()
+                captured = int(runner.capture_model())
+            graph_memory = (state["graph_memory_estimate"], captured)
         except VllmRaised as exc:
             raised = exc.text
             t1 = state.get("t_built", time.perf_counter())
@@ -347,7 +354,7 @@ def build_here(launch: EngineLaunch) -> RunnerGraphs:
         has_ubatch = getattr(runner, "ubatch_runner", None) is not None
         attn = _attention_backend_name(runner)
     return RunnerGraphs(caps.version, launch.line(), managers, has_ubatch, attn, raised,
-                        (round(t1 - t0, 2), round(t2 - t1, 2)))
+                        (round(t1 - t0, 2), round(t2 - t1, 2)), graph_memory)
 
 
 class VllmRaised(Exception):
@@ -473,9 +480,11 @@ def build_model_runner(vc: Any, backend: Any, state: dict) -> Any:
     with vllm_frames("GPUModelRunner.load_model"):
         runner.load_model()
     core = importlib.import_module("vllm.v1.engine.core")
-    engine = _EngineCoreView(_ExecutorView(worker))
+    executor = _ExecutorView(worker)
+    engine = _EngineCoreView(executor)
     with vllm_frames("EngineCore._initialize_kv_caches"):
         state["kv_cache_config"] = core.EngineCore._initialize_kv_caches(engine, vc)
+    state["graph_memory_estimate"] = executor.graph_memory_estimate
     state["t_built"] = time.perf_counter()
     return runner
 
@@ -574,6 +583,7 @@ class _ExecutorView:
     def __init__(self, worker: _WorkerView):
         self.worker = worker
         self.vllm_config = worker.vllm_config
+        self.graph_memory_estimate = 0  # what the worker's graph-memory profiling answered
         self._wrapper_cls = compat.worker_wrapper_class()
         for name, fn in compat.executor_methods(self._EXECUTOR_METHODS).items():
             setattr(self, name, types.MethodType(fn, self))
@@ -602,22 +612,29 @@ class _ExecutorView:
         return [fn(*args, **(kwargs or {}))]
 
     def determine_available_memory(self) -> list[int]:
-        # The worker's profile run (Worker.determine_available_memory) is the model's first forward, at
-        # max_num_batched_tokens: torch.compile traces it there, never at a capture size of 1 (which it
-        # would specialise on).  The memory it would measure is the device's: cgsim's.
+        """What Worker.determine_available_memory runs before it answers: the
+        profile run, the model's first forward, at max_num_batched_tokens
+        (torch.compile traces it there, never at a capture size of 1, which it
+        would specialise on), then, with graphs, the runner's own graph-memory
+        estimate (0.29+: a profiling capture into a throwaway pool, torn down
+        before the real one; 0.20-0.28: 0).  The memory it would measure is
+        the device's: cgsim's."""
         import torch  # noqa: PLC0415
 
         config_mod = importlib.import_module("vllm.config")
-        if self.vllm_config.compilation_config.mode == config_mod.CompilationMode.NONE:
-            # Nothing traces, and under Triton's interpreter the forward costs (~40 s a child
-            # with LoRA's kernels at 2048 tokens) what it would not change.
-            return [KV_CACHE_BYTES]
+        compilation = self.vllm_config.compilation_config
         runner = self.worker.model_runner
-        with vllm_frames("GPUModelRunner.profile_run"), torch.inference_mode(), \
-                config_mod.set_current_vllm_config(self.vllm_config):
-            # profile_run's forward (its first line, 0.20-0.34); its sampler warm-up after it is left out:
-            # 0.34's Triton top-k/top-p kernel does not run under Triton's interpreter.
-            runner._dummy_run(runner.max_num_tokens, skip_attn=True, is_profile=True)
+        with torch.inference_mode(), config_mod.set_current_vllm_config(self.vllm_config):
+            # Without compilation nothing traces, and under Triton's interpreter the forward costs
+            # (~40 s a child with LoRA's kernels at 2048 tokens) what it would not change.
+            if compilation.mode != config_mod.CompilationMode.NONE:
+                with vllm_frames("GPUModelRunner.profile_run"):
+                    # profile_run's forward (its first line, 0.20-0.34); its sampler warm-up after it is
+                    # left out: 0.34's Triton top-k/top-p kernel does not run under Triton's interpreter.
+                    runner._dummy_run(runner.max_num_tokens, skip_attn=True, is_profile=True)
+            if compilation.cudagraph_mode != config_mod.CUDAGraphMode.NONE:
+                with vllm_frames("GPUModelRunner.profile_cudagraph_memory"):
+                    self.graph_memory_estimate = int(runner.profile_cudagraph_memory())
         return [KV_CACHE_BYTES]
 
     def compile_or_warm_up_model(self) -> None:

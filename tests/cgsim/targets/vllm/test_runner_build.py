@@ -20,6 +20,7 @@ skip_unless_vllm()
 
 from cgsim.config import ManagerConfig  # noqa: E402
 from cgsim.modes import AttentionSupport, CUDAGraphMode  # noqa: E402
+from cgsim.targets.releases import version_key  # noqa: E402
 from cgsim.targets.vllm.compat import VllmEnvironmentError  # noqa: E402
 from cgsim.targets.vllm.engine import EngineRefused, launch_for  # noqa: E402
 from cgsim.targets.vllm.runner_build import (  # noqa: E402
@@ -107,10 +108,24 @@ def test_runner_graphs_round_trip_through_json() -> None:
     graphs = RunnerGraphs("0.32.0", "vllm serve x",
                           (ManagerGraphs("main", "ModelCudaGraphManager", "FULL_AND_PIECEWISE",
                                          (GraphEntry("FULL", 4, 4, 1), GraphEntry("PIECEWISE", 8, None, None))),),
-                          False, "TRITON_ATTN", None, (1.0, 2.0))
+                          False, "TRITON_ATTN", None, (1.0, 2.0), (3 << 20, 2 << 20))
     assert RunnerGraphs.from_json(graphs.to_json()) == graphs
+    assert RunnerGraphs.from_json({**graphs.to_json(), "graph_memory": None}).graph_memory is None
     assert graphs.main is graphs.managers[0]
     assert [g.short() for g in graphs.main.graphs] == ["F:t4:r4:u1", "P:t8"]
+
+
+@pytest.mark.slow
+def test_the_workers_graph_memory_profiling_runs_before_the_capture() -> None:
+    # Worker.determine_available_memory asks the runner's profile_cudagraph_memory (0.29+: a profiling
+    # capture into a throwaway pool, torn down before the real one; 0.20-0.28 answer 0), then the real
+    # capture builds every graph again.
+    built = _built("full-and-piecewise-compiled")
+    assert built.raised is None and built.graph_memory is not None, built
+    estimate, captured = built.graph_memory
+    assert captured > 0
+    assert (estimate > 0) == (version_key(built.vllm_version) >= (0, 29, 0)), built.graph_memory
+    assert [g.short() for g in built.main.graphs] == ["F:t1:r1:u1", "F:t2:r2:u1", "F:t4:r4:u1", "P:t1", "P:t2", "P:t4"]
 
 
 @pytest.mark.slow
