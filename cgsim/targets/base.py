@@ -44,11 +44,12 @@ Optional hooks are typed members of a target, grouped by role: ``drawing``
 (``Triage``: what the engine says about a finding) and ``tooling``
 (``Tooling``: checks and coverage around a campaign); an encoder target's
 are ``EncoderDrawing``, ``EncoderTriage`` and ``EncoderTooling``.  Each
-hook is a field, None where the target has none; one it defines must be
+hook is a field, None where the target has none, read as
+``target.triage.classify``, never fetched by name; one it defines must be
 callable as declared (the registry checks that when it creates the target,
 ``TARGET_HOOKS`` and ``ENCODER_HOOKS``: TargetEnvironmentError naming
-target and hook).  What a target family declares about itself beside its targets (a
-source tree option, a pytest adapter) is a ``SourceOption`` or
+target and hook).  What a target family declares about itself beside its
+targets (a source tree option, a pytest adapter) is a ``SourceOption`` or
 ``PytestAdapter`` on its ``TargetFamily``.
 """
 

@@ -530,7 +530,7 @@ class ReferenceTarget:
         return {}
 
     def _engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
-                             spec_schedule: tuple | None) -> tuple[int, ...]:
+                              spec_schedule: tuple | None) -> tuple[int, ...]:
         """The sizes engines capture by default: vLLM 0.32's ladder, written out."""
         return vllm_capture_sizes(max_num_seqs, decode_query_len, spec_schedule)
 

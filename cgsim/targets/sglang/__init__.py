@@ -130,7 +130,7 @@ class SglangTarget:
         return None
 
     def _engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
-                             spec_schedule: tuple | None) -> tuple[int, ...]:
+                              spec_schedule: tuple | None) -> tuple[int, ...]:
         """The decode bs list sglang picks by default for such a server (its
         ladder up to --cuda-graph-max-bs, here the request count)."""
         from cgsim.spec.sglang import default_decode_bs  # noqa: PLC0415

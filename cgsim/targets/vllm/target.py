@@ -108,7 +108,7 @@ class VllmTarget:
             return {}
 
     def _confirm_findings(self, findings: list[dict], jobs: int, stopped: Callable[[], bool],
-                         budget_s: float) -> dict[str, dict]:
+                          budget_s: float) -> dict[str, dict]:
         """Each finding's graphs asked of vLLM's own model runner built from its
         launch (cgsim.targets.vllm.runner_build), and each confirmed one's
         launch served (runner_serve): a plain verdict per finding id."""
@@ -121,7 +121,7 @@ class VllmTarget:
         return {fid: c.to_json() for fid, c in verdicts.items()}
 
     def _serve_scenarios(self, scenarios: list, jobs: int, stopped: Callable[[], bool],
-                        budget_s: float) -> list[dict | None]:
+                         budget_s: float) -> list[dict | None]:
         """Each scenario's launch served through vLLM's own model runner with
         its graphs and eager (runner_serve.serve_scenarios)."""
         from cgsim.targets.vllm.runner_build import finding_launch  # noqa: PLC0415
@@ -131,7 +131,7 @@ class VllmTarget:
         return serve_scenarios(launches, jobs, stopped, budget_s)
 
     def _doctor(self, findings_dir: str | None = None, progress: Callable | None = None,
-               announce: Callable[[str], None] | None = None) -> tuple[str, list, str | None]:
+                announce: Callable[[str], None] | None = None) -> tuple[str, list, str | None]:
         """``python -m fuzz doctor``: (what was checked, every check, the one
         failure line or None)."""
         from cgsim.targets.vllm.doctor import doctor_line, run_doctor  # noqa: PLC0415
@@ -221,7 +221,7 @@ class VllmTarget:
         return scheduler_evidence(Scenario.from_json(finding.scenario), finding.facts)
 
     def _engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
-                             spec_schedule: tuple | None) -> tuple[int, ...]:
+                              spec_schedule: tuple | None) -> tuple[int, ...]:
         """The capture sizes this vLLM picks by default (VllmConfig._set_cudagraph_sizes)."""
         return _vllm_default_sizes(max_num_seqs, decode_query_len, spec_schedule)
 

@@ -155,7 +155,7 @@ def test_a_served_findings_batches_are_the_schedulers():
 
     def said(shape):
         return TARGET.triage.evidence(Finding("DISPATCH-SOUND", "m", "vllm", "mock", sc.to_json(), step=1,
-                                       facts={"batch": shape.to_json()}))
+                                              facts={"batch": shape.to_json()}))
 
     assert said(sc.batches[0].shape) == {"batches_from": "scheduler", "scheduler": sc.served.scheduler,
                                          "requests": 4, "batch_scheduled": True}
@@ -171,7 +171,7 @@ def test_a_dispatch_findings_batch_is_looked_for_among_the_batches_vllm_schedule
 
     def said(batch):
         return TARGET.triage.evidence(Finding("DISPATCH-SOUND", "m", "vllm", "mock", sc.to_json(),
-                                       facts={"batch": batch.shape.to_json()}))
+                                              facts={"batch": batch.shape.to_json()}))
 
     scheduled = said(Batch((3, 3)))  # two requests verifying their two drafts each
     assert scheduled["batches_from"] == "model" and scheduled["batch_scheduled"] is True
