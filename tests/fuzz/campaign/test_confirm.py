@@ -31,7 +31,8 @@ def findings_dir(tmp_path, monkeypatch):
         asked.append((sorted(f["property"] for f in findings), jobs, budget_s))
         return {f["id"]: {"verdict": "absent" if f["property"] == "INIT-TOTAL" else "confirmed"} for f in findings}
 
-    monkeypatch.setattr(cgsim.targets, "get_target", lambda name: SimpleNamespace(triage=Triage(confirm_findings=hook)))
+    target = SimpleNamespace(triage=Triage(confirm_findings=hook))
+    monkeypatch.setattr(cgsim.targets, "get_target", lambda name: target)
     return str(tmp_path), asked
 
 
