@@ -71,7 +71,7 @@ def throughput(n: int) -> tuple[int, float]:
     count = [0]
 
     @_settings(n)
-    @given(scenarios(ruleset=_ruleset(), config_strategy=SglangTarget().config_strategy))
+    @given(scenarios(ruleset=_ruleset(), config_strategy=SglangTarget().drawing.config_strategy))
     def body(sc):
         check_scenario(sc, run_scenario(sc, target="sglang", timeout=120))
         count[0] += 1
@@ -86,7 +86,7 @@ def detect(name: str, prop: str, seed: int, limit: int) -> tuple[int, float] | N
 
     @seed_dec(seed)
     @_settings(limit)
-    @given(scenarios(ruleset=_ruleset(), config_strategy=SglangTarget().config_strategy))
+    @given(scenarios(ruleset=_ruleset(), config_strategy=SglangTarget().drawing.config_strategy))
     def body(sc):
         count[0] += 1
         verdict = check_scenario(sc, run_scenario(sc, target=f"sglang-mutant:{name}", timeout=120))
@@ -120,7 +120,7 @@ def detect_unexplained(seed: int, limit: int, limit_s: float) -> dict:
 
     @seed_dec(seed)
     @_settings(limit)
-    @given(scenarios(ruleset=ruleset, config_strategy=SglangTarget().config_strategy))
+    @given(scenarios(ruleset=ruleset, config_strategy=SglangTarget().drawing.config_strategy))
     def body(sc):
         if time.perf_counter() - t > limit_s:
             raise _OutOfTime()

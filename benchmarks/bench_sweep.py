@@ -44,8 +44,8 @@ def _scenarios(target: str, n: int, max_size: int, sample_seed: int | None = Non
 
     @settings(max_examples=n, database=None, deadline=None, suppress_health_check=list(HealthCheck),
               phases=(Phase.generate,), derandomize=sample_seed is None)
-    @given(scenarios(max_size=max_size, engine_sizes=t.engine_capture_sizes,
-                     refusal=getattr(t, "unsupported_reason", None)))
+    @given(scenarios(max_size=max_size, engine_sizes=t.drawing.engine_capture_sizes,
+                     refusal=t.drawing.unsupported_reason))
     def collect(sc):
         if repeat_key is not None:
             if repeat_key(sc) in ran:

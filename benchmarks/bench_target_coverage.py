@@ -36,8 +36,8 @@ def _scenarios(n: int) -> list:
 
     @settings(max_examples=n, database=None, deadline=None, suppress_health_check=list(HealthCheck),
               phases=(Phase.generate,), derandomize=True)
-    @given(scenarios(ruleset=t.default_ruleset(), engine_sizes=t.engine_capture_sizes,
-                     refusal=t.unsupported_reason))
+    @given(scenarios(ruleset=t.default_ruleset(), engine_sizes=t.drawing.engine_capture_sizes,
+                     refusal=t.drawing.unsupported_reason))
     def collect(s):
         out.append(s)
 

@@ -28,7 +28,7 @@ from cgsim.scenario import Scenario
 from cgsim.spec import expected_capture_descs
 from cgsim.spec.rulesets import get_ruleset
 from cgsim.spec.scheduler import SweepPlan, sweep_plan
-from cgsim.targets import get_target, optional_hook
+from cgsim.targets import get_target
 from cgsim.targets.base import ManagerUnderTest, TargetEnvironmentError, TargetUnsupported
 from cgsim.timeouts import ScenarioTimeout, deadline
 from cgsim.trace import Error, Trace
@@ -77,7 +77,7 @@ def run_scenario(scenario: Scenario, target="reference", backend="mock", timeout
 
 
 def _run_steps(scenario, target, backend, ruleset, workload: Workload, trace: Trace, sweep: bool) -> None:
-    unreachable = optional_hook(target, "unreachable")  # optional: a lifecycle the engine cannot be driven through
+    unreachable = target.drawing.unreachable  # optional: a lifecycle the engine cannot be driven through
     try:
         reason = unreachable(scenario) if unreachable is not None else None
         if reason is not None:

@@ -1,7 +1,7 @@
 """The runner tier's served scenarios: a scenario's launch served end to end
 through the engine's own model runner, judged by SERVED-EQUALS-EAGER.
 
-A target that can serve (its optional hook ``serve_scenarios``: vLLM's
+A target that can serve (its optional hook ``triage.serve_scenarios``: vLLM's
 scheduler, ``execute_model`` and sampler around the runner it builds for the
 launch) hands back, per scenario, the same requests served with CUDA graphs
 and eager as plain runs (tokens and log-probabilities per request, what was
@@ -22,7 +22,7 @@ from cgsim.finding import Finding
 from cgsim.properties.lifecycle import SERVED_EQUALS_EAGER, changes_output, served_violations
 from cgsim.properties.registry import Violation
 from cgsim.scenario import Scenario
-from cgsim.targets import get_target, optional_hook
+from cgsim.targets import get_target
 from cgsim.targets.base import ScenarioNotRunnable
 
 __all__ = ["TIER", "SERVED_VERDICT", "SERVE_TIMEOUT_S", "ServedReplayResult", "is_served_finding", "served_finding",
@@ -100,7 +100,7 @@ def reproduce_served(finding: Finding, timeout: float | None = None) -> ServedRe
     neither a reproduction nor a fix)."""
     target = get_target(finding.target)
     target.prepare_environment()
-    serve = optional_hook(target, "serve_scenarios")
+    serve = target.triage.serve_scenarios
     if serve is None:
         raise ScenarioNotRunnable(f"{finding.id} was found by serving through the engine's runner; target "
                                   f"{finding.target} cannot serve here")

@@ -474,11 +474,11 @@ def _report_of(path: str) -> str | None:
 def _cmd_doctor(args: argparse.Namespace, argv: list[str]) -> int:
     """Run the target's self-check and list every check; exit 2 (one line on
     stderr) when one failed."""
-    from cgsim.targets import get_target, optional_hook
+    from cgsim.targets import get_target
 
     target = get_target(args.target)
     target.prepare_environment()
-    doctor = optional_hook(target, "doctor")
+    doctor = target.tooling.doctor
     if doctor is None:
         print(f"{args.target}: nothing to check (no adapter between cgsim and the code under test)")
         return 0

@@ -31,7 +31,6 @@ from cgsim.report.encoder import render_encoder_html, render_encoder_markdown
 from cgsim.report.findings import finding_path, scan_findings
 from cgsim.report.repro import write_repro
 from cgsim.report.summary import update_latest
-from cgsim.targets.base import ENCODER_HOOKS, optional_hook
 from fuzz.encoder_search import (EncoderCampaignOptions, EncoderCampaignResult, encoder_finding,
                                  remove_encoder_finding, search_encoder, write_encoder_finding)
 
@@ -48,7 +47,7 @@ def _replay_command(path: str) -> str:
 def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] = print) -> EncoderCampaignResult:
     target = encoder_target(o.target)
     target.prepare_environment()
-    self_check = optional_hook(target, "self_check", ENCODER_HOOKS)
+    self_check = target.tooling.self_check
     if self_check is not None:  # an engine's adapter proves its mechanics before anything is judged
         self_check()
     backend = get_backend(o.backend)

@@ -24,7 +24,7 @@ from cgsim.encoder.values import EncoderScenario
 from cgsim.finding import Finding
 from cgsim.report.findings import finding_path, write_finding
 from cgsim.report.repro import write_repro
-from cgsim.targets.base import ENCODER_HOOKS, TargetEnvironmentError, optional_hook
+from cgsim.targets.base import TargetEnvironmentError
 from cgsim.targets.registry import source_options
 from fuzz.encoder_strategies import encoder_scenarios
 
@@ -113,9 +113,9 @@ def search_encoder(o: EncoderCampaignOptions, target: Any, backend: Any, run_id:
     start = time.monotonic()
     ruleset = target.default_ruleset()
     # A setting the engine has no field for is only ever refused: drawn where it exists.
-    takes_cap = (optional_hook(target, "takes_max_token_budget", ENCODER_HOOKS) or (lambda: True))()
+    takes_cap = (target.drawing.takes_max_token_budget or (lambda: True))()
 
-    classify = optional_hook(target, "classify", ENCODER_HOOKS)
+    classify = target.triage.classify
 
     def defect_of(obs: Any, v: Any) -> str | None:
         return classify(obs.scenario, obs.trace, v).get("defect") if classify is not None else None

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from cgsim.finding import Finding
 from cgsim.properties.registry import Violation
@@ -86,7 +85,6 @@ def reproduce_encoder(finding: Finding, backend: str | None = None, timeout: flo
     from cgsim.encoder.observe import observe_encoder
     from cgsim.encoder.targets import encoder_target
     from cgsim.encoder.values import EncoderScenario
-    from cgsim.targets.base import ENCODER_HOOKS, optional_hook
 
     if timeout is not None and timeout <= 0:
         raise ValueError(f"--timeout {timeout:g}: give a positive number of seconds")
@@ -97,7 +95,7 @@ def reproduce_encoder(finding: Finding, backend: str | None = None, timeout: flo
     if obs.refused is not None:
         raise ScenarioNotRunnable(f"{finding.id} cannot run on {finding.target} here: the engine refuses its "
                                   f"settings ({obs.refused})")
-    classify: Any = optional_hook(target, "classify", ENCODER_HOOKS)
+    classify = target.triage.classify
     defects = tuple((v.property, classify(obs.scenario, obs.trace, v).get("defect")) for v in obs.verdict.violations
                     ) if classify is not None else ()
     return EncoderReplayResult(finding.property, any(v.property == finding.property for v in obs.verdict.violations),

@@ -6,7 +6,9 @@ own ``EncoderCudaGraphManager`` through vLLM's front door,
 
 An encoder target has: ``name``, ``default_ruleset()`` (the design it
 follows), ``prepare_environment()`` (TargetEnvironmentError, one line),
-``environment()``, ``reach(scenario)`` (the scenario with the config the
+``environment()``, its optional hooks by role (``drawing``, ``triage``,
+``tooling``: ``cgsim.targets.base.EncoderDrawing`` and its kin),
+``reach(scenario)`` (the scenario with the config the
 engine builds from the settings it stands for, and the launch that reaches
 it; TargetUnsupported where the engine refuses them: counted, never judged)
 and ``builder(scenario, backend)`` (a function building the handle)."""
@@ -18,7 +20,7 @@ from typing import Any, Callable
 from cgsim.encoder.runner import ManagedEncoder, gc_held
 from cgsim.encoder.toy import toy_for
 from cgsim.encoder.values import EncoderScenario
-from cgsim.targets.base import ENCODER_HOOKS, UnknownTarget
+from cgsim.targets.base import ENCODER_HOOKS, EncoderDrawing, EncoderTooling, EncoderTriage, UnknownTarget
 
 __all__ = ["ENCODER_TARGET_NAMES", "is_encoder_target", "encoder_target", "encoder_builder", "ReferenceEncoderTarget"]
 
@@ -34,6 +36,7 @@ class ReferenceEncoderTarget:
 
     def __init__(self, name: str, cls: type) -> None:
         self.name, self.cls = name, cls
+        self.drawing, self.triage, self.tooling = EncoderDrawing(), EncoderTriage(), EncoderTooling()
 
     def default_ruleset(self) -> str:
         return "encoder"
@@ -57,8 +60,8 @@ class ReferenceEncoderTarget:
 
 
 def encoder_target(name: str) -> Any:
-    """The encoder target ``name``; one whose optional hooks (ENCODER_HOOKS)
-    cannot be called as declared is TargetEnvironmentError, one line."""
+    """The encoder target ``name``; one whose optional hooks are not typed or
+    callable as declared (ENCODER_HOOKS) is TargetEnvironmentError, one line."""
     target = _create(name)
     ENCODER_HOOKS.check(target)
     return target

@@ -14,7 +14,6 @@ from cgsim.targets.base import (
     TargetError,
     TargetUnsupported,
     UnknownTarget,
-    optional_hook,
 )
 from cgsim.targets.registry import (
     TargetFamily,
@@ -30,5 +29,5 @@ from cgsim.targets.registry import (
 __all__ = [
     "CandidateSnapshot", "Execution", "ManagerUnderTest", "Target", "TargetEnvironmentError", "TargetError",
     "TargetUnsupported", "UnknownTarget", "TargetFamily", "describe_targets", "families", "get_target", "target_names",
-    "target_engine", "WrongRuleset", "check_ruleset_fits", "optional_hook",
+    "target_engine", "WrongRuleset", "check_ruleset_fits",
 ]

@@ -39,13 +39,17 @@ replays into ``trace.managers[name]`` (the sub-trace its workload, made with
 ``Workload.for_manager``, records into).  Their capture happens inside the
 main ``capture()`` and their release inside ``release()``, as in the engine.
 
-Optional hooks are declared once, in ``TARGET_HOOKS`` (decode targets) and
-``ENCODER_HOOKS`` (encoder targets): a target without them works, one that
-defines a hook must make it callable as declared (the registry checks that
-when it creates the target: TargetEnvironmentError naming target and hook),
-and callers ask through ``optional_hook``, which refuses a name no table
-declares.  What a target family declares about itself beside its targets (a
-source tree option, a pytest adapter) is a ``SourceOption`` or
+Optional hooks are typed members of a target, grouped by role: ``drawing``
+(``Drawing``: how configs are drawn as the engine runs them), ``triage``
+(``Triage``: what the engine says about a finding) and ``tooling``
+(``Tooling``: checks and coverage around a campaign); an encoder target's
+are ``EncoderDrawing``, ``EncoderTriage`` and ``EncoderTooling``.  Each
+hook is a field, None where the target has none, read as
+``target.triage.classify``, never fetched by name; one it defines must be
+callable as declared (the registry checks that when it creates the target,
+``TARGET_HOOKS`` and ``ENCODER_HOOKS``: TargetEnvironmentError naming
+target and hook).  What a target family declares about itself beside its
+targets (a source tree option, a pytest adapter) is a ``SourceOption`` or
 ``PytestAdapter`` on its ``TargetFamily``.
 """
 
@@ -53,7 +57,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Protocol, Sequence
 
 import torch
@@ -77,9 +81,16 @@ __all__ = [
     "SubManager",
     "Hook",
     "Hooks",
+    "hook",
+    "hook_fields",
+    "Drawing",
+    "Triage",
+    "Tooling",
+    "EncoderDrawing",
+    "EncoderTriage",
+    "EncoderTooling",
     "TARGET_HOOKS",
     "ENCODER_HOOKS",
-    "optional_hook",
     "SourceOption",
     "PytestAdapter",
 ]
@@ -188,7 +199,10 @@ class Target(Protocol):
     def environment(self) -> dict[str, Any]:
         """What findings and summaries should record about the code under test (versions, source)."""
 
-    # Optional hooks (engine_config, serve, classify, ...): TARGET_HOOKS below.
+    # Its optional hooks by role, each None where it has none (below: Drawing, Triage, Tooling).
+    drawing: Drawing
+    triage: Triage
+    tooling: Tooling
 
     def build(self, config: ManagerConfig, ruleset: Ruleset, backend, workload) -> ManagerUnderTest: ...
 
@@ -198,50 +212,150 @@ class Target(Protocol):
 
 @dataclass(frozen=True)
 class Hook:
-    """One optional hook a target may define: what it does and how it is called."""
+    """How one optional hook is called and what it does: the metadata of its
+    field in a role (``Drawing``, ``Triage``, ``Tooling``, ``Encoder*``)."""
 
-    name: str
     does: str
     params: tuple[str, ...] = ()  # the arguments callers pass, in order
     by_keyword: bool = False  # callers pass ``params`` by name
-    needs: tuple[str, ...] = ()  # hooks a target defining this one must define too
+    needs: tuple[str, ...] = ()  # hooks of the same role a target defining this one must define too
 
-    def call_text(self) -> str:
-        return f"{self.name}({', '.join(f'{p}=' if self.by_keyword else p for p in self.params)})"
+    def call_text(self, name: str) -> str:
+        return f"{name}({', '.join(f'{p}=' if self.by_keyword else p for p in self.params)})"
+
+
+def hook(does: str, params: tuple[str, ...] = (), *, by_keyword: bool = False, needs: tuple[str, ...] = ()) -> Any:
+    """A role's field for one optional hook: None where the target has none."""
+    return field(default=None, metadata={"hook": Hook(does, params, by_keyword, needs)})
+
+
+def hook_fields(role: type) -> dict[str, Hook]:
+    """The hooks a role declares, by field name."""
+    return {f.name: f.metadata["hook"] for f in fields(role)}
+
+
+@dataclass(frozen=True)
+class Drawing:
+    """How a campaign draws configs and scenarios as the engine runs them."""
+
+    engine_capture_sizes: Callable[[int, int, tuple | None], tuple[int, ...]] | None = hook(
+        "the capture sizes the engine picks by default for such a config (configs as engines run them are drawn "
+        "from it)", ("max_num_seqs", "decode_query_len", "spec_schedule"))
+    unsupported_reason: Callable[[ManagerConfig], str | None] | None = hook(
+        "why the target cannot be given the config at all, known without building anything (None: it may take "
+        "it); campaign strategies draw only configs it may take", ("config",))
+    engine_settings: Callable[[ManagerConfig], ManagerConfig] | None = hook(
+        "the drawn config as settings the engine takes: those it refuses in this combination left out "
+        "(TargetUnsupported with its reason where none is taken); campaign strategies draw through it, before "
+        "unsupported_reason and engine_config", ("config",))
+    engine_config: Callable[[ManagerConfig], ManagerConfig] | None = hook(
+        "the config the engine builds from the settings the config stands for (TargetUnsupported with the "
+        "engine's reason where it refuses them)", ("config",))
+    config_strategy: Callable[[int], Any] | None = hook(
+        "a Hypothesis strategy of configs as the engine runs them, up to max_size tokens, drawn instead of "
+        "cgsim's own", ("max_size",))
+    serve: Callable[[ManagerConfig, Any], tuple] | None = hook(
+        "the batches the engine's own scheduler schedules for a request trace under the config's launch, in "
+        "order, and a cgsim.scenario.Served (TargetUnsupported where it refuses the trace)", ("config", "requests"))
+    unreachable: Callable[[Any], str | None] | None = hook(
+        "why no settings a user can type drive the engine through the scenario's lifecycle (None: they do); "
+        "such a scenario is not judged", ("scenario",))
+
+
+@dataclass(frozen=True)
+class Triage:
+    """What the engine says about a finding: how to reach it, what it is, whether its own runner agrees."""
+
+    launch: Callable[[Any], dict | None] | None = hook(
+        "the launch that reaches the scenario (the command line a user types and its parts), recorded with "
+        "every finding", ("scenario",))
+    evidence: Callable[[Any], dict | None] | None = hook(
+        "what the engine's own scheduler says about the batch or graph a final finding rests on (recorded as "
+        "scheduler_evidence); None where it rests on neither", ("finding",))
+    confirm_findings: Callable[[list, int, Callable[[], bool], float], dict] | None = hook(
+        "each finding's launch built by the engine's own model runner, at a campaign's end: a plain verdict per "
+        "finding id (runner_confirmation; 'absent' or 'refused' make it manager-level only)",
+        ("findings", "jobs", "stopped", "budget_s"))
+    serve_scenarios: Callable[[list, int, Callable[[], bool], float], list] | None = hook(
+        "each scenario's launch served end to end through the engine's own model runner, with CUDA graphs and "
+        "eager, the same requests (cgsim.served): per scenario {graphs, eager} as plain runs (tokens, logprobs, "
+        "raised), {error} where it cannot be served here, None where the budget or a stop left it unserved",
+        ("scenarios", "jobs", "stopped", "budget_s"), needs=("launch",))
+    classify: Callable[[Any], dict] | None = hook(
+        "which documented defect of the code under test a finding is (a dict for its extra; known_defect names "
+        "it)", ("finding",))
+
+
+@dataclass(frozen=True)
+class Tooling:
+    """What runs around a campaign: the adapter's own checks and coverage of the engine's code."""
+
+    self_check: Callable[[], tuple] | None = hook(
+        "a fixed set of scenarios with known outcomes, run before a campaign: raises TargetEnvironmentError "
+        "naming a broken mechanism, else returns the findings it met")
+    doctor: Callable[..., tuple] | None = hook(
+        "python -m fuzz doctor: (what was checked, every check, the one failure line or None)",
+        ("findings_dir", "progress", "announce"), by_keyword=True)
+    coverage_start: Callable[[str], None] | None = hook(
+        "a campaign asks its workers to measure the engine's code into a directory", ("data_dir",),
+        needs=("coverage_report",))
+    coverage_report: Callable[[str | None, str | None], dict] | None = hook(
+        "the summary's target_coverage section from what the workers measured", ("data_dir", "diff_base"))
+
+
+@dataclass(frozen=True)
+class EncoderDrawing:
+    """How an encoder campaign draws scenarios the engine takes."""
+
+    takes_max_token_budget: Callable[[], bool] | None = hook(
+        "whether the engine has a field for the max token budget setting (False: scenarios with it are not "
+        "drawn)")
+
+
+@dataclass(frozen=True)
+class EncoderTriage:
+    """What the engine says about an encoder violation."""
+
+    classify: Callable[[Any, Any, Any], dict] | None = hook(
+        "which documented defect a violation is (a dict; defect names it)", ("scenario", "trace", "violation"))
+
+
+@dataclass(frozen=True)
+class EncoderTooling:
+    """What runs before an encoder campaign."""
+
+    self_check: Callable[[], None] | None = hook(
+        "proves the adapter's mechanics before a campaign judges anything: raises TargetEnvironmentError naming "
+        "what broke")
 
 
 @dataclass(frozen=True)
 class Hooks:
-    """The optional hooks of one kind of target (decode or encoder)."""
+    """The roles one kind of target (decode or encoder) exposes its optional hooks through."""
 
     kind: str
-    rows: tuple[Hook, ...]
-
-    def row(self, name: str) -> Hook:
-        for hook in self.rows:
-            if hook.name == name:
-                return hook
-        raise TargetError(f"no optional {self.kind} hook {name!r} is declared; declared: "
-                          f"{', '.join(h.name for h in self.rows)} (cgsim.targets.base)")
-
-    def of(self, target: Any, name: str) -> Callable | None:
-        """``target``'s hook ``name``, or None where it does not define it."""
-        self.row(name)
-        return getattr(target, name, None)
+    roles: tuple[tuple[str, type], ...]  # (member, its role class)
 
     def check(self, target: Any) -> None:
-        """TargetEnvironmentError (one line) naming the first hook ``target``
-        defines that cannot be called as declared."""
-        for hook in self.rows:
-            fn = getattr(target, hook.name, None)
-            if fn is None:
-                continue
-            problem = _call_problem(fn, hook) or next(
-                (f"comes without {n}, which it needs" for n in hook.needs if getattr(target, n, None) is None), None)
-            if problem is not None:
-                raise TargetEnvironmentError(f"{self.kind} {getattr(target, 'name', type(target).__name__)}: "
-                                             f"optional hook {hook.name} {problem}; declared as {hook.call_text()}: "
-                                             f"{hook.does}")
+        """TargetEnvironmentError (one line) naming the first role member
+        ``target`` lacks, or the first hook it defines that cannot be called
+        as declared."""
+        who = f"{self.kind} {getattr(target, 'name', type(target).__name__)}"
+        for member, role in self.roles:
+            value = getattr(target, member, None)
+            if not isinstance(value, role):
+                raise TargetEnvironmentError(f"{who}: its {member} is a {type(value).__name__}, not a "
+                                             f"{role.__module__}.{role.__qualname__} (None for each hook it lacks)")
+            for name, declared in hook_fields(role).items():
+                fn = getattr(value, name)
+                if fn is None:
+                    continue
+                problem = _call_problem(fn, declared) or next(
+                    (f"comes without {member}.{n}, which it needs" for n in declared.needs
+                     if getattr(value, n) is None), None)
+                if problem is not None:
+                    raise TargetEnvironmentError(f"{who}: optional hook {member}.{name} {problem}; declared as "
+                                                 f"{member}.{declared.call_text(name)}: {declared.does}")
 
 
 def _call_problem(fn: Any, hook: Hook) -> str | None:
@@ -261,61 +375,9 @@ def _call_problem(fn: Any, hook: Hook) -> str | None:
     return None
 
 
-TARGET_HOOKS = Hooks("target", (
-    Hook("engine_capture_sizes", "the capture sizes the engine picks by default for such a config (configs as "
-         "engines run them are drawn from it)", ("max_num_seqs", "decode_query_len", "spec_schedule")),
-    Hook("unsupported_reason", "why the target cannot be given the config at all, known without building "
-         "anything (None: it may take it); campaign strategies draw only configs it may take", ("config",)),
-    Hook("engine_settings", "the drawn config as settings the engine takes: those it refuses in this "
-         "combination left out (TargetUnsupported with its reason where none is taken); campaign strategies "
-         "draw through it, before unsupported_reason and engine_config", ("config",)),
-    Hook("engine_config", "the config the engine builds from the settings the config stands for "
-         "(TargetUnsupported with the engine's reason where it refuses them)", ("config",)),
-    Hook("config_strategy", "a Hypothesis strategy of configs as the engine runs them, up to max_size tokens, "
-         "drawn instead of cgsim's own", ("max_size",)),
-    Hook("serve", "the batches the engine's own scheduler schedules for a request trace under the config's "
-         "launch, in order, and a cgsim.scenario.Served (TargetUnsupported where it refuses the trace)",
-         ("config", "requests")),
-    Hook("unreachable", "why no settings a user can type drive the engine through the scenario's lifecycle "
-         "(None: they do); such a scenario is not judged", ("scenario",)),
-    Hook("launch", "the launch that reaches the scenario (the command line a user types and its parts), "
-         "recorded with every finding", ("scenario",)),
-    Hook("evidence", "what the engine's own scheduler says about the batch or graph a final finding rests on "
-         "(recorded as scheduler_evidence); None where it rests on neither", ("finding",)),
-    Hook("confirm_findings", "each finding's launch built by the engine's own model runner, at a campaign's end: "
-         "a plain verdict per finding id (runner_confirmation; 'absent' or 'refused' make it manager-level only)",
-         ("findings", "jobs", "stopped", "budget_s")),
-    Hook("serve_scenarios", "each scenario's launch served end to end through the engine's own model runner, "
-         "with CUDA graphs and eager, the same requests (cgsim.served): per scenario {graphs, eager} as plain runs "
-         "(tokens, logprobs, raised), {error} where it cannot be served here, None where the budget or a stop "
-         "left it unserved", ("scenarios", "jobs", "stopped", "budget_s"), needs=("launch",)),
-    Hook("classify", "which documented defect of the code under test a finding is (a dict for its extra; "
-         "known_defect names it)", ("finding",)),
-    Hook("self_check", "a fixed set of scenarios with known outcomes, run before a campaign: raises "
-         "TargetEnvironmentError naming a broken mechanism, else returns the findings it met"),
-    Hook("doctor", "python -m fuzz doctor: (what was checked, every check, the one failure line or None)",
-         ("findings_dir", "progress", "announce"), by_keyword=True),
-    Hook("coverage_start", "a campaign asks its workers to measure the engine's code into a directory",
-         ("data_dir",), needs=("coverage_report",)),
-    Hook("coverage_report", "the summary's target_coverage section from what the workers measured",
-         ("data_dir", "diff_base")),
-))
-
-ENCODER_HOOKS = Hooks("encoder target", (
-    Hook("self_check", "proves the adapter's mechanics before a campaign judges anything: raises "
-         "TargetEnvironmentError naming what broke"),
-    Hook("classify", "which documented defect a violation is (a dict; defect names it)",
-         ("scenario", "trace", "violation")),
-    Hook("takes_max_token_budget", "whether the engine has a field for the max token budget setting (False: "
-         "scenarios with it are not drawn)"),
-))
-
-
-def optional_hook(target: Any, name: str, hooks: Hooks = TARGET_HOOKS) -> Callable | None:
-    """``target``'s optional hook ``name`` (declared in ``hooks``), or None
-    where it has none; a name no table declares is a TargetError, so a typo
-    cannot switch a hook off."""
-    return hooks.of(target, name)
+TARGET_HOOKS = Hooks("target", (("drawing", Drawing), ("triage", Triage), ("tooling", Tooling)))
+ENCODER_HOOKS = Hooks("encoder target", (("drawing", EncoderDrawing), ("triage", EncoderTriage),
+                                         ("tooling", EncoderTooling)))
 
 
 # -- what a target family declares beside its targets -----------------------------------

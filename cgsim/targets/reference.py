@@ -20,7 +20,7 @@ from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, lora_case
 from cgsim.modes import CUDAGraphMode, resolve_mode
 from cgsim.spec.engine_configs import varlen_token_grid, vllm_capture_sizes
 from cgsim.spec.rulesets import Ruleset, RulesetRejects
-from cgsim.targets.base import CandidateSnapshot, Execution, TargetUnsupported
+from cgsim.targets.base import CandidateSnapshot, Drawing, Execution, TargetUnsupported, Tooling, Triage
 from cgsim.targets.registry import TargetFamily
 from cgsim.workload.context import set_forward_context
 
@@ -514,6 +514,11 @@ class ReferenceTarget:
     engine = "vllm"  # one manager dispatching every batch over candidate lists: vLLM's designs
     manager_class: type[ModelCudaGraphManager] = ModelCudaGraphManager
     capabilities = frozenset({"mock", "cuda", "release"})
+    triage = Triage()
+    tooling = Tooling()
+
+    def __init__(self) -> None:
+        self.drawing = Drawing(engine_capture_sizes=self._engine_capture_sizes)
 
     def default_ruleset(self) -> str | None:
         return None  # written to follow every ruleset: the strategy picks
@@ -524,8 +529,8 @@ class ReferenceTarget:
     def environment(self) -> dict:
         return {}
 
-    def engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
-                             spec_schedule: tuple | None) -> tuple[int, ...]:
+    def _engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
+                              spec_schedule: tuple | None) -> tuple[int, ...]:
         """The sizes engines capture by default: vLLM 0.32's ladder, written out."""
         return vllm_capture_sizes(max_num_seqs, decode_query_len, spec_schedule)
 

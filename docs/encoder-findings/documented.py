@@ -61,7 +61,7 @@ def documented_findings(target: Any = None, backend: str = "mock") -> list:
     for defect, sc in SCENARIOS:
         obs = observe_encoder(target, sc, get_backend(backend))
         for v in obs.verdict.violations:
-            if target.classify(obs.scenario, obs.trace, v).get("defect") == defect:
+            if target.triage.classify(obs.scenario, obs.trace, v).get("defect") == defect:
                 f = encoder_finding(target, obs, v, backend, defect, status="shrunk")
                 if all(g.property != f.property or g.extra.get("defect") != defect for g in out):
                     out.append(f)

@@ -150,7 +150,7 @@ def run_one(name: str, write: bool, status: str = "unshrunk", run_id: str = "") 
         from cgsim.targets.vllm import VllmTarget  # noqa: PLC0415
 
         found = seen.with_(status=status, run_id=run_id or f"handwritten:{name}",
-                           extra={"launch": VllmTarget(warm=False).launch(sc)})
+                           extra={"launch": VllmTarget(warm=False).triage.launch(sc)})
         print(f"    wrote {write_finding(HERE, found)}")
 
 

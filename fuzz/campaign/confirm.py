@@ -2,7 +2,7 @@
 
 The search runs on a target's fast tier (vLLM's manager, built by cgsim's
 stand-in of its runner).  A target whose engine can build its own runner for
-a finding's launch (the optional hook ``confirm_findings``: vLLM's) is asked,
+a finding's launch (the optional hook ``triage.confirm_findings``: vLLM's) is asked,
 once the search has ended, whether the graphs each finding names exist in the
 manager that runner builds.  Its verdict is written into the finding on disk
 (``runner_confirmation``, atomically, one finding at a time) and decides
@@ -35,9 +35,9 @@ def confirm_phase(target_name: str, findings_dir: str, jobs: int, stopped: Calla
     ``jobs`` runner builds at a time, within ``budget_s``; the notes it
     leaves for the report."""
     from cgsim.report.findings import FindingStore, scan_findings
-    from cgsim.targets import get_target, optional_hook
+    from cgsim.targets import get_target
 
-    hook = optional_hook(get_target(target_name), "confirm_findings")
+    hook = get_target(target_name).triage.confirm_findings
     # A finding the runner itself found (served: cgsim.served) carries its verdict already.
     findings = [f.to_json() for f in scan_findings(findings_dir) if CONFIRMATION not in f.extra]
     if hook is None or not findings or stopped():

@@ -136,7 +136,7 @@ def validate(o: CampaignOptions) -> CampaignOptions:
     """The options as the campaign will run them, or UsageError (one line)."""
     from cgsim.backends import BACKENDS, get_backend
     from cgsim.spec import get_ruleset
-    from cgsim.targets import TargetEnvironmentError, check_ruleset_fits, get_target, optional_hook
+    from cgsim.targets import TargetEnvironmentError, check_ruleset_fits, get_target
 
     if o.workers < 1:
         raise UsageError(f"--workers {o.workers}: give at least 1")
@@ -183,7 +183,7 @@ def validate(o: CampaignOptions) -> CampaignOptions:
         target.prepare_environment()
         # The target adapter's self-check (optional hook): a broken mechanism is
         # exit 2; what it met about the code under test is replayed first.
-        self_check = optional_hook(target, "self_check")
+        self_check = target.tooling.self_check
         if self_check is not None:
             changes["self_check_findings"] = tuple(self_check() or ())
     except TargetEnvironmentError as exc:

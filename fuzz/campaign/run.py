@@ -104,16 +104,16 @@ def _make_run_dir(report_dir: str) -> tuple[str, str]:
 
 
 class _TargetCoverage:
-    """The target's own coverage (optional hooks coverage_start / coverage_report):
-    workers measure into the run's .work/target-coverage, the final report says
-    what they executed."""
+    """The target's own coverage (its optional hooks ``tooling.coverage_start``
+    and ``coverage_report``): workers measure into the run's
+    .work/target-coverage, the final report says what they executed."""
 
     def __init__(self, o: CampaignOptions, run_dir: str):
-        from cgsim.targets import get_target, optional_hook
+        from cgsim.targets import get_target
 
         self.o, self.target = o, get_target(o.target)
         self.dir = os.path.join(run_dir, ".work", "target-coverage")
-        start = optional_hook(self.target, "coverage_start")
+        start = self.target.tooling.coverage_start
         self.enabled = start is not None
         if self.enabled:
             start(self.dir)
@@ -124,7 +124,7 @@ class _TargetCoverage:
         if not final:
             return {"note": "computed when the campaign ends"}
         try:
-            return self.target.coverage_report(self.dir, self.o.diff_base)
+            return self.target.tooling.coverage_report(self.dir, self.o.diff_base)
         except Exception as exc:  # noqa: BLE001 - a report section must not lose the report
             return {"note": f"could not compute the target's coverage: {type(exc).__name__}: {exc}"}
 

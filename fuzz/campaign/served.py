@@ -4,7 +4,7 @@ engine's own model runner.
 The search judges the manager on a target's fast tier; paths only the
 engine's runner takes (its input preparation and padding, the attention
 metadata it builds, its draft managers) run here.  After the search, a
-target that can serve (the optional hook ``serve_scenarios``) is given
+target that can serve (the optional hook ``triage.serve_scenarios``) is given
 scenarios drawn from the campaign's own strategy and seed, one per distinct
 launch, those the engine can be started with; each launch's requests are
 served with CUDA graphs and eager, and a difference is a SERVED-EQUALS-EAGER
@@ -74,12 +74,12 @@ def draw_served(target_name: str, ruleset: str | None, seed: int, limit: int) ->
     from hypothesis import seed as with_seed
 
     from cgsim.modes import CUDAGraphMode
-    from cgsim.targets import get_target, optional_hook
+    from cgsim.targets import get_target
     from cgsim.targets.base import TargetUnsupported
     from fuzz.campaign.worker import default_strategy
 
     target = get_target(target_name)
-    launch, unreachable = optional_hook(target, "launch"), optional_hook(target, "unreachable")
+    launch, unreachable = target.triage.launch, target.drawing.unreachable
     drawn: list[Any] = []
 
     @with_seed(seed)
@@ -127,11 +127,11 @@ def served_phase(target_name: str, backend: str, ruleset: str | None, seed: int,
     from cgsim.report.findings import FindingStore
     from cgsim.report.repro import write_repro
     from cgsim.served import served_finding
-    from cgsim.targets import get_target, optional_hook
+    from cgsim.targets import get_target
 
-    target = get_target(target_name)
-    serve, launch = optional_hook(target, "serve_scenarios"), optional_hook(target, "launch")
-    classify = optional_hook(target, "classify")  # which documented defect a difference is, as the workers record
+    triage = get_target(target_name).triage
+    serve, launch = triage.serve_scenarios, triage.launch
+    classify = triage.classify  # which documented defect a difference is, as the workers record
     if serve is None or stopped():
         return ServedShare()
     # A serving child's torch keeps two cores busy: more at once only slows each past its budget.

@@ -81,25 +81,25 @@ def derive_seed(*parts: Any) -> int:
 
 
 def default_strategy(ruleset: str | None, target: str | None = None) -> Any:
-    """Scenarios for a campaign against ``target``: tiny configs, and configs
-    as the target's engine runs them (its own default capture sizes), of
-    those the target can be given at all (its ``unsupported_reason``); where
-    the target has a ``serve`` hook, some with the batches its engine's own
-    scheduler schedules; where it has a ``config_strategy``, configs as its
-    engine runs them drawn from it."""
+    """Scenarios for a campaign against ``target`` (through its ``drawing``
+    hooks): tiny configs, and configs as the target's engine runs them (its
+    own default capture sizes), of those the target can be given at all
+    (its ``unsupported_reason``); where it has a ``serve`` hook, some with
+    the batches its engine's own scheduler schedules; where it has a
+    ``config_strategy``, configs as its engine runs them drawn from it."""
     from fuzz.strategies import scenarios
 
     engine_sizes = refusal = engine = serve = own_configs = settings = None
     if target is not None:
-        from cgsim.targets import get_target, optional_hook
+        from cgsim.targets import get_target
 
-        t = get_target(target)
-        engine_sizes = optional_hook(t, "engine_capture_sizes")
-        refusal = _counted_refusal(optional_hook(t, "unsupported_reason"))
-        engine = _counted(optional_hook(t, "engine_config"))
-        settings = _counted(optional_hook(t, "engine_settings"))
-        serve = optional_hook(t, "serve")
-        own_configs = optional_hook(t, "config_strategy")
+        drawing = get_target(target).drawing
+        engine_sizes = drawing.engine_capture_sizes
+        refusal = _counted_refusal(drawing.unsupported_reason)
+        engine = _counted(drawing.engine_config)
+        settings = _counted(drawing.engine_settings)
+        serve = drawing.serve
+        own_configs = drawing.config_strategy
     return scenarios(ruleset=ruleset, engine_sizes=engine_sizes, refusal=refusal, engine=engine, serve=serve,
                      config_strategy=own_configs, settings=settings)
 
@@ -288,15 +288,14 @@ class Worker:
         spec, o = self.spec, self.o
         # The target says which documented defect of the code under test this
         # is (optional hook; e.g. vLLM's known defects), recorded with it.
-        from cgsim.targets import get_target, optional_hook
+        from cgsim.targets import get_target
 
-        target = get_target(o.target)
-        classify = optional_hook(target, "classify")
-        labels = classify(finding) if classify is not None else {}
-        launch = optional_hook(target, "launch")  # the settings a user types to reach it
+        triage = get_target(o.target).triage
+        labels = triage.classify(finding) if triage.classify is not None else {}
+        launch = triage.launch  # the settings a user types to reach it
         if launch is not None:
             labels = {**labels, "launch": launch(Scenario.from_json(finding.scenario))}
-        evidence = optional_hook(target, "evidence")  # the engine's scheduler on the claim's batch or graph
+        evidence = triage.evidence  # the engine's scheduler on the claim's batch or graph
         if evidence is not None and (status in FINAL or status == "unshrunk"):  # a finding's last word
             try:
                 said = evidence(finding)
@@ -328,9 +327,9 @@ class Worker:
         """The documented defect of the code under test that ``finding`` is an
         instance of, as the target's optional ``classify`` names it."""
         if self._classify is None:
-            from cgsim.targets import get_target, optional_hook
+            from cgsim.targets import get_target
 
-            self._classify = optional_hook(get_target(self.o.target), "classify") or (lambda f: {})
+            self._classify = get_target(self.o.target).triage.classify or (lambda f: {})
         return self._classify(finding).get("known_defect")
 
     def finding_key(self, finding: Finding) -> str:

@@ -439,14 +439,15 @@ def test_what_an_encoder_campaign_cannot_do_is_one_line_exit_2(tmp_path, capsys,
 def test_a_new_defect_behind_a_property_a_documented_one_already_violates_is_still_found(tmp_path, monkeypatch):
     from cgsim.encoder.mutants import ENCODER_MUTANTS
     from cgsim.encoder.targets import ReferenceEncoderTarget
+    from cgsim.targets.base import EncoderTriage
     from fuzz import encoder_campaign
 
-    class Labelled(ReferenceEncoderTarget):
-        def classify(self, scenario, trace, violation):
-            # "documented" where the scenario encodes a video: the stale rows of image batches stay new.
-            return {"defect": "doc"} if any(i.video for s in scenario.steps for i in s.items) else {}
+    def classify(scenario, trace, violation):
+        # "documented" where the scenario encodes a video: the stale rows of image batches stay new.
+        return {"defect": "doc"} if any(i.video for s in scenario.steps for i in s.items) else {}
 
-    target = Labelled("encoder-mutant:stale-tail", ENCODER_MUTANTS["stale-tail"].cls)
+    target = ReferenceEncoderTarget("encoder-mutant:stale-tail", ENCODER_MUTANTS["stale-tail"].cls)
+    target.triage = EncoderTriage(classify=classify)
     monkeypatch.setattr(encoder_campaign, "encoder_target", lambda name: target)
     result = encoder_campaign.run_encoder_campaign(encoder_campaign.EncoderCampaignOptions(
         target="encoder-mutant:stale-tail", budget_s=120, seed=3, max_examples=600, report_dir=str(tmp_path),

@@ -11,6 +11,7 @@ from hypothesis import event, given, settings
 
 from cgsim.properties import check_scenario
 from cgsim.runner import run_scenario
+from cgsim.targets.base import Drawing
 from fuzz.machine import LifecycleMachine, settings_backend, settings_ruleset, settings_target
 from fuzz.strategies import scenarios
 
@@ -170,10 +171,7 @@ def test_scenarios_draw_only_configs_the_target_can_be_given(monkeypatch):
     assert seen and set(seen) == {1}
 
     class Refusing:
-        engine_capture_sizes = None
-
-        def unsupported_reason(self, config):
-            return refusal(config)
+        drawing = Drawing(unsupported_reason=refusal)
 
     import cgsim.targets as targets
 
@@ -214,8 +212,7 @@ def test_served_scenarios_dispatch_what_the_engines_scheduler_scheduled_and_read
         return tuple(Batch((1,) * n) for n in range(1, min(len(requests.requests), config.max_num_reqs) + 1))
 
     class Serving:
-        engine_capture_sizes = None
-        serve = staticmethod(_served_by(batches_for))
+        drawing = Drawing(serve=_served_by(batches_for))
 
     import cgsim.targets as targets
 

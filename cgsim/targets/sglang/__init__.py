@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from cgsim.config import ManagerConfig
 from cgsim.spec.rulesets import Ruleset
+from cgsim.targets.base import Drawing, Tooling, Triage
 from cgsim.targets.registry import TargetFamily
 from cgsim.targets.sglang.compat import (INSTALL_HINT, SOURCE_OPTION, SglangAdapterError, SglangEnvironmentError,
                                          as_on_cpu_host, installed_version, probe)
@@ -71,6 +72,10 @@ class SglangTarget:
         self.name = name
         self.patches = patches
         self._version: str | None = None
+        self.drawing = Drawing(engine_capture_sizes=self._engine_capture_sizes, engine_config=self._engine_config,
+                               config_strategy=self._config_strategy, unreachable=self._unreachable)
+        self.triage = Triage(launch=self._launch, classify=self._classify)
+        self.tooling = Tooling()
 
     def default_ruleset(self) -> str | None:
         """The design of the imported tree (compat.DESIGNS)."""
@@ -87,7 +92,7 @@ class SglangTarget:
         except SglangEnvironmentError:
             return {"sglang_version": installed_version()}
 
-    def engine_config(self, config: ManagerConfig) -> ManagerConfig:
+    def _engine_config(self, config: ManagerConfig) -> ManagerConfig:
         """``config`` where sglang takes the launch it stands for (its own parser
         and model-independent checks; cgsim.targets.sglang.launch), else
         TargetUnsupported with sglang's reason: campaigns count those, never judge them."""
@@ -101,13 +106,13 @@ class SglangTarget:
         engine_graph_config(config, probe().version)
         return config
 
-    def launch(self, scenario: Any) -> dict | None:
+    def _launch(self, scenario: Any) -> dict | None:
         """The ``python -m sglang.launch_server`` line that reaches ``scenario``."""
         from cgsim.targets.sglang.launch import launch_for  # noqa: PLC0415
 
         return launch_for(scenario.config).to_json()
 
-    def classify(self, finding: Any) -> dict:
+    def _classify(self, finding: Any) -> dict:
         """Which documented defect of this sglang the finding is (cgsim.targets.sglang.known)."""
         from cgsim.targets.sglang.known import label  # noqa: PLC0415
 
@@ -116,7 +121,7 @@ class SglangTarget:
         except SglangEnvironmentError:
             return {}
 
-    def unreachable(self, scenario: Any) -> str | None:
+    def _unreachable(self, scenario: Any) -> str | None:
         """A release needs sglang's elastic release path, which older trees lack."""
         if any(step.kind == "release" for step in scenario.steps) and not probe().release:
             return (f"sglang {probe().version} has no elastic release path "
@@ -124,15 +129,15 @@ class SglangTarget:
                     "its graphs")
         return None
 
-    def engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
-                             spec_schedule: tuple | None) -> tuple[int, ...]:
+    def _engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
+                              spec_schedule: tuple | None) -> tuple[int, ...]:
         """The decode bs list sglang picks by default for such a server (its
         ladder up to --cuda-graph-max-bs, here the request count)."""
         from cgsim.spec.sglang import default_decode_bs  # noqa: PLC0415
 
         return tuple(default_decode_bs(max_num_seqs, False, decode_query_len > 1))
 
-    def config_strategy(self, max_size: int) -> Any:
+    def _config_strategy(self, max_size: int) -> Any:
         """Configs as sglang runs them (``strategies``), their sizes up to
         ``max_size`` and at most 64, only launches this tree's sglang takes
         (no ``--lora-backend triton_v2`` before 0.5.23): the campaign's

@@ -249,7 +249,7 @@ def run_doctor(findings_dir: str | None = None, progress: Callable[[Check], None
 
 
 def encoder_self_check() -> None:
-    """The encoder target's self-check (``VllmEncoderTarget.self_check``):
+    """The encoder target's self-check (``VllmEncoderTarget.tooling.self_check``):
     TargetEnvironmentError, one line, where a mechanism broke; a violation
     of the clean scenarios is left to the campaign to find."""
     from cgsim.targets.base import TargetEnvironmentError  # noqa: PLC0415

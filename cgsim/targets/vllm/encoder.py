@@ -22,6 +22,7 @@ from cgsim.encoder.interface import EncoderClasses
 from cgsim.encoder.runner import ASKS_CAPTURED, BUILT_AT_CAPTURE, CallSite, ManagedEncoder, gc_held
 from cgsim.encoder.toy import toy_for
 from cgsim.encoder.values import EncoderConfig, EncoderScenario
+from cgsim.targets.base import EncoderDrawing, EncoderTooling, EncoderTriage
 from cgsim.targets.vllm.compat import Patch
 from cgsim.targets.vllm.encoder_engine import (EncoderLaunchSettings, EngineRefused, encoder_engine_config,
                                                encoder_launch, encoder_manager_inputs,
@@ -180,6 +181,9 @@ class VllmEncoderTarget:
         # The doctor's encoder checks (``doctor.encoder_self_check``), handed in by the encoder registry: the
         # doctor runs this target, so this module does not import the doctor.
         self._adapter_check = adapter_check
+        self.drawing = EncoderDrawing(takes_max_token_budget=self._takes_max_token_budget)
+        self.triage = EncoderTriage(classify=self._classify)
+        self.tooling = EncoderTooling(self_check=self._self_check)
 
     def default_ruleset(self) -> str:
         return tree_design()
@@ -207,7 +211,7 @@ class VllmEncoderTarget:
                 f"({missing}), which cgsim's toy vision encoder does not speak; the vllm-encoder target drives "
                 "vLLM 0.23 and later") from None
 
-    def self_check(self) -> None:
+    def _self_check(self) -> None:
         """The encoder half of the adapter's self-check (``encoder_doctor``):
         TargetEnvironmentError, one line, where a mechanism broke; a
         violation of the clean scenarios is left to the campaign to find."""
@@ -219,7 +223,7 @@ class VllmEncoderTarget:
 
         return require_vllm().summary()
 
-    def takes_max_token_budget(self) -> bool:
+    def _takes_max_token_budget(self) -> bool:
         """Whether this vLLM has encoder_cudagraph_max_token_budget (0.34+: config/compilation.py)."""
         from cgsim.targets.vllm.compat import encoder_max_token_budget, require_vllm  # noqa: PLC0415
 
@@ -237,7 +241,7 @@ class VllmEncoderTarget:
                                       ruleset=tree_design())
         return reached, {"line": encoder_launch(settings).line(), "settings": settings.to_json()}
 
-    def classify(self, scenario: EncoderScenario, trace: Any, violation: Any) -> dict:
+    def _classify(self, scenario: EncoderScenario, trace: Any, violation: Any) -> dict:
         """Which documented defect (cgsim.targets.vllm.encoder_known) the violation is; {} for a new one."""
         from cgsim.targets.vllm.encoder_known import encoder_defect  # noqa: PLC0415
 

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from cgsim.config import ManagerConfig
 from cgsim.spec.rulesets import Ruleset
-from cgsim.targets.base import TargetUnsupported
+from cgsim.targets.base import Drawing, TargetUnsupported, Tooling, Triage
 from cgsim.targets.registry import TargetFamily
 from cgsim.targets.vllm.compat import (Capabilities, VllmEnvironmentError, breakable_graph_module, require_vllm,
                                       unsupported_reason)
@@ -51,6 +51,14 @@ class VllmTarget:
 
     def __init__(self, warm: bool = True) -> None:
         self._warm = warm
+        self.drawing = Drawing(
+            engine_capture_sizes=self._engine_capture_sizes, unsupported_reason=self._unsupported_reason,
+            engine_settings=self._engine_settings, engine_config=self._engine_config, serve=self._serve,
+            unreachable=self._unreachable)
+        self.triage = Triage(launch=self._launch, evidence=self._evidence, confirm_findings=self._confirm_findings,
+                             serve_scenarios=self._serve_scenarios, classify=self._classify)
+        self.tooling = Tooling(self_check=self._self_check, doctor=self._doctor, coverage_start=self._coverage_start,
+                               coverage_report=self._coverage_report)
 
     @property
     def caps(self) -> Capabilities:
@@ -90,7 +98,7 @@ class VllmTarget:
         except VllmEnvironmentError:
             return {"vllm_version": None}
 
-    def classify(self, finding: Any) -> dict:
+    def _classify(self, finding: Any) -> dict:
         """Which documented defect of this vLLM the finding is (cgsim.targets.vllm.known)."""
         from cgsim.targets.vllm.known import label  # noqa: PLC0415
 
@@ -99,8 +107,8 @@ class VllmTarget:
         except VllmEnvironmentError:
             return {}
 
-    def confirm_findings(self, findings: list[dict], jobs: int, stopped: Callable[[], bool],
-                         budget_s: float) -> dict[str, dict]:
+    def _confirm_findings(self, findings: list[dict], jobs: int, stopped: Callable[[], bool],
+                          budget_s: float) -> dict[str, dict]:
         """Each finding's graphs asked of vLLM's own model runner built from its
         launch (cgsim.targets.vllm.runner_build), and each confirmed one's
         launch served (runner_serve): a plain verdict per finding id."""
@@ -112,18 +120,18 @@ class VllmTarget:
         verdicts = serve_confirmed(findings, verdicts, jobs, stopped, budget_s)
         return {fid: c.to_json() for fid, c in verdicts.items()}
 
-    def serve_scenarios(self, scenarios: list, jobs: int, stopped: Callable[[], bool],
-                        budget_s: float) -> list[dict | None]:
+    def _serve_scenarios(self, scenarios: list, jobs: int, stopped: Callable[[], bool],
+                         budget_s: float) -> list[dict | None]:
         """Each scenario's launch served through vLLM's own model runner with
         its graphs and eager (runner_serve.serve_scenarios)."""
         from cgsim.targets.vllm.runner_build import finding_launch  # noqa: PLC0415
         from cgsim.targets.vllm.runner_serve import serve_scenarios  # noqa: PLC0415
 
-        launches = [finding_launch({"launch": self.launch(s), "scenario": s.to_json()}) for s in scenarios]
+        launches = [finding_launch({"launch": self._launch(s), "scenario": s.to_json()}) for s in scenarios]
         return serve_scenarios(launches, jobs, stopped, budget_s)
 
-    def doctor(self, findings_dir: str | None = None, progress: Callable | None = None,
-               announce: Callable[[str], None] | None = None) -> tuple[str, list, str | None]:
+    def _doctor(self, findings_dir: str | None = None, progress: Callable | None = None,
+                announce: Callable[[str], None] | None = None) -> tuple[str, list, str | None]:
         """``python -m fuzz doctor``: (what was checked, every check, the one
         failure line or None)."""
         from cgsim.targets.vllm.doctor import doctor_line, run_doctor  # noqa: PLC0415
@@ -137,14 +145,14 @@ class VllmTarget:
         checks = run_doctor(findings_dir, progress)
         return header, checks, doctor_line(caps, checks)
 
-    def self_check(self) -> tuple:
+    def _self_check(self) -> tuple:
         """The adapter's self-check on this vLLM (cgsim.targets.vllm.doctor):
         raises VllmEnvironmentError naming a broken mechanism; else the
         findings about the tree it met, for the campaign to replay first.
         Once per process."""
-        return _self_check(self.caps.version, self.caps.location)
+        return _self_check_once(self.caps.version, self.caps.location)
 
-    def unsupported_reason(self, config: ManagerConfig) -> str | None:
+    def _unsupported_reason(self, config: ManagerConfig) -> str | None:
         """What this vLLM's manager cannot be given (features it lacks, config
         rules of vLLM's that the adapter's offline VllmConfig does not run)."""
         try:
@@ -152,7 +160,7 @@ class VllmTarget:
         except VllmEnvironmentError:
             return None  # the campaign's environment check reports it
 
-    def engine_settings(self, config: ManagerConfig) -> ManagerConfig:
+    def _engine_settings(self, config: ManagerConfig) -> ManagerConfig:
         """The drawn ``config`` as settings this vLLM takes: where it refuses
         the combination (its own config path says so, or the tree lacks a
         feature), the fewest optional settings of ``OPTIONAL_SETTINGS`` are
@@ -162,18 +170,18 @@ class VllmTarget:
         releases that refuse the two together, kept on those that take them."""
         return _settled(config, self.caps.version, self.caps.location)
 
-    def engine_config(self, config: ManagerConfig) -> ManagerConfig:
+    def _engine_config(self, config: ManagerConfig) -> ManagerConfig:
         """The manager config vLLM builds from the engine arguments ``config``
         stands for (TargetUnsupported with vLLM's reason where it refuses
         them): campaigns judge what vLLM builds, not what was drawn."""
         from cgsim.targets.vllm.engine import reach  # noqa: PLC0415
 
-        reason = self.unsupported_reason(config)
+        reason = self._unsupported_reason(config)
         if reason is not None:
             raise TargetUnsupported(reason)
         return reach(config)
 
-    def unreachable(self, scenario: Any) -> str | None:
+    def _unreachable(self, scenario: Any) -> str | None:
         """Why no launch reaches ``scenario``'s lifecycle: releasing graphs
         and capturing them again is what elastic expert parallelism does, so
         a scenario with a release needs vLLM to accept an elastic-EP launch
@@ -188,14 +196,14 @@ class VllmTarget:
             return f"releasing graphs needs elastic expert parallelism: {exc}"
         return None
 
-    def launch(self, scenario: Any) -> dict | None:
+    def _launch(self, scenario: Any) -> dict | None:
         """The ``vllm serve`` line (engine arguments and environment) that
         reaches ``scenario``."""
         from cgsim.targets.vllm.engine import launch_for  # noqa: PLC0415
 
         return launch_for(scenario.config, release=_releases(scenario)).to_json()
 
-    def serve(self, config: ManagerConfig, requests: Any) -> tuple:
+    def _serve(self, config: ManagerConfig, requests: Any) -> tuple:
         """The batches vLLM's own scheduler schedules for the request trace
         ``requests`` (``scheduling.Workload``) under ``config``'s launch, as
         the V2 runner receives them (``scheduling.serve``)."""
@@ -203,7 +211,7 @@ class VllmTarget:
 
         return served_stream(config, requests)
 
-    def evidence(self, finding: Any) -> dict | None:
+    def _evidence(self, finding: Any) -> dict | None:
         """Whether vLLM's scheduler schedules the batch a finding rests on, or
         dispatches any batch to the graph it calls unused
         (``scheduling.evidence``); None where the claim rests on neither."""
@@ -212,8 +220,8 @@ class VllmTarget:
 
         return scheduler_evidence(Scenario.from_json(finding.scenario), finding.facts)
 
-    def engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
-                             spec_schedule: tuple | None) -> tuple[int, ...]:
+    def _engine_capture_sizes(self, max_num_seqs: int, decode_query_len: int,
+                              spec_schedule: tuple | None) -> tuple[int, ...]:
         """The capture sizes this vLLM picks by default (VllmConfig._set_cudagraph_sizes)."""
         return _vllm_default_sizes(max_num_seqs, decode_query_len, spec_schedule)
 
@@ -224,13 +232,13 @@ class VllmTarget:
         vllm_coverage.checkpoint()
         return VllmManagerHandle(config, ruleset, backend, workload, self.caps)
 
-    def coverage_start(self, data_dir: str) -> None:
+    def _coverage_start(self, data_dir: str) -> None:
         """A campaign asks its workers to measure vLLM's CUDA-graph modules."""
         from cgsim.targets.vllm import coverage as vllm_coverage  # noqa: PLC0415
 
         vllm_coverage.request(data_dir)
 
-    def coverage_report(self, data_dir: str | None, diff_base: str | None = None) -> dict:
+    def _coverage_report(self, data_dir: str | None, diff_base: str | None = None) -> dict:
         """The summary's target_coverage section (cgsim.targets.vllm.coverage)."""
         from cgsim.targets.vllm import coverage as vllm_coverage  # noqa: PLC0415
         from cgsim.targets.vllm.source import is_git_checkout  # noqa: PLC0415
@@ -241,7 +249,7 @@ class VllmTarget:
 
 
 @functools.lru_cache(maxsize=4)
-def _self_check(version: str, location: str) -> tuple:
+def _self_check_once(version: str, location: str) -> tuple:
     from cgsim.targets.vllm.doctor import self_check  # noqa: PLC0415
 
     return self_check()
@@ -266,7 +274,7 @@ OPTIONAL_SETTINGS: tuple[tuple[str, Callable[[ManagerConfig], bool], Callable[[M
 
 @functools.lru_cache(maxsize=4096)
 def _settled(config: ManagerConfig, version: str, location: str) -> ManagerConfig:
-    """VllmTarget.engine_settings, cached per config (and per tree): vLLM's
+    """VllmTarget.drawing.engine_settings, cached per config (and per tree): vLLM's
     verdict on a launch it refuses is not cached by engine.engine_config.
     The fewest settings are left out (none, one, two, in OPTIONAL_SETTINGS'
     order; then all of them)."""

@@ -185,7 +185,7 @@ def test_strategy_draws_configs_sglang_maps(c):
 
 
 @settings(max_examples=20, deadline=None)
-@given(scenarios(ruleset="sglang", config_strategy=SglangTarget().config_strategy))
+@given(scenarios(ruleset="sglang", config_strategy=SglangTarget().drawing.config_strategy))
 def test_sglang_scenarios_carry_the_sglang_part(sc):
     assert sc.ruleset == "sglang" and sc.config.sglang is not None
 

@@ -1,8 +1,9 @@
-"""Engines behind the target interface: optional hooks declared once
-(``cgsim.targets.base``), checked when the registry creates a target, asked
-for by name through ``optional_hook``; what a family declares beside its
-targets (source option, pytest adapter); and a scan of the source tree that
-no generic module compares a string with an engine's name."""
+"""Engines behind the target interface: optional hooks as typed members of a
+target by role (``cgsim.targets.base``: drawing, triage, tooling), checked
+when the registry creates a target, never fetched by name (a scan); what a
+family declares beside its targets (source option, pytest adapter); and a
+scan of the source tree that no generic module compares a string with an
+engine's name."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 import pytest
 
 from cgsim.targets import registry
-from cgsim.targets.base import (ENCODER_HOOKS, TARGET_HOOKS, PytestAdapter, SourceOption, TargetEnvironmentError,
-                                TargetError, optional_hook)
+from cgsim.targets.base import (ENCODER_HOOKS, TARGET_HOOKS, Drawing, PytestAdapter, SourceOption,
+                                TargetEnvironmentError, Tooling, Triage, hook_fields)
 from cgsim.targets.registry import TargetFamily, families, get_target, source_options
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -26,35 +27,47 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 # -- hooks -----------------------------------------------------------------------------------
 
 
-class _Plain:
-    name = "plain"
+class _Bare:
+    name = "bare"
     capabilities = frozenset({"mock"})
+
+
+class _Plain(_Bare):
+    name = "plain"
+    drawing, triage, tooling = Drawing(), Triage(), Tooling()
+
+
+def _serve_without_requests(config):  # declared as serve(config, requests)
+    return (), None
 
 
 class _WrongArity(_Plain):
     name = "wrong-arity"
-
-    def serve(self, config):  # declared as serve(config, requests)
-        return (), None
+    drawing = Drawing(serve=_serve_without_requests)
 
 
 class _NotCallable(_Plain):
     name = "not-callable"
-    classify = {"known_defect": "x"}
+    triage = Triage(classify={"known_defect": "x"})
 
 
 class _HalfCoverage(_Plain):
     name = "half-coverage"
+    tooling = Tooling(coverage_start=lambda data_dir: None)  # without coverage_report
 
-    def coverage_start(self, data_dir):  # without coverage_report
-        return None
+
+class _Untyped(_Plain):
+    name = "untyped"
+    drawing = {"serve": _serve_without_requests}  # a role is its typed value, not a table of names
+
+
+def _doctor(findings_dir=None, progress=None, announce=None):
+    return "", [], None
 
 
 class _Keywords(_Plain):
     name = "keywords"
-
-    def doctor(self, findings_dir=None, progress=None, announce=None):
-        return "", [], None
+    tooling = Tooling(doctor=_doctor)
 
 
 def _with_family(monkeypatch, cls) -> None:
@@ -63,12 +76,15 @@ def _with_family(monkeypatch, cls) -> None:
 
 
 @pytest.mark.parametrize("cls, says", [
-    (_WrongArity, r"^target wrong-arity: optional hook serve cannot be called with 2 argument\(s\) .*"
-                  r"declared as serve\(config, requests\)"),
-    (_NotCallable, r"^target not-callable: optional hook classify is a dict, not callable"),
-    (_HalfCoverage, r"^target half-coverage: optional hook coverage_start comes without coverage_report"),
+    (_WrongArity, r"^target wrong-arity: optional hook drawing.serve cannot be called with 2 argument\(s\) .*"
+                  r"declared as drawing.serve\(config, requests\)"),
+    (_NotCallable, r"^target not-callable: optional hook triage.classify is a dict, not callable"),
+    (_HalfCoverage, r"^target half-coverage: optional hook tooling.coverage_start comes without "
+                    r"tooling.coverage_report"),
+    (_Untyped, r"^target untyped: its drawing is a dict, not a cgsim.targets.base.Drawing"),
+    (_Bare, r"^target bare: its drawing is a NoneType, not a cgsim.targets.base.Drawing"),
 ])
-def test_a_target_defining_a_hook_wrongly_is_one_line_when_the_registry_creates_it(monkeypatch, cls, says):
+def test_a_target_whose_hooks_are_not_as_declared_is_one_line_when_the_registry_creates_it(monkeypatch, cls, says):
     _with_family(monkeypatch, cls)
     with pytest.raises(TargetEnvironmentError) as exc:
         get_target(cls.name)
@@ -80,14 +96,22 @@ def test_hooks_defined_as_declared_pass_and_keyword_hooks_are_bound_by_name(monk
     for cls in (_Plain, _Keywords):
         _with_family(monkeypatch, cls)
         assert isinstance(get_target(cls.name), cls)
-    assert optional_hook(_Keywords(), "doctor") is not None and optional_hook(_Plain(), "doctor") is None
+    assert _Keywords().tooling.doctor is _doctor and _Plain().tooling.doctor is None
 
 
-def test_an_undeclared_hook_name_is_refused_so_a_typo_cannot_switch_a_hook_off():
-    with pytest.raises(TargetError, match=r"no optional target hook 'serv' is declared; declared: .*\bserve\b"):
-        optional_hook(_Plain(), "serv")
-    with pytest.raises(TargetError, match="no optional encoder target hook 'serve'"):
-        optional_hook(_Plain(), "serve", ENCODER_HOOKS)
+def test_a_misspelt_hook_is_an_error_so_a_typo_cannot_switch_a_hook_off():
+    with pytest.raises(TypeError, match="serv"):
+        Drawing(serv=_serve_without_requests)  # type: ignore[call-arg]
+    with pytest.raises(AttributeError, match="serv"):
+        Drawing().serv  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_every_declared_hook_says_what_it_does_and_how_it_is_called():
+    for hooks in (TARGET_HOOKS, ENCODER_HOOKS):
+        for _member, role in hooks.roles:
+            for name, declared in hook_fields(role).items():
+                assert declared.does and declared.call_text(name).startswith(f"{name}("), (role, name)
+                assert set(declared.needs) <= set(hook_fields(role)), (role, name)
 
 
 def _one_of_each_family() -> list[str]:
@@ -104,7 +128,7 @@ def test_every_registered_target_defines_its_hooks_as_declared(name):
     TARGET_HOOKS.check(target)
 
 
-# Public attributes of cgsim's targets that no caller asks for as a hook.
+# Public attributes of cgsim's targets beside the contract.
 NOT_HOOKS = {
     "engine": "the engine whose designs a target follows (read by registry.target_engine)",
     "manager_class": "the reference target's manager class (a mutant's subclass)",
@@ -113,34 +137,94 @@ NOT_HOOKS = {
 }
 
 
-def test_every_hook_a_target_defines_is_declared_and_every_declared_hook_is_defined_somewhere():
-    """No hook is defined under a name callers never ask for (the name a
-    typo would leave), and no declared hook is dead."""
+def _defined(hooks, target) -> set[str]:
+    return {f"{member}.{name}" for member, role in hooks.roles for name in hook_fields(role)
+            if getattr(getattr(target, member), name) is not None}
+
+
+def _declared(hooks) -> set[str]:
+    return {f"{member}.{name}" for member, role in hooks.roles for name in hook_fields(role)}
+
+
+def test_hooks_live_in_the_roles_and_every_declared_hook_is_defined_somewhere():
+    """A target's public methods are the contract's: a hook is reached
+    through its role, never as a method beside it; and no declared hook is dead."""
     from cgsim.targets.base import Target
 
     contract = {n for n in dir(Target) if not n.startswith("_")}
-    declared = {h.name for h in TARGET_HOOKS.rows}
     defined: set[str] = set()
     for name in _one_of_each_family():
         t = get_target(name)
         public = {n for n in dir(type(t)) if not n.startswith("_") and callable(getattr(type(t), n, None))}
-        undeclared = public - contract - declared - set(NOT_HOOKS)
-        assert not undeclared, f"{name} defines {sorted(undeclared)}: declare them in TARGET_HOOKS or make them private"
-        defined |= public & declared
+        beside = public - contract - set(NOT_HOOKS)
+        assert not beside, f"{name} defines {sorted(beside)}: put a hook into its role (drawing, triage, tooling)"
+        defined |= _defined(TARGET_HOOKS, t)
+    declared = _declared(TARGET_HOOKS)
     assert defined == declared, f"declared but defined by no target: {sorted(declared - defined)}"
 
 
 def test_encoder_targets_define_their_hooks_as_declared():
     from cgsim.encoder.targets import encoder_target
 
+    defined: set[str] = set()
     for name in ("encoder-reference", "encoder-mutant:" + _first_encoder_mutant(), "vllm-encoder"):
-        ENCODER_HOOKS.check(encoder_target(name))
+        target = encoder_target(name)  # checks ENCODER_HOOKS
+        ENCODER_HOOKS.check(target)
+        defined |= _defined(ENCODER_HOOKS, target)
+    assert defined == _declared(ENCODER_HOOKS)
 
 
 def _first_encoder_mutant() -> str:
     from cgsim.encoder.mutants import ENCODER_MUTANTS
 
     return sorted(ENCODER_MUTANTS)[0]
+
+
+# -- no module fetches a hook by its name --------------------------------------------------------
+
+HOOK_NAMES = frozenset(name for hooks in (TARGET_HOOKS, ENCODER_HOOKS) for _member, role in hooks.roles
+                       for name in hook_fields(role))
+BY_NAME = ("getattr", "hasattr", "optional_hook")
+
+
+def hooks_fetched_by_name(root: str) -> list[tuple[str, int, str]]:
+    """(path, line, what) of each ``getattr``/``hasattr`` (or a lookup
+    helper named ``optional_hook``) given a hook's name as a string, in the
+    cgsim and fuzz modules."""
+    out = []
+    for package in ("cgsim", "fuzz"):
+        for folder, dirs, files in os.walk(os.path.join(root, package)):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(f for f in files if f.endswith(".py")):
+                path = os.path.join(folder, name)
+                rel = os.path.relpath(path, root).replace(os.sep, "/")
+                with open(path, encoding="utf-8") as fh:
+                    tree = ast.parse(fh.read(), rel)
+                for node in ast.walk(tree):
+                    if isinstance(node, (ast.Name, ast.Attribute)) and "optional_hook" in (
+                            getattr(node, "id", None), getattr(node, "attr", None)):
+                        out.append((rel, node.lineno, "optional_hook"))
+                    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in BY_NAME:
+                        out += [(rel, node.lineno, f"{node.func.id}(..., {a.value!r})") for a in node.args
+                                if isinstance(a, ast.Constant) and a.value in HOOK_NAMES]
+    return out
+
+
+def test_no_module_fetches_a_hook_by_its_name():
+    found = [f"{path}:{line}: {what}" for path, line, what in hooks_fetched_by_name(ROOT)]
+    assert not found, "a hook fetched by name (read it from the target's role: target.triage.classify):\n" + (
+        "\n".join(found))
+
+
+@pytest.mark.parametrize("code", [
+    'serve = optional_hook(target, "serve_scenarios")\n',
+    'classify = getattr(target, "classify", None)\n',
+    'if hasattr(target, "self_check"):\n    pass\n',
+])
+def test_the_hook_scan_finds_the_lookups_by_name_generic_code_used_to_make(tmp_path, code):
+    (tmp_path / "fuzz").mkdir()
+    (tmp_path / "fuzz" / "generic.py").write_text(code)
+    assert {p for p, _, _ in hooks_fetched_by_name(str(tmp_path))} == {"fuzz/generic.py"}
 
 
 # -- what a family declares ------------------------------------------------------------------
@@ -322,7 +406,7 @@ def _literals(node: ast.AST) -> list[str]:
 def test_no_generic_module_compares_with_an_engine_name():
     allowed = {(a.path, a.literal) for a in ALLOWED}
     found = [f"{path}:{line}: {lit!r}" for path, line, lit in engine_comparisons(ROOT) if (path, lit) not in allowed]
-    assert not found, ("generic code tests an engine's name (ask the target through a hook declared in "
+    assert not found, ("generic code tests an engine's name (ask the target through a hook of its roles, "
                        "cgsim.targets.base, or allow it with a reason):\n" + "\n".join(found))
 
 

@@ -22,6 +22,8 @@ import time
 import pytest
 
 from cgsim.report.findings import load_finding, scan_findings
+from cgsim.targets.base import Triage
+from cgsim.targets.reference import ReferenceTarget
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -260,7 +262,7 @@ def test_keeps_going_after_a_finding_and_finds_other_properties(tmp_path):
             assert dispatched[0]["num_active_loras"] == 1 and sum(dispatched[0]["query_lens"]) == 1
 
 
-def _classify_adapter_batches(target, finding):
+def _classify_adapter_batches(finding):
     return {"known_defect": "adapters" if "adapter" in finding.message else "plain"}
 
 
@@ -268,9 +270,7 @@ def test_a_second_documented_defect_behind_a_found_property_is_still_found(tmp_p
     """A target that names the documented defect of each finding (vLLM's
     classify): a property once found is still searched for an instance of
     another defect, which gets its own finding, shrunk for that defect."""
-    from cgsim.targets import get_target
-
-    monkeypatch.setattr(type(get_target("reference")), "classify", _classify_adapter_batches, raising=False)
+    monkeypatch.setattr(ReferenceTarget, "triage", Triage(classify=_classify_adapter_batches))
     result = run(tmp_path, bug="twin", max_examples=300)
     findings = scan_findings(os.path.join(result.run_dir, "findings"))
     assert sorted((f.property, f.extra["known_defect"]) for f in findings) == [("FAKE-BIG", "adapters"),
@@ -285,11 +285,8 @@ def test_a_second_documented_defect_behind_a_found_property_is_still_found(tmp_p
 def test_a_propertys_overflow_note_is_no_finding_of_its_own(tmp_path, monkeypatch):
     """ "... and N more violations" names no cause: a classifier labels it as
     nothing, and it must not become an unlabelled second finding."""
-    from cgsim.targets import get_target
-
-    monkeypatch.setattr(type(get_target("reference")), "classify",
-                        lambda self, f: {"known_defect": "big"} if f.message.startswith("batch of") else {},
-                        raising=False)
+    monkeypatch.setattr(ReferenceTarget, "triage", Triage(
+        classify=lambda f: {"known_defect": "big"} if f.message.startswith("batch of") else {}))
     result = run(tmp_path, bug="overflow", max_examples=200)
     findings = scan_findings(os.path.join(result.run_dir, "findings"))
     assert [(f.property, f.extra["known_defect"]) for f in findings] == [("FAKE-BIG", "big")]
@@ -323,10 +320,7 @@ def test_a_documented_defect_is_shrunk_once_over_all_its_properties(tmp_path, mo
     """Two properties of one documented defect (a cascade: vLLM's #7 shows
     through five): the first is shrunk; the other is written final as it was
     seen, naming the shrunk finding, instead of costing a shrink of its own."""
-    from cgsim.targets import get_target
-
-    monkeypatch.setattr(type(get_target("reference")), "classify", lambda self, f: {"known_defect": "one-cause"},
-                        raising=False)
+    monkeypatch.setattr(ReferenceTarget, "triage", Triage(classify=lambda f: {"known_defect": "one-cause"}))
     result = run(tmp_path, bug="two", max_examples=200)
     found = {f.property: f for f in scan_findings(os.path.join(result.run_dir, "findings"))}
     assert set(found) == {"FAKE-BIG", "FAKE-LORA"}
@@ -751,12 +745,10 @@ def test_a_targets_evidence_hook_that_raises_still_writes_the_final_finding(tmp_
     """The engine's scheduler asked about a finding's claim (the optional
     ``evidence`` hook) may itself fail, e.g. on a tree whose scheduler has a
     bug: the finding is written final all the same, saying why it has none."""
-    from cgsim.targets import get_target
-
-    def evidence(self, finding):
+    def evidence(finding):
         raise RuntimeError("the scheduler exploded")
 
-    monkeypatch.setattr(type(get_target("reference")), "evidence", evidence, raising=False)
+    monkeypatch.setattr(ReferenceTarget, "triage", Triage(evidence=evidence))
     result = run(tmp_path, bug="big", max_examples=60)
     assert result.exit_code == 1
     (f,) = result.summary["findings"]

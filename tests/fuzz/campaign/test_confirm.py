@@ -5,12 +5,14 @@ written into the finding; nothing asked once the campaign was stopped."""
 from __future__ import annotations
 
 import io
+from types import SimpleNamespace
 
 import pytest
 
 import cgsim.targets
 from cgsim.finding import Finding
 from cgsim.report.findings import scan_findings, write_finding
+from cgsim.targets.base import Triage
 from fuzz.campaign.confirm import CONFIRMATION, confirm_phase, phase_budget
 
 
@@ -29,8 +31,8 @@ def findings_dir(tmp_path, monkeypatch):
         asked.append((sorted(f["property"] for f in findings), jobs, budget_s))
         return {f["id"]: {"verdict": "absent" if f["property"] == "INIT-TOTAL" else "confirmed"} for f in findings}
 
-    monkeypatch.setattr(cgsim.targets, "get_target", lambda name: object())
-    monkeypatch.setattr(cgsim.targets, "optional_hook", lambda target, name: hook)
+    target = SimpleNamespace(triage=Triage(confirm_findings=hook))
+    monkeypatch.setattr(cgsim.targets, "get_target", lambda name: target)
     return str(tmp_path), asked
 
 

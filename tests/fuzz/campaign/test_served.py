@@ -18,6 +18,7 @@ from cgsim.replay import describe, reproduce
 from cgsim.report.defects import reached, runner_said
 from cgsim.report.findings import scan_findings, write_finding
 from cgsim.scenario import Scenario, Step
+from cgsim.targets.base import Drawing, Triage
 from fuzz.campaign import served as phase
 from fuzz.campaign.confirm import CONFIRMATION, confirm_phase
 
@@ -36,6 +37,8 @@ class _Target:
 
     def __init__(self) -> None:
         self.asked: list = []
+        self.drawing = Drawing()
+        self.triage = Triage(launch=self.launch, serve_scenarios=self.serve_scenarios, classify=self.classify)
 
     def prepare_environment(self) -> None:
         pass
@@ -70,8 +73,6 @@ def target(monkeypatch):
     t = _Target()
     for module in (cgsim.targets, cgsim.served):
         monkeypatch.setattr(module, "get_target", lambda name: t)
-    monkeypatch.setattr(cgsim.targets, "optional_hook", lambda target, name: getattr(target, name, None))
-    monkeypatch.setattr(cgsim.served, "optional_hook", lambda target, name: getattr(target, name, None))
     monkeypatch.setattr(phase, "draw_served",
                         lambda name, ruleset, seed, limit: [_scenario(n) for n in (2, 3, 4, 5, 6)])
     return t
@@ -108,8 +109,7 @@ def test_the_confirmation_phase_leaves_a_served_finding_alone(target, tmp_path, 
     write_finding(str(tmp_path), Finding(property="INIT-TOTAL", message="m", target="vllm", backend="mock",
                                          scenario=_scenario(2).to_json(), status="shrunk"))
     asked = []
-    monkeypatch.setattr(cgsim.targets, "optional_hook",
-                        lambda t, name: (lambda fs, j, s, b: asked.extend(f["property"] for f in fs) or {}))
+    target.triage = Triage(confirm_findings=lambda fs, j, s, b: asked.extend(f["property"] for f in fs) or {})
     confirm_phase("vllm", str(tmp_path), 1, lambda: False, io.StringIO(), quiet=True)
     assert asked == ["INIT-TOTAL"]
     served = [f for f in scan_findings(str(tmp_path)) if f.property == "SERVED-EQUALS-EAGER"]

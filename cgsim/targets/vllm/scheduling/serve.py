@@ -1,5 +1,5 @@
 """Served scenarios: the batches vLLM's scheduler schedules for a request
-trace become a scenario's dispatch steps (the vLLM target's ``serve`` hook).
+trace become a scenario's dispatch steps (the vLLM target's ``drawing.serve`` hook).
 
 The steps are plain batches, so a served scenario replays anywhere (another
 backend, the reference target, a repro script) without the scheduler; its

@@ -117,7 +117,7 @@ def test_the_helper_is_cgsims_copy_over_two_batch_overlap_attention_tp_and_cp():
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-@given(SglangTarget().config_strategy(64))
+@given(SglangTarget().drawing.config_strategy(64))
 def test_the_recorded_alignment_is_cgsims_copy_over_drawn_configs(config):
     _check(config)
 

@@ -272,7 +272,7 @@ def test_padding_disabled_with_two_batch_overlap_captures_a_graph_no_batch_uses(
     assert not trace.errors
     assert [v.property for v in verdict.violations] == ["SGL-CAPTURE-USEFUL"]
     with pytest.raises(TargetUnsupported, match="check_server_args"):
-        SglangTarget().engine_config(c)
+        SglangTarget().drawing.engine_config(c)
 
 
 def test_two_batch_overlap_without_attention_dp_or_a2a_is_not_reachable_with_sglangs_reason():
@@ -284,7 +284,7 @@ def test_two_batch_overlap_without_attention_dp_or_a2a_is_not_reachable_with_sgl
 
     tbo = cfg(capture_sizes=(2, 4), max_num_reqs=4, num_ubatches=2, ubatch_threshold=2)
     with pytest.raises(TargetUnsupported) as info:
-        SglangTarget().engine_config(tbo)
+        SglangTarget().drawing.engine_config(tbo)
     reason = str(info.value)
     assert "check_server_args: ValueError: When enabling two batch overlap without an EP a2a backend" in reason
     assert "--enable-two-batch-overlap" in reason and "\n" not in reason
@@ -308,7 +308,7 @@ def test_documented_findings_launches_and_sglangs_check():
         with open(path, encoding="utf-8") as fh:
             c = ManagerConfig.from_json(json.load(fh)["scenario"]["config"])
         try:
-            SglangTarget().engine_config(c)
+            SglangTarget().drawing.engine_config(c)
             verdicts[os.path.basename(path)] = "accepted"
         except TargetUnsupported as exc:
             verdicts[os.path.basename(path)] = str(exc)
@@ -357,7 +357,7 @@ def test_release_and_recapture():
     steps = (D(decode(2)), C, D(decode(3)), R, D(decode(3)), C, D(decode(3)), D(prefill(3)))
     if not TREE.release:
         # No launch releases graphs on this tree: campaigns count such a scenario, never judge it.
-        reason = get_target("sglang").unreachable(Scenario(c, steps, ruleset=RULESET))
+        reason = get_target("sglang").drawing.unreachable(Scenario(c, steps, ruleset=RULESET))
         assert reason and "no elastic release path" in reason, reason
         return
     trace = clean(c, *steps)
@@ -465,7 +465,7 @@ def test_every_config_reads_as_a_launch_line_sglang_takes():
 
     c = cfg(mode="FULL", capture_sizes=(4, 8), max_num_reqs=5, lora_cases=(0, 2),
             sglang={"full_prefill_max_req": 2, "disable_padding": True, "record_nolora_graph": False})
-    line = SglangTarget().launch(Scenario(c, (C,), ruleset=RULESET))["line"]
+    line = SglangTarget().triage.launch(Scenario(c, (C,), ruleset=RULESET))["line"]
     assert line.startswith("python -m sglang.launch_server --model-path MODEL ")
     for flag in ("--cuda-graph-backend-decode full", "--cuda-graph-backend-prefill full", "--cuda-graph-bs-decode 4 8",
                  "--max-running-requests 5", "--disable-cuda-graph-padding", '"full_prefill_max_req":2',
@@ -473,13 +473,13 @@ def test_every_config_reads_as_a_launch_line_sglang_takes():
                  "--lora-target-modules all"):
         assert flag in line
     tbo = cfg(num_ubatches=2, ubatch_threshold=2)
-    assert "--enable-two-batch-overlap" in SglangTarget().launch(Scenario(tbo, (C,), ruleset=RULESET))["line"]
+    assert "--enable-two-batch-overlap" in SglangTarget().triage.launch(Scenario(tbo, (C,), ruleset=RULESET))["line"]
     built = engine_graph_config(c, VERSION)  # what sglang's own parser and hooks build from it
     assert (built.decode.backend, list(built.decode.bs)) == ("full", [4, 8])
     assert (built.prefill.backend, built.prefill.full_prefill_max_req) == ("full", 2)
     default = engine_graph_config(cfg(capture_sizes=(20,), max_num_reqs=24, sglang={"default_bs_list": True}), VERSION)
     assert default.decode.max_bs == 20
-    assert SglangTarget().engine_config(c) == c
+    assert SglangTarget().drawing.engine_config(c) == c
 
 
 def test_a_launch_sglang_refuses_is_unsupported_with_its_reason():
@@ -487,8 +487,8 @@ def test_a_launch_sglang_refuses_is_unsupported_with_its_reason():
 
     lora = cfg(capture_sizes=(2, 4), max_num_reqs=4, lora_cases=(0, 2), sglang={"record_nolora_graph": True})
     if TREE.nolora_from_backend:  # --lora-backend triton_v2 exists where the rule reads it
-        assert SglangTarget().engine_config(lora) == lora
+        assert SglangTarget().drawing.engine_config(lora) == lora
     else:
         with pytest.raises(TargetUnsupported, match="invalid choice: 'triton_v2'") as info:
-            SglangTarget().engine_config(lora)
+            SglangTarget().drawing.engine_config(lora)
         assert "--lora-backend triton_v2" in str(info.value) and "\n" not in str(info.value)

@@ -36,7 +36,8 @@ BACKEND = get_backend("mock")
 def _labels(target, sc: EncoderScenario) -> dict[str, str | None]:
     obs = observe_encoder(target, sc, BACKEND)
     assert obs.refused is None, obs.refused
-    return {v.property: target.classify(obs.scenario, obs.trace, v).get("defect") for v in obs.verdict.violations}
+    classify = target.triage.classify
+    return {v.property: classify(obs.scenario, obs.trace, v).get("defect") for v in obs.verdict.violations}
 
 
 @pytest.mark.parametrize("name", sorted(ENCODER_MUTANTS))

@@ -68,12 +68,12 @@ def test_settings_vllm_refuses_or_sends_to_another_runner_are_not_judged(config,
         pytest.skip(f"vLLM {CAPS.version} has no micro-batching in MRV2")
     if accepted_from is not None and version_key(CAPS.version) >= version_key(accepted_from):
         try:
-            TARGET.engine_config(config)
+            TARGET.drawing.engine_config(config)
         except TargetUnsupported as exc:
             assert reason not in str(exc)
         return
     with pytest.raises(TargetUnsupported, match=reason):
-        TARGET.engine_config(config)
+        TARGET.drawing.engine_config(config)
     sc = Scenario(config, (Step.capture(), Step.dispatch(Batch.uniform(2, config.decode_query_len))),
                   ruleset=CAPS.ruleset)
     from cgsim.observe import observe
@@ -86,9 +86,9 @@ def test_settings_vllm_refuses_or_sends_to_another_runner_are_not_judged(config,
 def test_a_release_needs_an_elastic_expert_parallel_launch():
     cfg = ManagerConfig(mode="FULL", capture_sizes=(1, 2), max_num_reqs=2)
     sc = Scenario(cfg, (Step.capture(), Step.release(), Step.capture()), ruleset=CAPS.ruleset)
-    launch = TARGET.launch(sc)
+    launch = TARGET.triage.launch(sc)
     assert "--enable-elastic-ep" in launch["line"] and launch["args"]["data_parallel_size"] == 2
-    reason = TARGET.unreachable(sc)
+    reason = TARGET.drawing.unreachable(sc)
     try:
         engine_config(launch_for(cfg, release=True))
         assert reason is None
@@ -259,21 +259,21 @@ def test_replay_where_vllm_calls_the_adapter_differently_exits_2(tmp_path):
 def test_a_max_capture_size_past_the_largest_size_is_no_launch_and_is_drawn_as_the_largest():
     # vLLM asserts max_cudagraph_capture_size == max(cudagraph_capture_sizes) where both are given.
     cfg = ManagerConfig(mode="FULL", capture_sizes=(1, 2, 4), max_num_reqs=4, max_capture_size=12)
-    assert "max_capture_size 12 != max(capture_sizes) 4" in (TARGET.unsupported_reason(cfg) or "")
-    settled = TARGET.engine_settings(cfg)
+    assert "max_capture_size 12 != max(capture_sizes) 4" in (TARGET.drawing.unsupported_reason(cfg) or "")
+    settled = TARGET.drawing.engine_settings(cfg)
     assert settled == cfg.with_(max_capture_size=4)
-    TARGET.engine_config(settled)
+    TARGET.drawing.engine_config(settled)
 
 
 def test_engine_settings_leave_out_only_what_vllm_refuses_together():
     lora_dbo = ManagerConfig(mode="FULL_DECODE_ONLY", capture_sizes=(2, 4), max_num_reqs=4, num_ubatches=2,
                              lora_cases=(0, 2))
-    settled = TARGET.engine_settings(lora_dbo)
-    TARGET.engine_config(settled)  # vLLM takes it
+    settled = TARGET.drawing.engine_settings(lora_dbo)
+    TARGET.drawing.engine_config(settled)  # vLLM takes it
     if CAPS.lora:
         assert settled.lora_cases == (0, 2)  # the refused combination loses micro-batching, not LoRA
     plain = ManagerConfig(mode="FULL_AND_PIECEWISE", capture_sizes=(1, 2, 4, 8), max_num_reqs=8, decode_query_len=3)
-    assert TARGET.engine_settings(plain) == plain  # a config vLLM takes is drawn as it is
+    assert TARGET.drawing.engine_settings(plain) == plain  # a config vLLM takes is drawn as it is
 
 
 def test_the_campaign_strategy_draws_configs_vllm_accepts():
@@ -282,7 +282,7 @@ def test_the_campaign_strategy_draws_configs_vllm_accepts():
 
     from fuzz.strategies import configs
 
-    drawn = configs(128, TARGET.engine_capture_sizes)
+    drawn = configs(128, TARGET.drawing.engine_capture_sizes)
     outcome = {"drawn": 0, "refused": 0}
 
     @settings(max_examples=60, deadline=None, database=None, derandomize=True,
@@ -292,7 +292,7 @@ def test_the_campaign_strategy_draws_configs_vllm_accepts():
         config = data.draw(drawn)
         outcome["drawn"] += 1
         try:
-            TARGET.engine_config(TARGET.engine_settings(config))
+            TARGET.drawing.engine_config(TARGET.drawing.engine_settings(config))
         except TargetUnsupported:
             outcome["refused"] += 1
 

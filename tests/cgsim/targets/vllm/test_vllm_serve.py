@@ -47,8 +47,8 @@ TRACE = Workload((RequestSpec(0, 5, 6), RequestSpec(0, 40, 4), RequestSpec(2, 3,
 
 
 def served(config: ManagerConfig, requests: Workload) -> Scenario:
-    built = TARGET.engine_config(config)
-    stream, origin = TARGET.serve(built, requests)
+    built = TARGET.drawing.engine_config(config)
+    stream, origin = TARGET.drawing.serve(built, requests)
     return Scenario(built, (Step.capture(), *(Step.dispatch(b) for b in stream)), ruleset=CAPS.ruleset,
                     served=origin)
 
@@ -140,7 +140,7 @@ def _dynamic_schedules() -> bool:
     if takes_dynamic_schedule():
         return True
     with pytest.raises(TargetUnsupported):
-        TARGET.engine_config(SHRINK)
+        TARGET.drawing.engine_config(SHRINK)
     return False
 
 
@@ -154,8 +154,8 @@ def test_a_served_findings_batches_are_the_schedulers():
     sc = served(CONFIG, TRACE)
 
     def said(shape):
-        return TARGET.evidence(Finding("DISPATCH-SOUND", "m", "vllm", "mock", sc.to_json(), step=1,
-                                       facts={"batch": shape.to_json()}))
+        return TARGET.triage.evidence(Finding("DISPATCH-SOUND", "m", "vllm", "mock", sc.to_json(), step=1,
+                                              facts={"batch": shape.to_json()}))
 
     assert said(sc.batches[0].shape) == {"batches_from": "scheduler", "scheduler": sc.served.scheduler,
                                          "requests": 4, "batch_scheduled": True}
@@ -166,12 +166,12 @@ def test_a_served_findings_batches_are_the_schedulers():
 
 
 def test_a_dispatch_findings_batch_is_looked_for_among_the_batches_vllm_schedules():
-    built = TARGET.engine_config(CONFIG)
+    built = TARGET.drawing.engine_config(CONFIG)
     sc = Scenario(built, (Step.capture(),), ruleset=CAPS.ruleset)
 
     def said(batch):
-        return TARGET.evidence(Finding("DISPATCH-SOUND", "m", "vllm", "mock", sc.to_json(),
-                                       facts={"batch": batch.shape.to_json()}))
+        return TARGET.triage.evidence(Finding("DISPATCH-SOUND", "m", "vllm", "mock", sc.to_json(),
+                                              facts={"batch": batch.shape.to_json()}))
 
     scheduled = said(Batch((3, 3)))  # two requests verifying their two drafts each
     assert scheduled["batches_from"] == "model" and scheduled["batch_scheduled"] is True
@@ -188,7 +188,7 @@ def test_the_scheduler_agrees_that_finding_6s_graph_is_never_used():
     useful = _findings(sc, "CAPTURE-USEFUL")
     if not useful:  # fixed in 0.34: vLLM sizes decode graphs by the schedule
         return
-    said = TARGET.evidence(useful[0])
+    said = TARGET.triage.evidence(useful[0])
     assert said["batches_from"] == "model" and said["graph_used"] is False, said
 
 
@@ -199,11 +199,11 @@ def test_a_model_narrower_than_vllms_scheduler_is_contradicted_on_the_finding(mo
     # schedule's length for n, so the graph a shrunk batch of one request replays
     # (FULL tokens=2 reqs=1) looks unused; vLLM's scheduler says otherwise.
     monkeypatch.setattr(ManagerConfig, "scheduler_longest_decode_len", ManagerConfig.scheduler_decode_query_len)
-    built = TARGET.engine_config(SHRINK)
+    built = TARGET.drawing.engine_config(SHRINK)
     sc = Scenario(built, (Step.capture(),), ruleset=CAPS.ruleset)
     claims = [f for f in _findings(sc, "CAPTURE-USEFUL") if "tokens=2 reqs=1" in f.message]
     assert claims, "the narrow model calls the one-request length-2 graph unused"
-    said = TARGET.evidence(claims[0])
+    said = TARGET.triage.evidence(claims[0])
     assert said["graph_used"] is True, said
 
 
@@ -222,15 +222,15 @@ def test_documented_findings_rest_on_what_vllms_scheduler_does(path):
     documented = Finding.from_json(json.loads(open(path).read()))
     sc = Scenario.from_json(documented.scenario)
     try:
-        if TARGET.unreachable(sc) is not None:
+        if TARGET.drawing.unreachable(sc) is not None:
             return
-        TARGET.engine_config(sc.config)
+        TARGET.drawing.engine_config(sc.config)
     except TargetUnsupported:
         return  # not reachable on this release (docs/findings.md's matrix says so)
     shown = _findings(sc, documented.property)
     if not shown:
         return  # not in this release
-    said = TARGET.evidence(shown[0])
+    said = TARGET.triage.evidence(shown[0])
     assert said is not None and said["batches_from"] == "model", said
     if documented.property == "CAPTURE-USEFUL":
         assert said["graph_used"] is False, said

@@ -612,14 +612,14 @@ def test_the_strategy_draws_no_config_this_vllm_refuses():
     # Every release asserts the two agree where both are given (0.34 too: config/vllm.py
     # "customized max_cudagraph_capture_size ... should be consistent"); only a 0.34 config with
     # decode sizes names no maximum.
-    assert "max_capture_size 5" in target.unsupported_reason(slack)
-    assert target.unsupported_reason(slack.with_(max_capture_size=4)) is None
+    assert "max_capture_size 5" in target.drawing.unsupported_reason(slack)
+    assert target.drawing.unsupported_reason(slack.with_(max_capture_size=4)) is None
     refused = []
 
     @settings(max_examples=200, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
     @given(default_strategy(target.default_ruleset(), "vllm"))
     def draw(scenario):
-        reason = target.unsupported_reason(scenario.config)
+        reason = target.drawing.unsupported_reason(scenario.config)
         if reason is not None:
             refused.append(reason)
 
@@ -651,7 +651,7 @@ def test_target_coverage_is_measured_inside_the_manager_calls_only(tmp_path, mon
     assert not trace.errors and sys.gettrace() is None
     vllm_coverage.checkpoint(force=True)
     target = get_target("vllm")
-    section = target.coverage_report(str(tmp_path))
+    section = target.tooling.coverage_report(str(tmp_path))
     (utils,) = [f for f in section["files"] if f["path"] == "vllm/v1/worker/gpu/cudagraph_utils.py"]
     assert utils["executed"] > 0.5 * utils["statements"], utils
 
