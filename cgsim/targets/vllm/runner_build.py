@@ -544,6 +544,14 @@ class _WorkerView:
         runner_cls = importlib.import_module("vllm.v1.worker.gpu.model_runner").GPUModelRunner
         self.model_runner = runner_cls(self.vllm_config, self.device)
 
+    # What a worker says when its device cannot back an extensible KV cache (0.34+ asks before sizing it).
+    NO_EXTENSIBLE_KV_CACHE = "cgsim's device is the CPU mock, which has no CUDA virtual memory management"
+
+    def extensible_kv_cache_unsupported_reason(self) -> str | None:
+        # The GPU worker asks the host's accelerator (vmm_unavailable_reason): on a GPU host it would say yes,
+        # and vLLM would back the KV cache with an ExtensibleTensor on the mock's CPU tensors, which it refuses.
+        return self.NO_EXTENSIBLE_KV_CACHE
+
     def disable_extensible_kv_cache(self) -> None:
         # 0.34+: the GPU worker also re-resolves the memory it requested from its
         # startup memory snapshot, which this worker never took (the device's

@@ -387,3 +387,13 @@ print(int(out[0]), operator.index(t))
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          cwd=str(Path(__file__).resolve().parents[4]))
     assert run.returncode == 0 and run.stdout.strip().splitlines()[-1] == "3 4", run.stderr[-2000:]
+
+
+def test_the_worker_says_its_device_backs_no_extensible_kv_cache_on_any_host(monkeypatch) -> None:
+    # 0.34's GPU worker asks the host's accelerator; on a GPU host that says yes, and vLLM would put the
+    # KV cache in an ExtensibleTensor on the mock's CPU tensors (ValueError: requires a cuda device).
+    import torch
+
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    view = runner_build._WorkerView.__new__(runner_build._WorkerView)
+    assert view.extensible_kv_cache_unsupported_reason() == runner_build._WorkerView.NO_EXTENSIBLE_KV_CACHE
