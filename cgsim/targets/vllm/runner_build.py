@@ -846,7 +846,7 @@ def _register_toy_model(model: str) -> None:
     """The toy architecture as a loadable model: vLLM's Llama on the toy's
     small config (registered as a class: vLLM's on-disk model-info cache of a
     lazy ``module:Class`` does not survive a change of tree)."""
-    from cgsim.targets.vllm.engine import TOY_ARCHITECTURES  # noqa: PLC0415
+    from cgsim.targets.vllm.engine import DFLASH_ARCHITECTURE, TOY_ARCHITECTURES  # noqa: PLC0415
 
     why = unloadable(model)
     if why is not None:
@@ -858,6 +858,10 @@ def _register_toy_model(model: str) -> None:
     # The EAGLE draft on the same config (vLLM's EAGLE config names the draft architecture "Eagle" + arch).
     eagle = importlib.import_module("vllm.model_executor.models.llama_eagle").EagleLlamaForCausalLM
     registry.register_model("Eagle" + arch, type("Eagle" + arch, (eagle,), {}))
+    # The DFlash draft (toy/dflash's config), where this tree has vLLM's DFlash model.
+    dflash = compat.dflash_draft_class()
+    if dflash is not None:
+        registry.register_model(DFLASH_ARCHITECTURE, type(DFLASH_ARCHITECTURE, (dflash,), {}))
 
 
 @contextlib.contextmanager
