@@ -386,8 +386,13 @@ def _request(rid: str, r: ServedRequest, hasher: Any) -> Any:
 def _collect(output: Any, tokens: dict, logprobs: dict, per_step: dict) -> None:
     lp = getattr(output, "logprobs", None)
     rows = lp.logprobs if lp is not None else None
+    # With drafts a request's rows are one per logit it had (1 + its drafts), of which its sampled tokens
+    # read the first: where each starts is vLLM's cu_num_generated_tokens (Scheduler's slice_request).
+    starts = lp.cu_num_generated_tokens if lp is not None else None
     row = 0
-    for rid, sampled in zip(output.req_ids, output.sampled_token_ids):
+    for index, (rid, sampled) in enumerate(zip(output.req_ids, output.sampled_token_ids)):
+        if starts is not None:
+            row = int(starts[index])
         sampled = [int(t) for t in sampled]
         tokens.setdefault(rid, []).extend(sampled)
         if sampled:

@@ -1,0 +1,70 @@
+"""DFlash launches through vLLM's own model runner: the toy DFlash draft
+(vLLM's DFlashQwen3ForCausalLM on toy/dflash's config) behind
+``--speculative-config '{"method":"dflash",...}'``, the DFlash speculator's
+query graphs (DFlashCudaGraphManager) captured by ``capture_model()`` and
+served against the same launch eager.
+
+Each build or serve runs in a child process (~12 s a build, ~30 s a served
+pair on a 2-core host): slow.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.vllm_required import skip_unless_vllm
+
+skip_unless_vllm()
+
+from cgsim.config import ManagerConfig  # noqa: E402
+from cgsim.modes import CUDAGraphMode  # noqa: E402
+from cgsim.targets.vllm.compat import has_dflash_speculator, require_vllm  # noqa: E402
+from cgsim.targets.vllm.engine import DFLASH_CHECKPOINT, launch_for, with_dflash_draft  # noqa: E402
+from cgsim.targets.vllm.runner_build import build_runner  # noqa: E402
+from cgsim.targets.vllm.runner_serve import default_requests, eager_twin, graphs_equal_eager, serve_runner  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+
+# Three drafts a step: every query graph holds 1 + 3 tokens a request.
+DFLASH = with_dflash_draft(launch_for(ManagerConfig(mode=CUDAGraphMode.FULL_DECODE_ONLY,
+                                                    capture_sizes=(1, 2, 4, 8, 16), max_num_reqs=4,
+                                                    decode_query_len=4)))
+
+
+def _needs_dflash() -> None:
+    if not has_dflash_speculator():
+        pytest.skip(f"vLLM {require_vllm().version} has no DFlash speculator in MRV2")
+
+
+def test_a_dflash_launch_names_the_public_dflash_draft_and_keeps_the_number_of_drafts() -> None:
+    spec = DFLASH.kwargs()["speculative_config"]
+    assert (spec["method"], spec["num_speculative_tokens"]) == ("dflash", 3)
+    assert DFLASH_CHECKPOINT in DFLASH.line() and "toy" not in DFLASH.line()
+
+
+@pytest.mark.slow
+def test_the_dflash_speculator_captures_its_query_graphs_through_vllms_runner() -> None:
+    """vLLM's runner builds the DFlash speculator from the launch, and its
+    query manager captures FULL graphs of 1 + 3 tokens a request, one per
+    decode batch size the main manager has."""
+    _needs_dflash()
+    built = build_runner(DFLASH)
+    assert built.raised is None, built.raised
+    query, main = built.manager("draft-query"), built.main
+    assert query is not None and query.cls == "DFlashCudaGraphManager", [m.name for m in built.managers]
+    assert query.mode == "FULL_DECODE_ONLY" and query.graphs, query
+    assert {(g.mode, g.uniform_token_count, g.num_tokens // g.num_reqs) for g in query.graphs} == {("FULL", 4, 4)}
+    assert {g.num_reqs for g in query.graphs} == {g.num_reqs for g in main.graphs}
+
+
+@pytest.mark.slow
+def test_a_dflash_launch_drafts_with_graphs_what_it_drafts_eager() -> None:
+    """The query graphs replayed (the context step and vLLM's Triton kernels
+    in them too): every step's drafts and tokens are eager's."""
+    _needs_dflash()
+    graphs = serve_runner(DFLASH, default_requests())
+    eager = serve_runner(eager_twin(DFLASH), default_requests())
+    assert graphs.raised is None and eager.raised is None, (graphs.raised, eager.raised)
+    assert graphs.replays > 0 and eager.replays == 0
+    assert all(len(d) > 1 and all(len(step) == 3 for step in d[:-1]) for d in graphs.drafts.values()), graphs.drafts
+    assert graphs_equal_eager(graphs, eager) == []
