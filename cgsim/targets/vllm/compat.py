@@ -72,7 +72,7 @@ __all__ = [
     "worker_config",
     "one_rank_view",
     "dflash_draft_class",
-    "has_dflash_speculator",
+    "has_dflash_query_graphs",
     "builds_ubatch_runner",
     "encoder_capture_stream",
     "encoder_shares_prefix",
@@ -794,9 +794,15 @@ def dflash_draft_class() -> Any:
     return getattr(importlib.import_module(name), "DFlashQwen3ForCausalLM", None)
 
 
-def has_dflash_speculator() -> bool:
-    """The V2 runner has a DFlash speculator (v1/worker/gpu/spec_decode/dflash, 0.25+)."""
-    return importlib.util.find_spec("vllm.v1.worker.gpu.spec_decode.dflash") is not None
+def has_dflash_query_graphs() -> bool:
+    """The V2 runner's DFlash speculator captures its query forward through
+    DFlashCudaGraphManager, the context step handed in as ``prepare_forward``
+    (v1/worker/gpu/spec_decode/dflash/cudagraph.py, as 0.32-0.34 do)."""
+    name = "vllm.v1.worker.gpu.spec_decode.dflash.cudagraph"
+    if importlib.util.find_spec("vllm.v1.worker.gpu.spec_decode.dflash") is None:
+        return False
+    manager = _optional_attr(name, "DFlashCudaGraphManager")
+    return manager is not None and "prepare_forward" in _params(manager.capture)
 
 
 def breakable_graph_module() -> Any:

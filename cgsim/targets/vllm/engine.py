@@ -23,19 +23,26 @@ import importlib
 import json
 import os
 import shlex
+import zlib
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 from cgsim.config import ManagerConfig
 from cgsim.modes import AttentionSupport, CUDAGraphMode
 from cgsim.targets.base import TargetUnsupported
-from cgsim.targets.vllm.compat import LORA_UTILS, builds_ubatch_runner, require_vllm, worker_config
+from cgsim.targets.vllm.compat import (
+    LORA_UTILS,
+    builds_ubatch_runner,
+    has_dflash_query_graphs,
+    require_vllm,
+    worker_config,
+)
 from cgsim.text import first_line
 
 __all__ = ["EngineLaunch", "EngineRefused", "launch_for", "engine_config", "manager_config", "reach", "check_reached",
            "check_launch",
            "token_sizes", "default_capture_sizes", "takes_dynamic_schedule", "runs_v2_runner", "launched",
-           "v2_runner_env", "with_dflash_draft", "TOY_ROOT", "CHECKPOINTS"]
+           "v2_runner_env", "with_dflash_draft", "served_with_dflash", "TOY_ROOT", "CHECKPOINTS"]
 
 DENSE, MOE, VISION = "dense", "moe", "vision"
 TOY_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "toy")
@@ -140,6 +147,20 @@ def with_dflash_draft(launch: EngineLaunch) -> EngineLaunch:
     args["speculative_config"] = {**spec, "method": DFLASH, "model": os.path.join(TOY_ROOT, DFLASH)}
     attention = None if launch.attention is None else (launch.attention[0], json.loads(launch.attention[1]))
     return EngineLaunch.of(launch.model, args, dict(launch.env), attention)
+
+
+def served_with_dflash(config: ManagerConfig) -> bool:
+    """Whether the runner share serves ``config``'s speculative launch with
+    the toy DFlash draft in place of EAGLE (``with_dflash_draft``): one plain
+    speculative config in two (no per-batch-size schedule, adaptive
+    verification, LoRA or micro-batching, none of which DFlash launches were
+    checked with), chosen by its settings so a replay serves the same launch,
+    where this tree's runner has DFlash query graphs."""
+    plain = (config.decode_query_len > 1 and config.spec_schedule is None and not config.varlen_decode
+             and max(config.lora_cases) == 0 and config.num_ubatches == 1)
+    if not plain or zlib.crc32(_text(config.to_json()).encode()) % 2:
+        return False
+    return has_dflash_query_graphs()
 
 
 def _text(value: Any) -> str:

@@ -103,8 +103,8 @@ def graphs_equal_eager(graphs: ServedRun, eager: ServedRun) -> list[str]:
 
 def serve_pair(launch: EngineLaunch, timeout_s: float) -> dict:
     """``default_requests`` served on ``launch`` with its graphs and eager,
-    within ``timeout_s``: ``graphs`` and ``eager`` (``ServedRun.to_json``),
-    or ``error``: why it could not be served here (the environment's, or
+    within ``timeout_s``: ``graphs`` and ``eager`` (``ServedRun.to_json``)
+    and the ``launch`` served (``EngineLaunch.to_json``), or ``error``: why it could not be served here (the environment's, or
     vLLM refused); None where ``timeout_s`` ran out first (left unserved)."""
     from cgsim.targets.vllm.compat import RunnerTimedOut, VllmEnvironmentError  # noqa: PLC0415
     from cgsim.targets.vllm.engine import EngineRefused  # noqa: PLC0415
@@ -119,8 +119,8 @@ def serve_pair(launch: EngineLaunch, timeout_s: float) -> dict:
         return None  # the time given ran out, as for a launch never started
     except (EngineRefused, VllmEnvironmentError) as exc:
         return {"error": str(exc).splitlines()[0][:300]}
-    return {"launch_line": launch.line(), "requests": len(requests), "graphs": graphs.to_json(),
-            "eager": eager.to_json(), "seconds": round(time.monotonic() - started, 1)}
+    return {"launch_line": launch.line(), "launch": launch.to_json(), "requests": len(requests),
+            "graphs": graphs.to_json(), "eager": eager.to_json(), "seconds": round(time.monotonic() - started, 1)}
 
 
 def served_consequence(launch: EngineLaunch, timeout_s: float) -> dict | None:
