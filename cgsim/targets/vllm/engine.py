@@ -143,7 +143,6 @@ def with_dflash_draft(launch: EngineLaunch) -> EngineLaunch:
     spec = args.get("speculative_config")
     if not isinstance(spec, dict):
         raise ValueError("a DFlash launch needs a launch with a speculative config")
-    spec = {k: v for k, v in spec.items() if k != "num_speculative_tokens_per_batch_size"}
     args["speculative_config"] = {**spec, "method": DFLASH, "model": os.path.join(TOY_ROOT, DFLASH)}
     attention = None if launch.attention is None else (launch.attention[0], json.loads(launch.attention[1]))
     return EngineLaunch.of(launch.model, args, dict(launch.env), attention)
