@@ -42,7 +42,7 @@ from cgsim.text import first_line
 __all__ = ["EngineLaunch", "EngineRefused", "launch_for", "engine_config", "manager_config", "reach", "check_reached",
            "check_launch",
            "token_sizes", "default_capture_sizes", "takes_dynamic_schedule", "runs_v2_runner", "launched",
-           "v2_runner_env", "with_dflash_draft", "served_with_dflash", "TOY_ROOT", "CHECKPOINTS"]
+           "v2_runner_env", "with_dflash_draft", "drafts_with_dflash", "served_with_dflash", "TOY_ROOT", "CHECKPOINTS"]
 
 DENSE, MOE, VISION = "dense", "moe", "vision"
 TOY_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "toy")
@@ -146,6 +146,12 @@ def with_dflash_draft(launch: EngineLaunch) -> EngineLaunch:
     args["speculative_config"] = {**spec, "method": DFLASH, "model": os.path.join(TOY_ROOT, DFLASH)}
     attention = None if launch.attention is None else (launch.attention[0], json.loads(launch.attention[1]))
     return EngineLaunch.of(launch.model, args, dict(launch.env), attention)
+
+
+def drafts_with_dflash(launch: EngineLaunch) -> bool:
+    """Whether ``launch``'s speculative config names the DFlash method."""
+    spec = launch.kwargs().get("speculative_config")
+    return isinstance(spec, dict) and spec.get("method") == DFLASH
 
 
 def served_with_dflash(config: ManagerConfig) -> bool:

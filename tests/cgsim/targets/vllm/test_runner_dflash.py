@@ -22,6 +22,7 @@ from cgsim.modes import CUDAGraphMode  # noqa: E402
 from cgsim.targets.vllm.compat import has_dflash_query_graphs, require_vllm  # noqa: E402
 from cgsim.targets.vllm.engine import (  # noqa: E402
     DFLASH_CHECKPOINT,
+    drafts_with_dflash,
     launch_for,
     served_with_dflash,
     with_dflash_draft,
@@ -46,6 +47,7 @@ def test_a_dflash_launch_names_the_public_dflash_draft_and_keeps_the_number_of_d
     spec = DFLASH.kwargs()["speculative_config"]
     assert (spec["method"], spec["num_speculative_tokens"]) == ("dflash", 3)
     assert DFLASH_CHECKPOINT in DFLASH.line() and "toy" not in DFLASH.line()
+    assert drafts_with_dflash(DFLASH) and not drafts_with_dflash(launch_for(ManagerConfig(decode_query_len=4)))
 
 
 @pytest.mark.slow
