@@ -279,7 +279,8 @@ class Triage:
     serve_scenarios: Callable[[list, int, Callable[[], bool], float], list] | None = hook(
         "each scenario's launch served end to end through the engine's own model runner, with CUDA graphs and "
         "eager, the same requests (cgsim.served): per scenario {graphs, eager} as plain runs (tokens, logprobs, "
-        "raised), {error} where it cannot be served here, None where the budget or a stop left it unserved",
+        "raised) and optionally the launch served (recorded in place of the launch hook's), {error} where it "
+        "cannot be served here, None where the budget or a stop left it unserved",
         ("scenarios", "jobs", "stopped", "budget_s"), needs=("launch",))
     classify: Callable[[Any], dict] | None = hook(
         "which documented defect of the code under test a finding is (a dict for its extra; known_defect names "

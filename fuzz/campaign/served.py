@@ -165,7 +165,8 @@ def served_phase(target_name: str, backend: str, ruleset: str | None, seed: int,
         served += 1
         if "seconds" in result:
             seconds.append(float(result["seconds"]))
-        finding = served_finding(target_name, backend, scenario, result, launch(scenario))
+        # The launch the target served, where it says (it may serve another than the search's, vLLM's DFlash).
+        finding = served_finding(target_name, backend, scenario, result, result.get("launch") or launch(scenario))
         if finding is None:
             continue
         if classify is not None:

@@ -71,6 +71,8 @@ __all__ = [
     "forget_failed_breakable_capture",
     "worker_config",
     "one_rank_view",
+    "dflash_draft_class",
+    "has_dflash_query_graphs",
     "builds_ubatch_runner",
     "encoder_capture_stream",
     "encoder_shares_prefix",
@@ -781,6 +783,26 @@ def runner_hands_draft_tokens() -> bool:
     """The V2 runner hands each step's drafts to its DraftTokensHandler's
     set_draft_tokens (v1/worker/gpu/spec_decode/utils.py; 0.20-0.34 all have it)."""
     return hasattr(_optional_attr("vllm.v1.worker.gpu.spec_decode.utils", "DraftTokensHandler"), "set_draft_tokens")
+
+
+def dflash_draft_class() -> Any:
+    """vLLM's DFlash draft model (model_executor/models/qwen3_dflash.py
+    DFlashQwen3ForCausalLM, 0.25+), or None where this tree has none."""
+    name = "vllm.model_executor.models.qwen3_dflash"
+    if importlib.util.find_spec(name) is None:
+        return None
+    return getattr(importlib.import_module(name), "DFlashQwen3ForCausalLM", None)
+
+
+def has_dflash_query_graphs() -> bool:
+    """The V2 runner's DFlash speculator captures its query forward through
+    DFlashCudaGraphManager, the context step handed in as ``prepare_forward``
+    (v1/worker/gpu/spec_decode/dflash/cudagraph.py, as 0.32-0.34 do)."""
+    name = "vllm.v1.worker.gpu.spec_decode.dflash.cudagraph"
+    if importlib.util.find_spec("vllm.v1.worker.gpu.spec_decode.dflash") is None:
+        return False
+    manager = _optional_attr(name, "DFlashCudaGraphManager")
+    return manager is not None and "prepare_forward" in _params(manager.capture)
 
 
 def breakable_graph_module() -> Any:

@@ -23,19 +23,26 @@ import importlib
 import json
 import os
 import shlex
+import zlib
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 from cgsim.config import ManagerConfig
 from cgsim.modes import AttentionSupport, CUDAGraphMode
 from cgsim.targets.base import TargetUnsupported
-from cgsim.targets.vllm.compat import LORA_UTILS, builds_ubatch_runner, require_vllm, worker_config
+from cgsim.targets.vllm.compat import (
+    LORA_UTILS,
+    builds_ubatch_runner,
+    has_dflash_query_graphs,
+    require_vllm,
+    worker_config,
+)
 from cgsim.text import first_line
 
 __all__ = ["EngineLaunch", "EngineRefused", "launch_for", "engine_config", "manager_config", "reach", "check_reached",
            "check_launch",
            "token_sizes", "default_capture_sizes", "takes_dynamic_schedule", "runs_v2_runner", "launched",
-           "v2_runner_env", "TOY_ROOT", "CHECKPOINTS"]
+           "v2_runner_env", "with_dflash_draft", "drafts_with_dflash", "served_with_dflash", "TOY_ROOT", "CHECKPOINTS"]
 
 DENSE, MOE, VISION = "dense", "moe", "vision"
 TOY_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "toy")
@@ -45,6 +52,11 @@ TOY_ARCHITECTURES = {DENSE: "CgsimToyForCausalLM", MOE: "CgsimToyMoeForCausalLM"
 CHECKPOINTS = {DENSE: "meta-llama/Llama-3.1-8B-Instruct", MOE: "mistralai/Mixtral-8x7B-Instruct-v0.1",
                VISION: "Qwen/Qwen2.5-VL-7B-Instruct"}
 DRAFT_CHECKPOINT = "yuhuili/EAGLE-LLaMA3.1-Instruct-8B"
+# DFlash's draft (a Qwen3-style block-diffusion head over the target's hidden states): its own toy
+# folder and architecture, named so vLLM's EAGLEConfig keeps the name (it prefixes "DFlash" otherwise).
+DFLASH = "dflash"
+DFLASH_ARCHITECTURE = "CgsimToyDFlash"
+DFLASH_CHECKPOINT = "z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat"
 # The attention backend whose metadata builder declares each support level on
 # a Hopper GPU (v1/attention/backends: FA3 ALWAYS, FA2 UNIFORM_BATCH, FlashInfer
 # without TRTLLM decode UNIFORM_SINGLE_TOKEN_DECODE); none of a dense decoder's
@@ -120,8 +132,40 @@ class EngineLaunch:
 def _public(name: str, value: Any) -> Any:
     """The speculative config names the public draft checkpoint, not the toy's folder."""
     if name == "speculative_config" and isinstance(value, dict) and "model" in value:
-        return {**value, "model": DRAFT_CHECKPOINT}
+        return {**value, "model": DFLASH_CHECKPOINT if value.get("method") == DFLASH else DRAFT_CHECKPOINT}
     return value
+
+
+def with_dflash_draft(launch: EngineLaunch) -> EngineLaunch:
+    """``launch`` with its speculative config's EAGLE draft replaced by the
+    toy DFlash draft (``method: "dflash"``, the same number of drafts)."""
+    args = launch.kwargs()
+    spec = args.get("speculative_config")
+    if not isinstance(spec, dict):
+        raise ValueError("a DFlash launch needs a launch with a speculative config")
+    args["speculative_config"] = {**spec, "method": DFLASH, "model": os.path.join(TOY_ROOT, DFLASH)}
+    attention = None if launch.attention is None else (launch.attention[0], json.loads(launch.attention[1]))
+    return EngineLaunch.of(launch.model, args, dict(launch.env), attention)
+
+
+def drafts_with_dflash(launch: EngineLaunch) -> bool:
+    """Whether ``launch``'s speculative config names the DFlash method."""
+    spec = launch.kwargs().get("speculative_config")
+    return isinstance(spec, dict) and spec.get("method") == DFLASH
+
+
+def served_with_dflash(config: ManagerConfig) -> bool:
+    """Whether the runner share serves ``config``'s speculative launch with
+    the toy DFlash draft in place of EAGLE (``with_dflash_draft``): one plain
+    speculative config in two (no per-batch-size schedule, adaptive
+    verification, LoRA or micro-batching, none of which DFlash launches were
+    checked with), chosen by its settings so a replay serves the same launch,
+    where this tree's runner has DFlash query graphs."""
+    plain = (config.decode_query_len > 1 and config.spec_schedule is None and not config.varlen_decode
+             and max(config.lora_cases) == 0 and config.num_ubatches == 1)
+    if not plain or zlib.crc32(_text(config.to_json()).encode()) % 2:
+        return False
+    return has_dflash_query_graphs()
 
 
 def _text(value: Any) -> str:
@@ -231,7 +275,7 @@ def register_toy_models() -> None:
         "get_input_embeddings": lambda self, input_ids: refuse(),
         "compute_logits": lambda self, hidden_states: refuse(),
     }
-    for arch in (*TOY_ARCHITECTURES.values(), "Eagle" + TOY_ARCHITECTURES[DENSE]):
+    for arch in (*TOY_ARCHITECTURES.values(), "Eagle" + TOY_ARCHITECTURES[DENSE], DFLASH_ARCHITECTURE):
         if arch not in registry.get_supported_archs():
             registry.register_model(arch, type(arch, bases, dict(namespace)))
 

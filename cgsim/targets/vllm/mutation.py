@@ -27,6 +27,7 @@ MUTATIONS_ENV = "CGSIM_VLLM_MUTATIONS"
 CU = "vllm.v1.worker.gpu.cudagraph_utils"
 ELASTIC = "vllm.distributed.elastic_ep.elastic_execute"
 BLOCK_TABLE = "vllm.v1.worker.gpu.block_table"
+DFLASH_CU = "vllm.v1.worker.gpu.spec_decode.dflash.cudagraph"
 
 # Bugs in the code every release 0.32-0.34 shares, the manager's and the paths
 # around it the engine runs (the tests put each into the installed tree and
@@ -70,6 +71,14 @@ SERVED_MUTATIONS: tuple[Mutation, ...] = (
                bug="the draft model's decode graphs run one draft step short, so the last draft is never drafted")
       for module in ("vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils",  # 0.32-0.33
                      "vllm.v1.worker.gpu.spec_decode.autoregressive.cudagraph_utils")),  # 0.34
+    # DFlash's query graphs (DFlashCudaGraphManager.capture) run the context step once as each graph is set up,
+    # outside the captured forward: a replay stores no context K/V of its batch and its drafts read stale ones.
+    Mutation(DFLASH_CU, "            def forward(cg_mode: CUDAGraphMode) -> None:\n"
+                        "                prepare_forward(num_reqs, attn_metadata)\n",
+             "            prepare_forward(num_reqs, attn_metadata)\n\n"
+             "            def forward(cg_mode: CUDAGraphMode) -> None:\n",
+             "dflash-context-outside-graph", area="DFlash draft manager",
+             bug="the DFlash query graphs leave the context step out, so a replay drafts from stale context K/V"),
 )
 
 

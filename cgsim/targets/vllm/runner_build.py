@@ -308,7 +308,7 @@ def runner_world(launch: EngineLaunch) -> Iterator[tuple[Any, Any, Any]]:
     os.environ.update(dict(launch.env))
     _triton_interpreter()
     from cgsim.backends import get_backend  # noqa: PLC0415
-    from cgsim.targets.vllm.engine import engine_config  # noqa: PLC0415
+    from cgsim.targets.vllm.engine import drafts_with_dflash, engine_config  # noqa: PLC0415
 
     # cgsim's attention (runner_attention): vLLM's Triton metadata declaring the launch's support level.
     from cgsim.targets.vllm.platform import ATTENTION_BACKEND_ENV  # noqa: PLC0415
@@ -322,7 +322,7 @@ def runner_world(launch: EngineLaunch) -> Iterator[tuple[Any, Any, Any]]:
     # Inductor's generated CPU kernels write memory behind the dispatcher, where the mock's graphs cannot
     # record them; vLLM's eager compiler keeps its splitting and piecewise wrappers, each piece's ops as they are.
     vc.compilation_config.backend = COMPILE_BACKEND
-    _register_toy_model(launch.model)
+    _register_toy_model(launch.model, drafts_with_dflash(launch))
     from cgsim.cuda_mock import pinned_host_factories  # noqa: PLC0415
 
     backend = get_backend("mock")
@@ -867,11 +867,12 @@ def unloadable(model: str) -> str | None:
     return None if model == DENSE else f"the runner build has no loadable toy for the {model!r} model yet"
 
 
-def _register_toy_model(model: str) -> None:
+def _register_toy_model(model: str, dflash: bool) -> None:
     """The toy architecture as a loadable model: vLLM's Llama on the toy's
     small config (registered as a class: vLLM's on-disk model-info cache of a
-    lazy ``module:Class`` does not survive a change of tree)."""
-    from cgsim.targets.vllm.engine import TOY_ARCHITECTURES  # noqa: PLC0415
+    lazy ``module:Class`` does not survive a change of tree), its EAGLE draft,
+    and with ``dflash`` its DFlash draft."""
+    from cgsim.targets.vllm.engine import DFLASH_ARCHITECTURE, TOY_ARCHITECTURES  # noqa: PLC0415
 
     why = unloadable(model)
     if why is not None:
@@ -883,6 +884,10 @@ def _register_toy_model(model: str) -> None:
     # The EAGLE draft on the same config (vLLM's EAGLE config names the draft architecture "Eagle" + arch).
     eagle = importlib.import_module("vllm.model_executor.models.llama_eagle").EagleLlamaForCausalLM
     registry.register_model("Eagle" + arch, type("Eagle" + arch, (eagle,), {}))
+    # The DFlash draft (toy/dflash's config), imported only for a launch that drafts with it.
+    draft = compat.dflash_draft_class() if dflash else None
+    if draft is not None:
+        registry.register_model(DFLASH_ARCHITECTURE, type(DFLASH_ARCHITECTURE, (draft,), {}))
 
 
 @contextlib.contextmanager

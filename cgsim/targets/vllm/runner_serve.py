@@ -103,8 +103,8 @@ def graphs_equal_eager(graphs: ServedRun, eager: ServedRun) -> list[str]:
 
 def serve_pair(launch: EngineLaunch, timeout_s: float) -> dict:
     """``default_requests`` served on ``launch`` with its graphs and eager,
-    within ``timeout_s``: ``graphs`` and ``eager`` (``ServedRun.to_json``),
-    or ``error``: why it could not be served here (the environment's, or
+    within ``timeout_s``: ``graphs`` and ``eager`` (``ServedRun.to_json``)
+    and the ``launch`` served (``EngineLaunch.to_json``), or ``error``: why it could not be served here (the environment's, or
     vLLM refused); None where ``timeout_s`` ran out first (left unserved)."""
     from cgsim.targets.vllm.compat import RunnerTimedOut, VllmEnvironmentError  # noqa: PLC0415
     from cgsim.targets.vllm.engine import EngineRefused  # noqa: PLC0415
@@ -119,8 +119,8 @@ def serve_pair(launch: EngineLaunch, timeout_s: float) -> dict:
         return None  # the time given ran out, as for a launch never started
     except (EngineRefused, VllmEnvironmentError) as exc:
         return {"error": str(exc).splitlines()[0][:300]}
-    return {"launch_line": launch.line(), "requests": len(requests), "graphs": graphs.to_json(),
-            "eager": eager.to_json(), "seconds": round(time.monotonic() - started, 1)}
+    return {"launch_line": launch.line(), "launch": launch.to_json(), "requests": len(requests),
+            "graphs": graphs.to_json(), "eager": eager.to_json(), "seconds": round(time.monotonic() - started, 1)}
 
 
 def served_consequence(launch: EngineLaunch, timeout_s: float) -> dict | None:
@@ -386,8 +386,13 @@ def _request(rid: str, r: ServedRequest, hasher: Any) -> Any:
 def _collect(output: Any, tokens: dict, logprobs: dict, per_step: dict) -> None:
     lp = getattr(output, "logprobs", None)
     rows = lp.logprobs if lp is not None else None
+    # With drafts a request's rows are one per logit it had (1 + its drafts), of which its sampled tokens
+    # read the first: where each starts is vLLM's cu_num_generated_tokens (Scheduler's slice_request).
+    starts = lp.cu_num_generated_tokens if lp is not None else None
     row = 0
-    for rid, sampled in zip(output.req_ids, output.sampled_token_ids):
+    for index, (rid, sampled) in enumerate(zip(output.req_ids, output.sampled_token_ids)):
+        if starts is not None:
+            row = int(starts[index])
         sampled = [int(t) for t in sampled]
         tokens.setdefault(rid, []).extend(sampled)
         if sampled:

@@ -123,12 +123,18 @@ class VllmTarget:
     def _serve_scenarios(self, scenarios: list, jobs: int, stopped: Callable[[], bool],
                          budget_s: float) -> list[dict | None]:
         """Each scenario's launch served through vLLM's own model runner with
-        its graphs and eager (runner_serve.serve_scenarios)."""
+        its graphs and eager (runner_serve.serve_scenarios); a speculative one
+        with the DFlash draft where engine.served_with_dflash says so."""
+        from cgsim.targets.vllm.engine import served_with_dflash, with_dflash_draft  # noqa: PLC0415
         from cgsim.targets.vllm.runner_build import finding_launch  # noqa: PLC0415
         from cgsim.targets.vllm.runner_serve import serve_scenarios  # noqa: PLC0415
 
-        launches = [finding_launch({"launch": self._launch(s), "scenario": s.to_json()}) for s in scenarios]
-        return serve_scenarios(launches, jobs, stopped, budget_s)
+        def served(s: Any) -> Any:
+            launch = finding_launch({"launch": self._launch(s), "scenario": s.to_json()})
+            # Some speculative launches draft with DFlash instead (the result names the launch served).
+            return with_dflash_draft(launch) if served_with_dflash(s.config) and not _releases(s) else launch
+
+        return serve_scenarios([served(s) for s in scenarios], jobs, stopped, budget_s)
 
     def _doctor(self, findings_dir: str | None = None, progress: Callable | None = None,
                 announce: Callable[[str], None] | None = None) -> tuple[str, list, str | None]:

@@ -5,6 +5,8 @@ never asked of the runner again; replayed by serving again (cgsim.served)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import io
 
 import pytest
@@ -102,6 +104,21 @@ def test_a_served_difference_is_a_finding_on_disk_with_the_runners_verdict(targe
                                           "runner_share_not_served": {
                                               "the toy has no such model here": 1,
                                               "vLLM raised with graphs and eager alike: RuntimeError: UVA": 1}}}
+
+
+def test_a_served_finding_records_the_launch_the_target_says_it_served(target, tmp_path, monkeypatch):
+    """A target may serve another launch than its launch hook's (vLLM: a
+    speculative scenario drafting with DFlash): the finding names that one."""
+    serve = target.triage.serve_scenarios
+
+    def serving_another(scenarios, jobs, stopped, budget_s):
+        return [None if r is None or "graphs" not in r else {**r, "launch": {"line": "serve --dflash"}}
+                for r in serve(scenarios, jobs, stopped, budget_s)]
+
+    monkeypatch.setattr(target, "triage", dataclasses.replace(target.triage, serve_scenarios=serving_another))
+    phase.served_phase("vllm", "mock", None, 0, str(tmp_path), 1, lambda: False, io.StringIO(), True)
+    [f] = scan_findings(str(tmp_path))
+    assert f.extra["launch"] == {"line": "serve --dflash"}
 
 
 def test_the_confirmation_phase_leaves_a_served_finding_alone(target, tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ skip_unless_vllm()
 
 from cgsim.config import ManagerConfig  # noqa: E402
 from cgsim.modes import CUDAGraphMode  # noqa: E402
-from cgsim.targets.vllm.engine import launch_for  # noqa: E402
+from cgsim.targets.vllm.engine import launch_for, with_dflash_draft  # noqa: E402
 from cgsim.targets.vllm.compat import require_vllm  # noqa: E402
 from cgsim.targets.vllm.mutation import MUTATIONS_ENV, SERVED_MUTATIONS, environment_for, in_tree  # noqa: E402
 from cgsim.targets.vllm.runner_serve import (  # noqa: E402
@@ -50,6 +50,25 @@ def test_graphs_equal_eager_names_other_tokens_and_log_probabilities_beyond_nois
     assert graphs_equal_eager(_run({"r0": [5, 7]}, {"r0": [-1.0, -2.0]}), eager) == \
         ["request r0: tokens [5, 7] with CUDA graphs, [5, 6] eager"]
     assert "differ by 0.500" in graphs_equal_eager(_run({"r0": [5, 6]}, {"r0": [-1.0, -2.5]}), eager)[0]
+
+
+def test_a_request_reads_its_log_probabilities_from_its_own_rows_when_drafts_were_verified() -> None:
+    """With drafts vLLM gives a request a row per logit (1 + its drafts), its
+    rows starting at cu_num_generated_tokens: the next request's sampled
+    token reads its own first row, not the previous one's rejected draft rows."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    import cgsim.targets.vllm.runner_serve as runner_serve  # noqa: PLC0415
+
+    rows = [[-1.0], [-9.0], [-9.0], [-2.0], [-3.0], [-9.0]]
+    output = SimpleNamespace(req_ids=["a", "b"], sampled_token_ids=[[5], [6, 7]],
+                             logprobs=SimpleNamespace(logprobs=rows, cu_num_generated_tokens=[0, 3, 6]))
+    tokens: dict = {}
+    logprobs: dict = {}
+    per_step: dict = {}
+    runner_serve._collect(output, tokens, logprobs, per_step)
+    assert (tokens, logprobs, per_step) == ({"a": [5], "b": [6, 7]}, {"a": [-1.0], "b": [-2.0, -3.0]},
+                                            {"a": [1], "b": [2]})
 
 
 def test_a_pair_whose_time_runs_out_is_left_unserved_not_an_error(monkeypatch) -> None:
@@ -122,6 +141,8 @@ def test_requests_served_with_graphs_give_what_vllm_gives_eager(mode: CUDAGraphM
 EAGLE = launch_for(ManagerConfig(mode=CUDAGraphMode.FULL_DECODE_ONLY, capture_sizes=(1, 2, 4, 8, 16), max_num_reqs=4,
                                  decode_query_len=4))
 IN_TREE = in_tree(SERVED_MUTATIONS, require_vllm().location)
+# The launch whose draft manager a mutation of each draft area breaks (others: LAUNCH, no drafts).
+LAUNCH_OF_AREA = {"draft manager": EAGLE, "DFlash draft manager": with_dflash_draft(EAGLE)}
 
 
 @pytest.mark.slow
@@ -142,6 +163,8 @@ def test_a_bug_in_the_runners_own_paths_shows_as_other_tokens_served(mutation, m
     it is imported, in the serving child): the same launch that serves
     eager's tokens (and drafts) above serves other ones with its graphs."""
     monkeypatch.setenv(MUTATIONS_ENV, environment_for([mutation])[MUTATIONS_ENV])
-    said = served_consequence(EAGLE if mutation.area == "draft manager" else LAUNCH, 600)
+    said = served_consequence(LAUNCH_OF_AREA.get(mutation.area, LAUNCH), 600)
     assert said.get("error") is None and said["raised"] is None, said
     assert said["differences"], said
+    # A draft model's bug changes only the drafts: greedy verification keeps the tokens and their log-probabilities.
+    assert said["wrong_output"] is (mutation.area not in LAUNCH_OF_AREA), said
