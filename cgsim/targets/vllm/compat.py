@@ -796,13 +796,13 @@ def dflash_draft_class() -> Any:
 
 def has_dflash_query_graphs() -> bool:
     """The V2 runner's DFlash speculator captures its query forward through
-    DFlashCudaGraphManager, the context step handed in as ``prepare_forward``
-    (v1/worker/gpu/spec_decode/dflash/cudagraph.py, as 0.32-0.34 do)."""
+    DFlashCudaGraphManager (v1/worker/gpu/spec_decode/dflash/cudagraph.py,
+    0.25+; the context step captured ahead of it from 0.31)."""
     name = "vllm.v1.worker.gpu.spec_decode.dflash.cudagraph"
     if importlib.util.find_spec("vllm.v1.worker.gpu.spec_decode.dflash") is None:
         return False
     manager = _optional_attr(name, "DFlashCudaGraphManager")
-    return manager is not None and "prepare_forward" in _params(manager.capture)
+    return manager is not None
 
 
 def breakable_graph_module() -> Any:
