@@ -104,8 +104,9 @@ def graphs_equal_eager(graphs: ServedRun, eager: ServedRun) -> list[str]:
 def serve_pair(launch: EngineLaunch, timeout_s: float) -> dict:
     """``default_requests`` served on ``launch`` with its graphs and eager,
     within ``timeout_s``: ``graphs`` and ``eager`` (``ServedRun.to_json``)
-    and the ``launch`` served (``EngineLaunch.to_json``), or ``error``: why it could not be served here (the environment's, or
-    vLLM refused); None where ``timeout_s`` ran out first (left unserved)."""
+    and the ``launch`` served (``EngineLaunch.to_json``), or ``error``: why
+    it could not be served here (the environment's, or vLLM refused); None
+    where ``timeout_s`` ran out first (left unserved)."""
     from cgsim.targets.vllm.compat import RunnerTimedOut, VllmEnvironmentError  # noqa: PLC0415
     from cgsim.targets.vllm.engine import EngineRefused  # noqa: PLC0415
 
