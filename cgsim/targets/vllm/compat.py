@@ -798,11 +798,7 @@ def has_dflash_query_graphs() -> bool:
     """The V2 runner's DFlash speculator captures its query forward through
     DFlashCudaGraphManager (v1/worker/gpu/spec_decode/dflash/cudagraph.py,
     0.25+; the context step captured ahead of it from 0.31)."""
-    name = "vllm.v1.worker.gpu.spec_decode.dflash.cudagraph"
-    if importlib.util.find_spec("vllm.v1.worker.gpu.spec_decode.dflash") is None:
-        return False
-    manager = _optional_attr(name, "DFlashCudaGraphManager")
-    return manager is not None
+    return _optional_attr("vllm.v1.worker.gpu.spec_decode.dflash.cudagraph", "DFlashCudaGraphManager") is not None
 
 
 def breakable_graph_module() -> Any:
