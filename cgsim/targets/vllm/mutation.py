@@ -28,6 +28,7 @@ CU = "vllm.v1.worker.gpu.cudagraph_utils"
 ELASTIC = "vllm.distributed.elastic_ep.elastic_execute"
 BLOCK_TABLE = "vllm.v1.worker.gpu.block_table"
 DFLASH_CU = "vllm.v1.worker.gpu.spec_decode.dflash.cudagraph"
+DFLASH_SPEC = "vllm.v1.worker.gpu.spec_decode.dflash.speculator"
 
 # Bugs in the code every release 0.32-0.34 shares, the manager's and the paths
 # around it the engine runs (the tests put each into the installed tree and
@@ -79,6 +80,11 @@ SERVED_MUTATIONS: tuple[Mutation, ...] = (
              "            def forward(cg_mode: CUDAGraphMode) -> None:\n",
              "dflash-context-outside-graph", area="DFlash draft manager",
              bug="the DFlash query graphs leave the context step out, so a replay drafts from stale context K/V"),
+    # A FULL query graph stores only its first context rows: a step whose target tokens outnumber them (a
+    # prefill) must store the rest before the replay (DFlashSpeculator.propose, 0.31+); skipped, they stay stale.
+    Mutation(DFLASH_SPEC, "self._precompute_context_kv(num_context, num_target_tokens)\n", "pass\n",
+             "dflash-context-beyond-graph-skipped", area="DFlash draft manager",
+             bug="the context rows beyond a DFlash query graph's are not stored before its replay"),
 )
 
 

@@ -17,6 +17,7 @@ from tests.vllm_required import skip_unless_vllm
 skip_unless_vllm()
 
 from cgsim.config import ManagerConfig  # noqa: E402
+from cgsim.properties.lifecycle import served_violations  # noqa: E402
 from cgsim.scenario import Scenario, Step  # noqa: E402
 from cgsim.modes import CUDAGraphMode  # noqa: E402
 from cgsim.targets.vllm.compat import has_dflash_query_graphs, require_vllm  # noqa: E402
@@ -27,6 +28,7 @@ from cgsim.targets.vllm.engine import (  # noqa: E402
     served_with_dflash,
     with_dflash_draft,
 )
+from cgsim.targets.vllm.mutation import MUTATIONS_ENV, SERVED_MUTATIONS, environment_for, in_tree  # noqa: E402
 from cgsim.targets.vllm.runner_build import build_runner  # noqa: E402
 from cgsim.targets.vllm.runner_serve import default_requests, eager_twin, graphs_equal_eager, serve_runner  # noqa: E402
 
@@ -65,10 +67,17 @@ def test_the_dflash_speculator_captures_its_query_graphs_through_vllms_runner() 
     assert {g.num_reqs for g in query.graphs} == {g.num_reqs for g in main.graphs}
 
 
+# The DFlash draft manager's one-line bugs in this tree (test_runner_serve.py has the other areas').
+DFLASH_BUGS = [m for m in in_tree(SERVED_MUTATIONS, require_vllm().location) if m.area == "DFlash draft manager"]
+
+
 @pytest.mark.slow
-def test_a_dflash_launch_drafts_with_graphs_what_it_drafts_eager() -> None:
+def test_a_dflash_launch_drafts_with_graphs_what_it_drafts_eager_and_each_bug_drafts_otherwise(monkeypatch) -> None:
     """The query graphs replayed (the context step and vLLM's Triton kernels
-    in them too): every step's drafts and tokens are eager's."""
+    in them too): every step's drafts and tokens are eager's.  Each one-line
+    bug of the DFlash draft manager (put into the tree as the serving child
+    imports it) drafts other tokens with graphs; eager is served once, from
+    the tree without bugs: each bug is in a path only a replay takes."""
     _needs_dflash()
     graphs = serve_runner(DFLASH, default_requests())
     eager = serve_runner(eager_twin(DFLASH), default_requests())
@@ -76,6 +85,14 @@ def test_a_dflash_launch_drafts_with_graphs_what_it_drafts_eager() -> None:
     assert graphs.replays > 0 and eager.replays == 0
     assert all(len(d) > 1 and all(len(step) == 3 for step in d[:-1]) for d in graphs.drafts.values()), graphs.drafts
     assert graphs_equal_eager(graphs, eager) == []
+    for bug in DFLASH_BUGS:
+        with monkeypatch.context() as patched:
+            patched.setenv(MUTATIONS_ENV, environment_for([bug])[MUTATIONS_ENV])
+            buggy = serve_runner(DFLASH, default_requests())
+        assert buggy.raised is None and buggy.replays > 0, (bug.name, buggy.raised)
+        # Other drafts (the tokens too in some runs: not asserted either way).
+        differing = served_violations(buggy.to_json(), eager.to_json())
+        assert any("drafts" in dict(v.facts) for v in differing), (bug.name, [v.message for v in differing])
 
 
 def _configs(**settings: object) -> list[ManagerConfig]:
