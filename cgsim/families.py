@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 from cgsim.finding import Finding
 from cgsim.text import first_line
 
-if TYPE_CHECKING:  # annotations only: the registry's properties are the families' own
+if TYPE_CHECKING:  # annotations only: importing the property registry runs every judge's module
     from cgsim.properties.registry import Property
 
-__all__ = ["ENTRY_POINT_GROUP", "DEFAULT_FAMILY", "Family", "FamilyRegistryError", "ReplayOutcome", "CatalogueRow", "families",
-           "family_of_finding", "family_of_scenario", "family_of_target"]
+__all__ = ["ENTRY_POINT_GROUP", "DEFAULT_FAMILY", "Family", "FamilyRegistryError", "ReplayOutcome", "CatalogueRow",
+           "families", "family_of_finding", "family_of_scenario", "family_of_target"]
 
 ENTRY_POINT_GROUP = "cgsim.families"
 # Scenarios no family claims (a kind unknown here, JSON that is no scenario) and target names none
@@ -105,14 +105,14 @@ def families() -> dict[str, Family]:
                 continue
             try:
                 family = ep.load()
-                problem = None if isinstance(family, Family) else f"is a {type(family).__name__}, not a cgsim.families.Family"
+                problem = None if isinstance(family, Family) else (f"is a {type(family).__name__}, "
+                                                                   "not a cgsim.families.Family")
             except Exception as exc:  # noqa: BLE001 - said in one line naming the entry point
                 problem = f"does not load: {type(exc).__name__}: {first_line(exc)}"
-            if problem is None:
-                found[family.name] = family
-            elif ep in _BUILTIN:
+            if problem is not None and ep in _BUILTIN:
                 raise FamilyRegistryError(f"family entry point {ep.name} = {ep.value!r} {problem}")
-            # An outside family that does not load is left out: it must not hide cgsim's own.
+            if problem is None:  # an outside family that does not load is left out: it must not hide cgsim's own
+                found[family.name] = family
         _cache = found
     return _cache
 
