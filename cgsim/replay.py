@@ -9,20 +9,14 @@ import json
 import signal
 from dataclasses import dataclass
 
-from cgsim.backends import get_backend
-from cgsim.encoder.replay import EncoderReplayResult, describe_encoder, is_encoder_finding, reproduce_encoder
+from cgsim.decode_family import DEFAULT_REPLAY_TIMEOUT, ReplayResult
+from cgsim.families import ReplayOutcome, family_of_finding
 from cgsim.finding import Finding, FindingError
-from cgsim.observe import RUNNER, Outcome, Pipeline, observe
 from cgsim.properties.harness import NO_CRASH, NO_HANG
-from cgsim.scenario import Scenario
-from cgsim.served import ServedReplayResult, describe_served, is_served_finding, reproduce_served
-from cgsim.targets import get_target
 from cgsim.targets.base import ScenarioNotRunnable
 
 __all__ = ["ReplayResult", "ScenarioNotRunnable", "reproduce", "describe", "DEFAULT_REPLAY_TIMEOUT", "ScriptVerdict", "script_verdict",
            "finding_in_repro", "script_time_limit", "CRASH_SIGNALS"]
-
-DEFAULT_REPLAY_TIMEOUT = 60.0
 # How a process dies of its own fault (a segfault, an abort), as opposed to
 # being stopped from outside (SIGKILL from the OOM killer, SIGTERM, SIGINT).
 CRASH_SIGNALS = frozenset(getattr(signal, n) for n in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT", "SIGTRAP",
@@ -30,55 +24,15 @@ CRASH_SIGNALS = frozenset(getattr(signal, n) for n in ("SIGSEGV", "SIGBUS", "SIG
 SCRIPT_START_S = 120.0  # a repro script's own start (imports; an engine's cold import is ~20 s)
 
 
-@dataclass(frozen=True)
-class ReplayResult:
-    property: str
-    reproduced: bool
-    outcome: Outcome
-
-    def lines(self) -> list[str]:
-        out = []
-        seen = self.outcome.first(self.property)
-        if self.reproduced and seen is not None:
-            out.append(f"REPRODUCED {self.property}: {seen.message}")
-        else:
-            out.append(f"not reproduced: {self.property} holds on this run")
-        for f in self.outcome.findings:
-            if f.property != self.property:
-                out.append(f"also violated {f.property}: {f.message}")
-        return out
-
-
-def reproduce(finding: Finding, backend: str | None = None, timeout: float | None = None,
-              pipeline: Pipeline = RUNNER) -> ReplayResult | EncoderReplayResult | ServedReplayResult:
-    """Run the finding's scenario on its target.  ``reproduced`` is True while
-    the finding's property is still violated.
+def reproduce(finding: Finding, backend: str | None = None, timeout: float | None = None) -> ReplayOutcome:
+    """Run the finding's scenario on its target, as its family replays it
+    (``cgsim.families``).  ``reproduced`` is True while the finding's
+    property is still violated.
 
     Environment problems (no GPU, a target this install lacks, an engine that
     does not import) raise before anything runs: they must never look like a
-    reproduction, nor like a fix.
-
-    An encoder finding (its scenario of kind "encoder") is replayed by
-    ``cgsim.encoder.replay``: its result has the same ``property``,
-    ``reproduced`` and ``lines()``; so has a finding served through the
-    engine's runner, served again by ``cgsim.served``."""
-    if is_encoder_finding(finding):
-        return reproduce_encoder(finding, backend=backend, timeout=timeout)
-    if timeout is not None and timeout <= 0:
-        raise ValueError(f"--timeout {timeout:g}: give a positive number of seconds")
-    if is_served_finding(finding):
-        return reproduce_served(finding, timeout)
-    scenario = Scenario.from_json(finding.scenario)
-    backend = backend or finding.backend or "mock"
-    get_backend(backend)  # BackendUnavailable (e.g. cuda without a GPU)
-    get_target(finding.target).prepare_environment()
-    if timeout is None:
-        timeout = float(finding.extra.get("timeout_s") or DEFAULT_REPLAY_TIMEOUT)
-    outcome = observe(scenario, finding.target, backend, timeout, pipeline=pipeline)
-    if outcome.unsupported is not None:
-        # Nothing ran: neither a reproduction nor a fix.
-        raise ScenarioNotRunnable(f"{finding.id} cannot run on {finding.target} here: {outcome.unsupported}")
-    return ReplayResult(finding.property, outcome.first(finding.property) is not None, outcome)
+    reproduction, nor like a fix."""
+    return family_of_finding(finding).reproduce(finding, backend, timeout)
 
 
 def finding_in_repro(path: str) -> Finding:
@@ -153,21 +107,5 @@ def script_verdict(finding: Finding, code: int | None, limit: float, path: str =
 
 
 def describe(finding: Finding) -> list[str]:
-    if is_encoder_finding(finding):
-        return describe_encoder(finding)
-    if is_served_finding(finding):
-        return describe_served(finding)
-    lines = [f"finding {finding.id}: {finding.property} on target {finding.target}"]
-    if finding.statement:
-        lines.append(f"  property: {finding.statement}")
-    if finding.message:
-        lines.append(f"  first seen: {finding.message}")
-    if finding.scenario_short:
-        lines.append(f"  scenario: {finding.scenario_short}")
-    try:
-        from cgsim.scenario_code import mode_resolution
-
-        lines.append(f"  {mode_resolution(Scenario.from_json(finding.scenario))}")
-    except (ValueError, TypeError, KeyError):
-        pass  # a scenario that does not load: reproduce() says why
-    return lines
+    """What the finding is, before it is replayed, as its family says it."""
+    return family_of_finding(finding).describe(finding)

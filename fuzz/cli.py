@@ -335,80 +335,11 @@ def _known_errors() -> tuple[type, ...]:
 
 # -- run ---------------------------------------------------------------------------
 def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
-    from cgsim.encoder.targets import is_encoder_target
-    from fuzz.campaign import options_for_profile, run_campaign
+    """The campaign of the family the target belongs to (``fuzz.families``)."""
+    from fuzz.families import commands_of_target
 
-    if is_encoder_target(args.target):
-        return _run_encoder(args, argv)
-
-    budget = _duration(args.budget, "--budget")
-    grace = _duration(args.shrink_grace, "--shrink-grace", zero=True)
-    limit = _duration(args.shrink_limit, "--shrink-limit", zero=True)
-    timeout = _duration(args.timeout, "--timeout")
-    options = options_for_profile(
-        args.profile,
-        target=args.target,
-        backend=args.backend,
-        ruleset=args.ruleset,
-        budget_s=budget,
-        workers=args.workers,
-        force_workers=args.force_workers,
-        seed=args.seed,
-        report_dir=args.report_dir,
-        timeout_s=timeout,
-        max_examples=args.max_examples,
-        chunk_examples=args.chunk_examples,
-        shrink_grace_s=grace,
-        shrink_limit_s=limit,
-        shrink_time_share=args.shrink_share,
-        gpus=args.gpus,
-        one_per_gpu=bool(args.gpus) and args.workers is None,
-        start_method=args.start_method,
-        ray=args.ray,
-        workers_from_cluster=args.ray is not None and args.workers is None,
-        example_db=args.example_db,
-        runner_confirm=not args.no_runner_confirm,
-        runner_share_s=_duration(args.runner_share, "--runner-share", zero=True),
-        confirm_budget_s=_duration(args.confirm_budget, "--confirm-budget", zero=True),
-        quiet=args.quiet,
-        sources=_sources_given(),
-        diff_base=args.diff_base,
-        command="python -m fuzz " + " ".join(shlex.quote(a) for a in argv),
-    )
-    return run_campaign(options, ignore_late_signals=args.exiting).exit_code
-
-
-def _sources_given() -> tuple[tuple[str, str], ...]:
-    """(environment variable, tree) of each source-tree option set for this run."""
-    from cgsim.targets.registry import source_options
-
-    return tuple((o.env, os.environ[o.env]) for o in source_options() if os.environ.get(o.env))
-
-
-def _run_encoder(args: argparse.Namespace, argv: list[str]) -> int:
-    """An encoder campaign: Hypothesis draws on one process or ``--workers``, shrinks pinned to a property."""
-    from fuzz.encoder_campaign import EncoderCampaignOptions, run_encoder_campaign
-
-    from fuzz.campaign.options import UsageError, bounded_workers
-
-    unsupported = [flag for flag, given in (("--ray", args.ray), ("--gpus", args.gpus),
-                                            ("--example-db", args.example_db), ("--ruleset", args.ruleset),
-                                            ("--diff-base", args.diff_base)) if given]
-    if unsupported:
-        raise _Exit(2, f"{', '.join(unsupported)} is not taken by the encoder target {args.target} (its workers "
-                       "run on this machine, judged by its own design); leave it out")
-    try:
-        workers = bounded_workers(args.workers or 1, args.backend, args.force_workers)
-    except UsageError as exc:
-        raise _Exit(2, str(exc)) from None
-    budget = _duration(args.budget, "--budget") or 60.0
-    limit = _duration(args.shrink_limit, "--shrink-limit", zero=True)
-    options = EncoderCampaignOptions(
-        target=args.target, backend=args.backend, budget_s=budget, seed=args.seed or 0,
-        max_examples=args.max_examples, report_dir=args.report_dir,
-        shrink_limit_s=limit if limit else max(5.0, budget / 10), quiet=args.quiet, workers=workers,
-        command="python -m fuzz " + " ".join(shlex.quote(a) for a in argv))
-    return run_encoder_campaign(options).exit_code
+    command = "python -m fuzz " + " ".join(shlex.quote(a) for a in argv)
+    return commands_of_target(args.target).run_campaign(args, command)
 
 
 # -- replay ---------------------------------------------------------------------------
@@ -431,7 +362,7 @@ def _cmd_replay(args: argparse.Namespace, argv: list[str]) -> int:
     from cgsim.report.findings import load_finding
     from cgsim.targets.registry import source_options
 
-    finding = load_finding(path)  # an encoder finding too: reproduce() hands it to cgsim.encoder.replay
+    finding = load_finding(path)  # of any family: reproduce() hands it to its family's replay
     for option in source_options():
         recorded = finding.extra.get(option.recorded_as) if option.recorded_as else None
         if recorded and not os.environ.get(option.env) and os.path.isdir(str(recorded)):
@@ -529,12 +460,10 @@ def _replay_script(path: str, args: argparse.Namespace) -> int:
 
 # -- report ---------------------------------------------------------------------------------
 def _cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
-    from fuzz.campaign.rebuild import rebuild_report
-    from fuzz.encoder_campaign import is_encoder_run, rebuild_encoder_report
+    """The report rebuilt by the family whose campaign wrote the run directory (``fuzz.families``)."""
+    from fuzz.families import commands_of_run_dir
 
-    if os.path.isdir(args.run_dir) and is_encoder_run(args.run_dir):
-        return rebuild_encoder_report(args.run_dir, say=(lambda line: None) if args.quiet else print)
-    return rebuild_report(args.run_dir, quiet=args.quiet).exit_code
+    return commands_of_run_dir(args.run_dir).rebuild_report(args.run_dir, args.quiet)
 
 
 # -- export-test ---------------------------------------------------------------------------
@@ -558,30 +487,12 @@ def _cmd_export_test(args: argparse.Namespace, argv: list[str]) -> int:
 
 # -- list -------------------------------------------------------------------------------
 def _cmd_list(args: argparse.Namespace, argv: list[str]) -> int:
-    from cgsim.properties import ALL_PROPERTIES
-    from cgsim.spec import RULESETS
-    from cgsim.targets import describe_targets
+    """Each family's targets, rulesets and properties (``cgsim.families``)."""
+    from cgsim.families import families
 
-    out = sys.stdout.write
-    for name, summary in describe_targets().items():
-        kind = "mutant" if name.startswith("mutant:") else "target"
-        out(f"{kind.ljust(9)} {name}  {summary}\n")
-    for name, rs in RULESETS.items():
-        out(f"ruleset   {name}  {rs.summary}\n")
-    for pid, prop in ALL_PROPERTIES.items():
-        out(f"property  {pid}  {prop.statement}" + (" (harness)" if prop.family == "harness" else "") + "\n")
-    from cgsim.encoder.mutants import ENCODER_MUTANTS
-    from cgsim.properties.encoder import ENCODER_PROPERTIES
-    from cgsim.spec.encoder import DESIGNS
-
-    out("target    encoder-reference  cgsim's reference vision-encoder graph manager (docs/encoder.md)\n")
-    out("target    vllm-encoder  vLLM's EncoderCudaGraphManager through vLLM's front door\n")
-    for name, m in ENCODER_MUTANTS.items():
-        out(f"mutant    encoder-mutant:{name}  {(m.cls.__doc__ or '').strip().splitlines()[0]}\n")
-    for name, d in DESIGNS.items():
-        out(f"ruleset   {name}  {d.why}\n")
-    for pid, prop in ENCODER_PROPERTIES.items():
-        out(f"property  {pid}  {prop.statement} (encoder)\n")
+    for family in families().values():
+        for row in family.catalogue():
+            sys.stdout.write(f"{row.what.ljust(9)} {row.name}  {row.summary}\n")
     return 0
 
 

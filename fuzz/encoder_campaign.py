@@ -16,6 +16,7 @@ Ctrl-C."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import secrets
@@ -31,13 +32,14 @@ from cgsim.report.encoder import render_encoder_html, render_encoder_markdown
 from cgsim.report.findings import finding_path, scan_findings
 from cgsim.report.repro import write_repro
 from cgsim.report.summary import update_latest
+from fuzz.campaign.options import UsageError, bounded_workers, parse_budget
 from fuzz.encoder_search import (EncoderCampaignOptions, EncoderCampaignResult, encoder_finding,
                                  remove_encoder_finding, search_encoder, write_encoder_finding)
 
 # The search's values and writers are re-exported: the campaign's callers take them from here.
 __all__ = ["EncoderCampaignOptions", "EncoderCampaignResult", "encoder_finding", "is_encoder_run",
            "rebuild_encoder_report", "run_encoder_campaign", "search_encoder", "write_encoder_finding",
-           "remove_encoder_finding"]
+           "remove_encoder_finding", "run_from_arguments", "rebuild_from_command_line"]
 
 
 def _replay_command(path: str) -> str:
@@ -81,6 +83,26 @@ def run_encoder_campaign(o: EncoderCampaignOptions, say: Callable[[str], None] =
         say(f"{result.scenarios} scenarios ({result.refused} refused){workers}, {len(result.findings)} findings; "
             f"report: {os.path.abspath(os.path.join(run_dir, 'index.html'))} (as text: index.md)")
     return result
+
+
+def run_from_arguments(args: argparse.Namespace, command: str) -> int:
+    """An encoder campaign as ``python -m fuzz run``'s flags ask for it: Hypothesis draws on one
+    process or ``--workers``, shrinks pinned to a property; its exit status."""
+    unsupported = [flag for flag, given in (("--ray", args.ray), ("--gpus", args.gpus),
+                                            ("--example-db", args.example_db), ("--ruleset", args.ruleset),
+                                            ("--diff-base", args.diff_base)) if given]
+    if unsupported:
+        raise UsageError(f"{', '.join(unsupported)} is not taken by the encoder target {args.target} (its workers "
+                         "run on this machine, judged by its own design); leave it out")
+    workers = bounded_workers(args.workers or 1, args.backend, args.force_workers)
+    budget = (parse_budget(args.budget, flag="--budget") if args.budget is not None else None) or 60.0
+    limit = parse_budget(args.shrink_limit, flag="--shrink-limit", zero=True) if args.shrink_limit is not None else None
+    options = EncoderCampaignOptions(
+        target=args.target, backend=args.backend, budget_s=budget, seed=args.seed or 0,
+        max_examples=args.max_examples, report_dir=args.report_dir,
+        shrink_limit_s=limit if limit else max(5.0, budget / 10), quiet=args.quiet, workers=workers,
+        command=command)
+    return run_encoder_campaign(options).exit_code
 
 
 def _summary_entry(f: Finding) -> dict:
@@ -147,6 +169,11 @@ def rebuild_encoder_report(run_dir: str, say: Callable[[str], None] = print) -> 
     _write_pages(run_dir, summary)
     say(f"{len(findings)} findings; report: {os.path.abspath(os.path.join(run_dir, 'index.html'))} (as text: index.md)")
     return 1 if findings else 0
+
+
+def rebuild_from_command_line(run_dir: str, quiet: bool) -> int:
+    """``python -m fuzz report RUN_DIR`` for an encoder run; its exit status."""
+    return rebuild_encoder_report(run_dir, say=(lambda line: None) if quiet else print)
 
 
 def _write_report(o: EncoderCampaignOptions, r: EncoderCampaignResult, run_id: str, ruleset: str, elapsed: float,

@@ -17,12 +17,12 @@ from cgsim.finding import Finding
 from cgsim.properties.registry import Violation
 from cgsim.targets.base import ScenarioNotRunnable
 
-__all__ = ["EncoderReplayResult", "describe_encoder", "is_encoder_finding", "reproduce_encoder"]
+__all__ = ["EncoderReplayResult", "describe_encoder", "is_encoder_scenario", "reproduce_encoder"]
 
 
-def is_encoder_finding(finding: Finding) -> bool:
-    """Whether ``finding`` is about a vision encoder's graphs (replayed here)."""
-    return isinstance(finding.scenario, Mapping) and finding.scenario.get("kind") == "encoder"
+def is_encoder_scenario(scenario: object) -> bool:
+    """Whether a scenario's JSON (a finding's ``scenario``) is an encoder scenario's (its finding replays here)."""
+    return isinstance(scenario, Mapping) and scenario.get("kind") == "encoder"
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from cgsim.spec.rulesets import RULESETS
 from cgsim.properties import init, capture, metadata, dispatch, lifecycle, memory, harness  # noqa: F401,E401
 from cgsim.properties import sglang  # noqa: F401,E402
 from cgsim.properties.dispatch import useless_descriptors
-from cgsim.properties.registry import Property, Verdict, Violation, registered, resolve_alias
+from cgsim.properties.registry import DECODE_FAMILIES, Property, Verdict, Violation, registered, resolve_alias
 from cgsim.properties.view import RunView
 from cgsim.scenario import Scenario
 from cgsim.trace import Trace
@@ -52,8 +52,8 @@ __all__ = [
 ]
 
 # Every declared id of the decode managers' judge, harness outcomes included (CHECK-CRASH has no check);
-# the encoder family judges encoder scenarios (cgsim.properties.encoder.ENCODER_PROPERTIES).
-ALL_PROPERTIES: dict[str, Property] = {pid: p for pid, p in registered().items() if p.family != "encoder"}
+# the encoder's judge has its own (cgsim.properties.encoder.ENCODER_PROPERTIES).
+ALL_PROPERTIES: dict[str, Property] = {pid: p for pid, p in registered().items() if p.family in DECODE_FAMILIES}
 # The ones a trace can be judged by.
 PROPERTIES: dict[str, Property] = {pid: p for pid, p in ALL_PROPERTIES.items() if not p.harness_only}
 # The harness family's outcomes (a crash, a hang, a check that raised): every scenario is watched for them,

@@ -11,7 +11,7 @@ from typing import Iterable
 
 from cgsim.encoder.trace import EncCapture, EncClear, EncError, EncGroup, EncOutput, EncoderTrace
 from cgsim.encoder.values import EncoderScenario
-from cgsim.properties.registry import Property, Verdict, Violation, declare, registered
+from cgsim.properties.registry import ENCODER_FAMILIES, Property, Verdict, Violation, declare, registered
 from cgsim.spec.encoder import (EncoderConfigRefused, EncoderDesign, EncoderPlan, Group, design, fits, plan,
                                 smallest_fitting)
 
@@ -232,7 +232,7 @@ def enc_no_crash(run: EncoderRunView) -> list[Violation]:
                where=e.where) for e in run.trace.of(EncError)]
 
 
-ENCODER_PROPERTIES: dict[str, Property] = {pid: p for pid, p in registered().items() if p.family == "encoder"}
+ENCODER_PROPERTIES: dict[str, Property] = {pid: p for pid, p in registered().items() if p.family in ENCODER_FAMILIES}
 
 
 def check_encoder_scenario(scenario: EncoderScenario, trace: EncoderTrace, only: Iterable[str] | None = None) -> Verdict:

@@ -33,6 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "FAMILIES",
+    "DECODE_FAMILIES",
+    "ENCODER_FAMILIES",
     "KINDS",
     "InvalidProperty",
     "Property",
@@ -45,9 +47,12 @@ __all__ = [
 
 # Families in report order: what candidate init built, how it was captured,
 # what the graphs read, where batches went, what replay and release did, the
-# memory the graphs hold, and what happened around the run; then the vision
-# encoder's graphs (judged on encoder scenarios only).
-FAMILIES = ("init", "capture", "metadata", "dispatch", "lifecycle", "memory", "harness", "encoder")
+# memory the graphs hold, and what happened around the run (the decode
+# managers' judge, cgsim.properties); then the vision encoder's graphs
+# (judged on encoder scenarios only, cgsim.properties.encoder).
+DECODE_FAMILIES = ("init", "capture", "metadata", "dispatch", "lifecycle", "memory", "harness")
+ENCODER_FAMILIES = ("encoder",)
+FAMILIES = DECODE_FAMILIES + ENCODER_FAMILIES
 
 KINDS = ("violation", "crash", "hang")
 _ID = re.compile(r"^[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)*$")

@@ -66,20 +66,14 @@ def _parsed(literal: str) -> object:
 
 
 def _code_comment(finding: Finding) -> str:
-    """The scenario as code, every line a comment ("#| "): never run.  An
-    encoder scenario as the constructor calls of ``cgsim.encoder.values``."""
-    from cgsim.scenario import Scenario, ScenarioError
-    from cgsim.scenario_code import scenario_code
+    """The scenario as code, every line a comment ("#| "): never run.  Its
+    family writes it (``cgsim.families``), e.g. an encoder scenario as the
+    constructor calls of ``cgsim.encoder.values``."""
+    from cgsim.families import family_of_finding
 
     try:
-        if isinstance(finding.scenario, dict) and finding.scenario.get("kind") == "encoder":
-            from cgsim.encoder.code import encoder_scenario_code
-            from cgsim.encoder.values import EncoderScenario
-
-            code = encoder_scenario_code(EncoderScenario.from_json(finding.scenario))
-        else:
-            code = scenario_code(Scenario.from_json(finding.scenario))
-    except (ScenarioError, ValueError, TypeError, KeyError) as exc:
+        code = family_of_finding(finding).scenario_code(finding.scenario)
+    except (ValueError, TypeError, KeyError) as exc:
         code = f"(the scenario does not load here: {type(exc).__name__})"
     return "\n".join(f"#| {line}".rstrip() for line in code.splitlines())
 

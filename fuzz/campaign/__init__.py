@@ -8,7 +8,8 @@ wired together), ``cluster`` (the Ray cluster a ``--ray`` run joins),
 process and its Hypothesis loop), ``lifecycle`` (what happens to a failure a
 worker saw), ``coverage`` (what its scenarios covered), ``inflight`` (the
 scenario each worker runs, on disk), ``console``, ``rebuild`` (``fuzz
-report``), ``resources`` and ``example_db``.
+report``), ``resources``, ``example_db`` and ``command_line`` (``fuzz run``
+and ``fuzz report`` for the decode family, ``fuzz.families``).
 """
 
 from fuzz.campaign.executor import StopSignal

@@ -360,8 +360,7 @@ def test_list_into_head(tmp_path):
 
 def test_every_duration_flag_reads_the_same_durations(tmp_path, monkeypatch):
     """--timeout 10s is ten seconds, as --budget 10s is: one parser for every duration."""
-    import fuzz.campaign as campaign
-    from fuzz.campaign import CampaignResult
+    from fuzz.campaign import CampaignResult, command_line
 
     seen = {}
 
@@ -369,7 +368,7 @@ def test_every_duration_flag_reads_the_same_durations(tmp_path, monkeypatch):
         seen["options"] = options
         return CampaignResult(0, str(tmp_path), {})
 
-    monkeypatch.setattr(campaign, "run_campaign", fake_run)
+    monkeypatch.setattr(command_line, "run_campaign", fake_run)  # the decode family's `fuzz run` (fuzz.families)
     assert main(["run", "--timeout", "10s", "--budget", "2m", "--shrink-grace", "1m30s", "--shrink-limit", "0",
                  "--runner-share", "0", "--report-dir", str(tmp_path)]) == 0
     o = seen["options"]

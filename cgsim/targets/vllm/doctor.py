@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable
 
 from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch
+from cgsim.families import family_of_finding, family_of_target
 from cgsim.finding import Finding
 from cgsim.scenario import Scenario, Step
 from cgsim.targets.vllm.compat import Capabilities, VllmEnvironmentError, require_vllm
@@ -291,9 +292,6 @@ def self_check() -> tuple[Finding, ...]:
     line = doctor_line(caps, checks)
     if line is not None:
         raise DoctorFailed(line)
-    # The decode campaign replays its own kind; an encoder finding is the doctor's to show (exit 1).
-    return tuple(f for c in checks for f in c.findings if not _is_encoder(f))
-
-
-def _is_encoder(finding: Finding) -> bool:
-    return isinstance(finding.scenario, dict) and finding.scenario.get("kind") == "encoder"
+    # The campaign replays its own family's findings; another family's are the doctor's to show (exit 1).
+    own = family_of_target("vllm")
+    return tuple(f for c in checks for f in c.findings if family_of_finding(f) == own)

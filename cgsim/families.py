@@ -1,0 +1,134 @@
+"""The capture-manager families: the one place that knows which exist.
+
+A family is the capture managers one flow of values drives: ``decode`` (the
+decode managers: vLLM's, SGLang's runners, the reference and its mutants;
+``cgsim.scenario.Scenario``) and ``encoder`` (vLLM's vision-encoder manager;
+``cgsim.encoder``).  Generic code (replay, repro scripts, the doctor, the
+CLI) asks here for the family of a finding or a target and calls its
+operations; it never tests which family it runs.
+
+Families are entry points of the group ``cgsim.families`` (so a package
+outside cgsim can add one with a line in its pyproject.toml); cgsim's own
+are listed here in the same form, so they work from a checkout that was
+never installed.  An entry point names a ``Family``:
+
+    [project.entry-points."cgsim.families"]
+    myfamily = "mypackage.cgsim_family:FAMILY"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+
+from cgsim.finding import Finding
+from cgsim.text import first_line
+
+if TYPE_CHECKING:  # annotations only: importing the property registry runs every judge's module
+    from cgsim.properties.registry import Property
+
+__all__ = ["ENTRY_POINT_GROUP", "DEFAULT_FAMILY", "Family", "FamilyRegistryError", "ReplayOutcome", "CatalogueRow",
+           "families", "family_of_finding", "family_of_scenario", "family_of_target"]
+
+ENTRY_POINT_GROUP = "cgsim.families"
+# Scenarios no family claims (a kind unknown here, JSON that is no scenario) and target names none
+# claims go to this family, whose loaders and target registry say what is wrong with them.
+DEFAULT_FAMILY = "decode"
+
+_BUILTIN = (
+    EntryPoint("decode", "cgsim.decode_family:FAMILY", ENTRY_POINT_GROUP),
+    EntryPoint("encoder", "cgsim.encoder.family:FAMILY", ENTRY_POINT_GROUP),
+)
+
+
+class ReplayOutcome(Protocol):
+    """What a family's replay of a finding showed: ``reproduced`` while ``property`` is still violated."""
+
+    property: str
+    reproduced: bool
+
+    def lines(self) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class CatalogueRow:
+    """One line of ``python -m fuzz list``: what it is (target, mutant, ruleset, property), its name, its summary."""
+
+    what: str
+    name: str
+    summary: str
+
+
+@dataclass(frozen=True)
+class Family:
+    """One family of capture managers, as the operations generic code needs.
+
+    ``owns_scenario(json)``: whether a scenario's JSON (a finding's
+    ``scenario``) is this family's, by its ``kind``; ``owns_target(name)``:
+    whether a target name is one of its targets; ``reproduce(finding,
+    backend, timeout)``: re-run a finding of this family (environment
+    problems raise before anything runs); ``describe(finding)``: what the
+    finding is, before it is replayed; ``scenario_code(json)``: the scenario
+    as the constructor calls that build it (the loader's ValueError,
+    TypeError or KeyError for one that does not load); ``properties()``: the
+    property registry its scenarios are judged by, in report order;
+    ``catalogue()``: its rows of ``python -m fuzz list``.
+    """
+
+    name: str
+    summary: str
+    owns_scenario: Callable[[Any], bool]
+    owns_target: Callable[[str], bool]
+    reproduce: Callable[[Finding, str | None, float | None], ReplayOutcome]
+    describe: Callable[[Finding], list[str]]
+    scenario_code: Callable[[Any], str]
+    properties: Callable[[], Mapping[str, Property]]
+    catalogue: Callable[[], tuple[CatalogueRow, ...]]
+
+
+_cache: dict[str, Family] | None = None
+
+
+class FamilyRegistryError(RuntimeError):
+    """A family entry point that does not load or is no Family: one line naming it."""
+
+
+def families() -> dict[str, Family]:
+    """cgsim's families, then every installed ``cgsim.families`` entry point, by name."""
+    global _cache
+    if _cache is None:
+        found: dict[str, Family] = {}
+        installed = list(entry_points(group=ENTRY_POINT_GROUP))
+        for ep in list(_BUILTIN) + [ep for ep in installed if ep.value not in {b.value for b in _BUILTIN}]:
+            if ep.name in found:
+                continue
+            try:
+                family = ep.load()
+                problem = None if isinstance(family, Family) else (f"is a {type(family).__name__}, "
+                                                                   "not a cgsim.families.Family")
+            except Exception as exc:  # noqa: BLE001 - said in one line naming the entry point
+                problem = f"does not load: {type(exc).__name__}: {first_line(exc)}"
+            if problem is not None and ep in _BUILTIN:
+                raise FamilyRegistryError(f"family entry point {ep.name} = {ep.value!r} {problem}")
+            if problem is None:  # an outside family that does not load is left out: it must not hide cgsim's own
+                found[family.name] = family
+        _cache = found
+    return _cache
+
+
+def family_of_scenario(scenario: Any) -> Family:
+    """The family whose scenario this JSON is (the default family where none claims it)."""
+    registered = families()
+    return next((f for f in registered.values() if f.owns_scenario(scenario)), registered[DEFAULT_FAMILY])
+
+
+def family_of_finding(finding: Finding) -> Family:
+    """The family of a finding: that of its scenario."""
+    return family_of_scenario(finding.scenario)
+
+
+def family_of_target(name: str) -> Family:
+    """The family a target name belongs to (the default family where none claims it)."""
+    registered = families()
+    return next((f for f in registered.values() if f.owns_target(name)), registered[DEFAULT_FAMILY])
