@@ -303,10 +303,10 @@ def runner_world(launch: EngineLaunch) -> Iterator[tuple[Any, Any, Any]]:
     the toy registered, the mock device active, vLLM's patches and a
     one-rank world; yields (capabilities, the VllmConfig, the backend).
     The process must not have imported vLLM yet (``in_child``)."""
+    _triton_interpreter()  # first: a process that cannot build (vLLM imported already) is left as it was
     # A launch's environment is its process's from the start: vLLM reads some of it at import (0.32's
     # @eager_break_during_capture decides then whether attention breaks a breakable capture).
     os.environ.update(dict(launch.env))
-    _triton_interpreter()
     from cgsim.backends import get_backend  # noqa: PLC0415
     from cgsim.targets.vllm.engine import drafts_with_dflash, engine_config  # noqa: PLC0415
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -99,9 +100,13 @@ def test_a_launch_vllm_refuses_is_refused_not_built() -> None:
 
 def test_building_in_a_process_that_imported_vllm_is_an_environment_error() -> None:
     # This process imported vLLM without Triton's interpreter (skip_unless_vllm).
+    launch = launch_for(CONFIGS["full-decode-only"])
+    before = {name: os.environ.get(name) for name in dict(launch.env)}
     with pytest.raises(VllmEnvironmentError, match="fresh process") as info:
-        build_here(launch_for(CONFIGS["full-decode-only"]))
+        build_here(launch)
     assert "\n" not in str(info.value)
+    # Nothing of the launch's environment is left behind for the tests after it (VLLM_USE_V2_MODEL_RUNNER).
+    assert {name: os.environ.get(name) for name in dict(launch.env)} == before
 
 
 def test_runner_graphs_round_trip_through_json() -> None:
