@@ -111,16 +111,31 @@ def families() -> dict[str, Family]:
                 problem = f"does not load: {type(exc).__name__}: {first_line(exc)}"
             if problem is not None and ep in _BUILTIN:
                 raise FamilyRegistryError(f"family entry point {ep.name} = {ep.value!r} {problem}")
-            if problem is None:  # an outside family that does not load is left out: it must not hide cgsim's own
+            if problem is None:
                 found[family.name] = family
+            else:  # an outside family that does not load must not hide cgsim's own: said where nothing claims
+                _broken[ep.name] = f"family entry point {ep.name} = {ep.value!r} {problem}"
         _cache = found
     return _cache
+
+
+_broken: dict[str, str] = {}  # outside family entry points that did not load, by name: why
+
+
+def _unclaimed(what: str) -> Family:
+    """The default family for what no family claims; where an outside family
+    did not load, it may be that one's: FamilyRegistryError naming it."""
+    if _broken:
+        raise FamilyRegistryError(f"no family claims {what}, and {'; '.join(sorted(_broken.values()))}")
+    return families()[DEFAULT_FAMILY]
 
 
 def family_of_scenario(scenario: Any) -> Family:
     """The family whose scenario this JSON is (the default family where none claims it)."""
     registered = families()
-    return next((f for f in registered.values() if f.owns_scenario(scenario)), registered[DEFAULT_FAMILY])
+    kind = scenario.get("kind") if isinstance(scenario, Mapping) else None
+    return next((f for f in registered.values() if f.owns_scenario(scenario)), None) or (
+        _unclaimed(f"a scenario of kind {kind!r}") if kind is not None else registered[DEFAULT_FAMILY])
 
 
 def family_of_finding(finding: Finding) -> Family:
@@ -131,4 +146,4 @@ def family_of_finding(finding: Finding) -> Family:
 def family_of_target(name: str) -> Family:
     """The family a target name belongs to (the default family where none claims it)."""
     registered = families()
-    return next((f for f in registered.values() if f.owns_target(name)), registered[DEFAULT_FAMILY])
+    return next((f for f in registered.values() if f.owns_target(name)), None) or _unclaimed(f"the target {name!r}")

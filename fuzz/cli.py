@@ -322,6 +322,7 @@ def _stop_signal() -> type:
 def _known_errors() -> tuple[type, ...]:
     from cgsim.backends import BackendUnavailable
     from cgsim.config import ConfigError
+    from cgsim.families import FamilyRegistryError
     from cgsim.finding import FindingError
     from cgsim.modes import ModeResolutionError
     from cgsim.scenario import ScenarioError
@@ -330,7 +331,7 @@ def _known_errors() -> tuple[type, ...]:
     from fuzz.campaign import UsageError
 
     return (ConfigError, ScenarioError, UnknownRuleset, FindingError, UsageError, ModeResolutionError, OSError,
-            BackendUnavailable, TargetEnvironmentError, UnknownTarget)
+            BackendUnavailable, TargetEnvironmentError, UnknownTarget, FamilyRegistryError)
 
 
 # -- run ---------------------------------------------------------------------------

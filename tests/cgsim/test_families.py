@@ -47,6 +47,25 @@ def test_every_target_a_family_lists_is_that_familys_and_unknown_names_go_to_the
     assert family_of_target("no-such-target").name == DEFAULT_FAMILY  # the target registry names the choices
 
 
+def test_an_outside_family_that_does_not_load_is_named_where_nothing_else_claims(monkeypatch):
+    """cgsim's own families still work; a target or a scenario kind no family
+    claims, which may be the broken family's, names it in one line."""
+    import cgsim.families as registry  # noqa: PLC0415
+    from importlib.metadata import EntryPoint  # noqa: PLC0415
+
+    broken = EntryPoint("vit", "no_such_package.cgsim_family:FAMILY", registry.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(registry, "entry_points", lambda group: [broken])
+    monkeypatch.setattr(registry, "_cache", None)
+    monkeypatch.setattr(registry, "_broken", {})
+    assert list(families()) == ["decode", "encoder"]
+    assert family_of_target("reference").name == "decode"
+    assert family_of_scenario({"steps": []}).name == "decode"
+    for unclaimed in (lambda: family_of_target("vit-reference"), lambda: family_of_scenario({"kind": "vit"})):
+        with pytest.raises(registry.FamilyRegistryError, match="family entry point vit = .* does not load") as info:
+            unclaimed()
+        assert "\n" not in str(info.value)
+
+
 def test_the_families_property_registries_are_disjoint():
     decode, encoder = (set(families()[name].properties()) for name in ("decode", "encoder"))
     assert decode and encoder and not decode & encoder
