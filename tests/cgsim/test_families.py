@@ -12,6 +12,7 @@ import pytest
 from cgsim.families import DEFAULT_FAMILY, Family, families, family_of_finding, family_of_scenario, family_of_target
 from cgsim.finding import Finding
 from cgsim.properties.registry import Violation
+from tests.source_trees import parsed_modules
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -91,19 +92,8 @@ def family_tests(root: str) -> list[tuple[str, int, str]]:
     """(path, line, what) of each comparison (``==``, ``!=``, ``in``) with a
     family's name and each call of an ``is_<family>_...`` predicate, in the
     cgsim and fuzz modules outside the families' own."""
-    out = []
-    for package in ("cgsim", "fuzz"):
-        for folder, dirs, files in os.walk(os.path.join(root, package)):
-            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-            for name in sorted(f for f in files if f.endswith(".py")):
-                path = os.path.join(folder, name)
-                rel = os.path.relpath(path, root).replace(os.sep, "/")
-                if rel.startswith(FAMILY_MODULES):
-                    continue
-                with open(path, encoding="utf-8") as fh:
-                    tree = ast.parse(fh.read(), rel)
-                out += [(rel, node.lineno, what) for node in ast.walk(tree) for what in _family_test(node)]
-    return out
+    return [(rel, node.lineno, what) for rel, tree in parsed_modules(root, skip=FAMILY_MODULES)
+            for node in ast.walk(tree) for what in _family_test(node)]
 
 
 def _family_test(node: ast.AST) -> list[str]:

@@ -20,6 +20,7 @@ from cgsim.targets import registry
 from cgsim.targets.base import (ENCODER_HOOKS, TARGET_HOOKS, Drawing, PytestAdapter, SourceOption,
                                 TargetEnvironmentError, Tooling, Triage, hook_fields)
 from cgsim.targets.registry import TargetFamily, families, get_target, source_options
+from tests.source_trees import parsed_modules
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -192,21 +193,14 @@ def hooks_fetched_by_name(root: str) -> list[tuple[str, int, str]]:
     helper named ``optional_hook``) given a hook's name as a string, in the
     cgsim and fuzz modules."""
     out = []
-    for package in ("cgsim", "fuzz"):
-        for folder, dirs, files in os.walk(os.path.join(root, package)):
-            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-            for name in sorted(f for f in files if f.endswith(".py")):
-                path = os.path.join(folder, name)
-                rel = os.path.relpath(path, root).replace(os.sep, "/")
-                with open(path, encoding="utf-8") as fh:
-                    tree = ast.parse(fh.read(), rel)
-                for node in ast.walk(tree):
-                    if isinstance(node, (ast.Name, ast.Attribute)) and "optional_hook" in (
-                            getattr(node, "id", None), getattr(node, "attr", None)):
-                        out.append((rel, node.lineno, "optional_hook"))
-                    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in BY_NAME:
-                        out += [(rel, node.lineno, f"{node.func.id}(..., {a.value!r})") for a in node.args
-                                if isinstance(a, ast.Constant) and a.value in HOOK_NAMES]
+    for rel, tree in parsed_modules(root):
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Name, ast.Attribute)) and "optional_hook" in (
+                    getattr(node, "id", None), getattr(node, "attr", None)):
+                out.append((rel, node.lineno, "optional_hook"))
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in BY_NAME:
+                out += [(rel, node.lineno, f"{node.func.id}(..., {a.value!r})") for a in node.args
+                        if isinstance(a, ast.Constant) and a.value in HOOK_NAMES]
     return out
 
 
@@ -369,19 +363,8 @@ def engine_comparisons(root: str) -> list[tuple[str, int, str]]:
     """(path, line, literal) of each comparison (``==``, ``!=``, ``in``) or
     ``startswith``/``endswith`` test against a string naming an engine, in
     the cgsim and fuzz modules outside the engines' own."""
-    out = []
-    for package in ("cgsim", "fuzz"):
-        for folder, dirs, files in os.walk(os.path.join(root, package)):
-            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-            for name in sorted(files):
-                path = os.path.join(folder, name)
-                rel = os.path.relpath(path, root).replace(os.sep, "/")
-                if not name.endswith(".py") or rel.startswith(ENGINE_MODULES):
-                    continue
-                with open(path, encoding="utf-8") as fh:
-                    tree = ast.parse(fh.read(), rel)
-                out += [(rel, node.lineno, lit) for node in ast.walk(tree) for lit in _compared(node)]
-    return out
+    return [(rel, node.lineno, lit) for rel, tree in parsed_modules(root, skip=ENGINE_MODULES)
+            for node in ast.walk(tree) for lit in _compared(node)]
 
 
 def _compared(node: ast.AST) -> list[str]:
