@@ -21,7 +21,7 @@ from typing import Any, Callable, TextIO
 
 from cgsim.text import first_line
 
-__all__ = ["served_phase", "served_budget", "draw_served", "cheapest_first", "DRAWN", "ServedShare"]
+__all__ = ["served_phase", "served_budget", "draw_served", "DRAWN", "ServedShare"]
 
 # The phase takes a quarter of the search's budget, within these bounds: a
 # served pair (graphs and eager) of a small launch takes ~40 s on 2 cores.
@@ -103,31 +103,15 @@ def draw_served(target_name: str, ruleset: str | None, seed: int, limit: int) ->
         except TargetUnsupported:
             continue
         chosen.setdefault(key, scenario)
-    return cheapest_first(list(chosen.values()))
-
-
-def cheapest_first(scenarios: list[Any]) -> list[Any]:
-    """The order a share serves in: a short share serves something rather
-    than running out inside its first launch."""
-    return sorted(scenarios, key=_serving_cost)
+    # Cheapest first: a short share serves something rather than running out inside its first launch.
+    return sorted(chosen.values(), key=_serving_cost)
 
 
 def _serving_cost(scenario: Any) -> tuple:
     """What serving a launch costs grows with its draft steps (a draft model
-    runs beside the target's) and with the graphs it captures; a launch the
-    spec expects to capture no graph at all comes last (served, it would run
-    eager twice: FULL decode graphs all larger than its requests allow)."""
+    runs beside the target's) and with the graphs it captures."""
     c = scenario.config
-    return (not _captures_a_graph(scenario), c.decode_query_len, len(c.capture_sizes), max(c.capture_sizes, default=0))
-
-
-def _captures_a_graph(scenario: Any) -> bool:
-    from cgsim.spec.candidates import expected_capture_descs  # noqa: PLC0415
-
-    try:
-        return any(expected_capture_descs(scenario.config, scenario.ruleset).values())
-    except ValueError:  # a design that refuses the config: no opinion, the engine decides when served
-        return True
+    return (c.decode_query_len, len(c.capture_sizes), max(c.capture_sizes, default=0))
 
 
 def _span(seconds: list[float]) -> str:

@@ -171,16 +171,6 @@ def test_the_share_is_a_quarter_of_the_search_within_bounds():
     assert [phase.served_budget(b) for b in (10, 800, 4000)] == [120.0, 200.0, 600.0]
 
 
-def test_a_launch_the_spec_expects_no_graph_of_is_served_last():
-    """FULL decode graphs all larger than the launch's requests allow: vLLM
-    captures none, and serving it would run eager twice."""
-    no_graph = Scenario(ManagerConfig(mode=CUDAGraphMode.FULL_DECODE_ONLY, capture_sizes=(8,), max_num_reqs=4),
-                        (Step.capture(),))
-    costlier = Scenario(ManagerConfig(mode=CUDAGraphMode.FULL_DECODE_ONLY, capture_sizes=(1, 2, 4, 8, 16),
-                                      max_num_reqs=16), (Step.capture(),))
-    assert phase.cheapest_first([no_graph, costlier, _scenario(4)]) == [_scenario(4), costlier, no_graph]
-
-
 def test_served_launches_count_as_the_propertys_checks_in_the_summary():
     from cgsim.report.summary import build_summary  # noqa: PLC0415
 
