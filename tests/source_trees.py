@@ -24,3 +24,12 @@ def parsed_modules(root: str, packages: Iterable[str] = ("cgsim", "fuzz"),
                 with open(path, encoding="utf-8") as fh:
                     out.append((rel, ast.parse(fh.read(), rel)))
     return out
+
+
+def string_literals(node: ast.AST) -> list[str]:
+    """The strings ``node`` is, or holds as a tuple, list or set of them."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [lit for e in node.elts for lit in string_literals(e)]
+    return []

@@ -12,7 +12,7 @@ import pytest
 from cgsim.families import DEFAULT_FAMILY, Family, families, family_of_finding, family_of_scenario, family_of_target
 from cgsim.finding import Finding
 from cgsim.properties.registry import Violation
-from tests.source_trees import parsed_modules
+from tests.source_trees import parsed_modules, string_literals
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -98,19 +98,11 @@ def family_tests(root: str) -> list[tuple[str, int, str]]:
 
 def _family_test(node: ast.AST) -> list[str]:
     if isinstance(node, ast.Compare):
-        return [f"compares with {lit!r}" for operand in (node.left, *node.comparators) for lit in _literals(operand)
+        return [f"compares with {lit!r}" for operand in (node.left, *node.comparators) for lit in string_literals(operand)
                 if lit in SCANNED_NAMES]
     if isinstance(node, ast.Call):
         called = getattr(node.func, "id", None) or getattr(node.func, "attr", None) or ""
         return [f"calls {called}"] if called.startswith(tuple(f"is_{n}_" for n in SCANNED_NAMES)) else []
-    return []
-
-
-def _literals(node: ast.AST) -> list[str]:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return [node.value]
-    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-        return [lit for e in node.elts for lit in _literals(e)]
     return []
 
 

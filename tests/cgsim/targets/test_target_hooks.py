@@ -20,7 +20,7 @@ from cgsim.targets import registry
 from cgsim.targets.base import (ENCODER_HOOKS, TARGET_HOOKS, Drawing, PytestAdapter, SourceOption,
                                 TargetEnvironmentError, Tooling, Triage, hook_fields)
 from cgsim.targets.registry import TargetFamily, families, get_target, source_options
-from tests.source_trees import parsed_modules
+from tests.source_trees import parsed_modules, string_literals
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -375,15 +375,7 @@ def _compared(node: ast.AST) -> list[str]:
         operands = list(node.args)
     else:
         return []
-    return [lit for operand in operands for lit in _literals(operand) if ENGINE_NAME.match(lit)]
-
-
-def _literals(node: ast.AST) -> list[str]:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return [node.value]
-    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-        return [lit for e in node.elts for lit in _literals(e)]
-    return []
+    return [lit for operand in operands for lit in string_literals(operand) if ENGINE_NAME.match(lit)]
 
 
 def test_no_generic_module_compares_with_an_engine_name():
