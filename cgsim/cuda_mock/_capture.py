@@ -608,6 +608,7 @@ class CUDAGraph:
         self._capture_stream: _runtime.Stream | None = None
         self._memory_mark: tuple[int, int] = (0, 0)
         self._memory: _memory.GraphMemory | None = None
+        self._installation = G.installation
 
     def __repr__(self) -> str:
         state = "captured" if self._ops is not None else ("capturing" if self._recorder else "empty")
@@ -697,7 +698,11 @@ class CUDAGraph:
     def __del__(self) -> None:
         try:
             cap = G.capture
-            if self._ops is not None and cap is not None and cap.graph is not self:
+            # A graph left from an earlier installation belongs to a launch
+            # that has ended (a process of its own on a GPU): collecting it
+            # later is cgsim's leftover, not the capturing engine's doing.
+            same_launch = self._installation == G.installation
+            if self._ops is not None and cap is not None and cap.graph is not self and same_launch:
                 # Destroying a graph frees its executable and memory, which the
                 # driver refuses while a stream captures; torch only warns, and
                 # the capture under way is invalidated (seen on an H200 when

@@ -195,6 +195,8 @@ def is_patched() -> bool:
 def _install() -> None:
     import torch.cuda.graphs as graphs_mod
 
+    _runtime.G.installation += 1
+
     targets = [(torch.cuda, CUDA_NAMES), (graphs_mod, GRAPHS_NAMES), (_T, TENSOR_METHODS)]
     accelerator = getattr(torch, "accelerator", None)
     if accelerator is not None:

@@ -83,6 +83,8 @@ class _Global:
     # The streams graph replays ran on, each once in the order first seen,
     # until taken (take_replay_streams): a replay runs on the stream current at replay().
     replay_streams: list["Stream"] = []
+    # Which installation of the mock is current: each is one launch's device.
+    installation: int = 0
 
 
 G = _Global()

@@ -1004,3 +1004,21 @@ def test_graph_destroyed_during_another_capture_invalidates_it(graph_backend):
                 z = y * 3  # noqa: F841
     if b.name == "cuda":
         torch.cuda.synchronize()
+
+
+def test_a_graph_left_from_an_earlier_installation_does_not_touch_a_later_capture():
+    """Each installation of the mock is one launch's device (a process of its
+    own on a GPU): a graph one leaves behind, collected during another's
+    capture, is no error of the capturing engine."""
+    with cuda_mock.patched_torch_cuda():
+        old = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(old):
+            torch.ones(8) * 2
+    with cuda_mock.patched_torch_cuda():
+        g = torch.cuda.CUDAGraph()
+        x = torch.ones(8)
+        with torch.cuda.graph(g):
+            y = x + 1
+            del old
+        g.replay()
+    assert torch.equal(y, torch.full((8,), 2.0))
