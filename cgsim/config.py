@@ -7,16 +7,19 @@ so a bad --config file or a bad CLI flag produces one line a user can act on.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
+from cgsim.engine_options import (EngineOptionsFormat, broken_entry_points, format_of_key, format_of_type,
+                                  option_formats)
 from cgsim.modes import AttentionSupport, CUDAGraphMode
 
-__all__ = ["ConfigError", "ManagerConfig", "SglangOptions", "SpecSchedule", "dense_spec_schedule"]
+__all__ = ["ConfigError", "ManagerConfig", "SpecSchedule", "dense_spec_schedule", "int_tuple"]
 
 # (range_start, range_end, num_speculative_tokens), inclusive batch-size ranges.
 SpecSchedule = tuple[tuple[int, int, int], ...]
+Options = TypeVar("Options")
 
 
 class ConfigError(ValueError):
@@ -29,75 +32,6 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class SglangOptions:
-    """SGLang-only server options (``ManagerConfig.sglang``); every other target
-    ignores them.  What the rest of the config means for SGLang is in
-    ``cgsim.targets.sglang`` (capture_sizes -> cuda graph bs list, max_num_reqs
-    -> request pool, decode_query_len -> verify width, num_ubatches=2 ->
-    two-batch overlap).
-
-    ``dp_size``: data-parallel attention ranks (attention TP 1), run as fake
-    ranks in one process.  ``disable_padding``: --disable-cuda-graph-padding
-    (only exactly captured sizes replay).  ``default_bs_list``: the decode bs
-    list is SGLang's default ladder up to --cuda-graph-max-bs =
-    max(capture_sizes) instead of capture_sizes itself.
-    ``record_nolora_graph``: with LoRA, the LoRA backend skips inactive
-    dense LoRA, so a base-only graph is recorded beside each LoRA graph.  ``full_prefill_max_req``: request slots of FULL prefill graphs
-    (None: max_num_reqs).  ``eagle_topk`` / ``eagle_steps``: with EAGLE
-    (decode_query_len > 1 draft tokens), --speculative-eagle-topk and
-    --speculative-num-steps (None: decode_query_len - 1, a chain).
-    """
-
-    dp_size: int = 1
-    disable_padding: bool = False
-    default_bs_list: bool = False
-    record_nolora_graph: bool = True
-    full_prefill_max_req: int | None = None
-    eagle_topk: int = 1
-    eagle_steps: int | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("disable_padding", "default_bs_list", "record_nolora_graph"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"sglang.{name}", getattr(self, name), "is not true or false", "use a JSON boolean")
-        if isinstance(self.dp_size, bool) or not isinstance(self.dp_size, int) or self.dp_size < 1:
-            raise ConfigError("sglang.dp_size", self.dp_size, "must be an integer >= 1",
-                              "use 1 (no DP attention) or the number of DP attention ranks, e.g. 2")
-        if isinstance(self.eagle_topk, bool) or not isinstance(self.eagle_topk, int) or self.eagle_topk < 1:
-            raise ConfigError("sglang.eagle_topk", self.eagle_topk, "must be an integer >= 1",
-                              "use 1 (chain drafts) or --speculative-eagle-topk, e.g. 2")
-        st = self.eagle_steps
-        if st is not None and (isinstance(st, bool) or not isinstance(st, int) or st < 1):
-            raise ConfigError("sglang.eagle_steps", st, "must be an integer >= 1 or null",
-                              "leave it null (decode_query_len - 1) or give --speculative-num-steps")
-        fp = self.full_prefill_max_req
-        if fp is not None and (isinstance(fp, bool) or not isinstance(fp, int) or fp < 1):
-            raise ConfigError("sglang.full_prefill_max_req", fp, "must be an integer >= 1 or null",
-                              "leave it null (max_num_reqs) or give the request slots of FULL prefill graphs")
-
-    def to_json(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_json(cls, data: Any) -> "SglangOptions":
-        if isinstance(data, SglangOptions):
-            return data
-        if not isinstance(data, dict):
-            raise ConfigError("sglang", data, "is not a JSON object",
-                              "give an object such as {\"dp_size\": 2} or leave the field out")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"sglang.{unknown[0]}", data[unknown[0]], "is not an SGLang option",
-                              f"use only {', '.join(sorted(known))}")
-        return cls(**data)
-
-
-# A field added after configs were first written: left out of the JSON while None.
-_JSON_OMITS_NONE = {"json_omits_none": True}
-
-
-@dataclass(frozen=True)
 class ManagerConfig:
     """Inputs of a CUDA-graph manager.
 
@@ -106,7 +40,10 @@ class ManagerConfig:
     speculative tokens.  ``spec_schedule`` enables dynamic speculative decoding:
     the scheduler picks the speculative-token count per batch size.
     ``num_ubatches`` > 1 enables micro-batching (DBO) for uniform batches of at
-    least ``ubatch_threshold`` tokens.
+    least ``ubatch_threshold`` tokens.  ``engine_options``: each engine's own
+    fields as one value of the options type it registers
+    (``cgsim.engine_options``), at most one per type, read with
+    ``options(Type)``; in the JSON each value's keys follow the shared fields.
     """
 
     mode: CUDAGraphMode = CUDAGraphMode.FULL_AND_PIECEWISE
@@ -123,17 +60,12 @@ class ManagerConfig:
     attention_support: AttentionSupport = AttentionSupport.ALWAYS
     attention_split: bool = True
     compiled_piecewise: bool = True
-    # Request counts of the uniform decode graphs where the engine sizes them
-    # apart from the token sizes (vLLM 0.34+: decode_cudagraph_capture_request_sizes);
-    # None: the design derives them from capture_sizes (and the JSON leaves it out).
-    decode_sizes: tuple[int, ...] | None = field(default=None, metadata=_JSON_OMITS_NONE)
-    # SGLang-only options; None for every other target (and left out of the JSON).
-    sglang: SglangOptions | None = field(default=None, metadata=_JSON_OMITS_NONE)
+    # Kept in the registry's order, so two configs with the same options are equal and write one JSON.
+    engine_options: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
-        if self.sglang is not None:
-            set_("sglang", SglangOptions.from_json(self.sglang))
+        set_("engine_options", _engine_options(self.engine_options))
         try:
             set_("mode", CUDAGraphMode.parse(self.mode))
         except ValueError as exc:
@@ -142,10 +74,8 @@ class ManagerConfig:
             set_("attention_support", AttentionSupport.parse(self.attention_support))
         except ValueError as exc:
             raise ConfigError("attention_support", self.attention_support, "not a support level", str(exc)) from None
-        set_("capture_sizes", _int_tuple("capture_sizes", self.capture_sizes))
-        set_("lora_cases", _int_tuple("lora_cases", self.lora_cases))
-        if self.decode_sizes is not None:
-            set_("decode_sizes", _int_tuple("decode_sizes", self.decode_sizes))
+        set_("capture_sizes", int_tuple("capture_sizes", self.capture_sizes))
+        set_("lora_cases", int_tuple("lora_cases", self.lora_cases))
         if self.spec_schedule is not None:
             set_("spec_schedule", _schedule_tuple(self.spec_schedule))
         self._validate()
@@ -162,10 +92,6 @@ class ManagerConfig:
             raise ConfigError("capture_sizes", list(sizes), f"has non-positive sizes {bad}", "use only sizes >= 1")
         if len(set(sizes)) != len(sizes):
             raise ConfigError("capture_sizes", list(sizes), "has duplicates", "list each size once")
-        ds = self.decode_sizes
-        if ds is not None and (any(s < 1 for s in ds) or len(set(ds)) != len(ds)):
-            raise ConfigError("decode_sizes", list(ds), "must be distinct request counts >= 1",
-                              "list each decode graph's request count once, or leave it out")
         if self.max_num_reqs < 1:
             raise ConfigError("max_num_reqs", self.max_num_reqs, "must be >= 1", "set it to the scheduler's max_num_seqs (e.g. 256)")
         if self.decode_query_len < 1:
@@ -273,19 +199,32 @@ class ManagerConfig:
     def with_(self, **changes: Any) -> "ManagerConfig":
         return replace(self, **changes)
 
+    # -- engine options ------------------------------------------------------
+    def options(self, options_type: type[Options]) -> Options | None:
+        """This config's value of an engine's options type (None: it holds none)."""
+        return next((v for v in self.engine_options if type(v) is options_type), None)
+
+    def with_options(self, *values: Any) -> "ManagerConfig":
+        """This config holding ``values``, each in place of its type's value (the others kept)."""
+        given = {type(v) for v in values}
+        return replace(self, engine_options=tuple(v for v in self.engine_options if type(v) not in given) + values)
+
     # -- JSON ------------------------------------------------------------------
     def to_json(self) -> dict:
         out: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)
+            if f.name == "engine_options":
+                # Each engine's keys at the top level, where they stood as config fields: old JSON unchanged.
+                for options in v:
+                    out.update(_format(type(options)).to_json(options))
+                continue
             if isinstance(v, CUDAGraphMode):
                 v = v.value
             elif isinstance(v, AttentionSupport):
                 v = v.name
             elif f.name == "spec_schedule" and v is not None:
                 v = [list(e) for e in v]
-            elif v is None and f.metadata.get("json_omits_none"):
-                continue  # a later optional part: configs without it keep their JSON
             elif hasattr(v, "to_json"):
                 v = v.to_json()
             elif isinstance(v, tuple):
@@ -297,11 +236,21 @@ class ManagerConfig:
     def from_json(cls, data: Any) -> "ManagerConfig":
         if not isinstance(data, dict):
             raise ConfigError("<config>", data, "is not a JSON object", "give an object such as {\"mode\": \"FULL_AND_PIECEWISE\", \"capture_sizes\": [1, 2, 4]}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+        shared = {f.name for f in fields(cls)} - {"engine_options"}
+        unknown = sorted(k for k in data if k not in shared and format_of_key(k) is None)
         if unknown:
-            raise ConfigError(unknown[0], data[unknown[0]], "is not a config field", f"use only {', '.join(sorted(known))}")
-        return cls(**data)
+            known = shared | {k for f in option_formats() for k in f.json_keys}
+            broken = "".join(f"; {line}" for line in broken_entry_points())
+            raise ConfigError(unknown[0], data[unknown[0]], "is not a config field",
+                              f"use only {', '.join(sorted(known))}{broken}")
+        per_engine: dict[type, dict[str, Any]] = {}
+        for key, value in data.items():
+            if key not in shared and value is not None:  # an engine's key given as null is the key left out
+                fmt = format_of_key(key)
+                assert fmt is not None
+                per_engine.setdefault(fmt.options_type, {})[key] = value
+        values = tuple(_format(t).from_json(present) for t, present in per_engine.items())
+        return cls(**{k: v for k, v in data.items() if k in shared}, engine_options=values)
 
     @classmethod
     def load(cls, path: str) -> "ManagerConfig":
@@ -315,7 +264,8 @@ class ManagerConfig:
         return cls.from_json(data)
 
 
-def _int_tuple(name: str, value: Any) -> tuple[int, ...]:
+def int_tuple(name: str, value: Any) -> tuple[int, ...]:
+    """``value`` (a JSON list of whole numbers) as a tuple, or ConfigError naming the field ``name``."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
         raise ConfigError(name, value, "is not a list of integers", f"give {name} as a list, e.g. [1, 2, 4]")
     out = []
@@ -324,6 +274,33 @@ def _int_tuple(name: str, value: Any) -> tuple[int, ...]:
             raise ConfigError(name, list(value), f"has the non-integer {v!r}", "use whole numbers")
         out.append(v)
     return tuple(out)
+
+
+def _engine_options(value: Any) -> tuple[Any, ...]:
+    """The engine options values in the registry's order, each of a registered type, one per type."""
+    if not isinstance(value, (tuple, list)):
+        raise ConfigError("engine_options", value, "is not a tuple of engine options values",
+                          "give a tuple with one options value per engine, e.g. (Options(...),), or leave it out")
+    if not value:
+        return ()
+    order = {f.options_type: i for i, f in enumerate(option_formats())}
+    seen: set[type] = set()
+    for v in value:
+        if type(v) not in order:
+            raise ConfigError("engine_options", v, f"is a {type(v).__name__}, no registered engine options type",
+                              f"give values of {', '.join(t.__name__ for t in order)} "
+                              "(an engine registers its type through cgsim.engine_options)")
+        if type(v) in seen:
+            raise ConfigError("engine_options", list(value), f"holds two {type(v).__name__} values",
+                              "give each engine's options once")
+        seen.add(type(v))
+    return tuple(sorted(value, key=lambda v: order[type(v)]))
+
+
+def _format(options_type: type) -> EngineOptionsFormat:
+    fmt = format_of_type(options_type)
+    assert fmt is not None, f"{options_type.__name__} is no registered engine options type"  # checked at construction
+    return fmt
 
 
 def _schedule_tuple(value: Any) -> SpecSchedule:

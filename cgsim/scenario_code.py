@@ -1,7 +1,9 @@
 """A Scenario as the builder calls that make it: what a repro script and a
 report show beside the JSON.  Every config field that is not at its default
 is written out (``compiled_piecewise=False`` is often what decides the
-mode), and a last comment says which mode the requested one resolves to.
+mode), each engine's options as its options type built with the fields not
+at their defaults, and a last comment says which mode the requested one
+resolves to.
 
 The text is Python that builds an equal Scenario (``exec`` it with the
 names it imports); it is generated from validated values only (whole
@@ -11,9 +13,9 @@ numbers, mode and support names, booleans, a ruleset name).
 from __future__ import annotations
 
 import enum
-from dataclasses import fields
+from dataclasses import MISSING, fields, is_dataclass
 
-from cgsim.config import ManagerConfig, SglangOptions
+from cgsim.config import ManagerConfig
 from cgsim.descriptors import Batch
 from cgsim.scenario import Scenario, Step
 
@@ -29,10 +31,10 @@ def _value(v: object) -> str:
     if isinstance(v, (tuple, list)):
         inner = ", ".join(_value(x) for x in v)
         return f"({inner},)" if len(v) == 1 else f"({inner})"
-    if isinstance(v, SglangOptions):
+    if is_dataclass(v) and not isinstance(v, type):  # an engine's options value
         changed = [f"{f.name}={_value(getattr(v, f.name))}" for f in fields(v)
-                   if getattr(v, f.name) != f.default]
-        return f"SglangOptions({', '.join(changed)})"
+                   if f.default is MISSING or getattr(v, f.name) != f.default]
+        return f"{type(v).__name__}({', '.join(changed)})"
     return repr(v)
 
 
@@ -76,7 +78,9 @@ def mode_resolution(scenario: Scenario) -> str:
 def scenario_code(scenario: Scenario) -> str:
     """Python that builds ``scenario``, every non-default field written out,
     and its resolved mode as a comment."""
-    lines = ["from cgsim.config import ManagerConfig" + (", SglangOptions" if scenario.config.sglang else ""),
+    options_imports = [f"from {type(v).__module__} import {type(v).__name__}" for v in scenario.config.engine_options]
+    lines = ["from cgsim.config import ManagerConfig",
+             *options_imports,
              "from cgsim.descriptors import Batch",
              "from cgsim.scenario import Scenario, Step",
              "",

@@ -172,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     from dataclasses import fields
 
     for f in fields(ManagerConfig):
+        if f.name == "engine_options":
+            continue  # an engine's own options come in the --config file, under their JSON keys
         flag = "--" + f.name.replace("_", "-")
         if f.type in ("bool", bool):
             ex.add_argument(flag, dest=f"cfg_{f.name}", action=argparse.BooleanOptionalAction, default=None)
@@ -549,7 +551,7 @@ def _config_from_args(args: argparse.Namespace) -> Any:
     if args.config:
         data = ManagerConfig.load(args.config).to_json()
     for f in fields(ManagerConfig):
-        raw = getattr(args, f"cfg_{f.name}")
+        raw = getattr(args, f"cfg_{f.name}", None)  # engine_options has no flag
         if raw is None:
             continue
         data[f.name] = _parse_field(f.name, raw)

@@ -407,7 +407,7 @@ def sgl_capture_useful(run: RunView) -> list[Violation]:
         if rules.options(cfg).dp_size > 1:
             # A DP group whose ranks all hold the same count is schedulable too:
             # it replays what one rank alone would.
-            alone = cfg.with_(sglang=replace(rules.options(cfg), dp_size=1))
+            alone = cfg.with_options(replace(rules.options(cfg), dp_size=1))
             used |= {rules.expected_dispatch(alone, g, b, design) for b in _schedulable(run)}
         # desc_sort_key last: the descriptors otherwise tied keep one order in every process
         for d in sorted(cap.descs - used, key=lambda d: (_runner(d), -d.num_tokens, d.num_active_loras, d.cg_mode.value,

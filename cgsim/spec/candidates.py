@@ -16,6 +16,7 @@ from cgsim.spec.fit import empty_second_ubatch
 from cgsim.modes import CUDAGraphMode, resolve_mode
 from cgsim.spec.engine_configs import decode_shapes, varlen_token_grid
 from cgsim.spec.rulesets import Ruleset, get_ruleset
+from cgsim.spec.vllm_options import decode_sizes_of
 
 __all__ = [
     "resolved_mode",
@@ -113,12 +114,12 @@ def _expected_capture_descs(config: ManagerConfig,
         q_max = config.decode_query_len
         for lora in config.lora_cases:
             if config.varlen_decode:
-                top = max(config.decode_sizes or (0,)) * q_max
+                top = max(decode_sizes_of(config) or (0,)) * q_max
                 for size in varlen_token_grid(top):
                     add(BatchDescriptor(F, size, min(size, max_reqs), None, q_max, lora))
                 continue
             limits = {q: min(r, max_reqs) for q, r in config.scheduler_decode_limits.items()}
-            for n, q in decode_shapes(config.decode_sizes or (), limits, max_size):
+            for n, q in decode_shapes(decode_sizes_of(config) or (), limits, max_size):
                 add(BatchDescriptor(F, n * q, n, q, None, lora))
         separate = False  # the token-keyed graphs below are the mixed ones only
     for lora in config.lora_cases:

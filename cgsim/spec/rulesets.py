@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from cgsim.config import ManagerConfig
 from cgsim.modes import CUDAGraphMode, ModeResolutionError, resolve_mode
 from cgsim.spec.engine_configs import decode_request_sizes
+from cgsim.spec.vllm_options import VllmOptions, decode_sizes_of
 
 __all__ = ["Ruleset", "Rule", "RULES", "RULESETS", "DEFAULT_RULESET", "get_ruleset", "UnknownRuleset",
            "RulesetRejects", "ROUND_NEVER", "ROUND_FULL_DECODE", "ROUND_SPECULATIVE", "rulesets_of"]
@@ -177,13 +178,14 @@ class Ruleset:
             route = fdo if c.mode == fdo or not c.piecewise_available else CUDAGraphMode.FULL_AND_PIECEWISE
             if route != c.mode:
                 c = c.with_(mode=route)
-        if self.decode_shapes and c.decode_sizes is None:
+        decode_sizes = decode_sizes_of(c)
+        if self.decode_shapes and decode_sizes is None:
             top = c.max_capture_size or max(c.capture_sizes)
-            c = c.with_(decode_sizes=decode_request_sizes(c.capture_sizes, c.scheduler_decode_limits,
-                                                          c.max_num_reqs, top))
-        elif not self.decode_shapes and c.decode_sizes is not None:
+            c = c.with_options(VllmOptions(decode_sizes=decode_request_sizes(
+                c.capture_sizes, c.scheduler_decode_limits, c.max_num_reqs, top)))
+        elif not self.decode_shapes and decode_sizes is not None:
             raise RulesetRejects(f"ruleset {self.name}: decode graphs are sized from the capture sizes, not by "
-                                 f"request counts (decode_sizes {list(c.decode_sizes)}); a design with "
+                                 f"request counts (decode_sizes {list(decode_sizes)}); a design with "
                                  "decode_shapes (vllm-0.34) takes them")
         q = c.decode_query_len
         if self.round_capture_sizes == ROUND_NEVER or q <= 1:

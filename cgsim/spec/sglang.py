@@ -43,10 +43,11 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Iterable
 
-from cgsim.config import ManagerConfig, SglangOptions
+from cgsim.config import ManagerConfig
 from cgsim.descriptors import BatchDescriptor
 from cgsim.modes import CUDAGraphMode
 from cgsim.spec.rulesets import Rule, Ruleset
+from cgsim.spec.sglang_options import SglangOptions
 
 __all__ = [
     "FULL_BACKEND", "BREAKABLE", "DISABLED", "MAX_PREFILL_PADDING_FACTOR",
@@ -119,7 +120,8 @@ def design_of(ruleset: "Ruleset | str") -> SglangDesign:
 
 
 def options(config: ManagerConfig) -> SglangOptions:
-    return config.sglang if config.sglang is not None else SglangOptions()
+    """The config's SGLang options (the defaults where it holds none)."""
+    return config.options(SglangOptions) or SglangOptions()
 
 
 def ceil_align(x: int, base: int) -> int:
@@ -450,7 +452,7 @@ def draft_decode_config(config: ManagerConfig) -> ManagerConfig | None:
     return ManagerConfig(mode=CUDAGraphMode.FULL_DECODE_ONLY if decode == FULL_BACKEND else CUDAGraphMode.PIECEWISE,
                          capture_sizes=tuple(requested_decode_bs(config)), max_num_reqs=config.max_num_reqs,
                          decode_query_len=eagle_topk(config),
-                         sglang=SglangOptions(disable_padding=opts.disable_padding))
+                         engine_options=(SglangOptions(disable_padding=opts.disable_padding),))
 
 
 # -- EAGLE's draft extend runner (EAGLEDraftExtendCudaGraphRunner) -------------------
@@ -485,4 +487,4 @@ def draft_extend_config(config: ManagerConfig) -> ManagerConfig | None:
     return ManagerConfig(mode=CUDAGraphMode.FULL_DECODE_ONLY if decode == FULL_BACKEND else CUDAGraphMode.PIECEWISE,
                          capture_sizes=tuple(requested_decode_bs(config)), max_num_reqs=config.max_num_reqs,
                          decode_query_len=config.decode_query_len,
-                         sglang=SglangOptions(disable_padding=opts.disable_padding))
+                         engine_options=(SglangOptions(disable_padding=opts.disable_padding),))

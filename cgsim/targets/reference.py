@@ -20,6 +20,7 @@ from cgsim.descriptors import Batch, BatchDescriptor, BatchShape, lora_case
 from cgsim.modes import CUDAGraphMode, resolve_mode
 from cgsim.spec.engine_configs import varlen_token_grid, vllm_capture_sizes
 from cgsim.spec.rulesets import Ruleset, RulesetRejects
+from cgsim.spec.vllm_options import decode_sizes_of
 from cgsim.targets.base import CandidateSnapshot, Drawing, Execution, TargetUnsupported, Tooling, Triage
 from cgsim.targets.registry import TargetFamily
 from cgsim.workload.context import set_forward_context
@@ -196,7 +197,7 @@ class CudaGraphManager:
         that limit; varlen decode graphs on the token grid up to the largest
         decode size's requests of the widest length."""
         c = self.config
-        sizes = sorted(set(c.decode_sizes or ()))
+        sizes = sorted(set(decode_sizes_of(c) or ()))
         q_max = self.decode_query_len
         out: list[BatchDescriptor] = []
         if c.varlen_decode:

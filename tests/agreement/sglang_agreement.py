@@ -78,7 +78,8 @@ EXTRA = {
 
 
 def _config(**kw):
-    from cgsim.config import ManagerConfig, SglangOptions
+    from cgsim.config import ManagerConfig
+    from cgsim.spec.sglang_options import SglangOptions
 
     kw = dict(kw)
     options = SglangOptions(**kw.pop("sglang", {}))
@@ -88,7 +89,7 @@ def _config(**kw):
     sizes, pool = base["capture_sizes"], base["max_num_reqs"]
     # Decode graphs hold bs x width tokens: batches and the sweep reach them all.
     base.setdefault("max_capture_size", max(max(sizes), min(max(sizes), pool + 1) * q))
-    return ManagerConfig(sglang=options, **base)
+    return ManagerConfig(engine_options=(options,), **base)
 
 
 def configs() -> list[tuple[str, object]]:

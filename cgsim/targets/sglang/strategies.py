@@ -2,7 +2,7 @@
 ruleset's engine): the modes that name sglang's two runners' backends, small
 bs lists or sglang's default ladder, the request pool, a verify width, LoRA
 with one adapter case, DP attention and padding disabled and EAGLE's draft
-shape (``cgsim.config.SglangOptions``).  Shrinking goes towards one decode
+shape (``cgsim.spec.sglang_options.SglangOptions``).  Shrinking goes towards one decode
 runner, no options and few sizes.
 
 Only what sglang's own start-up check takes (``launch.engine_graph_config``:
@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from cgsim.config import ManagerConfig, SglangOptions
+from cgsim.config import ManagerConfig
 from cgsim.modes import CUDAGraphMode
+from cgsim.spec.sglang_options import SglangOptions
 
 __all__ = ["sglang_configs", "SGLANG_MODES"]
 
@@ -72,5 +73,5 @@ def sglang_configs(draw, max_size: int = 64, lora_skips_inactive: bool = True) -
     return ManagerConfig(
         mode=mode, capture_sizes=sizes, max_num_reqs=max_num_reqs, max_capture_size=max_capture,
         decode_query_len=q, lora_cases=lora_cases, num_ubatches=num_ubatches, ubatch_threshold=threshold,
-        sglang=options,
+        engine_options=(options,),
     )

@@ -601,11 +601,14 @@ def unsupported_reason(config: Any, caps: Capabilities) -> str | None:
 
     Features the tree lacks (found by introspection), and vLLM's own config
     rules that the adapter's offline VllmConfig does not run."""
+    from cgsim.spec.vllm_options import decode_sizes_of  # noqa: PLC0415 - compat imports no spec at import
+
     sizes = tuple(config.capture_sizes)
     v = caps.version
     # A launch names the compilation maximum beside the capture sizes (engine.launch_for), except a
     # 0.34+ config with decode sizes (split sizes: the maximum then lies where vLLM puts it).
-    if config.max_capture_size is not None and config.max_capture_size != max(sizes) and config.decode_sizes is None:
+    top = config.max_capture_size
+    if top is not None and top != max(sizes) and decode_sizes_of(config) is None:
         return (
             f"max_capture_size {config.max_capture_size} != max(capture_sizes) {max(sizes)}: vLLM's "
             "CompilationConfig asserts cudagraph_capture_sizes[-1] == max_cudagraph_capture_size"

@@ -29,6 +29,7 @@ from typing import Any, Iterator
 
 from cgsim.config import ManagerConfig
 from cgsim.modes import AttentionSupport, CUDAGraphMode
+from cgsim.spec.vllm_options import VllmOptions, decode_sizes_of
 from cgsim.targets.base import TargetUnsupported
 from cgsim.targets.vllm.compat import (
     LORA_UTILS,
@@ -189,11 +190,12 @@ def launch_for(config: ManagerConfig, release: bool = False) -> EngineLaunch:
     size = int(config.max_capture_size or max(config.capture_sizes))
     q = config.decode_query_len
     compilation: dict[str, Any] = {"cudagraph_mode": config.mode.value}
-    if config.decode_sizes is None:
+    decode_sizes = decode_sizes_of(config)
+    if decode_sizes is None:
         compilation.update(cudagraph_capture_sizes=sorted(config.capture_sizes), max_cudagraph_capture_size=size)
     else:  # 0.34+: token sizes of prefill graphs, request counts of decode graphs
         compilation.update(prefill_cudagraph_capture_token_sizes=sorted(config.capture_sizes),
-                           decode_cudagraph_capture_request_sizes=sorted(config.decode_sizes))
+                           decode_cudagraph_capture_request_sizes=sorted(decode_sizes))
     if not config.compiled_piecewise:
         compilation["mode"] = 0  # CompilationMode.NONE: no torch.compile pieces
     if not config.attention_split:
@@ -373,10 +375,11 @@ def manager_config(vc: Any, requested: ManagerConfig) -> ManagerConfig:
     cc, pc, sc = vc.compilation_config, vc.parallel_config, vc.speculative_config
     mode = CUDAGraphMode.parse(cc.cudagraph_mode.name)
     changes: dict[str, Any] = {"mode": mode, "max_num_reqs": int(vc.scheduler_config.max_num_seqs)}
+    options: tuple[Any, ...] = ()
     if mode != CUDAGraphMode.NONE and (cc.cudagraph_capture_sizes or _prefill_token_sizes(cc) is not None):
         changes["capture_sizes"], changes["max_capture_size"] = token_sizes(cc, requested.capture_sizes)
         if caps.split_capture_sizes:  # 0.34+: decode graphs by request count
-            changes["decode_sizes"] = tuple(sorted(cc.decode_cudagraph_capture_request_sizes or ()))
+            options = (VllmOptions(decode_sizes=tuple(sorted(cc.decode_cudagraph_capture_request_sizes or ()))),)
     k = int(sc.num_speculative_tokens) if sc is not None else 0
     changes["decode_query_len"] = 1 + k
     schedule = sc.num_speculative_tokens_per_batch_size if sc is not None and caps.spec_schedule_config else None
@@ -393,7 +396,7 @@ def manager_config(vc: Any, requested: ManagerConfig) -> ManagerConfig:
     changes["attention_split"] = bool(cc.splitting_ops_contain_attention())
     vllm_compile = importlib.import_module("vllm.config.compilation").CompilationMode.VLLM_COMPILE
     changes["compiled_piecewise"] = cc.mode == vllm_compile
-    return dataclasses.replace(requested, **changes)
+    return dataclasses.replace(requested, **changes).with_options(*options)
 
 
 def token_sizes(cc: Any, fallback: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
@@ -435,6 +438,9 @@ def _projection(config: ManagerConfig) -> tuple:
     except ValueError as exc:
         mode = f"unresolvable: {exc}"
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    # The decode sizes beside the shared fields; other engines' options stay as they are.
+    fields["engine_options"] = tuple(o for o in config.engine_options if not isinstance(o, VllmOptions))
+    fields["decode_sizes"] = decode_sizes_of(config)
     fields.pop("mode")
     # What these two decide is in the resolved mode (breakable graphs leave the
     # splitting ops empty in vLLM's config, and break at attention themselves).

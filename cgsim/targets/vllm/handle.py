@@ -42,6 +42,7 @@ from cgsim.descriptors import Batch, BatchDescriptor, BatchShape
 from cgsim.modes import CUDAGraphMode, ModeResolutionError
 from cgsim.spec.fit import empty_second_ubatch
 from cgsim.spec.rulesets import Ruleset
+from cgsim.spec.vllm_options import VllmOptions
 from cgsim.targets.base import CandidateSnapshot, Execution, TargetUnsupported
 from cgsim.targets.vllm.coverage import measuring
 from cgsim.targets.vllm.engine import check_reached, token_sizes
@@ -486,7 +487,7 @@ class VllmManagerHandle:
                        base.with_(mode=self.resolved_mode, varlen_decode=self.config.varlen_decode))
             decode = ((dmode,), {"decode_query_lens": {1: self.config.max_num_reqs},
                                  "decode_request_sizes": list(draft_sizes)},
-                      decode_cfg.with_(decode_sizes=draft_sizes))
+                      decode_cfg.with_options(VllmOptions(decode_sizes=draft_sizes)))
         else:
             prefill = ((vmode, k + 1), {}, base.with_(mode=self.resolved_mode))
             decode = ((dmode,), {"decode_query_len": 1}, decode_cfg)

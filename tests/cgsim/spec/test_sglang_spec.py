@@ -10,7 +10,7 @@ import json
 import pytest
 from hypothesis import given, settings
 
-from cgsim.config import ConfigError, ManagerConfig, SglangOptions
+from cgsim.config import ConfigError, ManagerConfig
 from cgsim.descriptors import Batch, BatchDescriptor, BatchShape
 from cgsim.modes import CUDAGraphMode
 from cgsim.properties import PROPERTIES, check_scenario
@@ -18,6 +18,7 @@ from cgsim.scenario import Scenario, Step
 from cgsim.spec import sglang as rules
 from cgsim.spec.sglang import LATEST
 from cgsim.spec.rulesets import RULESETS, get_ruleset
+from cgsim.spec.sglang_options import SglangOptions
 from cgsim.trace import (
     Candidates,
     CaptureDone,
@@ -44,6 +45,11 @@ def cfg(**kw) -> ManagerConfig:
     return ManagerConfig(**kw)
 
 
+def sgl(**options) -> tuple[SglangOptions]:
+    """A config's engine options holding these SGLang options."""
+    return (SglangOptions(**options),)
+
+
 # -- sizing rules (the table of get_batch_sizes_to_capture seen in sglang 0.5.23) --------------
 
 
@@ -64,7 +70,7 @@ def test_default_ladder_always_holds_the_max_bs():
     spec = rules.default_decode_bs(13, False, True)
     assert spec[:8] == list(range(1, 9)) and spec[-1] == 13
     assert rules.default_decode_bs(5, True, False) == [1, 2, 3, 4, 5]
-    c = cfg(capture_sizes=(20,), max_num_reqs=64, sglang={"default_bs_list": True})
+    c = cfg(capture_sizes=(20,), max_num_reqs=64, engine_options=sgl(default_bs_list=True))
     assert rules.decode_capture_bs(c) == (1, 2, 4, 8, 12, 16, 20)
 
 
@@ -77,7 +83,7 @@ def test_capture_order_prefill_first_largest_first_lora_before_base():
     c = cfg(mode="FULL_AND_PIECEWISE", capture_sizes=(2, 4), max_num_reqs=4, lora_cases=(0, 2))
     got = [(d.cg_mode, d.num_tokens, d.num_active_loras) for d in rules.expected_capture_descs(c, LATEST)]
     assert got == [(P, 4, 2), (P, 2, 2), (F, 4, 2), (F, 4, 0), (F, 2, 2), (F, 2, 0)]
-    single = cfg(capture_sizes=(2,), max_num_reqs=4, lora_cases=(0, 2), sglang={"record_nolora_graph": False})
+    single = cfg(capture_sizes=(2,), max_num_reqs=4, lora_cases=(0, 2), engine_options=sgl(record_nolora_graph=False))
     assert [d.num_active_loras for d in rules.expected_capture_descs(single, LATEST)] == [2]
 
 
@@ -113,7 +119,7 @@ def test_decode_bisects_to_the_smallest_captured_bs():
 
 
 def test_padding_disabled_replays_exact_keys_only():
-    c = cfg(capture_sizes=(1, 2, 4, 8), max_num_reqs=8, sglang={"disable_padding": True})
+    c = cfg(capture_sizes=(1, 2, 4, 8), max_num_reqs=8, engine_options=sgl(disable_padding=True))
     assert dispatch(c, Batch((1,) * 4)) == BatchDescriptor(F, 4, 4, 1)
     assert dispatch(c, Batch((1,) * 3)) is None
 
@@ -127,7 +133,7 @@ def test_two_batch_overlap_needs_the_split():
 def test_dp_attention_pads_to_the_max_over_ranks():
     assert rules.dp_rank_sizes(5, 3, 8) == (5, 6, 7) and rules.dp_rank_sizes(8, 3, 8) == (8, 1, 2)
     assert rules.dp_rank_sizes(1, 2, 1) == (1, 1)
-    c = cfg(capture_sizes=(4, 8), max_num_reqs=8, sglang={"dp_size": 2})
+    c = cfg(capture_sizes=(4, 8), max_num_reqs=8, engine_options=sgl(dp_size=2))
     assert dispatch(c, Batch((1,) * 5)) == BatchDescriptor(F, 8, 8, 1)
     assert dispatch(c, Batch((1,) * 4)) == BatchDescriptor(F, 8, 8, 1)  # the peer holds 5
 
@@ -136,7 +142,7 @@ def test_lora_variant_follows_the_adapters():
     c = cfg(capture_sizes=(4,), max_num_reqs=4, lora_cases=(0, 2))
     assert dispatch(c, Batch((1,) * 3)).num_active_loras == 0
     assert dispatch(c, Batch((1,) * 3, num_active_loras=1)).num_active_loras == 2
-    one = cfg(capture_sizes=(4,), max_num_reqs=4, lora_cases=(0, 2), sglang={"record_nolora_graph": False})
+    one = cfg(capture_sizes=(4,), max_num_reqs=4, lora_cases=(0, 2), engine_options=sgl(record_nolora_graph=False))
     assert dispatch(one, Batch((1,) * 3)).num_active_loras == 2
 
 
@@ -147,7 +153,7 @@ def test_prefill_bucket_rules():
     assert dispatch(c, Batch((17,), has_prefill=True)) is None
     # A "decode" of another width is an extend for sglang.
     assert dispatch(c, Batch((2, 2, 2))) == BatchDescriptor(P, 8)
-    full = cfg(mode="FULL", capture_sizes=(8,), max_num_reqs=4, sglang={"full_prefill_max_req": 2})
+    full = cfg(mode="FULL", capture_sizes=(8,), max_num_reqs=4, engine_options=sgl(full_prefill_max_req=2))
     assert dispatch(full, Batch((3, 3), has_prefill=True)) == BatchDescriptor(F, 8, 2)
     assert dispatch(full, Batch((2, 2, 2), has_prefill=True)) is None  # more requests than slots
 
@@ -156,11 +162,11 @@ def test_prefill_bucket_rules():
 
 
 def test_sglang_options_round_trip_and_stay_out_of_other_json():
-    c = cfg(sglang={"dp_size": 2, "disable_padding": True})
+    c = cfg(engine_options=sgl(dp_size=2, disable_padding=True))
     assert ManagerConfig.from_json(json.loads(json.dumps(c.to_json()))) == c
     assert "sglang" not in cfg().to_json()
     with pytest.raises(ConfigError, match="sglang.dp"):
-        cfg(sglang={"dp": 2})
+        ManagerConfig.from_json({"sglang": {"dp": 2}})
     with pytest.raises(ConfigError, match="sglang.dp_size"):
         SglangOptions(dp_size=0)
 
@@ -180,14 +186,14 @@ def test_ruleset_replacements_are_declared_properties():
 @given(sglang_configs())
 def test_strategy_draws_configs_sglang_maps(c):
     assert rules.unsupported_reason(c) is None
-    if c.sglang.dp_size > 1:
+    if rules.options(c).dp_size > 1:
         assert c.mode == CUDAGraphMode.FULL_DECODE_ONLY and c.decode_query_len == 1
 
 
 @settings(max_examples=20, deadline=None)
 @given(scenarios(ruleset="sglang", config_strategy=SglangTarget().drawing.config_strategy))
 def test_sglang_scenarios_carry_the_sglang_part(sc):
-    assert sc.ruleset == "sglang" and sc.config.sglang is not None
+    assert sc.ruleset == "sglang" and sc.config.options(SglangOptions) is not None
 
 
 # -- SGL-* properties on hand-written traces ---------------------------------------------------------
@@ -311,19 +317,19 @@ def test_dispatch_properties_hold_for_the_bisect_and_name_each_failure():
     wide = cfg(capture_sizes=(1, 2, 4, 8), max_num_reqs=8)
     assert any("bisect pads it" in m for m in run_dispatch(wide, b3, BatchDescriptor(F, 8, 8, 1)))
     assert any("2 graph tokens < the batch's 3" in m for m in run_dispatch(SMALL, b3, BatchDescriptor(F, 2, 2, 1)))
-    nopad = cfg(capture_sizes=(1, 2, 4), max_num_reqs=4, sglang={"disable_padding": True})
+    nopad = cfg(capture_sizes=(1, 2, 4), max_num_reqs=4, engine_options=sgl(disable_padding=True))
     assert any("rules run it eagerly" in m for m in run_dispatch(nopad, b3, BatchDescriptor(F, 4, 4, 1)))
 
 
 def test_capture_useful_flags_a_graph_no_batch_reaches():
-    c = cfg(capture_sizes=(1, 2, 4), max_num_reqs=4, sglang={"disable_padding": True})
+    c = cfg(capture_sizes=(1, 2, 4), max_num_reqs=4, engine_options=sgl(disable_padding=True))
     dead = BatchDescriptor(F, 8, 8, 1)
     msgs = judge(c, [Step.capture()], captured(c, rules.expected_capture_descs(c, LATEST) + (dead,)), ["SGL-CAPTURE-USEFUL"])
     assert len(msgs) == 1 and "tokens=8" in msgs[0]
 
 
 def test_dp_agree_needs_one_choice_per_step():
-    c = cfg(capture_sizes=(4,), max_num_reqs=4, sglang={"dp_size": 2})
+    c = cfg(capture_sizes=(4,), max_num_reqs=4, engine_options=sgl(dp_size=2))
     g = BatchDescriptor(F, 4, 4, 1)
     shape = Batch((1,) * 3).shape
     agree = captured(c) + [RankDispatch(0, shape, ((3, g), (2, g)))]
@@ -367,17 +373,17 @@ def test_draft_decode_config_follows_the_eagle_shape():
     assert rules.draft_decode_config(cfg(decode_query_len=1)) is None  # no EAGLE
     assert rules.draft_decode_config(cfg(decode_query_len=2)) is None  # one draft step: no draft decode runner
     assert rules.draft_decode_config(cfg(mode="NONE", decode_query_len=3)) is None  # decode backend disabled
-    d = rules.draft_decode_config(cfg(decode_query_len=3, max_num_reqs=20, sglang={"disable_padding": True}))
+    d = rules.draft_decode_config(cfg(decode_query_len=3, max_num_reqs=20, engine_options=sgl(disable_padding=True)))
     assert (d.mode, d.decode_query_len, d.max_num_reqs, d.lora_cases, d.num_ubatches) == (
         CUDAGraphMode.FULL_DECODE_ONLY, 1, 20, (0,), 1)
-    assert d.sglang.disable_padding and rules.decode_capture_bs(d) == (1, 2, 3, 4, 8, 12, 16, 20)
-    tree = rules.draft_decode_config(cfg(decode_query_len=4, max_num_reqs=4, sglang={"eagle_topk": 2, "eagle_steps": 3}))
+    assert d.options(SglangOptions).disable_padding and rules.decode_capture_bs(d) == (1, 2, 3, 4, 8, 12, 16, 20)
+    tree = rules.draft_decode_config(cfg(decode_query_len=4, max_num_reqs=4, engine_options=sgl(eagle_topk=2, eagle_steps=3)))
     assert [(x.num_tokens, x.num_reqs) for x in rules.expected_capture_descs(tree, LATEST)] == [(8, 4), (6, 3), (4, 2),
                                                                                                  (2, 1)]
     # The default ladder is the speculative server's, resolved into the draft's list.
     ladder = rules.draft_decode_config(cfg(decode_query_len=3, capture_sizes=(12,), max_num_reqs=16,
-                                           sglang={"default_bs_list": True}))
-    assert ladder.capture_sizes == tuple(rules.default_decode_bs(12, False, True)) and not ladder.sglang.default_bs_list
+                                           engine_options=sgl(default_bs_list=True)))
+    assert ladder.capture_sizes == tuple(rules.default_decode_bs(12, False, True)) and not rules.options(ladder).default_bs_list
 
 
 def test_eagle_options_are_validated_and_a_chain_follows_its_steps():
@@ -386,8 +392,8 @@ def test_eagle_options_are_validated_and_a_chain_follows_its_steps():
     with pytest.raises(ConfigError, match="sglang.eagle_steps"):
         SglangOptions(eagle_steps=0)
     assert rules.eagle_steps(cfg(decode_query_len=4)) == 3
-    assert "steps + 1" in rules.unsupported_reason(cfg(decode_query_len=3, sglang={"eagle_steps": 3}))
-    assert rules.unsupported_reason(cfg(decode_query_len=3, sglang={"eagle_topk": 2, "eagle_steps": 3})) is None
+    assert "steps + 1" in rules.unsupported_reason(cfg(decode_query_len=3, engine_options=sgl(eagle_steps=3)))
+    assert rules.unsupported_reason(cfg(decode_query_len=3, engine_options=sgl(eagle_topk=2, eagle_steps=3))) is None
 
 
 def test_a_draft_sub_trace_is_judged_under_the_rulesets_replacements():

@@ -34,6 +34,7 @@ from cgsim.backends import get_backend  # noqa: E402
 from cgsim.config import ManagerConfig  # noqa: E402
 from cgsim.spec import sglang as rules  # noqa: E402
 from cgsim.spec.rulesets import get_ruleset  # noqa: E402
+from cgsim.spec.sglang_options import SglangOptions  # noqa: E402
 from cgsim.targets import get_target  # noqa: E402
 from cgsim.targets.base import TargetUnsupported  # noqa: E402
 from cgsim.targets.sglang import SglangTarget, compat  # noqa: E402
@@ -44,6 +45,11 @@ pytestmark = pytest.mark.sglang
 TREE = compat.probe()
 DESIGN = rules.design_of(TREE.ruleset)
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+
+
+def sgl(**options) -> tuple[SglangOptions]:
+    """A config's engine options holding these SGLang options."""
+    return (SglangOptions(**options),)
 
 
 def _built(config: ManagerConfig):
@@ -125,8 +131,8 @@ def test_the_recorded_alignment_is_cgsims_copy_over_drawn_configs(config):
 @pytest.mark.parametrize("kw", [
     dict(num_ubatches=2, capture_sizes=(1, 2, 3, 4, 8), max_num_reqs=7),
     dict(num_ubatches=2, capture_sizes=(2, 3), max_num_reqs=3, decode_query_len=2),
-    dict(num_ubatches=2, mode="FULL", capture_sizes=(3, 5), max_num_reqs=5, sglang={"disable_padding": True}),
-    dict(sglang={"dp_size": 3}, capture_sizes=(1, 2, 4), max_num_reqs=4),
+    dict(num_ubatches=2, mode="FULL", capture_sizes=(3, 5), max_num_reqs=5, engine_options=sgl(disable_padding=True)),
+    dict(engine_options=sgl(dp_size=3), capture_sizes=(1, 2, 4), max_num_reqs=4),
     dict(decode_query_len=3, capture_sizes=(1, 2, 3), max_num_reqs=3),
 ])
 def test_the_recorded_alignment_is_cgsims_copy_where_the_strategy_does_not_draw(kw):

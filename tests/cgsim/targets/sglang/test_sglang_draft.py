@@ -27,6 +27,7 @@ from cgsim.properties import check_scenario  # noqa: E402
 from cgsim.runner import run_scenario  # noqa: E402
 from cgsim.scenario import Scenario, Step  # noqa: E402
 from cgsim.spec import sglang as rules  # noqa: E402
+from cgsim.spec.sglang_options import SglangOptions  # noqa: E402
 from cgsim.targets.sglang.launch import launch_for  # noqa: E402
 from cgsim.targets.sglang.mutation import MUTATIONS_ENV, Mutation, environment_for  # noqa: E402
 from cgsim.trace import Candidates, CreateForwardFn, Forward, GraphOutput, Replay  # noqa: E402
@@ -49,6 +50,11 @@ def cfg(**kw) -> ManagerConfig:
     kw.setdefault("max_num_reqs", 4)
     kw.setdefault("decode_query_len", 3)
     return ManagerConfig(**kw)
+
+
+def sgl(**options) -> tuple[SglangOptions]:
+    """A config's engine options holding these SGLang options."""
+    return (SglangOptions(**options),)
 
 
 def run(config: ManagerConfig, *steps: Step):
@@ -86,7 +92,7 @@ def test_draft_runner_captures_the_bs_list_largest_first_and_pads_draft_batches(
 
 
 def test_tree_drafts_hold_bs_times_topk_tokens():
-    c = cfg(decode_query_len=4, sglang={"eagle_topk": 2, "eagle_steps": 3})
+    c = cfg(decode_query_len=4, engine_options=sgl(eagle_topk=2, eagle_steps=3))
     trace = clean(c, C, D(verify(3, 4)), D(verify(1, 4)))
     sub = trace.managers[DRAFT]
     assert {(d.num_tokens, d.num_reqs, d.uniform_token_count) for d in sub.of(Candidates)[0].capture_descs} == {
@@ -96,7 +102,7 @@ def test_tree_drafts_hold_bs_times_topk_tokens():
 
 
 def test_padding_disabled_replays_exact_sizes_only():
-    trace = clean(cfg(sglang={"disable_padding": True}), C, D(verify(3, 3)), D(verify(2, 3)))
+    trace = clean(cfg(engine_options=sgl(disable_padding=True)), C, D(verify(3, 3)), D(verify(2, 3)))
     assert draft_replays(trace) == {1: ("eager", 3), 2: ("full", 2)}
 
 
@@ -122,7 +128,7 @@ def test_configs_without_a_driven_draft_runner(kw, why):
 
 def test_a_chain_whose_steps_contradict_its_draft_tokens_is_unsupported():
     # With topk 1 sglang sets the draft tokens to steps + 1: such a config is not what it builds.
-    trace, verdict = run(cfg(sglang={"eagle_steps": 3}), C)
+    trace, verdict = run(cfg(engine_options=sgl(eagle_steps=3)), C)
     assert trace.unsupported and "steps + 1" in trace.unsupported and verdict.ok
 
 
@@ -254,7 +260,7 @@ def test_draft_extend_runner_captures_at_the_draft_tokens_width_and_keeps_a_row_
 
 
 def test_draft_extend_is_captured_after_draft_decode_and_both_follow_padding_disabled():
-    trace = clean(cfg(decode_query_len=4, sglang={"disable_padding": True}), C, D(verify(3, 4)), D(verify(2, 4)))
+    trace = clean(cfg(decode_query_len=4, engine_options=sgl(disable_padding=True)), C, D(verify(3, 4)), D(verify(2, 4)))
     assert list(trace.managers) == [DRAFT, EXTEND]
     assert {r.step: r.path for r in trace.managers[EXTEND].of(Replay)} == {1: "eager", 2: "full"}
 

@@ -30,6 +30,7 @@ from cgsim.runner import run_scenario  # noqa: E402
 from cgsim.targets import get_target  # noqa: E402
 from cgsim.scenario import Scenario, Step  # noqa: E402
 from cgsim.spec import sglang as rules  # noqa: E402
+from cgsim.spec.sglang_options import SglangOptions  # noqa: E402
 from cgsim.targets.sglang.mutants import MUTANTS  # noqa: E402
 from cgsim.trace import Candidates, CreateForwardFn, Forward, GraphOutput, RankDispatch, Replay  # noqa: E402
 
@@ -73,6 +74,11 @@ def cfg(**kw) -> ManagerConfig:
     kw.setdefault("capture_sizes", (1, 2, 4, 8, 12))
     kw.setdefault("max_num_reqs", 16)
     return ManagerConfig(**kw)
+
+
+def sgl(**options) -> tuple[SglangOptions]:
+    """A config's engine options holding these SGLang options."""
+    return (SglangOptions(**options),)
 
 
 # -- environment ----------------------------------------------------------------------------------
@@ -206,7 +212,7 @@ def test_two_batch_overlap_aligns_sizes_and_needs_the_split():
 
 @pytest.mark.parametrize("record_nolora", [True, False])
 def test_lora_variants(record_nolora):
-    c = cfg(capture_sizes=(2, 4), max_num_reqs=4, lora_cases=(0, 2), sglang={"record_nolora_graph": record_nolora})
+    c = cfg(capture_sizes=(2, 4), max_num_reqs=4, lora_cases=(0, 2), engine_options=sgl(record_nolora_graph=record_nolora))
     trace = clean(c, C, D(decode(3)), D(decode(3, num_active_loras=2)), D(decode(2, num_active_loras=1)))
     loras = [r.desc.num_active_loras for r in replays(trace).values()]
     # Only a design that takes the rule from the LoRA backend records base-only graphs.
@@ -214,20 +220,20 @@ def test_lora_variants(record_nolora):
 
 
 def test_padding_disabled_replays_exact_sizes_only():
-    c = cfg(capture_sizes=(1, 2, 4), max_num_reqs=4, sglang={"disable_padding": True})
+    c = cfg(capture_sizes=(1, 2, 4), max_num_reqs=4, engine_options=sgl(disable_padding=True))
     trace = clean(c, C, D(decode(4)), D(decode(3)))
     assert [r.path for r in replays(trace).values()] == ["full", "eager"]
 
 
 def test_default_ladder_up_to_the_max_bs():
-    c = cfg(capture_sizes=(20,), max_num_reqs=24, sglang={"default_bs_list": True})
+    c = cfg(capture_sizes=(20,), max_num_reqs=24, engine_options=sgl(default_bs_list=True))
     trace = clean(c, C, D(decode(17)))
     assert [d.num_reqs for d in trace.of(Candidates)[0].capture_descs] == [20, 16, 12, 8, 4, 2, 1]
     assert replays(trace)[1].desc.num_reqs == 20
 
 
 def test_dp_attention_ranks_vote_and_replay_one_key():
-    c = cfg(capture_sizes=(1, 2, 4, 8), max_num_reqs=8, sglang={"dp_size": 2})
+    c = cfg(capture_sizes=(1, 2, 4, 8), max_num_reqs=8, engine_options=sgl(dp_size=2))
     from cgsim.spec.scheduler import sweep_token_limit
 
     # The last batch: one prompt of the most tokens a batch holds; its peer holds it and one decode more.
@@ -256,7 +262,7 @@ def test_lora_in_breakable_prefill_graphs_reads_every_request_adapter():
     # Found by a campaign: the toy LoRA kernels once mapped tokens to requests
     # through the capture-sized metadata view (one request), a cgsim bug.
     c = cfg(mode="FULL_AND_PIECEWISE", capture_sizes=(2, 4), max_num_reqs=4, lora_cases=(0, 3),
-            sglang={"record_nolora_graph": False})
+            engine_options=sgl(record_nolora_graph=False))
     trace = clean(c, C, D(prefill(1, 1, num_active_loras=2)), D(prefill(2, 1, 1, num_active_loras=3)))
     assert [r.path for r in replays(trace).values()] == ["piecewise", "piecewise"]
 
@@ -267,7 +273,7 @@ def test_padding_disabled_with_two_batch_overlap_captures_a_graph_no_batch_uses(
     disabled; no launch sglang accepts gives the runners this config."""
     from cgsim.targets import TargetUnsupported
 
-    c = cfg(capture_sizes=(2,), max_num_reqs=1, num_ubatches=2, ubatch_threshold=2, sglang={"disable_padding": True})
+    c = cfg(capture_sizes=(2,), max_num_reqs=1, num_ubatches=2, ubatch_threshold=2, engine_options=sgl(disable_padding=True))
     _, trace, verdict = run(c, C, D(decode(1)))
     assert not trace.errors
     assert [v.property for v in verdict.violations] == ["SGL-CAPTURE-USEFUL"]
@@ -290,7 +296,7 @@ def test_two_batch_overlap_without_attention_dp_or_a2a_is_not_reachable_with_sgl
     assert "--enable-two-batch-overlap" in reason and "\n" not in reason
     # With attention DP sglang's check takes it (the driver does not run DP ranks with two-batch overlap).
     built = engine_graph_config(cfg(capture_sizes=(2, 4), max_num_reqs=4, num_ubatches=2, ubatch_threshold=2,
-                                    sglang={"dp_size": 2}), VERSION)
+                                    engine_options=sgl(dp_size=2)), VERSION)
     assert list(built.decode.bs) == [2, 4]
 
 
@@ -333,7 +339,7 @@ def test_a_check_that_fails_on_what_cgsim_gave_it_is_the_adapters_failure(monkey
 
 
 def test_full_prefill_graphs_have_request_slots():
-    c = cfg(mode="FULL", capture_sizes=(8, 16), max_num_reqs=8, sglang={"full_prefill_max_req": 2})
+    c = cfg(mode="FULL", capture_sizes=(8, 16), max_num_reqs=8, engine_options=sgl(full_prefill_max_req=2))
     trace = clean(c, C, D(prefill(5, 2)), D(prefill(3, 3, 2)), D(prefill(9)))
     got = {s: (r.path, r.desc.num_tokens, r.desc.num_reqs) for s, r in replays(trace).items()}
     assert got == {1: ("full", 8, 2), 2: ("eager", 8, 3), 3: ("full", 16, 2)}
@@ -367,7 +373,7 @@ def test_release_and_recapture():
 
 def test_configs_sglang_cannot_express_are_unsupported():
     for c in (cfg(lora_cases=(0, 1, 2)), cfg(attention_support="UNIFORM_BATCH"),
-              cfg(mode="FULL_AND_PIECEWISE", sglang={"dp_size": 2}),
+              cfg(mode="FULL_AND_PIECEWISE", engine_options=sgl(dp_size=2)),
               cfg(num_ubatches=2, capture_sizes=(3,))):  # no even bs left: sglang asserts at start-up
         _, trace, verdict = run(c, C)
         assert trace.unsupported and verdict.ok
@@ -376,9 +382,9 @@ def test_configs_sglang_cannot_express_are_unsupported():
 # -- mutants ---------------------------------------------------------------------------------------
 
 EXAMPLES = {
-    "nopad-raw-key": (cfg(capture_sizes=(1, 2, 4), max_num_reqs=4, sglang={"disable_padding": True}), (C, D(decode(4)))),
-    "dp-sum-tokens": (cfg(capture_sizes=(4, 8), max_num_reqs=8, sglang={"dp_size": 2}), (C, D(decode(6)))),
-    "max-bs-not-captured": (cfg(capture_sizes=(20,), max_num_reqs=24, sglang={"default_bs_list": True}),
+    "nopad-raw-key": (cfg(capture_sizes=(1, 2, 4), max_num_reqs=4, engine_options=sgl(disable_padding=True)), (C, D(decode(4)))),
+    "dp-sum-tokens": (cfg(capture_sizes=(4, 8), max_num_reqs=8, engine_options=sgl(dp_size=2)), (C, D(decode(6)))),
+    "max-bs-not-captured": (cfg(capture_sizes=(20,), max_num_reqs=24, engine_options=sgl(default_bs_list=True)),
                             (C, D(decode(18)))),
     # Graph 8 twice: the 6-request replay's padded rows keep slots of requests it still runs (_kv's rows).
     "stale-out-cache-loc": (cfg(capture_sizes=(1, 2, 4, 8), max_num_reqs=8), (C, D(decode(8)), D(decode(6)))),
@@ -425,7 +431,7 @@ def test_every_mutant_has_an_example():
 
 
 def test_descriptors_are_the_spec_mapping():
-    c = cfg(mode="FULL", capture_sizes=(2, 4), max_num_reqs=4, decode_query_len=2, sglang={"full_prefill_max_req": 3})
+    c = cfg(mode="FULL", capture_sizes=(2, 4), max_num_reqs=4, decode_query_len=2, engine_options=sgl(full_prefill_max_req=3))
     trace = clean(c, C)
     assert trace.of(Candidates)[0].capture_descs == rules.expected_capture_descs(c, rules.design_of(RULESET))
     assert BatchDescriptor(F, 8, 4, 2) in trace.of(Candidates)[0].capture_descs
@@ -464,7 +470,7 @@ def test_every_config_reads_as_a_launch_line_sglang_takes():
     from cgsim.targets.sglang.launch import engine_graph_config
 
     c = cfg(mode="FULL", capture_sizes=(4, 8), max_num_reqs=5, lora_cases=(0, 2),
-            sglang={"full_prefill_max_req": 2, "disable_padding": True, "record_nolora_graph": False})
+            engine_options=sgl(full_prefill_max_req=2, disable_padding=True, record_nolora_graph=False))
     line = SglangTarget().triage.launch(Scenario(c, (C,), ruleset=RULESET))["line"]
     assert line.startswith("python -m sglang.launch_server --model-path MODEL ")
     for flag in ("--cuda-graph-backend-decode full", "--cuda-graph-backend-prefill full", "--cuda-graph-bs-decode 4 8",
@@ -477,7 +483,7 @@ def test_every_config_reads_as_a_launch_line_sglang_takes():
     built = engine_graph_config(c, VERSION)  # what sglang's own parser and hooks build from it
     assert (built.decode.backend, list(built.decode.bs)) == ("full", [4, 8])
     assert (built.prefill.backend, built.prefill.full_prefill_max_req) == ("full", 2)
-    default = engine_graph_config(cfg(capture_sizes=(20,), max_num_reqs=24, sglang={"default_bs_list": True}), VERSION)
+    default = engine_graph_config(cfg(capture_sizes=(20,), max_num_reqs=24, engine_options=sgl(default_bs_list=True)), VERSION)
     assert default.decode.max_bs == 20
     assert SglangTarget().drawing.engine_config(c) == c
 
@@ -485,7 +491,7 @@ def test_every_config_reads_as_a_launch_line_sglang_takes():
 def test_a_launch_sglang_refuses_is_unsupported_with_its_reason():
     from cgsim.targets import TargetUnsupported
 
-    lora = cfg(capture_sizes=(2, 4), max_num_reqs=4, lora_cases=(0, 2), sglang={"record_nolora_graph": True})
+    lora = cfg(capture_sizes=(2, 4), max_num_reqs=4, lora_cases=(0, 2), engine_options=sgl(record_nolora_graph=True))
     if TREE.nolora_from_backend:  # --lora-backend triton_v2 exists where the rule reads it
         assert SglangTarget().drawing.engine_config(lora) == lora
     else:
