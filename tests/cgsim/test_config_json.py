@@ -193,3 +193,17 @@ def test_the_scenario_code_builds_each_engines_options_from_their_own_modules():
     namespace: dict = {}
     exec(code, namespace)  # noqa: S102 - cgsim's own generated code
     assert namespace["scenario"] == scenario
+
+
+def test_an_outside_format_that_does_not_load_is_named_where_its_key_is_read(monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    broken = EntryPoint("myengine", "no_such_module_here:OPTIONS_FORMAT", engine_options.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(engine_options, "entry_points", lambda group: [broken])
+    monkeypatch.setattr(engine_options, "_formats", None)
+    monkeypatch.setattr(engine_options, "_broken", {})
+    # cgsim's own engines still load, and configs with their options still read and write.
+    assert ManagerConfig.from_json(json.loads(WRITTEN["both"])) == written_configs()["both"]
+    with pytest.raises(ConfigError, match="engine options entry point myengine = 'no_such_module_here:"
+                                          "OPTIONS_FORMAT' does not load: ModuleNotFoundError"):
+        ManagerConfig.from_json({"myengine_key": 1})
