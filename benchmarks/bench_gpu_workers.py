@@ -90,7 +90,7 @@ def device_work(n: int, seed: int, backend: str = "cuda") -> dict:
     import cgsim.profiles  # noqa: F401
     from cgsim.properties import check_scenario
     from cgsim.runner import run_scenario
-    from fuzz.campaign.worker import default_strategy
+    from fuzz.campaign.decode_scenarios import default_strategy
 
     torch.set_num_threads(1)
     dev = "cuda" if backend == "cuda" else "cpu"  # the mock's device memory is the CPU (a smoke test)

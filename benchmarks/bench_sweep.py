@@ -11,7 +11,7 @@ inflates nothing; each scenario runs with and without the sweep,
 interleaved.  Scenarios: ``fuzz.strategies.scenarios`` with the target's
 engine configs mixed in, as a campaign draws them (derandomized), and as
 a campaign worker runs them: each (config, ruleset, lifecycle) once
-(``fuzz.campaign.worker.repeat_key``), so ``--plans campaign`` caches the
+(the decode family's ``FamilySearch.repeat_key``), so ``--plans campaign`` caches the
 plans of a config drawn again with another lifecycle only.
 """
 
@@ -37,9 +37,14 @@ def _scenarios(target: str, n: int, max_size: int, sample_seed: int | None = Non
     t = get_target(target)
     out: list = []
     try:  # a campaign worker runs each (config, ruleset, lifecycle) once: so do these scenarios
-        from fuzz.campaign.worker import repeat_key
-    except ImportError:  # a tree from before that rule: its campaigns ran repeats
-        repeat_key = None
+        from fuzz.campaign.search import DECODE_SEARCH
+
+        repeat_key = DECODE_SEARCH.repeat_key
+    except ImportError:
+        try:  # a tree from before the families' searches
+            from fuzz.campaign.worker import repeat_key
+        except ImportError:  # a tree from before that rule: its campaigns ran repeats
+            repeat_key = None
     ran: set = set()
 
     @settings(max_examples=n, database=None, deadline=None, suppress_health_check=list(HealthCheck),

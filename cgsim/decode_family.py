@@ -99,6 +99,10 @@ def _scenario_code(scenario: Any) -> str:
     return scenario_code(Scenario.from_json(scenario))
 
 
+def _scenario_short(scenario: Any) -> str:
+    return Scenario.from_json(scenario).short()
+
+
 def _properties() -> Mapping[str, Any]:
     from cgsim.properties import ALL_PROPERTIES
 
@@ -126,6 +130,7 @@ FAMILY = Family(
     reproduce=reproduce_decode,
     describe=describe_decode,
     scenario_code=_scenario_code,
+    scenario_short=_scenario_short,
     properties=_properties,
     catalogue=_catalogue,
 )

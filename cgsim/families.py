@@ -71,7 +71,8 @@ class Family:
     problems raise before anything runs); ``describe(finding)``: what the
     finding is, before it is replayed; ``scenario_code(json)``: the scenario
     as the constructor calls that build it (the loader's ValueError,
-    TypeError or KeyError for one that does not load); ``properties()``: the
+    TypeError or KeyError for one that does not load); ``scenario_short(json)``:
+    the scenario's one-line short form (the same errors); ``properties()``: the
     property registry its scenarios are judged by, in report order;
     ``catalogue()``: its rows of ``python -m fuzz list``.
     """
@@ -83,6 +84,7 @@ class Family:
     reproduce: Callable[[Finding, str | None, float | None], ReplayOutcome]
     describe: Callable[[Finding], list[str]]
     scenario_code: Callable[[Any], str]
+    scenario_short: Callable[[Any], str]
     properties: Callable[[], Mapping[str, Property]]
     catalogue: Callable[[], tuple[CatalogueRow, ...]]
 

@@ -26,6 +26,12 @@ def _scenario_code(scenario: Any) -> str:
     return encoder_scenario_code(EncoderScenario.from_json(scenario))
 
 
+def _scenario_short(scenario: Any) -> str:
+    from cgsim.encoder.values import EncoderScenario
+
+    return EncoderScenario.from_json(scenario).short()
+
+
 def _properties() -> Mapping[str, Any]:
     from cgsim.properties.encoder import ENCODER_PROPERTIES
 
@@ -55,6 +61,7 @@ FAMILY = Family(
     reproduce=reproduce_encoder,
     describe=describe_encoder,
     scenario_code=_scenario_code,
+    scenario_short=_scenario_short,
     properties=_properties,
     catalogue=_catalogue,
 )

@@ -23,7 +23,7 @@ from cgsim.finding import Finding
 from cgsim.properties.registry import Violation
 from cgsim.report.findings import FindingStore
 from cgsim.report.repro import write_repro
-from cgsim.scenario import Scenario, ScenarioError
+from cgsim.families import FamilyRegistryError, family_of_scenario
 from fuzz.campaign.worker import WorkerSpec
 
 __all__ = ["Executor", "ExecutorCommon", "Slot", "split_examples", "STOP_SIGNALS", "STOP_GRACE_S", "StopSignal",
@@ -258,8 +258,8 @@ class ExecutorCommon:
             self.notes.append(f"{message}; the scenario it was running could not be read back")
             return
         try:
-            short = Scenario.from_json(scenario).short()
-        except ScenarioError:
+            short = family_of_scenario(scenario).scenario_short(scenario)
+        except (FamilyRegistryError, TypeError, ValueError, KeyError):
             short = ""
         f = Finding.from_violation(Violation(prop, message), scenario, self.o.target, self.o.backend, short).with_(
             status="unshrunk", run_id=self.run_id, worker=slot.index, elapsed_s=time.time() - self.started,

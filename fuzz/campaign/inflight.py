@@ -22,7 +22,7 @@ import re
 import time
 from typing import Any
 
-from cgsim.scenario import Scenario, ScenarioError
+from cgsim.families import FamilyRegistryError, family_of_scenario
 
 __all__ = ["inflight_path", "inflight_entry", "InflightFile", "read_inflight", "describe_inflight",
            "recorded_inflight"]
@@ -88,8 +88,8 @@ def describe_inflight(data: dict) -> dict:
     """A summary's "inflight" entry for what ``read_inflight`` returned."""
     started = data.get("started")
     try:
-        short = Scenario.from_json(data["scenario"]).short()
-    except (ScenarioError, TypeError, ValueError, KeyError):
+        short = family_of_scenario(data["scenario"]).scenario_short(data["scenario"])
+    except (FamilyRegistryError, TypeError, ValueError, KeyError):
         short = ""
     when = None
     if isinstance(started, (int, float)):

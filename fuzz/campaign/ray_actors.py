@@ -190,9 +190,9 @@ class RayWorker(Worker):
         return self._sink_gone
 
     def write_inflight(self, scenario: Any) -> None:
-        from cgsim.observe import backstop_timeout, scenario_timeout
+        from cgsim.observe import backstop_timeout
 
-        limit = backstop_timeout(scenario_timeout(scenario, self.o.timeout_s))
+        limit = backstop_timeout(self.search.timeout_of(scenario, self.o.timeout_s))
         spec = self.spec
         try:
             stop = ray.get(self.sink.started.remote(spec.index, spec.incarnation, scenario.to_json(),

@@ -46,7 +46,7 @@ from fuzz.campaign.cluster import Cluster
 from fuzz.campaign.executor import EXIT_ERROR_RESTARTS, MAX_RESTARTS, ExecutorCommon, Slot, split_examples
 from fuzz.campaign.inflight import describe_inflight, read_inflight
 from fuzz.campaign.options import CampaignOptions
-from fuzz.campaign.worker import EXIT_DONE, EXIT_ERROR, EXIT_RESTART, EXIT_STORE, default_strategy
+from fuzz.campaign.worker import EXIT_DONE, EXIT_ERROR, EXIT_RESTART, EXIT_STORE
 
 __all__ = ["RayExecutor", "RaySlot"]
 
@@ -69,7 +69,7 @@ class RaySlot(Slot):
 
 class RayExecutor(ExecutorCommon):
     def __init__(self, options: CampaignOptions, run_id: str, run_dir: str, deadline: float,
-                 pipeline: Pipeline, strategy: Callable[[str | None, str | None], Any] = default_strategy,
+                 pipeline: Pipeline | None, strategy: Callable[[str | None, str | None], Any] | None = None,
                  on_finding: Callable[[], None] | None = None, replay: tuple = ()):
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, TextIO
 
-from cgsim.observe import RUNNER, Pipeline
+from cgsim.observe import Pipeline
 from cgsim.report.defects import reached
 from cgsim.report.findings import FindingStore, scan_findings
 from cgsim.report.repro import write_repro
@@ -42,7 +42,6 @@ from fuzz.campaign.executor import STOP_GRACE_S, Executor, stop_signals_raise
 from fuzz.campaign.options import CampaignOptions, UsageError, validate
 from fuzz.campaign.served import served_budget, served_phase
 from fuzz.campaign.supervisor import Supervisor
-from fuzz.campaign.worker import default_strategy
 
 __all__ = ["CampaignResult", "run_campaign", "settings_of", "exit_code", "hold_run_lock", "RUN_LOCK",
            "EXIT_CLEAN", "EXIT_FINDINGS", "EXIT_USAGE", "EXIT_REPORT_FAILED"]
@@ -152,8 +151,8 @@ def exit_code(summary: dict, stop_reason: str | None, report_failed: bool) -> in
     return EXIT_CLEAN
 
 
-def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
-                 strategy: Callable[[str | None, str | None], Any] = default_strategy,
+def run_campaign(options: CampaignOptions, pipeline: Pipeline | None = None,
+                 strategy: Callable[[str | None, str | None], Any] | None = None,
                  out: TextIO | None = None, err: TextIO | None = None,
                  ignore_late_signals: bool = False) -> CampaignResult:
     """Run one campaign; UsageError before anything starts.
@@ -176,6 +175,10 @@ def run_campaign(options: CampaignOptions, pipeline: Pipeline = RUNNER,
             from fuzz.campaign.cluster import join_cluster
 
             o = join_cluster(o)
+        from fuzz.campaign.search import search_of_target
+
+        # The family's own scenarios (FamilySearch), unless the caller brings a strategy or pipeline.
+        strategy = strategy or search_of_target(o.target).strategy
         try:
             strategy(o.ruleset, o.target)
         except Exception as exc:

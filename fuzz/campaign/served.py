@@ -76,7 +76,7 @@ def draw_served(target_name: str, ruleset: str | None, seed: int, limit: int) ->
     from cgsim.modes import CUDAGraphMode
     from cgsim.targets import get_target
     from cgsim.targets.base import TargetUnsupported
-    from fuzz.campaign.worker import default_strategy
+    from fuzz.campaign.search import search_of_target
 
     target = get_target(target_name)
     launch, unreachable = target.triage.launch, target.drawing.unreachable
@@ -85,7 +85,7 @@ def draw_served(target_name: str, ruleset: str | None, seed: int, limit: int) ->
     @with_seed(seed)
     @settings(max_examples=DRAWN, database=None, phases=[Phase.generate], deadline=None,
               suppress_health_check=list(HealthCheck))
-    @given(default_strategy(ruleset, target_name))
+    @given(search_of_target(target_name).strategy(ruleset, target_name))
     def collect(scenario: Any) -> None:
         drawn.append(scenario)
 

@@ -35,7 +35,7 @@ from fuzz.campaign.executor import (EXIT_ERROR_RESTARTS, MAX_RESTARTS, STOP_SIGN
 from fuzz.campaign.executor import signame as _signame
 from fuzz.campaign.inflight import describe_inflight, read_inflight
 from fuzz.campaign.options import CampaignOptions
-from fuzz.campaign.worker import EXIT_DONE, EXIT_ERROR, EXIT_RESTART, EXIT_STORE, default_strategy, worker_main
+from fuzz.campaign.worker import EXIT_DONE, EXIT_ERROR, EXIT_RESTART, EXIT_STORE, worker_main
 
 __all__ = ["Supervisor"]
 
@@ -44,7 +44,7 @@ WARM_WAIT_S = 10.0  # the first worker's memory is measured after its first scen
 
 class Supervisor(ExecutorCommon):
     def __init__(self, options: CampaignOptions, run_id: str, run_dir: str, deadline: float,
-                 pipeline: Pipeline, strategy: Callable[[str | None, str | None], Any] = default_strategy,
+                 pipeline: Pipeline | None, strategy: Callable[[str | None, str | None], Any] | None = None,
                  on_finding: Callable[[], None] | None = None, replay: tuple = ()):
         super().__init__(options, run_id, run_dir, deadline, pipeline, strategy, on_finding, replay)
         self.ctx = multiprocessing.get_context(options.method)

@@ -49,19 +49,19 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from cgsim.finding import Finding
-from cgsim.observe import RUNNER, Outcome, Pipeline, backstop_timeout, observe, scenario_timeout
+from cgsim.observe import Outcome, Pipeline, backstop_timeout
 from cgsim.profiles import get_profile
 from cgsim.report.findings import FindingStore
 from cgsim.report.repro import write_repro
-from cgsim.scenario import Scenario
-from cgsim.text import first_line, reason_class
+from cgsim.text import first_line
 from fuzz.campaign.coverage import Coverage
+from fuzz.campaign.decode_scenarios import NOT_REACHABLE
 from fuzz.campaign.inflight import InflightFile, inflight_entry
 from fuzz.campaign.lifecycle import FindingLifecycle, ShrinkState
 from fuzz.campaign.options import CampaignOptions
 
 __all__ = ["Worker", "WorkerSpec", "worker_main", "derive_seed", "EXIT_DONE", "EXIT_RESTART", "EXIT_ERROR", "EXIT_STORE",
-           "Abort", "StoreFailed", "default_strategy", "repeat_key"]
+           "Abort", "StoreFailed"]
 
 EXIT_DONE = 0
 EXIT_RESTART = 75  # "restart me": the target may have poisoned this process
@@ -80,66 +80,6 @@ def derive_seed(*parts: Any) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
-def default_strategy(ruleset: str | None, target: str | None = None) -> Any:
-    """Scenarios for a campaign against ``target`` (through its ``drawing``
-    hooks): tiny configs, and configs as the target's engine runs them (its
-    own default capture sizes), of those the target can be given at all
-    (its ``unsupported_reason``); where it has a ``serve`` hook, some with
-    the batches its engine's own scheduler schedules; where it has a
-    ``config_strategy``, configs as its engine runs them drawn from it."""
-    from fuzz.strategies import scenarios
-
-    engine_sizes = refusal = engine = serve = own_configs = settings = None
-    if target is not None:
-        from cgsim.targets import get_target
-
-        drawing = get_target(target).drawing
-        engine_sizes = drawing.engine_capture_sizes
-        refusal = _counted_refusal(drawing.unsupported_reason)
-        engine = _counted(drawing.engine_config)
-        settings = _counted(drawing.engine_settings)
-        serve = drawing.serve
-        own_configs = drawing.config_strategy
-    return scenarios(ruleset=ruleset, engine_sizes=engine_sizes, refusal=refusal, engine=engine, serve=serve,
-                     config_strategy=own_configs, settings=settings)
-
-
-# Configs the target refused while the strategy drew them (engine settings it
-# will not start with or sends to another runner, or that it cannot be given
-# at all: its unsupported_reason), by reason: counted with the worker's
-# coverage ("not_reachable"), never judged.
-NOT_REACHABLE: Counter = Counter()
-
-
-def _counted(engine_config: Callable | None) -> Callable | None:
-    if engine_config is None:
-        return None
-
-    def built(config: Any) -> Any:
-        from cgsim.targets.base import TargetUnsupported
-
-        try:
-            return engine_config(config)
-        except TargetUnsupported as exc:
-            NOT_REACHABLE[reason_class(str(exc))] += 1
-            return None
-
-    return built
-
-
-def _counted_refusal(unsupported_reason: Callable | None) -> Callable | None:
-    if unsupported_reason is None:
-        return None
-
-    def reason(config: Any) -> Any:
-        why = unsupported_reason(config)
-        if why is not None:
-            NOT_REACHABLE[reason_class(str(why))] += 1
-        return why
-
-    return reason
-
-
 @dataclass(frozen=True)
 class WorkerSpec:
     options: CampaignOptions
@@ -152,8 +92,8 @@ class WorkerSpec:
     max_examples: int | None  # this incarnation's share; None = until the deadline
     gpu: str | None = None
     skip_properties: tuple[str, ...] = ()  # finding keys finalised by earlier incarnations of this worker
-    pipeline: Pipeline = RUNNER
-    strategy: Callable[[str | None, str | None], Any] = default_strategy
+    pipeline: Pipeline | None = None  # None: the family's own (FamilySearch.observe's default)
+    strategy: Callable[[str | None, str | None], Any] | None = None  # None: the family's (FamilySearch.strategy)
     stats_interval_s: float = 0.5
     replay: tuple = ()  # SavedFailure entries (example_db) to run before fuzzing
     # Wall s, CPU s and scenarios the earlier incarnations of this worker
@@ -227,7 +167,7 @@ class Worker:
         self.started = time.time()
         self._fuzz_started = (time.time(), time.process_time())  # reset once the target is warm
         self.first_seen: dict[str, dict] = {}
-        self.ran: set[tuple] = set()  # repeat_key of every scenario this worker ran
+        self.ran: set[tuple] = set()  # the search's repeat_key of every scenario this worker ran
         self.repeats = False  # True once the strategy offers nothing new: repeats run again
         self.inflight = InflightFile(spec.run_dir, spec.index)
         self._chunk_seed: int | None = 0
@@ -235,6 +175,9 @@ class Worker:
         self.parent = os.getppid()  # the campaign, or (forkserver) the server that forked us
         self.owner = (spec.run_id, spec.index, spec.incarnation)
         self.store = FindingStore(self.findings_dir, allowed=lambda: not self.orphaned(), repro=write_repro)
+        from fuzz.campaign.search import search_of_target
+
+        self.search = search_of_target(self.o.target)  # how this family's scenarios run, read back and count
 
     # -- messaging -----------------------------------------------------------
     def _send(self, *msg: Any) -> None:
@@ -294,7 +237,7 @@ class Worker:
         labels = triage.classify(finding) if triage.classify is not None else {}
         launch = triage.launch  # the settings a user types to reach it
         if launch is not None:
-            labels = {**labels, "launch": launch(Scenario.from_json(finding.scenario))}
+            labels = {**labels, "launch": launch(self.search.scenario_from_json(finding.scenario))}
         evidence = triage.evidence  # the engine's scheduler on the claim's batch or graph
         if evidence is not None and (status in FINAL or status == "unshrunk"):  # a finding's last word
             try:
@@ -413,7 +356,7 @@ class Worker:
         gc.collect()
         gc.freeze()
         self._fuzz_started = (time.time(), time.process_time())
-        strategy = self.spec.strategy(self.o.ruleset, self.o.target)
+        strategy = (self.spec.strategy or self.search.strategy)(self.o.ruleset, self.o.target)
         base = get_profile(self.o.profile).campaign_settings(self.o.chunk_examples)
         chunk = 0
         restart = False
@@ -457,7 +400,7 @@ class Worker:
         better fuzzed over its batches than not at all)."""
         if self.repeats:
             return False
-        key = repeat_key(scenario)
+        key = self.search.repeat_key(scenario)
         if key in self.ran:
             self.coverage.add("repeats", "rejected")
             return True
@@ -470,8 +413,8 @@ class Worker:
         """Run and judge one scenario, announced in flight first; count it."""
         outcome = self._observe(scenario)
         self.scenarios += 1
-        self.coverage.scenario(scenario)
-        self.coverage.outcome(outcome.coverage)
+        self.coverage.count(self.search.coverage_of(scenario))
+        self.coverage.count(outcome.coverage)
         for p in outcome.checked:
             self.checks[p] += 1
         for p in outcome.properties:
@@ -512,10 +455,10 @@ class Worker:
             # [index]: since when it runs; [workers + index]: after how long
             # the parent's watchdog may call it hung (past the backstop).
             self.heartbeat[spec.index] = time.time()
-            limit = backstop_timeout(scenario_timeout(scenario, self.o.timeout_s))
+            limit = backstop_timeout(self.search.timeout_of(scenario, self.o.timeout_s))
             self.heartbeat[self.o.workers + spec.index] = limit + 1.0 if limit else 0.0
         try:
-            return observe(scenario, self.o.target, self.o.backend, self.o.timeout_s, spec.pipeline)
+            return self.search.observe(scenario, self.o.target, self.o.backend, self.o.timeout_s, spec.pipeline)
         finally:
             if self.heartbeat is not None:
                 self.heartbeat[spec.index] = 0.0
@@ -534,8 +477,6 @@ class Worker:
         """
         if not entries:
             return False
-        from cgsim.scenario import ScenarioError
-
         self._chunk_seed = None  # a replayed finding comes from no seed of this campaign
         passed: list[str] = []
         failed: list[str] = []
@@ -544,8 +485,8 @@ class Worker:
             if self._over(pinned=False):
                 break
             try:
-                scenario = Scenario.from_json(entry.scenario)
-            except ScenarioError as exc:
+                scenario = self.search.scenario_from_json(entry.scenario)
+            except ValueError as exc:  # ScenarioError and its kin: JSON no scenario of this family
                 self._send("note", self.spec.index, f"saved failure {entry.digest} cannot be replayed: {first_line(exc)}")
                 continue
             outcome = self._run_one(scenario)
@@ -642,12 +583,6 @@ def _hypothesis_verdict(exc: Exception) -> bool:
     failure that did not replay; nothing left to draw), as opposed to
     cgsim's own machinery failing."""
     return type(exc).__name__.startswith("Flaky") or type(exc).__name__ == "Unsatisfiable"
-
-
-def repeat_key(scenario: Any) -> tuple:
-    """What makes two scenarios the same run to the dispatch sweep: config,
-    ruleset and the kinds of their steps."""
-    return scenario.config, scenario.ruleset, tuple(step.kind for step in scenario.steps)
 
 
 def _die_with_parent() -> None:

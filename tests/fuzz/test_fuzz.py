@@ -155,7 +155,7 @@ def test_scenarios_draw_only_configs_the_target_can_be_given(monkeypatch):
     campaign's default strategy passes the target's own."""
     from hypothesis import HealthCheck, Phase
 
-    from fuzz.campaign import worker
+    from fuzz.campaign import decode_scenarios
 
     def refusal(config):
         return "no micro-batching here" if config.num_ubatches > 1 else None
@@ -176,7 +176,7 @@ def test_scenarios_draw_only_configs_the_target_can_be_given(monkeypatch):
     import cgsim.targets as targets
 
     monkeypatch.setattr(targets, "get_target", lambda name: Refusing())
-    strategy = worker.default_strategy("vllm-0.32", "refusing")
+    strategy = decode_scenarios.default_strategy("vllm-0.32", "refusing")
     seen.clear()
     given(strategy)(settings(max_examples=100, database=None, phases=[Phase.generate],
                              suppress_health_check=list(HealthCheck))(lambda scenario: seen.append(
@@ -204,7 +204,7 @@ def test_served_scenarios_dispatch_what_the_engines_scheduler_scheduled_and_read
     from cgsim.descriptors import Batch
     from cgsim.scenario import Scenario
     from cgsim.targets import TargetUnsupported
-    from fuzz.campaign import worker
+    from fuzz.campaign import decode_scenarios
 
     def batches_for(config, requests):
         if len(requests.requests) > 6:
@@ -220,7 +220,7 @@ def test_served_scenarios_dispatch_what_the_engines_scheduler_scheduled_and_read
     seen = []
 
     @settings(max_examples=120, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
-    @given(worker.default_strategy("vllm-0.32", "serving"))
+    @given(decode_scenarios.default_strategy("vllm-0.32", "serving"))
     def draw(scenario):
         seen.append(scenario)
 

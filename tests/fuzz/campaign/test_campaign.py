@@ -719,13 +719,14 @@ def test_a_worker_runs_each_config_and_lifecycle_once_until_nothing_new_is_drawn
     from cgsim.descriptors import Batch
     from cgsim.scenario import Scenario, Step
     from fuzz.campaign import CampaignOptions, run_campaign
-    from fuzz.campaign.worker import Worker, WorkerSpec, repeat_key
+    from fuzz.campaign.search import DECODE_SEARCH
+    from fuzz.campaign.worker import Worker, WorkerSpec
 
     def scenario(*lens):
         return Scenario(ManagerConfig(capture_sizes=(4, 8)), (Step.capture(), Step.dispatch(Batch(lens))),
                         ruleset="pr48822")
 
-    assert repeat_key(scenario(1, 2)) == repeat_key(scenario(3))
+    assert DECODE_SEARCH.repeat_key(scenario(1, 2)) == DECODE_SEARCH.repeat_key(scenario(3))
     spec = WorkerSpec(options=CampaignOptions(), index=0, incarnation=0, run_id="r", run_dir=str(tmp_path / "w"),
                       parent_pid=os.getppid(), deadline=time.time() + 60, max_examples=None)
     worker = Worker(spec, None, None, None)

@@ -33,7 +33,7 @@ from cgsim.targets.vllm.engine import takes_dynamic_schedule  # noqa: E402
 from cgsim.targets.vllm.scheduling import RequestSpec, Workload, run_scheduler  # noqa: E402
 from cgsim.targets.vllm.scheduling.serve import MAX_SERVED_STEPS, ModelMiss  # noqa: E402
 from cgsim.trace import Dispatch, Replay  # noqa: E402
-from fuzz.campaign.worker import default_strategy  # noqa: E402
+from fuzz.campaign.decode_scenarios import default_strategy  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))

@@ -605,7 +605,7 @@ def test_the_strategy_draws_no_config_this_vllm_refuses():
     tiny configs once) never reaches vLLM, nor a feature this release lacks."""
     from hypothesis import HealthCheck, Phase, given, settings
 
-    from fuzz.campaign.worker import default_strategy
+    from fuzz.campaign.decode_scenarios import default_strategy
 
     target = VllmTarget(warm=False)
     slack = ManagerConfig(mode="FULL", capture_sizes=(1, 2, 4), max_capture_size=5, max_num_reqs=4)
