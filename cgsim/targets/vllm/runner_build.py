@@ -526,6 +526,7 @@ def build_model_runner(vc: Any, backend: Any, state: dict) -> Any:
     from cgsim.targets.vllm.platform import device_type  # noqa: PLC0415
 
     worker = _WorkerView(vc, torch.device(device_type()))
+    state["worker"] = worker
     with vllm_frames("Worker._init_workspace_and_model_runner"):
         worker.init_workspace_and_model_runner()
     runner = worker.model_runner
@@ -621,8 +622,12 @@ class _WorkerView:
 
     def __getattr__(self, name: str) -> Any:
         # The GPU worker's other methods, bound to this view (what the worker
-        # wrapper and the executor call on it: initialize_from_config ...).
+        # wrapper and the executor call on it: initialize_from_config ...), and
+        # its properties read on the view (randomize_dummy_inputs, which
+        # execute_dummy_batch reads).
         fn = compat.worker_method(name)
+        if isinstance(fn, property) and not name.startswith("__"):
+            return fn.__get__(self)
         if name.startswith("__") or not callable(fn):
             raise AttributeError(name)
         return types.MethodType(fn, self)
