@@ -1175,12 +1175,13 @@ def _group_communicator(platform: Any, across_ranks: bool) -> Iterator[None]:
         yield
         return
     cls = type(platform)
-    name = f"{__spec__.name if __spec__ else __name__}.CgsimDeviceCommunicator"
+    module = __spec__.name if __spec__ else __name__
     own = cls.__dict__.get("get_device_communicator_cls")
-    cls.get_device_communicator_cls = classmethod(lambda _cls: name)
+    cls.get_device_communicator_cls = classmethod(lambda _cls: f"{module}.CgsimDeviceCommunicator")
     coordinator = importlib.import_module("vllm.distributed.parallel_state").GroupCoordinator
     capture = coordinator.graph_capture
-    ours = _gloo_communicator_class()
+    # The class vLLM resolves by that name (a child run as ``-m`` is __main__, another module object).
+    ours = importlib.import_module(module).CgsimDeviceCommunicator
 
     @contextlib.contextmanager
     def graph_capture(self: Any, graph_capture_context: Any = None) -> Iterator[Any]:
