@@ -74,6 +74,7 @@ def test_two_data_parallel_ranks_with_expert_parallelism_each_capture_the_decode
         assert built.raised is None, built.raised
         assert [g.short() for g in built.main.graphs] == DECODE_GRAPHS
         assert not built.has_ubatch_runner  # no --enable-dbo
+    assert build_runner(DP_EP).main == ranks[0].main  # a finding's confirmation builds every rank, reads rank 0
 
 
 @pytest.mark.slow
