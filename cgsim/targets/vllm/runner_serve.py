@@ -152,7 +152,7 @@ def serve_scenarios(launches: list[EngineLaunch], jobs: int, stopped: Any = lamb
     from cgsim.targets.vllm.runner_build import unloadable  # noqa: PLC0415
 
     def serve_loadable(launch: EngineLaunch, left: float) -> dict:
-        why = unloadable(launch.model)  # known without starting a child
+        why = unloadable(launch.model) or _not_one_rank(launch)  # known without starting a child
         return {"error": why} if why is not None else serve_pair(launch, left)
 
     return _within(launches, jobs, stopped, budget_s, serve_loadable)
@@ -180,6 +180,15 @@ def serve_confirmed(findings: list[dict], verdicts: dict, jobs: int, stopped: An
         if served[key] is not None:
             out[fid] = dataclasses.replace(verdicts[fid], served=served[key])
     return out
+
+
+def _not_one_rank(launch: EngineLaunch) -> str | None:
+    """Why a served pair does not serve ``launch`` (None: it does): a
+    data-parallel launch is served on all its ranks (``serve_dp_runners``),
+    which the pair does not run yet."""
+    size = int(launch.kwargs().get("data_parallel_size") or 1)
+    return None if size == 1 else (f"a served pair runs one rank; this launch has {size} data-parallel ranks "
+                                   "(serve_dp_runners serves them)")
 
 
 def _within(launches: list[EngineLaunch], jobs: int, stopped: Any, budget_s: float, serve: Any) -> list[dict | None]:
