@@ -884,9 +884,10 @@ def _gloo_communicator_class() -> type:
     (cuda_communicator.py CudaCommunicator) adds for expert parallelism: the
     variable-size all-gather and reduce-scatter the all2all managers call
     (there through PyNCCL; here an all-gather of padded rows, and an
-    all-reduce of which each rank keeps its rows: the same sums), and the EP
+    all-reduce of which each rank keeps its rows: the same sums), the EP
     group's all2all manager, vLLM's own AgRsAll2AllManager for the backends
-    that run on the groups' collectives (naive, allgather_reducescatter).
+    that run on the groups' collectives (naive, allgather_reducescatter), and
+    dispatch/combine handed to it.
     Any other backend needs its kernels (DeepEP, MoRI, NIXL ...): the
     environment's gap."""
     import torch  # noqa: PLC0415
@@ -941,6 +942,19 @@ def _gloo_communicator_class() -> type:
             start = sum(sizes[: self.rank_in_group])
             return summed[start:start + sizes[self.rank_in_group]].movedim(0, dim).contiguous()
 
+    # The base class's dispatch and combine are no-ops (each rank would run only its own tokens through only
+    # its own experts): as CudaCommunicator's, they are the all2all manager's.
+    def to_manager(name: str) -> Callable[..., Any]:
+        def delegated(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.all2all_manager is None:
+                raise AssertionError(f"{name} on a communicator without an all2all manager")
+            return getattr(self.all2all_manager, name)(*args, **kwargs)
+
+        delegated.__name__ = name
+        return delegated
+
+    for name in ("dispatch_router_logits", "dispatch", "combine", "allocate_combine_input", "combine_into_output"):
+        setattr(CgsimDeviceCommunicator, name, to_manager(name))
     return CgsimDeviceCommunicator
 
 
