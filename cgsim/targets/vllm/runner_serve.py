@@ -34,7 +34,8 @@ from cgsim.targets.vllm.engine import EngineLaunch
 from cgsim.targets.vllm.scheduling.driver import FIRST_TOKEN, VOCAB
 
 __all__ = ["ServedRequest", "ServedRun", "serve_runner", "serve_here", "eager_twin", "graphs_equal_eager",
-           "default_requests", "serve_pair", "served_consequence", "serve_confirmed", "serve_scenarios"]
+           "default_requests", "serve_pair", "served_consequence", "serve_confirmed", "serve_scenarios",
+           "serve_dp_runners"]
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ def serve_scenarios(launches: list[EngineLaunch], jobs: int, stopped: Any = lamb
     from cgsim.targets.vllm.runner_build import unloadable  # noqa: PLC0415
 
     def serve_loadable(launch: EngineLaunch, left: float) -> dict:
-        why = unloadable(launch.model)  # known without starting a child
+        why = unloadable(launch.model) or _not_one_rank(launch)  # known without starting a child
         return {"error": why} if why is not None else serve_pair(launch, left)
 
     return _within(launches, jobs, stopped, budget_s, serve_loadable)
@@ -179,6 +180,15 @@ def serve_confirmed(findings: list[dict], verdicts: dict, jobs: int, stopped: An
         if served[key] is not None:
             out[fid] = dataclasses.replace(verdicts[fid], served=served[key])
     return out
+
+
+def _not_one_rank(launch: EngineLaunch) -> str | None:
+    """Why a served pair does not serve ``launch`` (None: it does): a
+    data-parallel launch is served on all its ranks (``serve_dp_runners``),
+    which the pair does not run yet."""
+    size = int(launch.kwargs().get("data_parallel_size") or 1)
+    return None if size == 1 else (f"a served pair runs one rank; this launch has {size} data-parallel ranks "
+                                   "(serve_dp_runners serves them)")
 
 
 def _within(launches: list[EngineLaunch], jobs: int, stopped: Any, budget_s: float, serve: Any) -> list[dict | None]:
@@ -220,12 +230,33 @@ def serve_runner(launch: EngineLaunch, requests: tuple[ServedRequest, ...], time
                                         "serving through vLLM's model runner"))
 
 
+def serve_dp_runners(launch: EngineLaunch, requests: tuple[tuple[ServedRequest, ...], ...],
+                     timeout_s: float = 900) -> tuple[ServedRun, ...]:
+    """A data-parallel MoE launch served: DP rank i (one child each, joined
+    in one world: runner_build.build_dp_runners) serves ``requests[i]``, the
+    ranks in lockstep as vLLM's DP engine cores run (an idle rank runs the
+    worker's dummy batch while another has work); by rank."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    from cgsim.targets.vllm.runner_build import _free_port_run, in_child, launch_to_json  # noqa: PLC0415
+
+    port = _free_port_run(len(requests) + 4)
+    payloads = [{"launch": launch_to_json(launch), "requests": [dataclasses.asdict(r) for r in mine],
+                 "dp": [rank, port]} for rank, mine in enumerate(requests)]
+    with ThreadPoolExecutor(max_workers=len(payloads)) as pool:
+        results = list(pool.map(lambda p: in_child("cgsim.targets.vllm.runner_serve", p, timeout_s,
+                                                   f"serving DP rank {p['dp'][0]} through vLLM's model runner"),
+                                payloads))
+    return tuple(ServedRun.from_json(r) for r in results)
+
+
 def _serve_payload(data: dict) -> dict:
-    from cgsim.targets.vllm.runner_build import launch_from_json  # noqa: PLC0415
+    from cgsim.targets.vllm.runner_build import DataParallelRank, launch_from_json  # noqa: PLC0415
 
     requests = tuple(ServedRequest(tuple(r["prompt"]), r["max_tokens"], r.get("arrival_step", 0))
                      for r in data["requests"])
-    return serve_here(launch_from_json(data["launch"]), requests).to_json()
+    dp = DataParallelRank(*data["dp"]) if data.get("dp") else None
+    return serve_here(launch_from_json(data["launch"]), requests, dp=dp).to_json()
 
 
 # --------------------------------------------------------------------------
@@ -233,8 +264,15 @@ def _serve_payload(data: dict) -> dict:
 # --------------------------------------------------------------------------
 
 
-def serve_here(launch: EngineLaunch, requests: tuple[ServedRequest, ...], max_steps: int = 64) -> ServedRun:
-    """Build, capture and serve in this process (a fresh one: ``serve_runner``)."""
+def serve_here(launch: EngineLaunch, requests: tuple[ServedRequest, ...], max_steps: int = 64,
+               dp: Any = None) -> ServedRun:
+    """Build, capture and serve in this process (a fresh one: ``serve_runner``);
+    ``dp`` (runner_build.DataParallelRank): as that rank of a data-parallel
+    launch, stepping in lockstep with the other ranks as DPEngineCoreProc's
+    busy loop does (v1/engine/core.py run_busy_loop): a rank with nothing
+    scheduled runs the worker's dummy batch (Worker.execute_dummy_batch)
+    while any rank has work, which an all-reduce over the DP group decides
+    each step (ParallelConfig.has_unfinished_dp)."""
     from cgsim.targets.vllm import runner_build as rb  # noqa: PLC0415
     from cgsim.targets.vllm.scheduling.driver import block_hasher  # noqa: PLC0415
 
@@ -247,7 +285,7 @@ def serve_here(launch: EngineLaunch, requests: tuple[ServedRequest, ...], max_st
     per_step: dict[str, list[int]] = {}
     drafts: dict[str, list[list[int]]] = {}
     steps = 0
-    with rb.runner_world(launch) as (caps, vc, backend), _counting_replays(replays), _toy_weights_that_tell():
+    with rb.runner_world(launch, dp) as (caps, vc, backend), _counting_replays(replays), _toy_weights_that_tell():
         try:
             runner = rb.build_model_runner(vc, backend, state)
             proposed = _recording_drafts(runner)
@@ -257,12 +295,14 @@ def serve_here(launch: EngineLaunch, requests: tuple[ServedRequest, ...], max_st
             scheduler = _scheduler(vc, state["kv_cache_config"], launch)
             hasher = block_hasher(vc, vc.cache_config.block_size)
             pending = sorted(enumerate(requests), key=lambda x: (x[1].arrival_step, x[0]))
-            while (pending or scheduler.has_requests()) and steps < max_steps:
+            any_rank_busy = _any_rank_busy(vc) if dp is not None else (lambda busy: busy)
+            while any_rank_busy(bool(pending or scheduler.has_requests())) and steps < max_steps:
                 while pending and pending[0][1].arrival_step <= steps:
                     index, r = pending.pop(0)
                     scheduler.add_request(_request(f"r{index}", r, hasher))
                 steps += 1
                 if not scheduler.has_requests():
+                    _idle_rank_step(dp, state)
                     continue
                 so = scheduler.schedule()
                 with rb.vllm_frames("execute_model"):
@@ -277,10 +317,31 @@ def serve_here(launch: EngineLaunch, requests: tuple[ServedRequest, ...], max_st
                         drafts.setdefault(rid, []).append(proposed[rid])
                 proposed.clear()
                 scheduler.update_from_output(so, output)
+                if so.total_num_scheduled_tokens == 0:  # nothing ran (EngineCore.step: not executed)
+                    _idle_rank_step(dp, state)
         except rb.VllmRaised as exc:
             raised = exc.text
     return ServedRun(caps.version, launch.line(), tokens, logprobs, steps, replays[0], raised,
                      round(time.perf_counter() - t0, 2), per_step, drafts)
+
+
+def _idle_rank_step(dp: Any, state: dict) -> None:
+    """A step that ran no forward here: a DP rank runs the worker's dummy
+    batch (its DP sync and expert collectives meet the busy ranks')."""
+    if dp is None:
+        return
+    from cgsim.targets.vllm import runner_build as rb  # noqa: PLC0415
+
+    with rb.vllm_frames("Worker.execute_dummy_batch"):
+        state["worker"].execute_dummy_batch()
+
+
+def _any_rank_busy(vc: Any) -> Any:
+    """Whether any DP rank has work, asked of all (the OR DPEngineCoreProc's
+    _has_global_unfinished_reqs takes, over the worker's DP group here)."""
+    parallel = importlib.import_module("vllm.config.parallel").ParallelConfig
+    group = importlib.import_module("vllm.distributed.parallel_state").get_dp_group().cpu_group
+    return lambda busy: parallel.has_unfinished_dp(group, busy)
 
 
 def _recording_drafts(runner: Any) -> dict[str, list[int]]:

@@ -89,3 +89,76 @@ def test_a_graph_captured_around_the_stand_in_replays_with_the_live_input(probe_
     want = torch.empty_like(out)
     rms_norm(want, x, weight, 1e-6)
     assert torch.equal(out, want)
+
+
+# --------------------------------------------------------------------------
+# The MoE toy's routing ops (_moe_C): what TritonExperts calls around vLLM's Triton kernel
+# --------------------------------------------------------------------------
+
+
+def _aligned_by_loop(topk_ids: torch.Tensor, num_experts: int, block_size: int,
+                     expert_map: torch.Tensor | None = None) -> tuple[list[list[int]], int]:
+    """The alignment spelled out: per expert (in order) its rows, in row order, padded with
+    numel to a multiple of block_size; the padded total."""
+    flat = topk_ids.flatten().tolist()
+    groups = []
+    for e in range(num_experts):
+        if expert_map is not None and int(expert_map[e]) < 0:
+            rows = []
+        else:
+            rows = [i for i, x in enumerate(flat) if x == e]
+        pad = -len(rows) % block_size
+        groups.append(rows + [len(flat)] * pad)
+    return groups, sum(len(g) for g in groups)
+
+
+@pytest.mark.parametrize("with_map", [False, True], ids=["all-local", "expert-map"])
+def test_moe_align_block_size_groups_rows_by_expert_padded_to_blocks(with_map) -> None:
+    from cgsim.targets.vllm.runner_kernels import moe_align_block_size  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    num_experts, block_size = 6, 4
+    topk_ids = torch.randint(0, num_experts, (7, 2), dtype=torch.int32)
+    expert_map = torch.tensor([0, -1, 1, -1, 2, -1], dtype=torch.int32) if with_map else None
+    size = topk_ids.numel() + num_experts * (block_size - 1)
+    sorted_ids = torch.empty(size, dtype=torch.int32)
+    expert_ids = torch.empty((size + block_size - 1) // block_size, dtype=torch.int32)
+    post_pad = torch.empty(1, dtype=torch.int32)
+    moe_align_block_size(topk_ids, num_experts, block_size, sorted_ids, expert_ids, post_pad, expert_map)
+    groups, total = _aligned_by_loop(topk_ids, num_experts, block_size, expert_map)
+    assert int(post_pad) == total
+    assert sorted_ids[:total].tolist() == [r for g in groups for r in g]
+    assert set(sorted_ids[total:].tolist()) <= {topk_ids.numel()}
+    blocks = [e for e, g in enumerate(groups) for _ in range(len(g) // block_size)]
+    if expert_map is not None:
+        blocks = [int(expert_map[e]) for e in blocks]  # the local expert: none left at -1
+    assert expert_ids[: len(blocks)].tolist() == blocks
+    assert set(expert_ids[len(blocks):].tolist()) <= {-1}
+
+
+def test_topk_softmax_routes_on_the_softmax_and_pads_nowhere() -> None:
+    from cgsim.targets.vllm.runner_kernels import topk_softmax  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    logits = torch.randn(5, 8, dtype=torch.bfloat16)
+    weights, ids, rows = torch.empty(5, 2), torch.empty(5, 2, dtype=torch.int32), torch.empty(5, 2, dtype=torch.int32)
+    padding = torch.tensor([False, False, False, True, True])
+    topk_softmax(weights, ids, rows, logits, True, None, padding)
+    want_w, want_i = torch.softmax(logits.float(), -1).topk(2, dim=-1)
+    want_w = want_w / want_w.sum(-1, keepdim=True)
+    assert torch.equal(ids[:3].long(), want_i[:3]) and torch.allclose(weights[:3], want_w[:3])
+    assert (ids[3:] == -1).all() and (weights[3:] == 0).all()
+    assert rows.tolist() == [[j * 5 + t for j in range(2)] for t in range(5)]
+
+
+def test_moe_sum_skips_slots_not_on_this_rank() -> None:
+    from cgsim.targets.vllm.runner_kernels import moe_sum  # noqa: PLC0415
+
+    x = torch.arange(3 * 2 * 4, dtype=torch.float32).view(3, 2, 4)
+    out = torch.empty(3, 4)
+    moe_sum(x, out)
+    assert torch.equal(out, x.sum(1))
+    topk_ids = torch.tensor([[0, 1], [1, -1], [2, 0]])
+    expert_map = torch.tensor([0, -1, 1])
+    moe_sum(x, out, topk_ids, expert_map)
+    assert torch.equal(out, torch.stack((x[0, 0], torch.zeros(4), x[2, 0] + x[2, 1])))
