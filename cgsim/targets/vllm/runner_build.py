@@ -58,7 +58,7 @@ from cgsim.text import first_line
 __all__ = ["GraphEntry", "ManagerGraphs", "RunnerGraphs", "build_runner", "build_here", "manager_graphs",
            "Confirmation", "confirm", "confirm_findings", "finding_launch", "runner_world", "build_model_runner",
            "vllm_frames", "VllmRaised", "in_child", "child_main", "stop_children", "each_until_stopped",
-           "launch_to_json", "launch_from_json", "build_dp_runners", "DataParallelRank"]
+           "launch_to_json", "launch_from_json", "build_dp_runners", "DataParallelRank", "free_port_run"]
 
 TRITON_INTERPRET = "TRITON_INTERPRET"
 COMPILE_BACKEND = "eager"
@@ -189,7 +189,7 @@ def build_dp_runners(launch: EngineLaunch, timeout_s: float = CHILD_TIMEOUT_S) -
     from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
     size = _dp_size(launch)
-    port = _free_port_run(size + 4)
+    port = free_port_run(size + 4)
     payloads = [{"launch": launch_to_json(launch), "dp": [rank, port]} for rank in range(size)]
     with ThreadPoolExecutor(max_workers=size) as pool:
         results = list(pool.map(lambda p: in_child("cgsim.targets.vllm.runner_build", p, timeout_s,
@@ -197,7 +197,7 @@ def build_dp_runners(launch: EngineLaunch, timeout_s: float = CHILD_TIMEOUT_S) -
     return tuple(RunnerGraphs.from_json(r) for r in results)
 
 
-def _free_port_run(n: int) -> int:
+def free_port_run(n: int) -> int:
     """A port from which ``n`` ports in a row were free a moment ago (vLLM
     takes DP ports one after another: ParallelConfig.get_next_dp_init_port)."""
     import socket  # noqa: PLC0415

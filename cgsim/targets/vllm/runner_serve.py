@@ -238,9 +238,9 @@ def serve_dp_runners(launch: EngineLaunch, requests: tuple[tuple[ServedRequest, 
     worker's dummy batch while another has work); by rank."""
     from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
-    from cgsim.targets.vllm.runner_build import _free_port_run, in_child, launch_to_json  # noqa: PLC0415
+    from cgsim.targets.vllm.runner_build import free_port_run, in_child, launch_to_json  # noqa: PLC0415
 
-    port = _free_port_run(len(requests) + 4)
+    port = free_port_run(len(requests) + 4)
     payloads = [{"launch": launch_to_json(launch), "requests": [dataclasses.asdict(r) for r in mine],
                  "dp": [rank, port]} for rank, mine in enumerate(requests)]
     with ThreadPoolExecutor(max_workers=len(payloads)) as pool:
