@@ -29,6 +29,7 @@ ELASTIC = "vllm.distributed.elastic_ep.elastic_execute"
 BLOCK_TABLE = "vllm.v1.worker.gpu.block_table"
 DFLASH_CU = "vllm.v1.worker.gpu.spec_decode.dflash.cudagraph"
 DFLASH_SPEC = "vllm.v1.worker.gpu.spec_decode.dflash.speculator"
+DP_UTILS = "vllm.v1.worker.gpu.dp_utils"
 
 # Bugs in the code every release 0.32-0.34 shares, the manager's and the paths
 # around it the engine runs (the tests put each into the installed tree and
@@ -85,6 +86,12 @@ SERVED_MUTATIONS: tuple[Mutation, ...] = (
     Mutation(DFLASH_SPEC, "self._precompute_context_kv(num_context, num_target_tokens)\n", "pass\n",
              "dflash-context-beyond-graph-skipped", area="DFlash draft manager",
              bug="the context rows beyond a DFlash query graph's are not stored before its replay"),
+    # Data-parallel ranks agree on one padded size, the largest rank's (sync_cudagraph_and_dp_padding, 0.32+): padded
+    # to its own count instead, a busier rank replays a bigger graph than the others, whose captured expert
+    # all-gathers then exchange other row counts (on a GPU a hang or mixed rows; on cgsim's gloo world a raise).
+    Mutation(DP_UTILS, "    synced_num_tokens = int(num_tokens_across_dp.max())\n", "    synced_num_tokens = num_tokens\n",
+             "dp-pads-to-own-count", area="data-parallel padding",
+             bug="each data-parallel rank pads its batch to its own token count, not the largest rank's"),
 )
 
 

@@ -58,7 +58,8 @@ from cgsim.text import first_line
 __all__ = ["GraphEntry", "ManagerGraphs", "RunnerGraphs", "build_runner", "build_here", "manager_graphs",
            "Confirmation", "confirm", "confirm_findings", "finding_launch", "runner_world", "build_model_runner",
            "vllm_frames", "VllmRaised", "in_child", "child_main", "stop_children", "each_until_stopped",
-           "launch_to_json", "launch_from_json", "build_dp_runners", "DataParallelRank", "free_port_run"]
+           "launch_to_json", "launch_from_json", "build_dp_runners", "DataParallelRank", "free_port_run",
+           "CollectiveMismatch"]
 
 TRITON_INTERPRET = "TRITON_INTERPRET"
 COMPILE_BACKEND = "eager"
@@ -420,6 +421,13 @@ def build_here(launch: EngineLaunch, dp: DataParallelRank | None = None) -> Runn
                         (round(t1 - t0, 2), round(t2 - t1, 2)), graph_memory)
 
 
+class CollectiveMismatch(RuntimeError):
+    """The data-parallel ranks' calls of one collective disagree on what they
+    exchange: NCCL on a GPU hangs or mixes rows there, gloo aborts the
+    process; cgsim's communicator says so in the rank that sees it (the
+    engine's failure, as the mock's CUDA errors are)."""
+
+
 class VllmRaised(Exception):
     def __init__(self, text: str):
         super().__init__(text)
@@ -515,7 +523,7 @@ def vllm_frames(step: str) -> Iterator[None]:
             # torch.compile failing on the CPU device (tracing, codegen): what a GPU build would compile.
             raise VllmEnvironmentError(f"torch.compile cannot compile what {step} runs on the CPU device "
                                        f"({text}{_last_vllm_frame(exc)})") from exc
-        if _innermost_is_cgsim(exc):
+        if _innermost_is_cgsim(exc) and not isinstance(exc, CollectiveMismatch):
             raise VllmEnvironmentError(f"cgsim's stand-in failed in {step} ({text}{_where(exc)})") from exc
         raise VllmRaised(f"{step}: {text}{_where(exc)}") from exc
 
@@ -906,8 +914,26 @@ def _gloo_communicator_class() -> type:
                         "(cgsim's gloo world runs allgather_reducescatter)")
                 self.all2all_manager = all2all.AgRsAll2AllManager(self.cpu_group)
 
+        def _agree(self, what: str, input_: torch.Tensor, sizes: list[int] | None) -> None:
+            """Every rank's call of this collective exchanges the same rows (the
+            sizes, else the shape) and row shape, or CollectiveMismatch."""
+            from cgsim.cuda_mock import host_ops  # noqa: PLC0415
+
+            with host_ops():  # a check of the calls, host work: nothing a graph keeps
+                rows = list(sizes) if sizes is not None else [int(input_.shape[0])] * self.world_size
+                mine = torch.tensor(rows + list(input_.shape[1:]) + [-1] * (8 - input_.dim()), dtype=torch.int64)
+                every = [torch.empty_like(mine) for _ in range(self.world_size)]
+                dist.all_gather(every, mine, group=self.device_group)
+                if any(not torch.equal(e, every[0]) for e in every):
+                    said = ", ".join(f"rank {r}: {e[:self.world_size].tolist()} rows of "
+                                     f"{[d for d in e[self.world_size:].tolist() if d >= 0]}"
+                                     for r, e in enumerate(every))
+                    raise CollectiveMismatch(f"the data-parallel ranks' {what} disagree on what they exchange "
+                                             f"({said})")
+
         def all_gather(self, input_: torch.Tensor, dim: int = -1) -> torch.Tensor:
             dim = dim + input_.dim() if dim < 0 else dim
+            self._agree("all-gather", input_.movedim(dim, 0), None)
             parts = [torch.empty_like(input_) for _ in range(self.world_size)]
             dist.all_gather(parts, input_.contiguous(), group=self.device_group)
             return torch.cat(parts, dim=dim)
@@ -919,6 +945,7 @@ def _gloo_communicator_class() -> type:
             def one(x: torch.Tensor) -> torch.Tensor:
                 if sizes is None:
                     return self.all_gather(x, 0)
+                self._agree("variable-size all-gather", x, sizes)
                 top = max(sizes)
                 padded = x.new_zeros((top,) + tuple(x.shape[1:]))
                 padded[: x.shape[0]].copy_(x)
@@ -935,6 +962,7 @@ def _gloo_communicator_class() -> type:
             if self.world_size == 1:
                 return input_
             dim = dim + input_.dim() if dim < 0 else dim
+            self._agree("reduce-scatter", input_.movedim(dim, 0), sizes)
             summed = input_.movedim(0, dim).contiguous()
             dist.all_reduce(summed, group=self.device_group)
             if sizes is None:

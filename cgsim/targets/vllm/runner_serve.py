@@ -35,7 +35,7 @@ from cgsim.targets.vllm.scheduling.driver import FIRST_TOKEN, VOCAB
 
 __all__ = ["ServedRequest", "ServedRun", "serve_runner", "serve_here", "eager_twin", "graphs_equal_eager",
            "default_requests", "serve_pair", "served_consequence", "serve_confirmed", "serve_scenarios",
-           "serve_dp_runners"]
+           "serve_dp_runners", "serve_ranks", "rank_requests"]
 
 
 @dataclass(frozen=True)
@@ -107,21 +107,24 @@ def serve_pair(launch: EngineLaunch, timeout_s: float) -> dict:
     within ``timeout_s``: ``graphs`` and ``eager`` (``ServedRun.to_json``)
     and the ``launch`` served (``EngineLaunch.to_json``), or ``error``: why
     it could not be served here (the environment's, or vLLM refused); None
-    where ``timeout_s`` ran out first (left unserved)."""
+    where ``timeout_s`` ran out first (left unserved).  A data-parallel
+    launch is served on all its ranks (``serve_ranks``), one run of them all."""
     from cgsim.targets.vllm.compat import RunnerTimedOut, VllmEnvironmentError  # noqa: PLC0415
     from cgsim.targets.vllm.engine import EngineRefused  # noqa: PLC0415
 
     requests = default_requests()
+    serve = serve_ranks if _dp_size(launch) > 1 else serve_runner
     started = time.monotonic()
     deadline = started + timeout_s
     try:
-        graphs = serve_runner(launch, requests, timeout_s)
-        eager = serve_runner(eager_twin(launch), requests, max(1.0, deadline - time.monotonic()))
+        graphs = serve(launch, requests, timeout_s)
+        eager = serve(eager_twin(launch), requests, max(1.0, deadline - time.monotonic()))
     except RunnerTimedOut:
         return None  # the time given ran out, as for a launch never started
     except (EngineRefused, VllmEnvironmentError) as exc:
         return {"error": str(exc).splitlines()[0][:300]}
-    return {"launch_line": launch.line(), "launch": launch.to_json(), "requests": len(requests),
+    served = sum(map(len, rank_requests(requests, _dp_size(launch))))
+    return {"launch_line": launch.line(), "launch": launch.to_json(), "requests": served,
             "graphs": graphs.to_json(), "eager": eager.to_json(), "seconds": round(time.monotonic() - started, 1)}
 
 
@@ -182,13 +185,18 @@ def serve_confirmed(findings: list[dict], verdicts: dict, jobs: int, stopped: An
     return out
 
 
+def _dp_size(launch: EngineLaunch) -> int:
+    return int(launch.kwargs().get("data_parallel_size") or 1)
+
+
 def _not_one_rank(launch: EngineLaunch) -> str | None:
-    """Why a served pair does not serve ``launch`` (None: it does): a
-    data-parallel launch is served on all its ranks (``serve_dp_runners``),
-    which the pair does not run yet."""
-    size = int(launch.kwargs().get("data_parallel_size") or 1)
-    return None if size == 1 else (f"a served pair runs one rank; this launch has {size} data-parallel ranks "
-                                   "(serve_dp_runners serves them)")
+    """Why the runner share does not serve ``launch`` (None: it does): a
+    data-parallel launch's pair runs a child per rank, twice (``serve_ranks``),
+    and the launches the share draws with more than one rank are micro-batched
+    ones, whose all2all kernels the CPU device lacks."""
+    size = _dp_size(launch)
+    return None if size == 1 else (f"the runner share serves one-rank launches; this one has {size} "
+                                   "data-parallel ranks")
 
 
 def _within(launches: list[EngineLaunch], jobs: int, stopped: Any, budget_s: float, serve: Any) -> list[dict | None]:
@@ -248,6 +256,35 @@ def serve_dp_runners(launch: EngineLaunch, requests: tuple[tuple[ServedRequest, 
                                                    f"serving DP rank {p['dp'][0]} through vLLM's model runner"),
                                 payloads))
     return tuple(ServedRun.from_json(r) for r in results)
+
+
+def rank_requests(requests: tuple[ServedRequest, ...], ranks: int) -> tuple[tuple[ServedRequest, ...], ...]:
+    """What each of ``ranks`` data-parallel ranks serves of ``requests``: rank
+    0 them all, each further rank the first half of the previous rank's (at
+    least one)."""
+    out, mine = [], requests
+    for _ in range(ranks):
+        out.append(mine)
+        mine = mine[:max(1, len(mine) // 2)]
+    return tuple(out)
+
+
+def serve_ranks(launch: EngineLaunch, requests: tuple[ServedRequest, ...], timeout_s: float = 900) -> ServedRun:
+    """``requests`` served on a data-parallel launch's ranks
+    (``serve_dp_runners``), as ``rank_requests`` shares them out, so the
+    busier rank's batches set the padding the others run to; one run whose request ids
+    name their rank (``dp1:r0``), its replays summed, its steps the most
+    any rank took, what the first rank that raised raised."""
+    runs = serve_dp_runners(launch, rank_requests(requests, _dp_size(launch)), timeout_s)
+
+    def keyed(field: str) -> dict:
+        return {f"dp{rank}:{rid}": value for rank, run in enumerate(runs) for rid, value in getattr(run, field).items()}
+
+    first = runs[0]
+    return ServedRun(first.vllm_version, first.launch_line, keyed("tokens"), keyed("logprobs"),
+                     max(r.steps for r in runs), sum(r.replays for r in runs),
+                     next((r.raised for r in runs if r.raised is not None), None),
+                     max(r.seconds for r in runs), keyed("per_step"), keyed("drafts"))
 
 
 def _serve_payload(data: dict) -> dict:

@@ -1,6 +1,7 @@
 """The MoE toy (vLLM's Mixtral on toy/moe's config) through vLLM's own model
 runner: one rank, and two data-parallel ranks with expert parallelism joined
-in one gloo world (runner_build.build_dp_runners, runner_serve.serve_dp_runners).
+in one gloo world (runner_build.build_dp_runners; runner_serve.serve_pair serves
+every rank: serve_ranks, serve_dp_runners).
 
 Each build or serve runs in child processes (one per DP rank), ~35-75 s on a
 2-core host: slow.
@@ -18,15 +19,15 @@ skip_unless_vllm()
 
 from cgsim.config import ManagerConfig  # noqa: E402
 from cgsim.modes import CUDAGraphMode  # noqa: E402
-from cgsim.targets.vllm.compat import VllmEnvironmentError  # noqa: E402
+from cgsim.targets.vllm.compat import VllmEnvironmentError, require_vllm  # noqa: E402
 from cgsim.targets.vllm.engine import MOE, EngineLaunch, launch_for  # noqa: E402
+from cgsim.targets.vllm.mutation import MUTATIONS_ENV, SERVED_MUTATIONS, environment_for, in_tree  # noqa: E402
 from cgsim.targets.vllm.runner_build import build_dp_runners, build_runner  # noqa: E402
 from cgsim.targets.vllm.runner_serve import (  # noqa: E402
-    default_requests,
-    eager_twin,
     graphs_equal_eager,
-    serve_dp_runners,
+    ServedRun,
     serve_pair,
+    served_consequence,
 )
 
 pytestmark = pytest.mark.vllm
@@ -59,8 +60,6 @@ def test_the_moe_toy_captures_one_uniform_decode_graph_per_size_on_one_rank() ->
 def test_the_moe_toy_served_with_graphs_equals_eager_on_one_rank() -> None:
     pair = serve_pair(ONE_RANK, 600)
     assert "error" not in pair, pair
-    from cgsim.targets.vllm.runner_serve import ServedRun  # noqa: PLC0415
-
     graphs, eager = ServedRun.from_json(pair["graphs"]), ServedRun.from_json(pair["eager"])
     assert graphs.raised is None and graphs.replays > 0
     assert graphs_equal_eager(graphs, eager) == []
@@ -78,18 +77,6 @@ def test_two_data_parallel_ranks_with_expert_parallelism_each_capture_the_decode
 
 
 @pytest.mark.slow
-def test_two_data_parallel_ranks_served_in_lockstep_equal_eager() -> None:
-    # Rank 1 has fewer, shorter requests: the runner pads to the busier rank's count, then rank 1 runs dummy batches.
-    requests = (default_requests(4, seed=0), default_requests(2, seed=1))
-    graphs = serve_dp_runners(DP_EP, requests)
-    eager = serve_dp_runners(eager_twin(DP_EP), requests)
-    for rank, (g, e) in enumerate(zip(graphs, eager)):
-        assert g.raised is None and e.raised is None, (rank, g.raised, e.raised)
-        assert g.replays > 0 and g.steps == e.steps
-        assert graphs_equal_eager(g, e) == [], rank
-
-
-@pytest.mark.slow
 def test_micro_batching_needs_deepep_which_the_cpu_device_lacks() -> None:
     # DBO (--enable-dbo) exists only with DP > 1 and, by vLLM's config, a DeepEP/NIXL-EP all2all backend.
     launch = launch_for(ManagerConfig(mode=CUDAGraphMode.FULL_DECODE_ONLY, capture_sizes=(1, 2, 4), max_num_reqs=4,
@@ -97,3 +84,31 @@ def test_micro_batching_needs_deepep_which_the_cpu_device_lacks() -> None:
     assert launch.model == MOE and launch.kwargs()["all2all_backend"] == "deepep_low_latency"
     with pytest.raises(VllmEnvironmentError, match="deepep_low_latency all2all backend needs its kernels"):
         build_dp_runners(launch)
+
+
+DP_BUGS = [m for m in in_tree(SERVED_MUTATIONS, require_vllm().location) if m.area == "data-parallel padding"]
+
+
+@pytest.mark.slow
+def test_two_data_parallel_ranks_served_in_lockstep_equal_eager() -> None:
+    # serve_pair (a confirmation's, a finding's replay) serves a DP launch on all its ranks: rank 1 has half of rank
+    # 0's requests, so the runner pads it to the busier rank's count, then it runs dummy batches.
+    pair = serve_pair(DP_EP, 900)
+    assert "error" not in pair, pair
+    graphs, eager = ServedRun.from_json(pair["graphs"]), ServedRun.from_json(pair["eager"])
+    assert graphs.raised is None and eager.raised is None, (graphs.raised, eager.raised)
+    assert sorted(graphs.tokens) == ["dp0:r0", "dp0:r1", "dp0:r2", "dp0:r3", "dp1:r0", "dp1:r1"]
+    assert graphs.replays > 0 and eager.replays == 0 and graphs.steps == eager.steps
+    assert graphs_equal_eager(graphs, eager) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutation", DP_BUGS, ids=[m.name for m in DP_BUGS])
+def test_a_bug_in_the_data_parallel_padding_shows_when_the_ranks_are_served(mutation, monkeypatch) -> None:
+    """Put into the serving children's vLLM as it is imported: the ranks no
+    longer agree on the padded batch, and the graph run fails where eager
+    serves."""
+    monkeypatch.setenv(MUTATIONS_ENV, environment_for([mutation])[MUTATIONS_ENV])
+    said = served_consequence(DP_EP, 900)
+    assert said.get("error") is None and said["eager_raised"] is None, said
+    assert said["raised"] is not None or said["differences"], said
