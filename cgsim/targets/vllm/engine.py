@@ -102,6 +102,11 @@ class EngineLaunch:
     def kwargs(self) -> dict[str, Any]:
         return {k: json.loads(v) for k, v in self.args}
 
+    @property
+    def data_parallel_size(self) -> int:
+        """Its --data-parallel-size (1 where it names none)."""
+        return int(self.kwargs().get("data_parallel_size") or 1)
+
     def line(self) -> str:
         """The command line, as a user would type it."""
         parts = [f"{k}={shlex.quote(v)}" for k, v in self.env]

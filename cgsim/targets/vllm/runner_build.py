@@ -189,7 +189,7 @@ def build_dp_runners(launch: EngineLaunch, timeout_s: float = CHILD_TIMEOUT_S) -
     world as vLLM's DP engine cores are (``_rank_world``); by rank."""
     from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
-    size = _dp_size(launch)
+    size = launch.data_parallel_size
     port = free_port_run(size + 4)
     payloads = [{"launch": launch_to_json(launch), "dp": [rank, port]} for rank in range(size)]
     with ThreadPoolExecutor(max_workers=size) as pool:
@@ -225,15 +225,10 @@ def build_runner(launch: EngineLaunch, timeout_s: float = CHILD_TIMEOUT_S) -> Ru
     fresh child process.  EngineRefused: vLLM refuses the launch;
     VllmEnvironmentError: cgsim's setup failed (one line).  A data-parallel
     launch is built on all its ranks (``build_dp_runners``); rank 0's graphs."""
-    if _dp_size(launch) > 1:
+    if launch.data_parallel_size > 1:
         return build_dp_runners(launch, timeout_s)[0]
     result = in_child("cgsim.targets.vllm.runner_build", launch_to_json(launch), timeout_s, "building vLLM's model runner")
     return RunnerGraphs.from_json(result)
-
-
-def _dp_size(launch: EngineLaunch) -> int:
-    """The launch's --data-parallel-size (1 where it names none)."""
-    return int(launch.kwargs().get("data_parallel_size") or 1)
 
 
 def in_child(module: str, payload: dict, timeout_s: float, what: str) -> dict:

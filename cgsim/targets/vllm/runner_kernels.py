@@ -70,6 +70,7 @@ STAND_INS: tuple[tuple[str, str, Callable[..., None]], ...] = (
      rotary_embedding),
 )
 
+
 def topk_softmax(topk_weights: torch.Tensor, topk_indices: torch.Tensor, token_expert_indices: torch.Tensor,
                  gating_output: torch.Tensor, renormalize: bool, bias: torch.Tensor | None = None,
                  is_padding: torch.Tensor | None = None) -> None:

@@ -113,7 +113,7 @@ def serve_pair(launch: EngineLaunch, timeout_s: float) -> dict:
     from cgsim.targets.vllm.engine import EngineRefused  # noqa: PLC0415
 
     requests = default_requests()
-    serve = serve_ranks if _dp_size(launch) > 1 else serve_runner
+    serve = serve_ranks if launch.data_parallel_size > 1 else serve_runner
     started = time.monotonic()
     deadline = started + timeout_s
     try:
@@ -123,7 +123,7 @@ def serve_pair(launch: EngineLaunch, timeout_s: float) -> dict:
         return None  # the time given ran out, as for a launch never started
     except (EngineRefused, VllmEnvironmentError) as exc:
         return {"error": str(exc).splitlines()[0][:300]}
-    served = sum(map(len, rank_requests(requests, _dp_size(launch))))
+    served = sum(map(len, rank_requests(requests, launch.data_parallel_size)))
     return {"launch_line": launch.line(), "launch": launch.to_json(), "requests": served,
             "graphs": graphs.to_json(), "eager": eager.to_json(), "seconds": round(time.monotonic() - started, 1)}
 
@@ -185,16 +185,12 @@ def serve_confirmed(findings: list[dict], verdicts: dict, jobs: int, stopped: An
     return out
 
 
-def _dp_size(launch: EngineLaunch) -> int:
-    return int(launch.kwargs().get("data_parallel_size") or 1)
-
-
 def _not_one_rank(launch: EngineLaunch) -> str | None:
     """Why the runner share does not serve ``launch`` (None: it does): a
     data-parallel launch's pair runs a child per rank, twice (``serve_ranks``),
     and the launches the share draws with more than one rank are micro-batched
     ones, whose all2all kernels the CPU device lacks."""
-    size = _dp_size(launch)
+    size = launch.data_parallel_size
     return None if size == 1 else (f"the runner share serves one-rank launches; this one has {size} "
                                    "data-parallel ranks")
 
@@ -275,7 +271,7 @@ def serve_ranks(launch: EngineLaunch, requests: tuple[ServedRequest, ...], timeo
     busier rank's batches set the padding the others run to; one run whose request ids
     name their rank (``dp1:r0``), its replays summed, its steps the most
     any rank took, what the first rank that raised raised."""
-    runs = serve_dp_runners(launch, rank_requests(requests, _dp_size(launch)), timeout_s)
+    runs = serve_dp_runners(launch, rank_requests(requests, launch.data_parallel_size), timeout_s)
 
     def keyed(field: str) -> dict:
         return {f"dp{rank}:{rid}": value for rank, run in enumerate(runs) for rid, value in getattr(run, field).items()}
