@@ -6,9 +6,9 @@
 The encoder counterpart of bench_fuzz.py.  What is measured, in one run, on
 one core (``torch.set_num_threads(1)``):
 
-- throughput: ``--examples`` scenarios of ``fuzz.encoder_strategies.encoder_scenarios()``
+- throughput: ``--examples`` scenarios of ``cgsim.encoder.strategies.encoder_scenarios()``
   against ``encoder-reference``, each run on the mock and checked with every
-  encoder property (``fuzz.encoder_strategies.judge_encoder``: build the
+  encoder property (``cgsim.encoder.strategies.judge_encoder``: build the
   handle, run the scenario, ``check_encoder_scenario``), in one derandomized
   ``@given`` test (no database, generate phase only).  Scenarios per second =
   calls / wall time of the test.
@@ -50,7 +50,7 @@ from hypothesis import seed as seed_dec
 
 from cgsim.backends import get_backend
 from cgsim.encoder.mutants import ENCODER_MUTANTS
-from fuzz.encoder_strategies import encoder_scenarios, judge_encoder
+from cgsim.encoder.strategies import encoder_scenarios, judge_encoder
 
 BACKEND = get_backend("mock")
 

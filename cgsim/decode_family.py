@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from cgsim.backends import get_backend
-from cgsim.families import CatalogueRow, Family
+from cgsim.families import CatalogueRow, Family, owns_target_of
 from cgsim.finding import Finding
 from cgsim.observe import RUNNER, Outcome, Pipeline, observe
 from cgsim.scenario import Scenario
@@ -87,12 +87,6 @@ def _owns_scenario(scenario: Any) -> bool:
     return isinstance(scenario, Mapping) and "kind" not in scenario  # the decode schema has no kind
 
 
-def _owns_target(name: str) -> bool:
-    from cgsim.targets.registry import families as target_families
-
-    return name.partition(":")[0] in target_families()
-
-
 def _scenario_code(scenario: Any) -> str:
     from cgsim.scenario_code import scenario_code
 
@@ -109,13 +103,28 @@ def _properties() -> Mapping[str, Any]:
     return ALL_PROPERTIES
 
 
+def _judged_by(rulesets: Any) -> Mapping[str, Any]:
+    from cgsim.properties import judged_by
+
+    return judged_by(rulesets)
+
+
+def _check_ruleset(target: str, ruleset: str) -> None:
+    from cgsim.spec import get_ruleset
+    from cgsim.targets import check_ruleset_fits
+
+    get_ruleset(ruleset)
+    check_ruleset_fits(target, ruleset)
+
+
 def _catalogue() -> tuple[CatalogueRow, ...]:
     from cgsim.properties import ALL_PROPERTIES
     from cgsim.spec import RULESETS
     from cgsim.targets import describe_targets
 
+    owns = owns_target_of("decode")
     rows = [CatalogueRow("mutant" if name.startswith("mutant:") else "target", name, summary)
-            for name, summary in describe_targets().items()]
+            for name, summary in describe_targets().items() if owns(name)]
     rows += [CatalogueRow("ruleset", name, rs.summary) for name, rs in RULESETS.items()]
     rows += [CatalogueRow("property", pid, prop.statement + (" (harness)" if prop.family == "harness" else ""))
              for pid, prop in ALL_PROPERTIES.items()]
@@ -126,11 +135,14 @@ FAMILY = Family(
     name="decode",
     summary="the decode managers (vLLM, SGLang, cgsim's reference and mutants) over cgsim.scenario.Scenario",
     owns_scenario=_owns_scenario,
-    owns_target=_owns_target,
+    owns_target=owns_target_of("decode"),
     reproduce=reproduce_decode,
     describe=describe_decode,
     scenario_code=_scenario_code,
     scenario_short=_scenario_short,
     properties=_properties,
+    judged_by=_judged_by,
+    check_ruleset=_check_ruleset,
     catalogue=_catalogue,
+    search="fuzz.campaign.search:DECODE_SEARCH",
 )

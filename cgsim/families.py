@@ -18,9 +18,10 @@ never installed.  An entry point names a ``Family``:
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol
 
 from cgsim.finding import Finding
 from cgsim.text import first_line
@@ -28,8 +29,9 @@ from cgsim.text import first_line
 if TYPE_CHECKING:  # annotations only: importing the property registry runs every judge's module
     from cgsim.properties.registry import Property
 
-__all__ = ["ENTRY_POINT_GROUP", "DEFAULT_FAMILY", "Family", "FamilyRegistryError", "ReplayOutcome", "CatalogueRow",
-           "families", "family_of_finding", "family_of_scenario", "family_of_target"]
+__all__ = ["ENTRY_POINT_GROUP", "DEFAULT_FAMILY", "Family", "FamilySearch", "FamilyRegistryError", "ReplayOutcome",
+           "CatalogueRow", "families", "family_of_finding", "family_of_scenario", "family_of_target", "search_of_family",
+           "owns_target_of"]
 
 ENTRY_POINT_GROUP = "cgsim.families"
 # Scenarios no family claims (a kind unknown here, JSON that is no scenario) and target names none
@@ -61,6 +63,30 @@ class CatalogueRow:
 
 
 @dataclass(frozen=True)
+class FamilySearch:
+    """What a campaign's workers ask of one family's scenarios.
+
+    ``strategy(ruleset, target)``: a Hypothesis strategy of the family's
+    scenarios for a campaign against ``target``; ``observe(scenario, target,
+    backend, timeout_s, pipeline)``: run and judge one (``cgsim.observe.Outcome``;
+    TargetEnvironmentError where the environment, never the target, failed;
+    ``pipeline`` None: the family's own); ``timeout_of(scenario, timeout_s)``:
+    the per-scenario limit ``timeout_s`` scales to for it;
+    ``scenario_from_json(data)``: a scenario from its JSON (ValueError where
+    it is none); ``repeat_key(scenario)``: what makes two scenarios the same
+    run (a worker skips repeats while it searches); ``coverage_of(scenario)``:
+    the (dimension, key) pairs the report's coverage section counts for it."""
+
+    family: str
+    strategy: Callable[[str | None, str | None], Any]
+    observe: Callable[[Any, str, str, float | None, Any], Any]
+    timeout_of: Callable[[Any, float | None], float | None]
+    scenario_from_json: Callable[[Any], Any]
+    repeat_key: Callable[[Any], tuple]
+    coverage_of: Callable[[Any], tuple[tuple[str, str], ...]]
+
+
+@dataclass(frozen=True)
 class Family:
     """One family of capture managers, as the operations generic code needs.
 
@@ -74,7 +100,13 @@ class Family:
     TypeError or KeyError for one that does not load); ``scenario_short(json)``:
     the scenario's one-line short form (the same errors); ``properties()``: the
     property registry its scenarios are judged by, in report order;
-    ``catalogue()``: its rows of ``python -m fuzz list``.
+    ``judged_by(rulesets)``: those of them some of ``rulesets`` judges (what a
+    campaign's report lists); ``check_ruleset(target, ruleset)``: raises (one
+    line) unless ``ruleset`` is one of the family's that ``target`` may be
+    judged by; ``catalogue()``: its rows of ``python -m fuzz list``;
+    ``search``: where its ``FamilySearch`` is, as ``module:NAME`` (loaded by
+    ``search_of_family``: a family's search may live in ``fuzz``, which cgsim
+    never imports).
     """
 
     name: str
@@ -86,7 +118,10 @@ class Family:
     scenario_code: Callable[[Any], str]
     scenario_short: Callable[[Any], str]
     properties: Callable[[], Mapping[str, Property]]
+    judged_by: Callable[[Iterable[str]], Mapping[str, Property]]
+    check_ruleset: Callable[[str, str], None]
     catalogue: Callable[[], tuple[CatalogueRow, ...]]
+    search: str
 
 
 _cache: dict[str, Family] | None = None
@@ -149,3 +184,30 @@ def family_of_target(name: str) -> Family:
     """The family a target name belongs to (the default family where none claims it)."""
     registered = families()
     return next((f for f in registered.values() if f.owns_target(name)), None) or _unclaimed(f"the target {name!r}")
+
+
+def search_of_family(family: Family) -> FamilySearch:
+    """The family's ``FamilySearch`` (``Family.search``); FamilyRegistryError where it does not load."""
+    module, _, name = family.search.partition(":")
+    try:
+        search = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise FamilyRegistryError(f"the {family.name} family's search {family.search!r} does not load: "
+                                  f"{type(exc).__name__}: {first_line(exc)}") from None
+    if not isinstance(search, FamilySearch):
+        raise FamilyRegistryError(f"the {family.name} family's search {family.search!r} is a "
+                                  f"{type(search).__name__}, not a cgsim.families.FamilySearch")
+    return search
+
+
+def owns_target_of(family: str) -> Callable[[str], bool]:
+    """``Family.owns_target`` for a family whose targets are those of
+    ``cgsim.targets.registry`` that declare it their ``capture_family``."""
+
+    def owns(name: str) -> bool:
+        from cgsim.targets.registry import family_of_target_name
+
+        target_family = family_of_target_name(name)
+        return target_family is not None and target_family.capture_family == family
+
+    return owns

@@ -219,6 +219,8 @@ class Finding:
         # (it names the file and the repro script).
         prop = resolve_alias(str(data["property"]))
         extra = {k: v for k, v in data.items() if k not in _CORE and k not in _DERIVED}
+        if "defect" in extra and "known_defect" not in extra:  # an encoder campaign's label, before it was this
+            extra["known_defect"] = extra.pop("defect")
         if prop != data["property"]:
             extra.setdefault("recorded_as", data["property"])
             extra.setdefault("recorded_id", data["id"])

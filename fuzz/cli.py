@@ -338,11 +338,11 @@ def _known_errors() -> tuple[type, ...]:
 
 # -- run ---------------------------------------------------------------------------
 def _cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
-    """The campaign of the family the target belongs to (``fuzz.families``)."""
-    from fuzz.families import commands_of_target
+    """The campaign against the target, of whichever family (``fuzz.campaign``)."""
+    from fuzz.campaign.command_line import run_from_arguments
 
     command = "python -m fuzz " + " ".join(shlex.quote(a) for a in argv)
-    return commands_of_target(args.target).run_campaign(args, command)
+    return run_from_arguments(args, command)
 
 
 # -- replay ---------------------------------------------------------------------------
@@ -463,10 +463,10 @@ def _replay_script(path: str, args: argparse.Namespace) -> int:
 
 # -- report ---------------------------------------------------------------------------------
 def _cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
-    """The report rebuilt by the family whose campaign wrote the run directory (``fuzz.families``)."""
-    from fuzz.families import commands_of_run_dir
+    """The campaign's report rebuilt from the run directory (``fuzz.campaign.rebuild``)."""
+    from fuzz.campaign.command_line import rebuild_from_command_line
 
-    return commands_of_run_dir(args.run_dir).rebuild_report(args.run_dir, args.quiet)
+    return rebuild_from_command_line(args.run_dir, args.quiet)
 
 
 # -- export-test ---------------------------------------------------------------------------

@@ -63,8 +63,8 @@ def describe_encoder(finding: Finding) -> list[str]:
         lines.append(f"  property: {finding.statement}")
     if finding.message:
         lines.append(f"  first seen: {finding.message}")
-    if finding.extra.get("defect"):
-        lines.append(f"  documented defect: {finding.extra['defect']} (docs/encoder.md)")
+    if finding.extra.get("known_defect"):
+        lines.append(f"  documented defect: {finding.extra['known_defect']} (docs/encoder.md)")
     if finding.scenario_short:
         lines.append(f"  scenario: {finding.scenario_short}")
     launch = finding.extra.get("launch")
@@ -95,8 +95,8 @@ def reproduce_encoder(finding: Finding, backend: str | None = None, timeout: flo
     if obs.refused is not None:
         raise ScenarioNotRunnable(f"{finding.id} cannot run on {finding.target} here: the engine refuses its "
                                   f"settings ({obs.refused})")
-    classify = target.triage.classify
-    defects = tuple((v.property, classify(obs.scenario, obs.trace, v).get("defect")) for v in obs.verdict.violations
-                    ) if classify is not None else ()
+    classify = target.encoder.classify
+    defects = tuple((v.property, classify(obs.scenario, obs.trace, v).get("known_defect"))
+                    for v in obs.verdict.violations) if classify is not None else ()
     return EncoderReplayResult(finding.property, any(v.property == finding.property for v in obs.verdict.violations),
                                tuple(obs.verdict.violations), defects)

@@ -1,42 +1,57 @@
-"""The encoder targets: what builds an encoder handle for a scenario on a
-backend.  ``encoder-reference`` (cgsim's reference manager),
-``encoder-mutant:NAME`` (one of its mutants) and ``vllm-encoder`` (vLLM's
-own ``EncoderCudaGraphManager`` through vLLM's front door,
+"""The encoder targets, as target families of ``cgsim.targets.registry``
+(``capture_family="encoder"``): ``encoder-reference`` (cgsim's reference
+manager), ``encoder-mutant:NAME`` (one of its mutants) and ``vllm-encoder``
+(vLLM's own ``EncoderCudaGraphManager`` through vLLM's front door,
 ``cgsim.targets.vllm.encoder``).
 
-An encoder target has: ``name``, ``default_ruleset()`` (the design it
-follows), ``prepare_environment()`` (TargetEnvironmentError, one line),
-``environment()``, its optional hooks by role (``drawing``, ``triage``,
-``tooling``: ``cgsim.targets.base.EncoderDrawing`` and its kin),
-``reach(scenario)`` (the scenario with the config the
-engine builds from the settings it stands for, and the launch that reaches
-it; TargetUnsupported where the engine refuses them: counted, never judged)
-and ``builder(scenario, backend)`` (a function building the handle)."""
+An encoder target has what every target's campaign asks (``name``,
+``default_ruleset()``, ``prepare_environment()``, ``environment()``, the
+roles ``drawing``, ``triage`` and ``tooling``), the encoder family's own
+hooks (``encoder``: ``cgsim.targets.base.EncoderHooks``), ``reach(scenario)``
+(the scenario with the config the engine builds from the settings it stands
+for, and the launch that reaches it; TargetUnsupported where the engine
+refuses them: counted, never judged) and ``builder(scenario, backend)`` (a
+function building the handle)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from cgsim.encoder.runner import ManagedEncoder, gc_held
 from cgsim.encoder.toy import toy_for
 from cgsim.encoder.values import EncoderScenario
-from cgsim.targets.base import ENCODER_HOOKS, EncoderDrawing, EncoderTooling, EncoderTriage, UnknownTarget
+from cgsim.targets.base import ENCODER_HOOKS, Drawing, EncoderHooks, Tooling, Triage, UnknownTarget
+from cgsim.targets.registry import TargetFamily, family_of_target_name, get_target
 
-__all__ = ["ENCODER_TARGET_NAMES", "is_encoder_target", "encoder_target", "encoder_builder", "ReferenceEncoderTarget"]
+__all__ = ["EncoderTarget", "REFERENCE_FAMILY", "MUTANT_FAMILY", "VLLM_FAMILY", "encoder_target", "encoder_builder",
+           "ReferenceEncoderTarget"]
 
-ENCODER_TARGET_NAMES = ("encoder-reference", "encoder-mutant:NAME", "vllm-encoder")
 
+class EncoderTarget(Protocol):
+    """What the encoder family asks of a target beside every target's contract (``cgsim.targets.base.Target``)."""
 
-def is_encoder_target(name: str) -> bool:
-    return name in ("encoder-reference", "vllm-encoder") or name.startswith("encoder-mutant:")
+    name: str
+    encoder: EncoderHooks
+
+    def default_ruleset(self) -> str: ...
+
+    def prepare_environment(self) -> None: ...
+
+    def environment(self) -> dict: ...
+
+    def reach(self, scenario: EncoderScenario) -> tuple[EncoderScenario, dict | None]: ...
+
+    def builder(self, scenario: EncoderScenario, backend: Any) -> Callable[[], ManagedEncoder]: ...
 
 
 class ReferenceEncoderTarget:
     """cgsim's reference encoder manager, or one of its mutants."""
 
+    engine = "vllm"  # the reference follows vLLM's encoder design
+
     def __init__(self, name: str, cls: type) -> None:
         self.name, self.cls = name, cls
-        self.drawing, self.triage, self.tooling = EncoderDrawing(), EncoderTriage(), EncoderTooling()
+        self.drawing, self.triage, self.tooling, self.encoder = Drawing(), Triage(), Tooling(), EncoderHooks()
 
     def default_ruleset(self) -> str:
         return "encoder"
@@ -59,32 +74,46 @@ class ReferenceEncoderTarget:
         return build
 
 
-def encoder_target(name: str) -> Any:
-    """The encoder target ``name``; one whose optional hooks are not typed or
-    callable as declared (ENCODER_HOOKS) is TargetEnvironmentError, one line."""
-    target = _create(name)
-    ENCODER_HOOKS.check(target)
-    return target
-
-
-def _create(name: str) -> Any:
-    from cgsim.encoder.mutants import ENCODER_MUTANTS  # noqa: PLC0415
+def _reference(_variant: str | None) -> ReferenceEncoderTarget:
     from cgsim.encoder.reference import ReferenceEncoderManager  # noqa: PLC0415
 
-    if name == "encoder-reference":
-        return ReferenceEncoderTarget(name, ReferenceEncoderManager)
-    if name.startswith("encoder-mutant:"):
-        mutant = ENCODER_MUTANTS.get(name.split(":", 1)[1])
-        if mutant is None:
-            raise UnknownTarget(f"encoder mutant {name.split(':', 1)[1]!r} is unknown; choose one of "
-                                f"{', '.join(ENCODER_MUTANTS)}")
-        return ReferenceEncoderTarget(name, mutant.cls)
-    if name == "vllm-encoder":
-        from cgsim.targets.vllm.doctor import encoder_self_check  # noqa: PLC0415 - vLLM only where asked for
-        from cgsim.targets.vllm.encoder import VllmEncoderTarget  # noqa: PLC0415
+    return ReferenceEncoderTarget("encoder-reference", ReferenceEncoderManager)
 
-        return VllmEncoderTarget(encoder_self_check)
-    raise UnknownTarget(f"encoder target {name!r} is unknown; use one of {', '.join(ENCODER_TARGET_NAMES)}")
+
+def _mutant(variant: str | None) -> ReferenceEncoderTarget:
+    from cgsim.encoder.mutants import ENCODER_MUTANTS  # noqa: PLC0415
+
+    return ReferenceEncoderTarget(f"encoder-mutant:{variant}", ENCODER_MUTANTS[str(variant)].cls)
+
+
+def _mutant_variants() -> dict[str, str]:
+    from cgsim.encoder.mutants import ENCODER_MUTANTS  # noqa: PLC0415
+
+    return {name: (m.cls.__doc__ or "").strip().splitlines()[0] for name, m in ENCODER_MUTANTS.items()}
+
+
+def _vllm(_variant: str | None) -> Any:
+    from cgsim.targets.vllm.doctor import encoder_self_check  # noqa: PLC0415 - vLLM only where asked for
+    from cgsim.targets.vllm.encoder import VllmEncoderTarget  # noqa: PLC0415
+
+    return VllmEncoderTarget(encoder_self_check)
+
+
+REFERENCE_FAMILY = TargetFamily("encoder-reference", "cgsim's reference vision-encoder graph manager (docs/encoder.md)",
+                                _reference, capture_family="encoder", hooks=ENCODER_HOOKS)
+MUTANT_FAMILY = TargetFamily("encoder-mutant", "a mutant of cgsim's reference vision-encoder graph manager", _mutant,
+                             _mutant_variants, capture_family="encoder", hooks=ENCODER_HOOKS)
+VLLM_FAMILY = TargetFamily("vllm-encoder", "vLLM's EncoderCudaGraphManager through vLLM's front door", _vllm,
+                           capture_family="encoder", hooks=ENCODER_HOOKS)
+
+
+def encoder_target(name: str) -> Any:
+    """The encoder target ``name`` (``cgsim.targets.registry.get_target``,
+    which checks its hooks); UnknownTarget where ``name`` is no encoder target."""
+    family = family_of_target_name(name)
+    if family is not None and family.capture_family != "encoder":
+        raise UnknownTarget(f"{name} is no encoder target; use encoder-reference, encoder-mutant:NAME or vllm-encoder")
+    return get_target(name)
 
 
 def encoder_builder(target: str, scenario: EncoderScenario, backend: Any) -> Callable[[], ManagedEncoder]:

@@ -50,7 +50,7 @@ details summary { cursor: pointer; color: #1565c0; }
 .coverage-grid h3 { margin-top: 10px; }
 """
 
-REPORT_CSS = _CSS  # the page style, shared with the encoder campaign's page (cgsim/report/encoder.py)
+REPORT_CSS = _CSS
 
 
 def _e(value: Any) -> str:

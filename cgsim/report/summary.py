@@ -18,8 +18,9 @@ import os
 from collections import Counter
 from typing import Iterable
 
+from cgsim.families import DEFAULT_FAMILY, Family, families, family_of_finding, family_of_target
 from cgsim.finding import Finding
-from cgsim.properties import WATCHED, judged_by, resolve_alias, statement
+from cgsim.properties import WATCHED, resolve_alias, statement
 from cgsim.report.atomic import atomic_symlink, atomic_write_bytes, atomic_write_json, atomic_write_text
 from cgsim.report.defects import group_defects, reached
 from cgsim.report.html import render_html
@@ -73,14 +74,17 @@ def finding_entries(findings: Iterable[Finding], backend: str) -> list[dict]:
 
 
 def _scenario_code(finding: Finding) -> str | None:
-    """The finding's scenario as builder calls (None where it does not load)."""
-    from cgsim.scenario import Scenario, ScenarioError
-    from cgsim.scenario_code import scenario_code
-
+    """The finding's scenario as its family's constructor calls (None where it does not load)."""
     try:
-        return scenario_code(Scenario.from_json(finding.scenario))
-    except (ScenarioError, ValueError, TypeError, KeyError):
+        return family_of_finding(finding).scenario_code(finding.scenario)
+    except (ValueError, TypeError, KeyError):
         return None
+
+
+def _family(settings: dict) -> Family:
+    """The family of the campaign's target (the default family for a run that names none)."""
+    target = settings.get("target")
+    return family_of_target(target) if isinstance(target, str) else families()[DEFAULT_FAMILY]
 
 
 def timeline(findings: Iterable[Finding], workers: Iterable[dict], started_unix: float | None, elapsed_s: float) -> dict:
@@ -114,10 +118,11 @@ def build_summary(*, run_id: str, settings: dict, findings: Iterable[Finding], s
     findings = list(findings)
     workers = list(workers)
     scenarios, checks, failures, coverage = totals(stats)
-    # Only what a ruleset the campaign ran (or was pinned to) judges: the rest could judge nothing here.
+    # Only what a ruleset the campaign ran (or was pinned to) judges, of the family of its target: the rest
+    # could judge nothing here.
     rulesets = [*coverage.get("rulesets", {}), settings.get("ruleset"), *(f.scenario.get("ruleset") for f in findings)]
     props: dict[str, dict] = {}
-    for pid, prop in judged_by(r for r in rulesets if isinstance(r, str)).items():
+    for pid, prop in _family(settings).judged_by(r for r in rulesets if isinstance(r, str)).items():
         props[pid] = {"statement": prop.statement, "checks": checks.get(pid, 0), "failures": failures.get(pid, 0)}
     for pid in sorted(set(checks) | set(failures)):
         if resolve_alias(pid) not in props and (checks.get(pid) or failures.get(pid)):

@@ -42,13 +42,13 @@ main ``capture()`` and their release inside ``release()``, as in the engine.
 Optional hooks are typed members of a target, grouped by role: ``drawing``
 (``Drawing``: how configs are drawn as the engine runs them), ``triage``
 (``Triage``: what the engine says about a finding) and ``tooling``
-(``Tooling``: checks and coverage around a campaign); an encoder target's
-are ``EncoderDrawing``, ``EncoderTriage`` and ``EncoderTooling``.  Each
-hook is a field, None where the target has none, read as
+(``Tooling``: checks and coverage around a campaign); an encoder target
+has these and ``encoder`` (``EncoderHooks``: what only the encoder family
+asks).  Each hook is a field, None where the target has none, read as
 ``target.triage.classify``, never fetched by name; one it defines must be
 callable as declared (the registry checks that when it creates the target,
-``TARGET_HOOKS`` and ``ENCODER_HOOKS``: TargetEnvironmentError naming
-target and hook).  What a target family declares about itself beside its
+with the roles its ``TargetFamily`` declares, ``TARGET_HOOKS`` or
+``ENCODER_HOOKS``: TargetEnvironmentError naming target and hook).  What a target family declares about itself beside its
 targets (a source tree option, a pytest adapter) is a ``SourceOption`` or
 ``PytestAdapter`` on its ``TargetFamily``.
 """
@@ -86,9 +86,7 @@ __all__ = [
     "Drawing",
     "Triage",
     "Tooling",
-    "EncoderDrawing",
-    "EncoderTriage",
-    "EncoderTooling",
+    "EncoderHooks",
     "TARGET_HOOKS",
     "ENCODER_HOOKS",
     "SourceOption",
@@ -305,29 +303,15 @@ class Tooling:
 
 
 @dataclass(frozen=True)
-class EncoderDrawing:
-    """How an encoder campaign draws scenarios the engine takes."""
+class EncoderHooks:
+    """What the encoder family asks of an encoder target beside the common roles."""
 
     takes_max_token_budget: Callable[[], bool] | None = hook(
         "whether the engine has a field for the max token budget setting (False: scenarios with it are not "
         "drawn)")
-
-
-@dataclass(frozen=True)
-class EncoderTriage:
-    """What the engine says about an encoder violation."""
-
     classify: Callable[[Any, Any, Any], dict] | None = hook(
-        "which documented defect a violation is (a dict; defect names it)", ("scenario", "trace", "violation"))
-
-
-@dataclass(frozen=True)
-class EncoderTooling:
-    """What runs before an encoder campaign."""
-
-    self_check: Callable[[], None] | None = hook(
-        "proves the adapter's mechanics before a campaign judges anything: raises TargetEnvironmentError naming "
-        "what broke")
+        "which documented defect a violation is (a dict for the finding's extra; known_defect names it)",
+        ("scenario", "trace", "violation"))
 
 
 @dataclass(frozen=True)
@@ -377,8 +361,7 @@ def _call_problem(fn: Any, hook: Hook) -> str | None:
 
 
 TARGET_HOOKS = Hooks("target", (("drawing", Drawing), ("triage", Triage), ("tooling", Tooling)))
-ENCODER_HOOKS = Hooks("encoder target", (("drawing", EncoderDrawing), ("triage", EncoderTriage),
-                                         ("tooling", EncoderTooling)))
+ENCODER_HOOKS = Hooks("encoder target", TARGET_HOOKS.roles + (("encoder", EncoderHooks),))
 
 
 # -- what a target family declares beside its targets -----------------------------------

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from typing import Callable
 
-from cgsim.targets.base import (TARGET_HOOKS, PytestAdapter, SourceOption, Target, TargetEnvironmentError,
+from cgsim.targets.base import (TARGET_HOOKS, Hooks, PytestAdapter, SourceOption, Target, TargetEnvironmentError,
                                 UnknownTarget)
 from cgsim.spec.rulesets import get_ruleset, rulesets_of
 from cgsim.text import did_you_mean, first_line
 
-__all__ = ["ENTRY_POINT_GROUP", "TargetFamily", "families", "get_target", "target_names", "describe_targets",
+__all__ = ["ENTRY_POINT_GROUP", "TargetFamily", "families", "family_of_target_name", "get_target", "target_names", "describe_targets",
            "target_engine", "WrongRuleset", "check_ruleset_fits", "source_options", "mock_engine_adapters"]
 
 ENTRY_POINT_GROUP = "cgsim.targets"
@@ -32,6 +32,9 @@ _BUILTIN = (
     EntryPoint("vllm", "cgsim.targets.vllm:FAMILY", ENTRY_POINT_GROUP),
     EntryPoint("sglang", "cgsim.targets.sglang:FAMILY", ENTRY_POINT_GROUP),
     EntryPoint("sglang-mutant", "cgsim.targets.sglang:MUTANT_FAMILY", ENTRY_POINT_GROUP),
+    EntryPoint("encoder-reference", "cgsim.encoder.targets:REFERENCE_FAMILY", ENTRY_POINT_GROUP),
+    EntryPoint("encoder-mutant", "cgsim.encoder.targets:MUTANT_FAMILY", ENTRY_POINT_GROUP),
+    EntryPoint("vllm-encoder", "cgsim.encoder.targets:VLLM_FAMILY", ENTRY_POINT_GROUP),
 )
 
 
@@ -45,7 +48,10 @@ class TargetFamily:
     checked by ``Target.prepare_environment`` before a campaign starts.
     ``source``: the flag naming a source tree of its engine (every command
     that runs a target takes it); ``pytest_adapter``: what
-    ``--cgsim-mock-engine NAME`` does for a pytest session.
+    ``--cgsim-mock-engine NAME`` does for a pytest session;
+    ``capture_family``: the capture-manager family (``cgsim.families``)
+    whose scenarios its targets run; ``hooks``: the roles its targets'
+    optional hooks are checked against.
     """
 
     name: str
@@ -54,11 +60,13 @@ class TargetFamily:
     variants: Callable[[], dict[str, str]] = field(default=lambda: {})
     source: SourceOption | None = None
     pytest_adapter: PytestAdapter | None = None
+    capture_family: str = "decode"
+    hooks: Hooks = TARGET_HOOKS
 
     def declaration_problem(self) -> str | None:
         """What is wrong with what the family declares beside its targets (None: nothing)."""
         for what, value, kind in (("source", self.source, SourceOption),
-                                  ("pytest_adapter", self.pytest_adapter, PytestAdapter)):
+                                  ("pytest_adapter", self.pytest_adapter, PytestAdapter), ("hooks", self.hooks, Hooks)):
             if value is not None and not isinstance(value, kind):
                 return f"its {what} is a {type(value).__name__}, not a cgsim.targets.base.{kind.__name__}"
         return None
@@ -101,6 +109,11 @@ def families() -> dict[str, TargetFamily]:
     return _cache
 
 
+def family_of_target_name(name: str) -> TargetFamily | None:
+    """The target family a target name is of (None: no family of that name)."""
+    return families().get(name.partition(":")[0])
+
+
 def target_names() -> list[str]:
     return [n for family in families().values() for n in family.names()]
 
@@ -135,7 +148,7 @@ def get_target(name: "str | Target") -> Target:
     if not variants and variant:
         raise UnknownTarget(f"target {base!r} takes no variant, got {name!r}")
     target = family.create(variant or None)
-    TARGET_HOOKS.check(target)  # a hook defined wrongly is one line here, not a hook silently skipped later
+    family.hooks.check(target)  # a hook defined wrongly is one line here, not a hook silently skipped later
     return target
 
 

@@ -6,8 +6,8 @@ vLLM") as finding JSONs next to this script.
 Runs each defect's scenario on ``--target vllm-encoder`` (the installed
 release, or CGSIM_VLLM_SOURCE) and prints what the properties say; with
 --write, each violation labelled with the scenario's defect is saved as
-``<id>.json`` here (the encoder campaign's own finding, built by
-``fuzz.encoder_campaign.encoder_finding``), so that ``python -m fuzz replay``,
+``<id>.json`` here (the campaign's own finding, built by
+``cgsim.encoder.search.encoder_findings``), so that ``python -m fuzz replay``,
 ``python -m fuzz export-test`` and the tests have them at hand.
 tests/cgsim/targets/vllm/test_vllm_encoder.py checks that the files are what this writes today.
 """
@@ -51,8 +51,8 @@ def documented_findings(target: Any = None, backend: str = "mock") -> list:
     """Each violation of each scenario that its defect explains, as the campaign's finding."""
     from cgsim.backends import get_backend
     from cgsim.encoder.observe import observe_encoder
+    from cgsim.encoder.search import encoder_findings
     from cgsim.encoder.targets import encoder_target
-    from fuzz.encoder_campaign import encoder_finding
 
     if target is None:
         target = encoder_target("vllm-encoder")
@@ -60,11 +60,10 @@ def documented_findings(target: Any = None, backend: str = "mock") -> list:
     out = []
     for defect, sc in SCENARIOS:
         obs = observe_encoder(target, sc, get_backend(backend))
-        for v in obs.verdict.violations:
-            if target.triage.classify(obs.scenario, obs.trace, v).get("defect") == defect:
-                f = encoder_finding(target, obs, v, backend, defect, status="shrunk")
-                if all(g.property != f.property or g.extra.get("defect") != defect for g in out):
-                    out.append(f)
+        for f in encoder_findings(target, obs, backend):
+            if f.extra.get("known_defect") == defect and all(
+                    g.property != f.property or g.extra.get("known_defect") != defect for g in out):
+                out.append(f.with_(status="shrunk"))
     return out
 
 
@@ -72,7 +71,7 @@ def main(argv: list[str]) -> int:
     from cgsim.report.findings import write_finding
 
     for f in documented_findings():
-        print(f"{f.extra['defect']}: {f.property} {f.id}: {f.message}")
+        print(f"{f.extra['known_defect']}: {f.property} {f.id}: {f.message}")
         if "--write" in argv:  # without the environment: where it was written says nothing about the defect
             write_finding(HERE, dataclasses.replace(f, extra={k: v for k, v in f.extra.items() if k != "environment"}))
     return 0

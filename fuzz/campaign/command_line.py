@@ -1,19 +1,16 @@
-"""The decode family's half of ``python -m fuzz run`` and ``python -m fuzz
-report`` (``fuzz.families``): a campaign built from the parsed flags, and a
-run directory's report rebuilt."""
+"""``python -m fuzz run`` and ``python -m fuzz report`` for every family: a
+campaign built from the parsed flags, and a run directory's report rebuilt."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
-from cgsim.report.summary import SUMMARY_SCHEMA
 from fuzz.campaign.options import options_for_profile, parse_budget
 from fuzz.campaign.rebuild import rebuild_report
 from fuzz.campaign.run import run_campaign
 
-__all__ = ["run_from_arguments", "is_campaign_run", "rebuild_from_command_line"]
+__all__ = ["run_from_arguments", "rebuild_from_command_line"]
 
 
 def _seconds(text: str | None, flag: str, zero: bool = False) -> float | None:
@@ -21,7 +18,7 @@ def _seconds(text: str | None, flag: str, zero: bool = False) -> float | None:
 
 
 def run_from_arguments(args: argparse.Namespace, command: str) -> int:
-    """A decode campaign as ``python -m fuzz run``'s flags ask for it; its exit status."""
+    """A campaign as ``python -m fuzz run``'s flags ask for it; its exit status."""
     budget = _seconds(args.budget, "--budget")
     grace = _seconds(args.shrink_grace, "--shrink-grace", zero=True)
     limit = _seconds(args.shrink_limit, "--shrink-limit", zero=True)
@@ -66,16 +63,6 @@ def _sources_given() -> tuple[tuple[str, str], ...]:
     return tuple((o.env, os.environ[o.env]) for o in source_options() if os.environ.get(o.env))
 
 
-def is_campaign_run(run_dir: str) -> bool:
-    """Whether ``run_dir``'s summary.json is a decode campaign's."""
-    try:
-        with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("schema") == SUMMARY_SCHEMA
-
-
 def rebuild_from_command_line(run_dir: str, quiet: bool) -> int:
-    """``python -m fuzz report RUN_DIR`` for a decode run; its exit status."""
+    """``python -m fuzz report RUN_DIR``; its exit status."""
     return rebuild_report(run_dir, quiet=quiet).exit_code

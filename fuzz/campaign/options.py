@@ -135,8 +135,8 @@ def options_for_profile(profile: str, **overrides: Any) -> CampaignOptions:
 def validate(o: CampaignOptions) -> CampaignOptions:
     """The options as the campaign will run them, or UsageError (one line)."""
     from cgsim.backends import BACKENDS, get_backend
-    from cgsim.spec import get_ruleset
-    from cgsim.targets import TargetEnvironmentError, check_ruleset_fits, get_target
+    from cgsim.families import family_of_target
+    from cgsim.targets import TargetEnvironmentError, get_target
 
     if o.workers < 1:
         raise UsageError(f"--workers {o.workers}: give at least 1")
@@ -170,15 +170,13 @@ def validate(o: CampaignOptions) -> CampaignOptions:
                              "Ray actors: leave it out")
         check_ray_address(o.ray)
     changes: dict[str, Any] = {}
-    if o.ruleset is not None:
-        _one_line(get_ruleset, o.ruleset)
     if o.sources:
         # Before anything imports an engine; spawned workers inherit the environment.
         changes["sources"] = tuple((env, os.path.abspath(path)) for env, path in o.sources)
         os.environ.update(changes["sources"])
     target = _one_line(get_target, o.target)
-    if o.ruleset is not None:
-        _one_line(lambda name: check_ruleset_fits(o.target, name), o.ruleset)
+    if o.ruleset is not None:  # one of the target's family's rulesets, of the design the target follows
+        _one_line(lambda name: family_of_target(o.target).check_ruleset(o.target, name), o.ruleset)
     try:
         target.prepare_environment()
         # The target adapter's self-check (optional hook): a broken mechanism is

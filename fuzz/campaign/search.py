@@ -1,50 +1,23 @@
-"""What a campaign's workers ask of one capture-manager family's scenarios
-(``FamilySearch``): how they are drawn, run and judged, read back from JSON,
-told apart and counted.  The workers, the Ray actors and the parent look it
-up by the campaign's target (``search_of_target``, through the target's
-family in ``cgsim.families``) and never name a scenario type."""
+"""The search a campaign's workers run for a target (``search_of_target``:
+its family's ``cgsim.families.FamilySearch``: how its scenarios are drawn,
+run and judged, read back from JSON, told apart and counted), and the decode
+family's (``DECODE_SEARCH``).  The workers, the Ray actors and the parent
+look it up by the campaign's target and never name a scenario type."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-__all__ = ["FamilySearch", "search_of_target", "DECODE_SEARCH", "SEARCHES"]
+from cgsim.families import FamilySearch
 
-
-@dataclass(frozen=True)
-class FamilySearch:
-    """``strategy(ruleset, target)``: a Hypothesis strategy of the family's
-    scenarios for a campaign against ``target``; ``observe(scenario, target,
-    backend, timeout_s, pipeline)``: run and judge one (``cgsim.observe.Outcome``;
-    TargetEnvironmentError where the environment, never the target, failed);
-    ``timeout_of(scenario, timeout_s)``: the per-scenario limit ``timeout_s``
-    scales to for it; ``scenario_from_json(data)``: a scenario from its JSON
-    (ValueError where it is none); ``repeat_key(scenario)``: what makes two
-    scenarios the same run (a worker skips repeats while it searches);
-    ``coverage_of(scenario)``: the (dimension, key) pairs the report's
-    coverage section counts for it."""
-
-    family: str
-    strategy: Callable[[str | None, str | None], Any]
-    observe: Callable[[Any, str, str, float | None, Any], Any]
-    timeout_of: Callable[[Any, float | None], float | None]
-    scenario_from_json: Callable[[Any], Any]
-    repeat_key: Callable[[Any], tuple]
-    coverage_of: Callable[[Any], tuple[tuple[str, str], ...]]
+__all__ = ["search_of_target", "DECODE_SEARCH"]
 
 
 def search_of_target(name: str) -> FamilySearch:
-    """The search of the family target ``name`` belongs to (``cgsim.families``);
-    UsageError where that family's campaigns run elsewhere."""
-    from cgsim.families import family_of_target
-    from fuzz.campaign.options import UsageError
+    """The search of the family target ``name`` belongs to (``cgsim.families``)."""
+    from cgsim.families import family_of_target, search_of_family
 
-    family = family_of_target(name).name
-    if family not in SEARCHES:
-        raise UsageError(f"the {family} family's campaigns do not run on these workers "
-                         f"(target {name}); run it with python -m fuzz run --target {name}")
-    return SEARCHES[family]
+    return search_of_family(family_of_target(name))
 
 
 def _decode_strategy(ruleset: str | None, target: str | None) -> Any:
@@ -108,5 +81,3 @@ def _decode_coverage(scenario: Any) -> tuple[tuple[str, str], ...]:
 DECODE_SEARCH = FamilySearch("decode", _decode_strategy, _decode_observe, _decode_timeout, _decode_from_json,
                              _decode_repeat_key, _decode_coverage)
 
-# Each family whose campaigns these workers run, by family name.
-SEARCHES: dict[str, FamilySearch] = {DECODE_SEARCH.family: DECODE_SEARCH}

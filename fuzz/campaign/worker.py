@@ -269,6 +269,8 @@ class Worker:
     def defect_of(self, finding: Finding) -> str | None:
         """The documented defect of the code under test that ``finding`` is an
         instance of, as the target's optional ``classify`` names it."""
+        if finding.extra.get("known_defect"):  # labelled where it was observed (the encoder family's search)
+            return finding.extra["known_defect"]
         if self._classify is None:
             from cgsim.targets import get_target
 

@@ -434,7 +434,7 @@ class _EncoderWriter:
 
     def _docstring(self) -> str:
         f = self.f
-        defect = f.extra.get("defect")
+        defect = f.extra.get("known_defect")
         lines = [f'"""cgsim finding {f.id}: an {f.property} regression test for vLLM\'s', "EncoderCudaGraphManager.", ""]
         releases, what, cause = encoder_defect_doc(defect) if defect else ("", "", ())
         if defect:

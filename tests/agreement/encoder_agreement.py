@@ -35,7 +35,7 @@ def scenarios() -> list[tuple[str, dict]]:
 
     from cgsim.encoder.mutants import ENCODER_MUTANTS
     from cgsim.encoder.values import EncoderConfig, EncoderItem, EncoderScenario, EncoderStep
-    from fuzz.encoder_strategies import encoder_scenarios
+    from cgsim.encoder.strategies import encoder_scenarios
 
     vllm = "vllm-encoder-0.32"
     out: list[tuple[str, dict]] = []

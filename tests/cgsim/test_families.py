@@ -79,10 +79,8 @@ FAMILY_MODULES = (
     "cgsim/families.py",
     "cgsim/encoder/",
     "cgsim/properties/encoder.py",
-    "cgsim/report/encoder.py",
     "cgsim/spec/encoder.py",
     "cgsim/targets/vllm/encoder",
-    "fuzz/encoder_",
 )
 # The default family's name is also SGLang's decode runner's kind, compared by its own code.
 SCANNED_NAMES = tuple(name for name in families() if name != DEFAULT_FAMILY)

@@ -1,7 +1,8 @@
-"""Encoder campaigns from the command line: findings on disk with their
-shrunk scenario and repro script, replays that reproduce them, the report
-(index.md and index.html from summary.json), export-test's answer for the
-encoder targets, and refusals of what the encoder campaign does not take."""
+"""Encoder campaigns from the command line, on the one campaign pipeline
+(``fuzz.campaign`` with the encoder family's search): findings on disk with
+their shrunk scenario and repro script, replays that reproduce them, the
+report, export-test's answer for the encoder targets, workers and the
+example database, and adapter errors as one line, exit 2."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def stale_tail(tmp_path_factory) -> str:
 def _entry(run_dir: str, prop: str = "ENC-EQUAL") -> dict:
     with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as fh:
         (entry,) = [f for f in json.load(fh)["findings"] if f["property"] == prop]
-    return entry
+    return {**entry, "file": entry["path"], "repro": entry["repro_path"]}
 
 
 @pytest.mark.slow
@@ -92,7 +93,7 @@ def test_each_finding_has_a_repro_script_that_reproduces_it(stale_tail, tmp_path
     assert entry["repro"] == os.path.join("findings", f"repro_{finding.id}.py")
     repro = os.path.join(stale_tail, entry["repro"])
     # Every finding file has its script, and no script outlives its finding (the first sighting's went with it).
-    on_disk = sorted(os.listdir(os.path.join(stale_tail, "findings")))
+    on_disk = sorted(n for n in os.listdir(os.path.join(stale_tail, "findings")) if not n.startswith("."))
     assert on_disk == sorted(n for f in on_disk if f.endswith(".json") for n in (f, f"repro_{f[:-5]}.py"))
     res = _script(repro)
     assert res.returncode == 1, res.stderr
@@ -109,26 +110,22 @@ def test_each_finding_has_a_repro_script_that_reproduces_it(stale_tail, tmp_path
     # A target this cgsim does not have: it cannot run here, exit 2 with one line.
     broken = write_repro(str(tmp_path), finding.with_(target="encoder-mutant:gone"))
     res = _script(broken)
-    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "encoder mutant 'gone' is unknown" in res.stderr
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "unknown encoder-mutant 'gone'" in res.stderr
 
 
-def test_an_encoder_finding_records_the_vllm_source_tree_where_replays_look_for_it(tmp_path):
-    from cgsim.backends import get_backend
+@pytest.mark.slow
+def test_an_encoder_finding_records_the_vllm_source_tree_where_replays_look_for_it(tmp_path, monkeypatch):
     from cgsim.encoder.mutants import ENCODER_MUTANTS
-    from cgsim.encoder.observe import observe_encoder
     from cgsim.encoder.targets import ReferenceEncoderTarget
-    from fuzz.encoder_campaign import encoder_finding
 
     class OnATree(ReferenceEncoderTarget):
         def environment(self):
             return {"vllm_version": "0.34.0", "vllm_source": str(tmp_path), "vllm_source_commit": "abc"}
 
-    mutant = ENCODER_MUTANTS["stale-tail"]
-    target = OnATree("encoder-mutant:stale-tail", mutant.cls)
-    obs = observe_encoder(target, mutant.example(), get_backend("mock"))
-    f = encoder_finding(target, obs, obs.verdict.violations[0], "mock").to_json()
-    assert (f["vllm_source"], f["vllm_source_commit"]) == (str(tmp_path), "abc")
-    assert f["environment"]["vllm_version"] == "0.34.0" and "vllm_version" not in f
+    target = OnATree("encoder-reference", ENCODER_MUTANTS["stale-tail"].cls)
+    assert _campaign_on(monkeypatch, tmp_path / "r", target, 300) == 1
+    (f,) = [f for f in _findings(tmp_path / "r") if f["property"] == "ENC-EQUAL"]
+    assert (f["vllm_source"], f["vllm_source_commit"], f["vllm_version"]) == (str(tmp_path), "abc", "0.34.0")
 
 
 @pytest.mark.slow
@@ -174,97 +171,45 @@ def test_the_scenario_code_builds_the_scenario(steps, config, ruleset, seed):
 
 
 @pytest.mark.slow
-def test_the_report_page_lists_each_finding_from_the_summary(stale_tail):
-    from tests.cgsim.report.test_html_report import _Page
-
-    from cgsim.report.encoder import render_encoder_html, render_encoder_markdown
-
+def test_the_campaign_report_lists_the_encoder_finding_with_its_scenario_code_and_only_encoder_properties(stale_tail):
     with open(os.path.join(stale_tail, "summary.json"), encoding="utf-8") as fh:
         summary = json.load(fh)
-    assert summary["findings"]
-    # Both pages are the summary's: rendered again from it, they are the files on disk.
-    for name, render in (("index.md", render_encoder_markdown), ("index.html", render_encoder_html)):
-        with open(os.path.join(stale_tail, name), encoding="utf-8") as fh:
-            assert fh.read() == render(summary), name
-    with open(os.path.join(stale_tail, "index.html"), encoding="utf-8") as fh:
-        _check_page(_Page(fh.read()), summary, stale_tail)
-
-
-def _check_page(page, summary: dict, run_dir: str) -> None:
-    sections = page.with_class("section", "finding")
-    assert [s["id"] for s in sections] == [f"finding-{f['id']}" for f in summary["findings"]]
-    text = " ".join(" ".join(page.text).split())
-    links = {a.get("href") for a in page.all("a")}
-    for f in summary["findings"]:
-        assert f["property"] in text and f["scenario"] in text and f["message"] in text
-        assert f"python -m fuzz replay {f['file']}" in text and f"python {f['repro']}" in text
-        assert (f"documented defect {f['defect']}" if f["defect"] else "new: no documented defect") in text
-        assert {f["file"], f["repro"]} <= links
-        assert all(os.path.exists(os.path.join(run_dir, p)) for p in (f["file"], f["repro"]))
-    # Nothing is fetched: no script, stylesheet or picture from elsewhere; links only to the run's own files.
-    for tag, attrs in page.elements:
-        assert tag not in ("script", "link", "iframe", "img", "object", "embed"), tag
-        href = attrs.get("href")
-        assert href is None or (not href.startswith(("http:", "https:", "/", "..")) and ":" not in href), href
+    entry = _entry(stale_tail)
+    assert "EncoderScenario(" in entry["scenario_code"] and entry["scenario_code"].count("EncoderStep(") >= 2
+    # Only the encoder family's properties (and the harness's, which watch every scenario) are listed.
+    assert set(summary["properties"]) >= {"ENC-EQUAL", "ENC-FIT"}
+    assert not [p for p in summary["properties"] if not p.startswith(("ENC-", "NO-"))], sorted(summary["properties"])
+    with open(os.path.join(stale_tail, "index.md"), encoding="utf-8") as fh:
+        page = fh.read()
+    assert entry["id"] in page and "ENC-EQUAL" in page and "DISPATCH-" not in page
 
 
 @pytest.mark.slow
-def test_fuzz_report_rebuilds_an_encoder_run_even_one_that_died_before_its_summary(stale_tail, tmp_path, capsys):
+def test_fuzz_report_rebuilds_an_encoder_run_even_one_that_died_before_its_summary(stale_tail, tmp_path):
     import shutil
-
-    from tests.cgsim.report.test_html_report import _Page
 
     run = tmp_path / "run"
     shutil.copytree(stale_tail, run)
-    pages = {name: (run / name).read_text() for name in ("summary.json", "index.md", "index.html")}
-    assert main(["report", str(run), "--quiet"]) == 1  # a finished run: rendered again, the same
-    assert {name: (run / name).read_text() for name in pages} == pages
-    # Died before its summary, and before one repro script was written: both come back from the findings.
     entry = _entry(str(run))
     for name in ("summary.json", "index.md", "index.html", entry["repro"]):
         os.remove(run / name)
-    assert main(["report", str(run)]) == 1
-    assert f"1 findings; report: {run / 'index.html'}" in capsys.readouterr().out
+    assert main(["report", str(run), "--quiet"]) == 1
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["schema"] == "cgsim.encoder-summary" and "campaign died" in summary["interrupted"]
-    assert [f["id"] for f in summary["findings"]] == [entry["id"]] and summary["scenarios"] is None
-    assert (run / entry["repro"]).exists()
-    with open(run / "index.html", encoding="utf-8") as fh:
-        _check_page(_Page(fh.read()), summary, str(run))
-    assert "? scenarios" in (run / "index.md").read_text()
+    assert [f["id"] for f in summary["findings"]] == [entry["id"]]
+    assert (run / entry["repro"]).exists() and entry["id"] in (run / "index.md").read_text()
 
 
-def test_the_report_page_of_a_labelled_finding_says_its_defect_and_launch(tmp_path):
-    from tests.cgsim.report.test_html_report import _Page
+def test_the_report_of_a_labelled_encoder_finding_says_its_defect_and_launch():
+    from cgsim.report.markdown import render_markdown
+    from cgsim.report.summary import build_summary
 
-    from cgsim.report.encoder import render_encoder_html, render_encoder_markdown
-
-    summary = {"run_id": "r", "target": "vllm-encoder", "ruleset": "vllm-encoder-0.32", "backend": "mock",
-               "scenarios": 3, "refused": 1, "properties": {"ENC-FIT": {"statement": "fits", "checks": 2,
-                                                                         "failures": 1}},
-               "findings": [{"id": "enc-fit-x", "property": "ENC-FIT", "statement": "fits", "status": "shrunk",
-                             "message": "items <0>", "defect": "vllm-enc-2", "launch": "vllm serve Q --x '{}'",
-                             "scenario": "EncoderScenario(...)", "file": "findings/enc-fit-x.json",
-                             "repro": "findings/repro_enc-fit-x.py"}]}
-    page = _Page(render_encoder_html(summary))
-    text = " ".join(" ".join(page.text).split())
-    assert "documented defect vllm-enc-2 (docs/encoder.md)" in text and "vllm serve Q --x '{}'" in text
-    assert "items <0>" in text  # escaped on the page, shown as text
-    md = render_encoder_markdown(summary)
-    assert "documented defect vllm-enc-2" in md and "- launch: `vllm serve Q --x '{}'`" in md
-
-
-@pytest.mark.slow
-def test_chromium_renders_the_encoder_report(stale_tail, tmp_path):
-    from tests.cgsim.report.test_html_report import _browser, _Page
-
-    with open(os.path.join(stale_tail, "summary.json"), encoding="utf-8") as fh:
-        summary = json.load(fh)
-    dom = _browser(tmp_path, "--dump-dom", "file://" + os.path.join(stale_tail, "index.html"))
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    page = _Page(dom.stdout)
-    _check_page(page, summary, stale_tail)
-    assert page.all("table", id="properties") and page.all("span", id="verdict")
+    finding = load_finding(next(p for p in ENCODER_FINDINGS if "enc-fit" in p))
+    summary = build_summary(run_id="r", settings={"target": "vllm-encoder", "backend": "mock",
+                                                  "ruleset": "vllm-encoder-0.32"}, findings=[finding])
+    md = render_markdown(summary)
+    assert "vllm-enc-2" in md and finding.extra["launch"]["line"] in md
+    assert "EncoderScenario(" in summary["findings"][0]["scenario_code"]
+    assert not [p for p in summary["properties"] if not p.startswith(("ENC-", "NO-"))]
 
 
 # -- export-test ------------------------------------------------------------------------
@@ -298,7 +243,7 @@ def _imported(tree: ast.AST) -> set[str]:
 
 def test_the_documented_vllm_encoder_findings_are_here():
     """docs/encoder-findings holds vllm-enc-1 and vllm-enc-2 (docs/encoder-findings/documented.py writes them)."""
-    found = {(load_finding(p).property, load_finding(p).extra.get("defect")) for p in ENCODER_FINDINGS}
+    found = {(load_finding(p).property, load_finding(p).extra.get("known_defect")) for p in ENCODER_FINDINGS}
     assert {("ENC-CAPTURE-ONCE", "vllm-enc-1"), ("ENC-FIT", "vllm-enc-2")} <= found
 
 
@@ -315,7 +260,7 @@ def test_a_vllm_encoder_finding_exports_a_standalone_test(path, tmp_path, capsys
     assert len(tests) == 1
     doc = ast.get_docstring(tree)
     assert finding.id in doc and finding.property in doc and finding.extra["launch"]["line"].split()[-1] in doc
-    assert f"docs/encoder.md {finding.extra['defect']}" in doc and "Cause in vLLM's code" in doc
+    assert f"docs/encoder.md {finding.extra['known_defect']}" in doc and "Cause in vLLM's code" in doc
     assert f"LAUNCH = {finding.extra['launch']['line']!r}" in text
     # The last assertion names the property (what tells a failing test from a broken one).
     asserts = [n for n in ast.walk(tree) if isinstance(n, ast.Assert) and n.msg is not None]
@@ -418,16 +363,14 @@ def test_the_reference_runs_clean_and_counts_what_it_judged(tmp_path):
     summary = _summary(tmp_path)
     assert summary["findings"] == [] and summary["scenarios"] == 120
     assert summary["properties"]["ENC-EQUAL"]["checks"] > 0 and summary["properties"]["ENC-FIT"]["checks"] > 0
+    assert summary["coverage"]["step_kinds"]["capture"] >= 120 and sum(summary["coverage"]["outcomes"].values()) == 120
     assert os.path.exists(os.path.join(tmp_path, "latest", "index.md"))
-    with open(os.path.join(tmp_path, "latest", "index.html"), encoding="utf-8") as fh:
-        page = fh.read()
-    assert 'id="no-findings"' in page and "no findings" in page
 
 
 @pytest.mark.parametrize("args, words", [
-    (("--target", "encoder-reference", "--ray", "auto"), "--ray is not taken by the encoder target"),
+    (("--target", "encoder-reference", "--ruleset", "vllm-v1"), "encoder ruleset 'vllm-v1' is unknown"),
     (("--target", "encoder-reference", "--workers", "999"), "--workers 999: there are"),
-    (("--target", "encoder-mutant:nope"), "encoder mutant 'nope' is unknown"),
+    (("--target", "encoder-mutant:nope"), "unknown encoder-mutant 'nope'"),
 ])
 def test_what_an_encoder_campaign_cannot_do_is_one_line_exit_2(tmp_path, capsys, args, words):
     assert _run(tmp_path, *args, "--max-examples", "1") == 2
@@ -435,33 +378,36 @@ def test_what_an_encoder_campaign_cannot_do_is_one_line_exit_2(tmp_path, capsys,
     assert words in err and err.count("\n") == 1
 
 
+def _campaign_on(monkeypatch, tmp_path, target, examples: int = 5, *more: str) -> int:
+    """``python -m fuzz run`` against ``target``, registered as encoder-reference (the workers fork, and
+    inherit it): its exit status."""
+    from cgsim.encoder import search
+    from cgsim.targets import registry
+    from cgsim.targets.base import ENCODER_HOOKS
+
+    real = registry.families()
+    family = registry.TargetFamily("encoder-reference", "a test target", lambda _variant: target,
+                                   capture_family="encoder", hooks=ENCODER_HOOKS)
+    monkeypatch.setattr(registry, "families", lambda: {**real, "encoder-reference": family})
+    monkeypatch.setattr(search, "_targets", {})
+    return _run(tmp_path, "--target", "encoder-reference", "--max-examples", str(examples), "--seed", "1", *more)
+
+
 @pytest.mark.slow
 def test_a_new_defect_behind_a_property_a_documented_one_already_violates_is_still_found(tmp_path, monkeypatch):
     from cgsim.encoder.mutants import ENCODER_MUTANTS
     from cgsim.encoder.targets import ReferenceEncoderTarget
-    from cgsim.targets.base import EncoderTriage
-    from fuzz import encoder_campaign
+    from cgsim.targets.base import EncoderHooks
 
     def classify(scenario, trace, violation):
         # "documented" where the scenario encodes a video: the stale rows of image batches stay new.
-        return {"defect": "doc"} if any(i.video for s in scenario.steps for i in s.items) else {}
+        return {"known_defect": "doc"} if any(i.video for s in scenario.steps for i in s.items) else {}
 
-    target = ReferenceEncoderTarget("encoder-mutant:stale-tail", ENCODER_MUTANTS["stale-tail"].cls)
-    target.triage = EncoderTriage(classify=classify)
-    monkeypatch.setattr(encoder_campaign, "encoder_target", lambda name: target)
-    result = encoder_campaign.run_encoder_campaign(encoder_campaign.EncoderCampaignOptions(
-        target="encoder-mutant:stale-tail", budget_s=120, seed=3, max_examples=600, report_dir=str(tmp_path),
-        quiet=True))
-    labels = {f.extra.get("defect") for f in result.findings if f.property == "ENC-EQUAL"}
+    target = ReferenceEncoderTarget("encoder-reference", ENCODER_MUTANTS["stale-tail"].cls)
+    target.encoder = EncoderHooks(classify=classify)
+    assert _campaign_on(monkeypatch, tmp_path, target, 600, "--seed", "3") == 1
+    labels = {f.get("known_defect") for f in _findings(tmp_path) if f["property"] == "ENC-EQUAL"}
     assert labels == {"doc", None}
-
-
-def _campaign_on(monkeypatch, tmp_path, target) -> int:
-    """``python -m fuzz run`` against ``target`` (as encoder-reference): its exit status."""
-    from fuzz import encoder_campaign
-
-    monkeypatch.setattr(encoder_campaign, "encoder_target", lambda name: target)
-    return _run(tmp_path, "--target", "encoder-reference", "--max-examples", "5", "--seed", "1")
 
 
 def test_an_exception_in_cgsims_front_door_is_an_adapter_error_exit_2_not_a_traceback(tmp_path, monkeypatch, capsys):
@@ -509,64 +455,25 @@ def test_an_engine_manager_raising_is_judged_and_cgsims_own_frames_raising_is_ex
 
 
 @pytest.mark.slow
-def test_workers_search_their_own_seeds_into_one_findings_folder_and_keep_one_finding_per_defect(tmp_path):
+def test_workers_search_into_one_findings_folder_and_keep_one_finding_per_defect(tmp_path):
     # --force-workers: two workers whatever this machine's CPU count (the bound is tested above).
     assert _run(tmp_path, "--target", "encoder-mutant:stale-tail", "--workers", "2", "--force-workers",
                 "--max-examples", "300", "--seed", "3") == 1
     summary = _summary(tmp_path)
-    assert summary["scenarios"] == 300  # --max-examples over all workers
-    keys = [(f["property"], f["defect"]) for f in summary["findings"]]
+    assert summary["scenarios"] >= 300  # --max-examples over all workers, and the shrinks' runs
+    keys = [(f["property"], f.get("known_defect")) for f in summary["findings"]]
     assert "ENC-EQUAL" in {p for p, _ in keys} and len(keys) == len(set(keys))
-    on_disk = _findings(tmp_path)
-    assert sorted(f["id"] for f in on_disk) == sorted(f["id"] for f in summary["findings"])
-    workers = os.path.join(tmp_path, "latest", "workers")
-    assert sorted(os.listdir(workers)) == ["0.json", "1.json"]
-    seeds = {f["seed"] for f in on_disk}
-    assert seeds <= {3, 3 + 1_000_003}
+    assert {f["id"] for f in _findings(tmp_path)} >= {f["id"] for f in summary["findings"]}
+    assert {w["worker"] for w in summary["workers"]} == {0, 1}
 
 
-def test_of_two_findings_of_one_property_and_defect_the_more_shrunk_is_kept(tmp_path):
-    from cgsim.backends import get_backend
-    from cgsim.encoder.mutants import ENCODER_MUTANTS
-    from cgsim.encoder.observe import observe_encoder
-    from cgsim.encoder.targets import encoder_target
-    from fuzz.encoder_campaign import encoder_finding, write_encoder_finding
-    from fuzz.encoder_workers import keep_one_per_defect
-
-    target = encoder_target("encoder-mutant:stale-tail")
-    example = ENCODER_MUTANTS["stale-tail"].example()
-    longer = dataclasses.replace(example, steps=example.steps + example.steps[-1:])  # another worker's, unshrunk
-    found = []
-    for sc in (longer, example):
-        obs = observe_encoder(target, sc, get_backend("mock"))
-        found.append((obs, next(v for v in obs.verdict.violations if v.property == "ENC-EQUAL")))
-    shrinking = encoder_finding(target, *found[0], "mock", status="shrinking", seed=1)
-    shrunk = encoder_finding(target, *found[1], "mock", status="shrunk", seed=2, extra={"first_seen": "x"})
-    assert shrinking.id != shrunk.id
-    for f in (shrinking, shrunk):
-        write_encoder_finding(str(tmp_path), f)
-    kept = keep_one_per_defect(str(tmp_path))
-    assert [f.id for f in kept] == [shrunk.id]
-    assert sorted(os.listdir(tmp_path)) == sorted([f"{shrunk.id}.json", shrunk.repro])
-
-
-def test_an_adapter_error_in_a_worker_is_its_one_line_for_the_supervisor(tmp_path, monkeypatch):
-    import json
-
-    from cgsim.encoder.mutants import ENCODER_MUTANTS
-    from cgsim.encoder.targets import ReferenceEncoderTarget
-    from fuzz import encoder_workers
-    from fuzz.encoder_campaign import EncoderCampaignOptions
-
-    class BrokenFrontDoor(ReferenceEncoderTarget):
-        def reach(self, scenario):
-            return scenario.config.no_such_field
-
-    monkeypatch.setattr(encoder_workers, "encoder_target",
-                        lambda name: BrokenFrontDoor("x", ENCODER_MUTANTS["stale-tail"].cls))
-    o = EncoderCampaignOptions(target="encoder-reference", max_examples=4, workers=2, report_dir=str(tmp_path))
-    (tmp_path / "findings").mkdir()
-    encoder_workers._worker(o, "run", str(tmp_path / "findings"), 1, str(tmp_path / "1.json"))
-    counts = json.loads((tmp_path / "1.json").read_text())
-    assert counts["error"].startswith("cgsim's encoder front door raised AttributeError")
-    assert counts["scenarios"] == 1 and counts["worker"] == 1
+@pytest.mark.slow
+def test_the_example_database_replays_an_encoder_failure_first_in_the_next_campaign(tmp_path):
+    db = str(tmp_path / "db")
+    assert _run(tmp_path / "a", "--target", "encoder-mutant:stale-tail", "--max-examples", "300", "--seed", "1",
+                "--example-db", db) == 1
+    first = {f["id"] for f in _summary(tmp_path / "a")["findings"]}
+    # One example: the saved failure, replayed before anything is drawn, is found again.
+    assert _run(tmp_path / "b", "--target", "encoder-mutant:stale-tail", "--max-examples", "1", "--seed", "9",
+                "--example-db", db) == 1
+    assert {f["id"] for f in _summary(tmp_path / "b")["findings"]} & first

@@ -1,28 +1,33 @@
-"""The command-line half of each capture-manager family (``fuzz.families``):
-one per family of ``cgsim.families``, found by target name and by run directory."""
+"""The campaign half of each capture-manager family: every family of
+``cgsim.families`` names its ``FamilySearch``, which the one campaign
+(``fuzz.campaign``) finds by target name."""
 
 from __future__ import annotations
 
-import json
+import dataclasses
 
-from cgsim.families import families
-from fuzz.families import commands_of_run_dir, commands_of_target, family_commands
+import pytest
 
-
-def test_every_family_has_its_command_line_half():
-    assert set(family_commands()) == set(families())
-    assert all(c.family == name for name, c in family_commands().items())
+from cgsim.families import FamilyRegistryError, FamilySearch, families, search_of_family
+from fuzz.campaign.search import search_of_target
 
 
-def test_a_target_runs_its_own_familys_campaign():
-    assert commands_of_target("encoder-mutant:fit-strict").family == "encoder"
-    assert commands_of_target("mutant:range-off-by-one").family == "decode"
-    assert commands_of_target("no-such-target").family == "decode"  # its campaign names the choices
+def test_every_family_names_a_search_of_its_own():
+    for name, family in families().items():
+        search = search_of_family(family)
+        assert isinstance(search, FamilySearch) and search.family == name
 
 
-def test_a_run_directory_is_rebuilt_by_the_family_whose_summary_it_has(tmp_path):
-    (tmp_path / "summary.json").write_text(json.dumps({"schema": "cgsim.encoder-summary"}))
-    assert commands_of_run_dir(str(tmp_path)).family == "encoder"
-    (tmp_path / "summary.json").write_text(json.dumps({"schema": "cgsim.campaign-summary"}))
-    assert commands_of_run_dir(str(tmp_path)).family == "decode"
-    assert commands_of_run_dir(str(tmp_path / "missing")).family == "decode"  # its rebuild says what is wrong
+def test_a_target_runs_its_own_familys_search():
+    assert search_of_target("encoder-mutant:fit-strict").family == "encoder"
+    assert search_of_target("mutant:range-off-by-one").family == "decode"
+
+
+@pytest.mark.parametrize("where, says", [
+    ("cgsim.no_such_module:SEARCH", "does not load: ModuleNotFoundError"),
+    ("cgsim.families:families", "is a function, not a cgsim.families.FamilySearch"),
+])
+def test_a_search_that_does_not_load_is_one_line_naming_the_family(where, says):
+    family = dataclasses.replace(families()["encoder"], search=where)
+    with pytest.raises(FamilyRegistryError, match=f"the encoder family's search {where!r} {says}"):
+        search_of_family(family)

@@ -22,7 +22,7 @@ from cgsim.encoder.interface import EncoderClasses
 from cgsim.encoder.runner import ASKS_CAPTURED, BUILT_AT_CAPTURE, CallSite, ManagedEncoder, gc_held
 from cgsim.encoder.toy import toy_for
 from cgsim.encoder.values import EncoderConfig, EncoderScenario
-from cgsim.targets.base import EncoderDrawing, EncoderTooling, EncoderTriage
+from cgsim.targets.base import Drawing, EncoderHooks, Tooling, Triage
 from cgsim.targets.vllm.compat import Patch
 from cgsim.targets.vllm.encoder_engine import (EncoderLaunchSettings, EngineRefused, encoder_engine_config,
                                                encoder_launch, encoder_manager_inputs,
@@ -176,14 +176,15 @@ class VllmEncoderTarget:
     """``vllm-encoder``: vLLM's manager as its V2 runner builds and calls it."""
 
     name = "vllm-encoder"
+    engine = "vllm"
 
     def __init__(self, adapter_check: Callable[[], None] | None = None) -> None:
         # The doctor's encoder checks (``doctor.encoder_self_check``), handed in by the encoder registry: the
         # doctor runs this target, so this module does not import the doctor.
         self._adapter_check = adapter_check
-        self.drawing = EncoderDrawing(takes_max_token_budget=self._takes_max_token_budget)
-        self.triage = EncoderTriage(classify=self._classify)
-        self.tooling = EncoderTooling(self_check=self._self_check)
+        self.drawing, self.triage = Drawing(), Triage()
+        self.tooling = Tooling(self_check=self._self_check)
+        self.encoder = EncoderHooks(takes_max_token_budget=self._takes_max_token_budget, classify=self._classify)
 
     def default_ruleset(self) -> str:
         return tree_design()
@@ -246,7 +247,7 @@ class VllmEncoderTarget:
         from cgsim.targets.vllm.encoder_known import encoder_defect  # noqa: PLC0415
 
         defect = encoder_defect(scenario, trace, violation)
-        return {"defect": defect} if defect else {}
+        return {"known_defect": defect} if defect else {}
 
     def builder(self, scenario: EncoderScenario, backend: Any) -> Callable[[], ManagedEncoder]:
         settings = launch_settings(scenario.config)

@@ -103,7 +103,7 @@ def _check_clean(check_type: type, name: str, config: EncoderConfig, steps: tupl
         return check_type(name, False, broken)
     found, known = [], set()
     for v in obs.verdict.violations:
-        defect = target.triage.classify(obs.scenario, obs.trace, v).get("defect")
+        defect = target.encoder.classify(obs.scenario, obs.trace, v).get("known_defect")
         if defect:
             known.add(defect)
             continue

@@ -9,7 +9,7 @@ from cgsim.encoder.mutants import ENCODER_MUTANTS
 from cgsim.encoder.values import EncoderConfig, EncoderItem, EncoderScenario, EncoderScenarioError, EncoderStep
 from cgsim.properties.encoder import ENCODER_PROPERTIES
 from cgsim.spec.encoder import EncoderConfigRefused, doubling_grid, plan, subdivided_grid
-from fuzz.encoder_strategies import encoder_scenarios, judge_encoder
+from cgsim.encoder.strategies import encoder_scenarios, judge_encoder
 
 # Runs a scenario on the mock and judges it; benchmarks/bench_encoder_mutants.py fuzzes with the same pieces.
 judge = judge_encoder

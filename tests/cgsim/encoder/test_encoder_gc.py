@@ -14,7 +14,7 @@ import torch
 from cgsim.backends import get_backend
 from cgsim.encoder.mutants import ENCODER_MUTANTS
 from cgsim.encoder.toy import ToyVisionEncoder
-from fuzz.encoder_strategies import judge_encoder
+from cgsim.encoder.strategies import judge_encoder
 
 
 def _stale_graph_in_a_cycle(cuda) -> None:

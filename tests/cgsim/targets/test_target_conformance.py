@@ -63,7 +63,10 @@ def _marks(name: str) -> list:
 
 def _params():
     # Engine targets run where the engine imports (the vllm / sglang tox envs), and skip elsewhere.
-    return [pytest.param(n, marks=_marks(n)) for n in target_names()]
+    # The decode family's targets: the recording contract is its runner's (the encoder's has its own tests).
+    from cgsim.families import owns_target_of
+
+    return [pytest.param(n, marks=_marks(n)) for n in target_names() if owns_target_of("decode")(n)]
 
 
 @pytest.mark.parametrize("name", _params())

@@ -180,6 +180,20 @@ def test_mutant_campaign_over_ray_finds_the_mutant(tmp_path, cluster):
 
 
 @needs_ray
+def test_an_encoder_mutant_campaign_over_ray_finds_the_mutant(tmp_path, cluster):
+    from cgsim.replay import reproduce
+    from fuzz.campaign import CampaignOptions, run_campaign
+
+    result = run_campaign(CampaignOptions(target="encoder-mutant:stale-tail", budget_s=90.0, max_examples=300,
+                                          workers=2, report_dir=str(tmp_path / "r"), quiet=True, seed=1, ray="auto"))
+    assert result.exit_code == 1, result.summary
+    f = next(f for f in result.summary["findings"] if f["property"] == "ENC-EQUAL")
+    assert f["scenario"]["kind"] == "encoder"
+    assert reproduce(load_finding(os.path.join(result.run_dir, f["path"]))).reproduced
+    assert all(w["node"] and w["end"] == "done" for w in result.summary["workers"])
+
+
+@needs_ray
 def test_report_has_the_same_shape_as_a_local_run(tmp_path, cluster):
     local = campaign(tmp_path / "local", bug="two", workers=2, max_examples=60, seed=7, budget_s=60.0)
     remote = over_ray(tmp_path / "ray", bug="two", workers=2, max_examples=60, seed=7, budget_s=60.0)

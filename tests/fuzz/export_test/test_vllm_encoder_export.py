@@ -41,10 +41,10 @@ BACKEND = get_backend("mock")
 def test_the_documented_finding_files_are_what_documented_py_writes(vllm_encoder_target):
     from cgsim.report.findings import load_finding
 
-    on_disk = {(f.id, f.property, f.extra["defect"]) for f in map(load_finding, DOCUMENTED)}
+    on_disk = {(f.id, f.property, f.extra["known_defect"]) for f in map(load_finding, DOCUMENTED)}
     assert {d for _, _, d in on_disk} == {"vllm-enc-1", "vllm-enc-2"}
     assert vllm_encoder_target.default_ruleset() == "vllm-encoder-0.32"  # the files are written on such a tree (0.23-0.33)
-    now = {(f.id, f.property, f.extra["defect"]) for f in documented_module().documented_findings(vllm_encoder_target)}
+    now = {(f.id, f.property, f.extra["known_defect"]) for f in documented_module().documented_findings(vllm_encoder_target)}
     assert now == on_disk, "regenerate: PYTHONPATH=. python docs/encoder-findings/documented.py --write"
 
 

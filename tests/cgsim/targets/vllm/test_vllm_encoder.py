@@ -24,7 +24,7 @@ from cgsim.encoder.observe import observe_encoder  # noqa: E402
 from cgsim.encoder.values import EncoderConfig, EncoderItem, EncoderScenario, EncoderStep  # noqa: E402
 from cgsim.targets.vllm.encoder import missing_model_interface  # noqa: E402
 from tests.encoder_documented import DOCUMENTED  # noqa: E402
-from fuzz.encoder_campaign import EncoderCampaignOptions, run_encoder_campaign  # noqa: E402
+from fuzz.cli import main  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 if missing_model_interface():  # 0.19-0.22: tests/cgsim/targets/vllm/test_vllm_encoder_front_door.py checks the target refuses them
@@ -36,8 +36,8 @@ BACKEND = get_backend("mock")
 def _labels(target, sc: EncoderScenario) -> dict[str, str | None]:
     obs = observe_encoder(target, sc, BACKEND)
     assert obs.refused is None, obs.refused
-    classify = target.triage.classify
-    return {v.property: classify(obs.scenario, obs.trace, v).get("defect") for v in obs.verdict.violations}
+    classify = target.encoder.classify
+    return {v.property: classify(obs.scenario, obs.trace, v).get("known_defect") for v in obs.verdict.violations}
 
 
 @pytest.mark.parametrize("name", sorted(ENCODER_MUTANTS))
@@ -67,19 +67,28 @@ def test_frames_beyond_the_users_limit_replay_on_a_graph_that_cannot_hold_them_d
 
 
 def test_a_campaign_finds_only_documented_defects(vllm_encoder_target, tmp_path):
-    result = run_encoder_campaign(EncoderCampaignOptions(target="vllm-encoder", budget_s=600, seed=1,
-                                                         max_examples=250, report_dir=str(tmp_path), quiet=True))
-    assert result.scenarios == 250 and result.scenarios > result.refused
-    unlabelled = [(f.property, f.message, f.extra.get("launch", {}).get("line")) for f in result.findings
-                  if not f.extra.get("defect")]
+    import json
+
+    from cgsim.report.findings import scan_findings
+
+    assert main(["run", "--target", "vllm-encoder", "--budget", "600s", "--seed", "1", "--max-examples", "250",
+                 "--report-dir", str(tmp_path), "--quiet"]) in (0, 1)
+    run_dir = os.path.realpath(os.path.join(tmp_path, "latest"))
+    with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as fh:
+        summary = json.load(fh)
+    outcomes = summary["coverage"]["outcomes"]
+    assert summary["scenarios"] >= 250 and outcomes["judged"] > 0
+    assert outcomes["judged"] + outcomes.get("refused by the engine", 0) == summary["scenarios"]
+    findings = scan_findings(os.path.join(run_dir, "findings"))
+    unlabelled = [(f.property, f.message, f.extra.get("launch", {}).get("line")) for f in findings
+                  if not f.extra.get("known_defect")]
     assert not unlabelled
     assert all(f.extra["launch"]["line"].startswith(("vllm serve", "VLLM_USE_V2_MODEL_RUNNER=1 vllm serve",
                                                      "VLLM_USE_V2_MODEL_RUNNER=0 vllm serve"))
-               for f in result.findings)
+               for f in findings)
     # Each finding on disk has its repro script beside it, and the report its page.
-    findings_dir = os.path.join(result.run_dir, "findings")
-    assert all(os.path.exists(os.path.join(findings_dir, f.repro)) for f in result.findings)
-    assert os.path.exists(os.path.join(result.run_dir, "index.html"))
+    assert all(os.path.exists(os.path.join(run_dir, "findings", f.repro)) for f in findings)
+    assert os.path.exists(os.path.join(run_dir, "index.html"))
 
 
 def _dp_scenario(target, tp: int) -> EncoderScenario:
@@ -128,7 +137,7 @@ def test_each_documented_finding_replays_labelled(vllm_encoder_target, path, cap
     assert main(["replay", path]) == 1
     out = capsys.readouterr().out
     assert f"REPRODUCED {finding.property}: " in out
-    assert f"(documented defect {finding.extra['defect']}, docs/encoder.md)" in out.split("REPRODUCED", 1)[1]
+    assert f"(documented defect {finding.extra['known_defect']}, docs/encoder.md)" in out.split("REPRODUCED", 1)[1]
     assert f"launch: {finding.extra['launch']['line']}" in out
 
 

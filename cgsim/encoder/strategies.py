@@ -5,7 +5,8 @@ model's budget range, and lifecycles of capture, encoder batches and clears
 
 ``judge_encoder`` runs one scenario against an encoder target on a backend
 and judges it with every encoder property: what tests/cgsim/encoder/test_encoder.py and
-benchmarks/bench_encoder_mutants.py do with each drawn scenario."""
+benchmarks/bench_encoder_mutants.py do with each drawn scenario; a campaign
+draws through ``cgsim.encoder.search``."""
 
 from __future__ import annotations
 
