@@ -100,11 +100,12 @@ def _vllm(_variant: str | None) -> Any:
 
 
 REFERENCE_FAMILY = TargetFamily("encoder-reference", "cgsim's reference vision-encoder graph manager (docs/encoder.md)",
-                                _reference, capture_family="encoder", hooks=ENCODER_HOOKS)
+                                _reference, capture_family="encoder", hooks=ENCODER_HOOKS, cgsims_own=True)
 MUTANT_FAMILY = TargetFamily("encoder-mutant", "a mutant of cgsim's reference vision-encoder graph manager", _mutant,
-                             _mutant_variants, capture_family="encoder", hooks=ENCODER_HOOKS)
+                             _mutant_variants, capture_family="encoder", hooks=ENCODER_HOOKS, cgsims_own=True)
 VLLM_FAMILY = TargetFamily("vllm-encoder", "vLLM's EncoderCudaGraphManager through vLLM's front door", _vllm,
-                           capture_family="encoder", hooks=ENCODER_HOOKS)
+                           capture_family="encoder", hooks=ENCODER_HOOKS,
+                           export_writer="fuzz.export_test.vllm_encoder:write_vllm_encoder_test")
 
 
 def encoder_target(name: str) -> Any:

@@ -622,4 +622,5 @@ FAMILY = TargetFamily(
     "mutant", "the reference manager with one real-engine bug injected",
     create=lambda variant: MUTANTS[variant](),
     variants=lambda: {n: m.summary for n, m in MUTANT_INFO.items()},
+    cgsims_own=True,
 )

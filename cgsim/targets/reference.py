@@ -543,4 +543,4 @@ class ReferenceTarget:
 
 
 FAMILY = TargetFamily("reference", "cgsim's reference CUDA-graph manager (the spec written as a careful engineer would)",
-                      lambda _variant: ReferenceTarget())
+                      lambda _variant: ReferenceTarget(), cgsims_own=True)

@@ -51,7 +51,12 @@ class TargetFamily:
     ``--cgsim-mock-engine NAME`` does for a pytest session;
     ``capture_family``: the capture-manager family (``cgsim.families``)
     whose scenarios its targets run; ``hooks``: the roles its targets'
-    optional hooks are checked against.
+    optional hooks are checked against; ``export_writer``: where the
+    function that writes one of its findings as the engine's own test is
+    (``module:NAME``, called with the finding, how it was given and its
+    documented row; ``python -m fuzz export-test``), None where it has
+    none; ``cgsims_own``: its managers are cgsim's own (the reference and
+    its mutants), which no engine test is written for.
     """
 
     name: str
@@ -62,6 +67,8 @@ class TargetFamily:
     pytest_adapter: PytestAdapter | None = None
     capture_family: str = "decode"
     hooks: Hooks = TARGET_HOOKS
+    export_writer: str | None = None
+    cgsims_own: bool = False
 
     def declaration_problem(self) -> str | None:
         """What is wrong with what the family declares beside its targets (None: nothing)."""

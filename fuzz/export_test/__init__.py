@@ -18,21 +18,25 @@ through vLLM's ``EngineArgs``, cgsim's toy encoder generated from its source.
 Findings of cgsim's own encoder reference and mutants are refused (their
 repro script reproduces them).
 
-One writer per engine (``WRITERS``); a finding on a target without a writer,
-or of a property its writer does not know, is refused with one line
-(``ExportError``, exit 2 in the CLI).  SGLang findings get a writer in SGLang's
-test style once cgsim has an SGLang target: add it to ``WRITERS``.
+Each target family names its writer (``TargetFamily.export_writer``,
+``writer_of``); a finding on a target without a writer, or of a property its
+writer does not know, is refused with one line (``ExportError``, exit 2 in
+the CLI).  SGLang findings get a writer in SGLang's test style by naming one
+on sglang's target family.
 """
 
 from __future__ import annotations
 
 import re
+import importlib
 from typing import Callable
 
 from cgsim.finding import Finding
+from cgsim.targets.registry import TargetFamily, family_of_target_name
+from cgsim.targets.registry import families as target_families
 from fuzz.export_test.docs import FINDINGS_DOC, DocumentedFinding, ExportError, documented_findings
-from fuzz.export_test.vllm import VLLM_PROPERTIES, write_vllm_test
-from fuzz.export_test.vllm_encoder import ENCODER_PROPERTIES_WRITTEN, write_vllm_encoder_test
+from fuzz.export_test.vllm import VLLM_PROPERTIES
+from fuzz.export_test.vllm_encoder import ENCODER_PROPERTIES_WRITTEN
 from fuzz.export_test.vllm_runtime import DESIGN_FREE_PROPERTIES, design_free
 
 __all__ = [
@@ -42,7 +46,7 @@ __all__ = [
     "ENCODER_PROPERTIES_WRITTEN",
     "DESIGN_FREE_PROPERTIES",
     "design_free",
-    "WRITERS",
+    "writer_of",
     "documented_findings",
     "export_test",
     "default_test_name",
@@ -58,17 +62,14 @@ def export_test(finding: Finding, source: str | None = None, doc_path: str = FIN
     """The test module for ``finding`` (its text).  ``source`` is how the
     finding was given (shown in the module's docstring).  Raises ExportError
     when the finding's target has no writer or its property is unsupported."""
-    family = finding.target.split(":", 1)[0]
-    writer = WRITERS.get(family)
-    if family in ("encoder-reference", "encoder-mutant"):
-        raise ExportError(f"finding {finding.id} is on cgsim's own {finding.target!r} encoder manager, not an "
-                          "engine's; export-test writes engine tests (for the vision encoder: target vllm-encoder); "
-                          f"reproduce it with its repro script (findings/{finding.repro}) or python -m fuzz replay")
+    target_family = family_of_target_name(finding.target)
+    writer = writer_of(target_family) if target_family is not None else None
     if writer is None:
-        engines = ", ".join(sorted({name.split("-")[0] for name in WRITERS}))  # vllm-encoder is vLLM's too
-        if family in ("reference", "mutant"):
+        engines = ", ".join(sorted({f.name.split("-")[0] for f in target_families().values() if f.export_writer}))
+        if target_family is not None and target_family.cgsims_own:
             why = (f"finding {finding.id} is on cgsim's own {finding.target!r} manager, not an engine's; "
-                   f"export-test writes tests for engine targets ({engines}); replay it with python -m fuzz replay")
+                   f"export-test writes tests for engine targets ({engines}); reproduce it with its repro script "
+                   f"(findings/{finding.repro}) or python -m fuzz replay")
         else:
             why = (f"finding {finding.id} is on target {finding.target!r}, which has no test writer yet "
                    f"(export-test writes tests for: {engines})")
@@ -79,9 +80,9 @@ def export_test(finding: Finding, source: str | None = None, doc_path: str = FIN
     return text
 
 
-WRITERS: dict[str, Callable[[Finding, str | None, DocumentedFinding | None], str]] = {
-    "vllm": write_vllm_test,
-    # vLLM's vision-encoder manager (documented in docs/encoder.md, not docs/findings.md).
-    "vllm-encoder": lambda finding, source, doc: write_vllm_encoder_test(finding, source),
-    # "sglang": SGLang's test style, once cgsim has an SGLang target.
-}
+def writer_of(target_family: TargetFamily) -> Callable[[Finding, str | None, DocumentedFinding | None], str] | None:
+    """The test writer a target family names (``TargetFamily.export_writer``), None where it names none."""
+    if target_family.export_writer is None:
+        return None
+    module, _, name = target_family.export_writer.partition(":")
+    return getattr(importlib.import_module(module), name)

