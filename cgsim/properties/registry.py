@@ -37,6 +37,7 @@ __all__ = [
     "ENCODER_FAMILIES",
     "KINDS",
     "InvalidProperty",
+    "add_property_family",
     "Property",
     "Verdict",
     "Violation",
@@ -53,6 +54,9 @@ __all__ = [
 DECODE_FAMILIES = ("init", "capture", "metadata", "dispatch", "lifecycle", "memory", "harness")
 ENCODER_FAMILIES = ("encoder",)
 FAMILIES = DECODE_FAMILIES + ENCODER_FAMILIES
+
+# Property families a capture-manager family outside cgsim added (add_property_family), in order.
+_ADDED_FAMILIES: list[str] = []
 
 KINDS = ("violation", "crash", "hang")
 _ID = re.compile(r"^[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)*$")
@@ -193,6 +197,16 @@ def _plain_rule(rule: Callable, check: Callable, pid: str) -> None:
                               "__all__ (export-test generates the exported check from it)")
 
 
+def add_property_family(name: str) -> None:
+    """Let ``@declare`` take ``family=name``: the property family of a
+    capture-manager family outside cgsim, named by its properties module
+    before its declarations (cgsim's own are ``FAMILIES``)."""
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9-]*", name):
+        raise InvalidProperty(f"property family {name!r}: give a lower-case, hyphenated name, e.g. 'draft-encoder'")
+    if name not in FAMILIES and name not in _ADDED_FAMILIES:
+        _ADDED_FAMILIES.append(name)
+
+
 def declare(
     pid: str,
     statement: str,
@@ -231,8 +245,10 @@ def declare(
             f"property {pid}: the statement has {len(statement)} characters; keep it to one line of at most "
             f"{_MAX_STATEMENT} (details go into the violation messages)"
         )
-    if family not in FAMILIES:
-        raise InvalidProperty(f"property {pid}: family {family!r} is unknown; use one of {', '.join(FAMILIES)}")
+    if family not in FAMILIES and family not in _ADDED_FAMILIES:
+        raise InvalidProperty(f"property {pid}: family {family!r} is unknown; use one of "
+                              f"{', '.join(FAMILIES + tuple(_ADDED_FAMILIES))} (a capture-manager family of your own: "
+                              "add_property_family first)")
     if kind not in KINDS:
         raise InvalidProperty(f"property {pid}: kind {kind!r} is unknown; use one of {', '.join(KINDS)}")
     engines = sorted({r.engine for r in RULESETS.values()})
@@ -270,8 +286,8 @@ def declare(
 
 
 def registered() -> dict[str, Property]:
-    """Every declared property, families in FAMILIES order, declaration order within one."""
-    rank = {f: i for i, f in enumerate(FAMILIES)}
+    """Every declared property, families in FAMILIES order (then those added), declaration order within one."""
+    rank = {f: i for i, f in enumerate(FAMILIES + tuple(_ADDED_FAMILIES))}
     order = {pid: i for i, pid in enumerate(_REGISTRY)}
     return {p.id: p for p in sorted(_REGISTRY.values(), key=lambda p: (rank[p.family], order[p.id]))}
 
