@@ -3,11 +3,12 @@ they find, and how fast they run.
 
     python benchmarks/bench_family_campaign.py --baseline e949056 \
         [--targets reference,mutant:range-off-by-one,...,encoder-reference,encoder-mutant:stale-tail] \
-        [--examples 200] [--budget 20] [--seed 1] [--json FILE]
+        [--examples 200] [--budget 20] [--seed 1] [--run-flags "--runner-share 0 --confirm-budget 0"] [--json FILE]
 
 For each target, both trees (this one and a ``git archive`` of
 ``--baseline``) run ``python -m fuzz run`` in a child process of their own
-(``PYTHONPATH`` the tree, one worker, the mock), interleaved, one at a time:
+(``PYTHONPATH`` the tree, one worker, the mock, ``--run-flags`` added),
+interleaved, one at a time:
 
 - same seed: ``--max-examples --examples --seed --seed``; what each found,
   as (property, documented defect, finding id) of the findings on disk.
@@ -73,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--examples", type=int, default=200)
     ap.add_argument("--budget", type=float, default=20.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--run-flags", default="", help="more flags for every fuzz run (e.g. the vLLM target's "
+                    "--runner-share 0 --confirm-budget 0: its engine-runner phases take minutes a launch on a CPU)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     rows = []
@@ -82,22 +85,23 @@ def main(argv: list[str] | None = None) -> int:
             row: dict = {"target": target}
             for side, tree in trees.items():  # interleaved: one target on both trees before the next
                 reports = os.path.join(tmp, "r", side, target.replace(":", "_"))
+                more = args.run_flags.split()
                 same = _campaign(tree, target, os.path.join(reports, "seed"), "--max-examples", str(args.examples),
-                                 "--seed", str(args.seed), "--budget", "600s")
+                                 "--seed", str(args.seed), "--budget", "600s", *more)
                 fast = _campaign(tree, target, os.path.join(reports, "speed"), "--budget", f"{args.budget:g}s",
-                                 "--seed", str(args.seed))
+                                 "--seed", str(args.seed), *more)
                 row[side] = {"same_seed": same, "throughput": fast}
             b, t = row["baseline"], row["this"]
             rate = {s: row[s]["throughput"]["scenarios"] / row[s]["throughput"]["elapsed_s"] for s in trees}
             row["ratio"] = round(rate["this"] / rate["baseline"], 2)
             row["same_findings"] = b["same_seed"]["findings"] == t["same_seed"]["findings"]
-            row["same_defects"] = ({f[:2] for f in b["same_seed"]["findings"]}
-                                   == {f[:2] for f in t["same_seed"]["findings"]})
+            pairs = {side: sorted({f[:2] for f in row[side]["same_seed"]["findings"]}, key=str) for side in trees}
+            row["same_defects"] = pairs["baseline"] == pairs["this"]
             rows.append(row)
             print(f"{target}: {rate['baseline']:.1f} -> {rate['this']:.1f} scenarios/s ({row['ratio']}x); "
                   f"same seed: findings {'identical' if row['same_findings'] else 'differ'}, (property, defect) "
-                  f"{'identical' if row['same_defects'] else 'differ'}: "
-                  f"{sorted({f[:2] for f in t['same_seed']['findings']})}", flush=True)
+                  f"{'identical' if row['same_defects'] else 'differ'}: baseline {pairs['baseline']}, "
+                  f"this {pairs['this']}", flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(rows, fh, indent=2)
