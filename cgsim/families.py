@@ -3,9 +3,11 @@
 A family is the capture managers one flow of values drives: ``decode`` (the
 decode managers: vLLM's, SGLang's runners, the reference and its mutants;
 ``cgsim.scenario.Scenario``) and ``encoder`` (vLLM's vision-encoder manager;
-``cgsim.encoder``).  Generic code (replay, repro scripts, the doctor, the
-CLI) asks here for the family of a finding or a target and calls its
-operations; it never tests which family it runs.
+``cgsim.encoder``).  Generic code (the campaign, replay, repro scripts, the
+report, the doctor, the CLI) asks here for the family of a finding or a
+target and calls its operations (a campaign's workers its ``FamilySearch``);
+it never tests which family it runs.  A family's targets are those of the
+target registry whose ``TargetFamily.capture_family`` names it.
 
 Families are entry points of the group ``cgsim.families`` (so a package
 outside cgsim can add one with a line in its pyproject.toml); cgsim's own
@@ -30,8 +32,8 @@ if TYPE_CHECKING:  # annotations only: importing the property registry runs ever
     from cgsim.properties.registry import Property
 
 __all__ = ["ENTRY_POINT_GROUP", "DEFAULT_FAMILY", "Family", "FamilySearch", "FamilyRegistryError", "ReplayOutcome",
-           "CatalogueRow", "families", "family_of_finding", "family_of_scenario", "family_of_target", "search_of_family",
-           "owns_target_of"]
+           "CatalogueRow", "families", "family_of_finding", "family_of_scenario", "family_of_target",
+           "search_of_family", "owns_target_of"]
 
 ENTRY_POINT_GROUP = "cgsim.families"
 # Scenarios no family claims (a kind unknown here, JSON that is no scenario) and target names none

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from cgsim.report.markdown import defect_cards, scheduler_said
 
-__all__ = ["REPORT_CSS", "render_html"]
+__all__ = ["render_html"]
 
 _CSS = """
 :root { --fail: #c62828; --ok: #2e7d32; --muted: #666; --line: #ddd; --bg: #fafafa; }
@@ -49,9 +49,6 @@ details summary { cursor: pointer; color: #1565c0; }
 .coverage-grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(300px, 1fr)); gap: 0 24px; }
 .coverage-grid h3 { margin-top: 10px; }
 """
-
-REPORT_CSS = _CSS
-
 
 def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)

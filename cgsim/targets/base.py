@@ -48,9 +48,10 @@ asks).  Each hook is a field, None where the target has none, read as
 ``target.triage.classify``, never fetched by name; one it defines must be
 callable as declared (the registry checks that when it creates the target,
 with the roles its ``TargetFamily`` declares, ``TARGET_HOOKS`` or
-``ENCODER_HOOKS``: TargetEnvironmentError naming target and hook).  What a target family declares about itself beside its
-targets (a source tree option, a pytest adapter) is a ``SourceOption`` or
-``PytestAdapter`` on its ``TargetFamily``.
+``ENCODER_HOOKS``: TargetEnvironmentError naming target and hook).  What
+a target family declares about itself beside its targets (a source tree
+option, a pytest adapter) is a ``SourceOption`` or ``PytestAdapter`` on its
+``TargetFamily``.
 """
 
 from __future__ import annotations

@@ -21,8 +21,9 @@ from cgsim.targets.base import (TARGET_HOOKS, Hooks, PytestAdapter, SourceOption
 from cgsim.spec.rulesets import get_ruleset, rulesets_of
 from cgsim.text import did_you_mean, first_line
 
-__all__ = ["ENTRY_POINT_GROUP", "TargetFamily", "families", "family_of_target_name", "get_target", "target_names", "describe_targets",
-           "target_engine", "WrongRuleset", "check_ruleset_fits", "source_options", "mock_engine_adapters"]
+__all__ = ["ENTRY_POINT_GROUP", "TargetFamily", "families", "family_of_target_name", "get_target", "target_names",
+           "describe_targets", "target_engine", "WrongRuleset", "check_ruleset_fits", "source_options",
+           "mock_engine_adapters"]
 
 ENTRY_POINT_GROUP = "cgsim.targets"
 
