@@ -47,8 +47,6 @@ class EncoderTarget(Protocol):
 class ReferenceEncoderTarget:
     """cgsim's reference encoder manager, or one of its mutants."""
 
-    engine = "vllm"  # the reference follows vLLM's encoder design
-
     def __init__(self, name: str, cls: type) -> None:
         self.name, self.cls = name, cls
         self.drawing, self.triage, self.tooling, self.encoder = Drawing(), Triage(), Tooling(), EncoderHooks()

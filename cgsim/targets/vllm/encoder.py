@@ -176,7 +176,6 @@ class VllmEncoderTarget:
     """``vllm-encoder``: vLLM's manager as its V2 runner builds and calls it."""
 
     name = "vllm-encoder"
-    engine = "vllm"
 
     def __init__(self, adapter_check: Callable[[], None] | None = None) -> None:
         # The doctor's encoder checks (``doctor.encoder_self_check``), handed in by the encoder registry: the
